@@ -1,0 +1,387 @@
+//! The ledger: where operations, their budgets and their evidence live.
+//!
+//! [`Ledger`] is one small async trait. Every state change goes through [`Ledger::apply`], a
+//! compare-and-swap the store performs in one statement: it succeeds only if the row is still in
+//! the expected state, at the expected generation and version. A decision computed from a stale
+//! read is refused by the store, never by a read-compare-write in Rust.
+//!
+//! Backends:
+//! - [`MemoryLedger`]: tests and examples.
+//! - [`SqliteLedger`] (feature `sqlite`, default): the embedded durable default.
+//!
+//! Every backend runs the same conformance suite ([`conformance`], feature `test-util`).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::budget::BudgetPolicy;
+use crate::evidence::Evidence;
+use crate::operation::{AttemptId, FrozenRequest, Generation, IdempotencyKey, OperationId, PayloadHash, Tenant};
+use crate::state::State;
+
+mod memory;
+pub use memory::MemoryLedger;
+
+#[cfg(feature = "sqlite")]
+mod sqlite;
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteLedger, SqliteLedgerOptions, Synchronous};
+
+#[cfg(feature = "test-util")]
+pub mod conformance;
+
+/// A boxed, `Send` future, as returned by [`Ledger`] methods (the trait stays object safe).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Names a contract and pins its exact content, frozen on the operation row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContractRef {
+    /// The contract's name (e.g. `stripe-v1`).
+    pub name: String,
+    /// SHA-256 of the contract's canonical serialization.
+    pub hash: String,
+}
+
+/// The vendor's response kept for callers that ask again (status, chosen headers, bounded body).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// HTTP status code.
+    pub status: u16,
+    /// Selected non-secret headers.
+    pub headers: Vec<(String, String)>,
+    /// The body, truncated to the layer's stored-body limit.
+    pub body: Bytes,
+}
+
+/// Everything needed to insert a new operation (state `PREPARED`, generation 0, version 0).
+#[derive(Clone, Debug)]
+pub struct NewOperation {
+    /// Tenant.
+    pub tenant: Tenant,
+    /// Operation id (primary key with the tenant).
+    pub operation_id: OperationId,
+    /// Action name; `(tenant, action, intent_ref)` is unique.
+    pub action: String,
+    /// The caller's intent reference.
+    pub intent_ref: String,
+    /// The idempotency key, made once here.
+    pub idempotency_key: IdempotencyKey,
+    /// Hash of the frozen payload.
+    pub payload_hash: PayloadHash,
+    /// The frozen request.
+    pub request: FrozenRequest,
+    /// The contract frozen on the row.
+    pub contract: ContractRef,
+    /// The budget frozen on the row.
+    pub policy: BudgetPolicy,
+    /// Creation time, ms since the Unix epoch.
+    pub now_ms: i64,
+}
+
+/// One operation row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperationRecord {
+    /// Tenant.
+    pub tenant: Tenant,
+    /// Operation id.
+    pub operation_id: OperationId,
+    /// Action name.
+    pub action: String,
+    /// The caller's intent reference.
+    pub intent_ref: String,
+    /// The idempotency key sent on every attempt.
+    pub idempotency_key: IdempotencyKey,
+    /// Hash of the frozen payload.
+    pub payload_hash: PayloadHash,
+    /// The frozen request (credentials never included).
+    pub request: FrozenRequest,
+    /// The contract the operation started with.
+    pub contract: ContractRef,
+    /// The budget the operation started with.
+    pub policy: BudgetPolicy,
+    /// Current state.
+    pub state: State,
+    /// The business result kept while in `MANUAL_REVIEW`, and for terminal states.
+    pub last_result: Option<State>,
+    /// The fence: incremented at every claim.
+    pub generation: Generation,
+    /// Incremented at every change; the compare-and-swap token for reviewers and the engine.
+    pub version: u64,
+    /// Write attempts used, including the first.
+    pub attempts_used: u32,
+    /// Queries used.
+    pub queries_used: u32,
+    /// Sticky: some attempt may have been applied by the vendor.
+    pub may_have_applied: bool,
+    /// The attempt that holds (or last held) send rights.
+    pub current_attempt: Option<AttemptId>,
+    /// When the current lease runs out (ms since epoch).
+    pub lease_until_ms: Option<i64>,
+    /// When the engine should look next (ms since epoch).
+    pub next_check_ms: Option<i64>,
+    /// End of the recovery window (ms since epoch).
+    pub deadline_ms: Option<i64>,
+    /// The vendor's reference of the created object.
+    pub remote_ref: Option<String>,
+    /// Rejection or escalation reason.
+    pub reason: Option<String>,
+    /// The first authoritative response, for callers that ask again.
+    pub response: Option<StoredResponse>,
+    /// Creation time (ms since epoch).
+    pub created_ms: i64,
+    /// Last change (ms since epoch).
+    pub updated_ms: i64,
+}
+
+/// What [`Ledger::create_or_get`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Created {
+    /// A new row was inserted.
+    New(OperationRecord),
+    /// An operation with this id, or for this `(tenant, action, intent_ref)`, already existed.
+    /// The caller compares payload hashes.
+    Existing(OperationRecord),
+}
+
+impl Created {
+    /// The row, new or existing.
+    pub fn record(&self) -> &OperationRecord {
+        match self {
+            Created::New(r) | Created::Existing(r) => r,
+        }
+    }
+
+    /// The row, new or existing.
+    pub fn into_record(self) -> OperationRecord {
+        match self {
+            Created::New(r) | Created::Existing(r) => r,
+        }
+    }
+}
+
+/// The new values of the mutable columns, written by [`Ledger::apply`] when its precondition
+/// holds. `version` is always incremented by the store.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Changes {
+    /// New state.
+    pub state: State,
+    /// New business result.
+    pub last_result: Option<State>,
+    /// New generation (the old one, or the old one plus one for a claim).
+    pub generation: Generation,
+    /// New attempts used.
+    pub attempts_used: u32,
+    /// New queries used.
+    pub queries_used: u32,
+    /// New "may have applied" value; the store keeps it sticky (`old OR new`) unless
+    /// `reset_may_have_applied` is set by a human's decision.
+    pub may_have_applied: bool,
+    /// Clear the sticky fact (only a reviewer's confirmed-not-executed decision does this).
+    pub reset_may_have_applied: bool,
+    /// Current attempt.
+    pub current_attempt: Option<AttemptId>,
+    /// Lease end.
+    pub lease_until_ms: Option<i64>,
+    /// Next check.
+    pub next_check_ms: Option<i64>,
+    /// Deadline.
+    pub deadline_ms: Option<i64>,
+    /// Remote reference (kept if `None` and the row has one).
+    pub remote_ref: Option<String>,
+    /// Reason.
+    pub reason: Option<String>,
+    /// Stored response (kept if `None` and the row has one).
+    pub response: Option<StoredResponse>,
+    /// Change time (ms since epoch).
+    pub now_ms: i64,
+}
+
+/// A conditional update: applied only if the row is at `expect_state`, `expect_generation` and
+/// `expect_version`, and (for a move to `REJECTED`) only if no attempt may have applied or the
+/// rejection is about the operation itself.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Update {
+    /// Tenant.
+    pub tenant: Tenant,
+    /// Operation id.
+    pub operation_id: OperationId,
+    /// Required current state.
+    pub expect_state: State,
+    /// Required current generation.
+    pub expect_generation: Generation,
+    /// Required current version.
+    pub expect_version: u64,
+    /// Whether a move to `REJECTED` rests on evidence about the operation (lookup, human).
+    pub operation_level: bool,
+    /// The new values.
+    pub changes: Changes,
+    /// Evidence appended in the same transaction.
+    pub evidence: NewEvidence,
+}
+
+/// An evidence log entry to append.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewEvidence {
+    /// The attempt it concerns, if any.
+    pub attempt_id: Option<AttemptId>,
+    /// The generation of the writer.
+    pub generation: Generation,
+    /// What happened: `attempt_registered`, `attempt_result`, `lookup`, `lease_expired`,
+    /// `escalated`, `review`, `late_evidence`, ...
+    pub kind: String,
+    /// State before.
+    pub from_state: Option<State>,
+    /// State after.
+    pub to_state: Option<State>,
+    /// The classified observation.
+    pub evidence: Option<Evidence>,
+    /// Free text (never a body or a credential).
+    pub note: Option<String>,
+    /// Time (ms since epoch).
+    pub at_ms: i64,
+}
+
+/// An evidence log entry as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvidenceEntry {
+    /// Position in the log of this operation (increasing).
+    pub seq: i64,
+    /// The entry.
+    pub entry: NewEvidence,
+}
+
+/// Why a ledger call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LedgerError {
+    /// The store could not be reached or the statement failed. Nothing was changed.
+    #[error("ledger unavailable: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A stored row could not be decoded.
+    #[error("corrupt ledger row for {operation}: {detail}")]
+    Corrupt {
+        /// The row's operation id.
+        operation: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Bad configuration (table name, path, options).
+    #[error("invalid ledger configuration: {0}")]
+    Config(String),
+}
+
+/// Durable storage for operations. Object safe: use it as `Arc<dyn Ledger>`.
+///
+/// All times are milliseconds since the Unix epoch supplied by the caller; a backend with a
+/// shared clock (PostgreSQL) may use its own clock instead, and documents it.
+pub trait Ledger: Send + Sync + fmt::Debug + 'static {
+    /// Inserts a `PREPARED` operation, or returns the existing one with the same
+    /// `(tenant, operation_id)` or the same `(tenant, action, intent_ref)`. Atomic: two concurrent
+    /// calls for one intent yield one row.
+    fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>>;
+
+    /// Reads one operation.
+    fn get<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>>;
+
+    /// Applies a conditional update and appends its evidence, atomically. `Ok(None)`: the
+    /// precondition failed and nothing changed.
+    fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>>;
+
+    /// Claims up to `limit` operations in `UNKNOWN` or `PROCESSING` whose next check is due and
+    /// whose lease (if any) has expired: increments each one's generation and version, sets
+    /// `lease_until_ms`, appends a `recovery_claimed` entry. Returns the claimed rows.
+    fn claim_due(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>>;
+
+    /// Moves every `IN_FLIGHT` operation whose lease has expired to `UNKNOWN`: generation and
+    /// version incremented, `may_have_applied` set, next check due now, a `lease_expired` entry
+    /// appended. Returns the swept rows.
+    fn sweep_expired(&self, now_ms: i64) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>>;
+
+    /// Appends an evidence entry without changing the row (late responses, reviewer notes).
+    fn append_evidence<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<(), LedgerError>>;
+
+    /// The evidence log of one operation, oldest first.
+    fn evidence<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>>;
+}
+
+impl OperationRecord {
+    /// The state-machine view of this row.
+    pub fn snapshot(&self) -> crate::state::Snapshot<'_> {
+        crate::state::Snapshot {
+            state: self.state,
+            may_have_applied: self.may_have_applied,
+            attempts_used: self.attempts_used,
+            queries_used: self.queries_used,
+            deadline_ms: self.deadline_ms,
+            policy: &self.policy,
+        }
+    }
+
+    /// Builds the conditional update that applies `t` to this row, with `evidence` appended.
+    pub fn update_for(
+        &self,
+        t: &crate::state::Transition,
+        attempt: Option<AttemptId>,
+        lease_until_ms: Option<i64>,
+        response: Option<StoredResponse>,
+        mut evidence: NewEvidence,
+        now_ms: i64,
+    ) -> Update {
+        let generation = if t.bump_generation {
+            self.generation.next()
+        } else {
+            self.generation
+        };
+        evidence.generation = generation;
+        evidence.from_state.get_or_insert(self.state);
+        evidence.to_state.get_or_insert(t.to);
+        Update {
+            tenant: self.tenant.clone(),
+            operation_id: self.operation_id.clone(),
+            expect_state: self.state,
+            expect_generation: self.generation,
+            expect_version: self.version,
+            operation_level: t.operation_level,
+            changes: Changes {
+                state: t.to,
+                last_result: t.last_result.or(self.last_result),
+                generation,
+                attempts_used: t.attempts_used,
+                queries_used: t.queries_used,
+                may_have_applied: t.may_have_applied,
+                reset_may_have_applied: t.operation_level && !t.may_have_applied,
+                current_attempt: attempt.or(self.current_attempt),
+                lease_until_ms,
+                next_check_ms: t.next_check_ms,
+                deadline_ms: t.deadline_ms,
+                remote_ref: t.remote_ref.clone().or_else(|| self.remote_ref.clone()),
+                reason: t.reason.clone().or_else(|| self.reason.clone()),
+                response: response.or_else(|| self.response.clone()),
+                now_ms,
+            },
+            evidence,
+        }
+    }
+}

@@ -1,0 +1,599 @@
+//! Identities and the frozen request.
+//!
+//! Four identities are involved in one recoverable write, and they are never mixed
+//! (DESIGN.md, seed 000):
+//!
+//! | identity | type | made when | purpose |
+//! |---|---|---|---|
+//! | operation id | [`OperationId`] | when the caller approves the intent | names the business intent; resume and query by it |
+//! | idempotency key | [`IdempotencyKey`] | once, with the operation | lets the vendor dedupe; never regenerated |
+//! | attempt id | [`AttemptId`] | each time bytes are handed to the network | troubleshooting; the send-once guard |
+//! | generation | [`Generation`] | at every claim of send or recovery rights | fences out stale workers |
+//!
+//! The payload is frozen when the operation is created: method, URL, the non-secret headers and
+//! the body bytes. Every send of the operation, replays included, uses exactly these bytes and the
+//! same key. A SHA-256 over a canonical form of the payload ([`PayloadHash`]) binds the operation
+//! to its content: the same operation presented with another payload is a conflict and nothing is
+//! sent.
+
+use std::fmt;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, Method, Uri};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+/// The tenant an operation belongs to.
+///
+/// Comes from a trusted context (the authenticated caller), never from model output. Writes
+/// that do not name a tenant belong to [`Tenant::DEFAULT`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Tenant(String);
+
+impl Tenant {
+    /// The tenant of writes that do not name one.
+    pub const DEFAULT: &'static str = "default";
+
+    /// Creates a tenant from its name.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self(name.into())
+    }
+
+    /// The tenant's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Tenant {
+    fn default() -> Self {
+        Self(Self::DEFAULT.to_owned())
+    }
+}
+
+impl fmt::Display for Tenant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Names one business intent, for example "create the fault ticket for device E17".
+///
+/// It survives retries, process restarts and conversation rounds: a caller that names the same
+/// operation id again gets that operation's state or its stored result, never a second create.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OperationId(String);
+
+impl OperationId {
+    /// Generates a new operation id of the form `op-<32 hex digits>`.
+    pub fn generate() -> Self {
+        Self(format!("op-{}", Uuid::new_v4().simple()))
+    }
+
+    /// Uses a caller-chosen id, such as the id of an approved intent in the caller's database.
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    /// The id as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for OperationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The idempotency key sent to the vendor on every attempt of one operation.
+///
+/// An opaque random UUID v4, made once when the operation is created and never derived from
+/// personal data or from the payload. No code path in this crate mints a second key for an
+/// existing operation: changing the key would bypass the vendor's deduplication.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Makes a fresh random key (UUID v4, hyphenated, 36 characters).
+    pub fn generate() -> Self {
+        Self(Uuid::new_v4().hyphenated().to_string())
+    }
+
+    /// Restores a key read back from a ledger.
+    pub fn from_stored(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key as sent on the wire (before any contract-specific quoting).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keys are not credentials, but they are replay tokens: show enough to correlate.
+        write!(f, "IdempotencyKey({}…)", &self.0[..self.0.len().min(8)])
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Names one hand-over of bytes to the network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AttemptId(Uuid);
+
+impl AttemptId {
+    /// A fresh attempt id.
+    pub fn generate() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    /// Restores an attempt id read back from a ledger.
+    pub fn parse(s: &str) -> Option<Self> {
+        Uuid::parse_str(s).ok().map(Self)
+    }
+}
+
+impl fmt::Display for AttemptId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at-{}", self.0.simple())
+    }
+}
+
+impl AttemptId {
+    /// The canonical string form stored in ledgers (the UUID, hyphenated).
+    pub fn to_stored(&self) -> String {
+        self.0.hyphenated().to_string()
+    }
+}
+
+/// The fence: incremented at every claim of send or recovery rights.
+///
+/// A result is recorded only by the holder of the current generation; a stale worker that
+/// wakes up after its lease expired holds an old generation and is refused by the ledger.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Generation(pub u64);
+
+impl Generation {
+    /// The next generation.
+    pub const fn next(self) -> Self {
+        Self(self.0 + 1)
+    }
+}
+
+impl fmt::Display for Generation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "g{}", self.0)
+    }
+}
+
+/// The caller's identification of a write, carried in the request extensions.
+///
+/// ```
+/// use recoverable_write::Operation;
+///
+/// // The user approved "create a fault ticket for device E17" as intent 7781 of tenant A.
+/// let op = Operation::new("tenant-a", "create_ticket", "intent-7781");
+/// let mut req = http::Request::post("http://vendor.test/tickets").body(()).unwrap();
+/// req.extensions_mut().insert(op.clone());
+///
+/// // Later, resume by operation id alone: returns its state or stored result, never a create.
+/// let resume = Operation::resume("tenant-a", op.id().clone());
+/// # let _ = resume;
+/// ```
+///
+/// `(tenant, action, intent_ref)` is unique in the ledger, so the same approved intent can never
+/// become two operations even if a second operation id is generated for it. A genuinely new intent
+/// (a second ticket the user really wants) takes a new `intent_ref`. Content similarity is never
+/// the test.
+///
+/// A write that reaches the layer without an `Operation` gets a generated one (tenant
+/// [`Tenant::DEFAULT`], action `"<METHOD> <host><path>"`, a fresh intent): it is protected
+/// against lost responses, inner retries and crashes, but a caller that retries at a higher level
+/// without naming the operation creates a new intent. Name the operation to get resumption.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operation {
+    tenant: Tenant,
+    id: OperationId,
+    action: String,
+    intent_ref: String,
+}
+
+impl Operation {
+    /// A new operation for an approved intent. The operation id is generated; if the ledger
+    /// already holds an operation for `(tenant, action, intent_ref)`, that one is used instead.
+    pub fn new(
+        tenant: impl Into<String>,
+        action: impl Into<String>,
+        intent_ref: impl Into<String>,
+    ) -> Self {
+        Self {
+            tenant: Tenant::new(tenant),
+            id: OperationId::generate(),
+            action: action.into(),
+            intent_ref: intent_ref.into(),
+        }
+    }
+
+    /// Names an existing (or caller-identified) operation by its id, e.g. to resume `op-204`.
+    /// If no such operation exists, one is created with `intent_ref` equal to the id.
+    pub fn resume(tenant: impl Into<String>, id: OperationId) -> Self {
+        let intent = id.as_str().to_owned();
+        Self {
+            tenant: Tenant::new(tenant),
+            id,
+            action: String::new(),
+            intent_ref: intent,
+        }
+    }
+
+    /// Sets a caller-chosen operation id.
+    pub fn with_id(mut self, id: OperationId) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// An operation for a write that named none (see the type docs).
+    pub fn ad_hoc(method: &Method, uri: &Uri) -> Self {
+        let id = OperationId::generate();
+        Self {
+            tenant: Tenant::default(),
+            action: format!(
+                "{} {}{}",
+                method,
+                uri.host().unwrap_or(""),
+                uri.path()
+            ),
+            intent_ref: id.as_str().to_owned(),
+            id,
+        }
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &Tenant {
+        &self.tenant
+    }
+
+    /// The operation id.
+    pub fn id(&self) -> &OperationId {
+        &self.id
+    }
+
+    /// The action, e.g. `create_ticket`.
+    pub fn action(&self) -> &str {
+        &self.action
+    }
+
+    /// The caller's reference to the approved intent.
+    pub fn intent_ref(&self) -> &str {
+        &self.intent_ref
+    }
+}
+
+/// Headers that are never stored: credentials are applied by the stack below the layer at send
+/// time. Contracts may name more.
+pub const DEFAULT_SECRET_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+    "api-key",
+];
+
+/// Headers that describe the connection or are recomputed at send time, never frozen.
+const UNFROZEN_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "connection",
+    "transfer-encoding",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+];
+
+/// The request as frozen when the operation was created: what every attempt sends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrozenRequest {
+    /// HTTP method.
+    pub method: String,
+    /// Absolute URL.
+    pub url: String,
+    /// Non-secret headers in order (name lower-cased, value as UTF-8 or dropped if not).
+    pub headers: Vec<(String, String)>,
+    /// The body bytes, before any idempotency key is placed into them.
+    pub body: Bytes,
+}
+
+impl FrozenRequest {
+    /// Freezes a request: drops credentials (`secret_headers` on top of
+    /// [`DEFAULT_SECRET_HEADERS`]), connection headers, and headers whose values are not UTF-8.
+    pub fn freeze(
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Bytes,
+        secret_headers: &[String],
+    ) -> Self {
+        let headers = headers
+            .iter()
+            .filter(|(name, _)| !is_secret(name, secret_headers) && !is_unfrozen(name))
+            .filter_map(|(name, value)| {
+                value
+                    .to_str()
+                    .ok()
+                    .map(|v| (name.as_str().to_owned(), v.to_owned()))
+            })
+            .collect();
+        Self {
+            method: method.as_str().to_owned(),
+            url: uri.to_string(),
+            headers,
+            body,
+        }
+    }
+
+    /// Rebuilds an `http::Request` carrying exactly the frozen bytes (used by replays).
+    pub fn to_request(&self) -> Result<http::Request<Bytes>, http::Error> {
+        let mut builder = http::Request::builder()
+            .method(self.method.as_str())
+            .uri(self.url.as_str());
+        for (name, value) in &self.headers {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        builder.body(self.body.clone())
+    }
+}
+
+fn is_secret(name: &HeaderName, extra: &[String]) -> bool {
+    let n = name.as_str();
+    DEFAULT_SECRET_HEADERS.contains(&n) || extra.iter().any(|s| s.eq_ignore_ascii_case(n))
+}
+
+fn is_unfrozen(name: &HeaderName) -> bool {
+    UNFROZEN_HEADERS.contains(&name.as_str())
+}
+
+/// Which parts of a JSON body define the business payload.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode", content = "pointers")]
+pub enum PayloadDigest {
+    /// The whole body (JSON bodies canonicalized: keys sorted, insignificant whitespace removed).
+    #[default]
+    Full,
+    /// Only the named JSON pointers (RFC 6901), e.g. `["/amount", "/currency", "/device_id"]`:
+    /// a reworded free-text memo does not make a different operation, a changed amount does.
+    Fields(Vec<String>),
+}
+
+/// SHA-256 over the canonical form of a payload, lower-case hex.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PayloadHash(String);
+
+impl PayloadHash {
+    /// Computes the hash of `method`, the normalized `url` and the canonical `body`.
+    ///
+    /// JSON bodies (any body that parses as JSON) are canonicalized; with
+    /// [`PayloadDigest::Fields`] only the named fields count (a missing field hashes as absent).
+    /// Other bodies are hashed byte for byte.
+    pub fn compute(method: &str, url: &str, body: &[u8], digest: &PayloadDigest) -> Self {
+        let mut h = Sha256::new();
+        h.update(method.to_ascii_uppercase().as_bytes());
+        h.update(b"\n");
+        h.update(normalize_url(url).as_bytes());
+        h.update(b"\n");
+        match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(value) if !body.is_empty() => {
+                h.update(b"json:");
+                match digest {
+                    PayloadDigest::Full => write_canonical(&value, &mut h),
+                    PayloadDigest::Fields(pointers) => {
+                        for p in pointers {
+                            h.update(p.as_bytes());
+                            h.update(b"=");
+                            match value.pointer(p) {
+                                Some(v) => write_canonical(v, &mut h),
+                                None => h.update(b"<absent>"),
+                            }
+                            h.update(b";");
+                        }
+                    }
+                }
+            }
+            _ => {
+                h.update(b"raw:");
+                h.update(body);
+            }
+        }
+        Self(hex(&h.finalize()))
+    }
+
+    /// Restores a hash read back from a ledger.
+    pub fn from_stored(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    /// The hash as lower-case hex.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PayloadHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Lower-cases scheme and host and drops a default port; path and query are kept as given
+/// (their case and order can be significant to the vendor).
+fn normalize_url(url: &str) -> String {
+    let Ok(uri) = url.parse::<Uri>() else {
+        return url.to_owned();
+    };
+    let scheme = uri.scheme_str().map(str::to_ascii_lowercase);
+    let host = uri.host().map(str::to_ascii_lowercase);
+    let port = uri.port_u16().filter(|p| {
+        !matches!(
+            (scheme.as_deref(), *p),
+            (Some("http"), 80) | (Some("https"), 443)
+        )
+    });
+    let mut out = String::with_capacity(url.len());
+    if let Some(s) = &scheme {
+        out.push_str(s);
+        out.push_str("://");
+    }
+    if let Some(h) = &host {
+        out.push_str(h);
+    }
+    if let Some(p) = port {
+        out.push(':');
+        out.push_str(&p.to_string());
+    }
+    out.push_str(uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/"));
+    out
+}
+
+/// Writes a JSON value in canonical form: object keys sorted, no whitespace.
+fn write_canonical(value: &serde_json::Value, h: &mut Sha256) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            h.update(b"{");
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    h.update(b",");
+                }
+                h.update(serde_json::to_string(k).unwrap_or_default().as_bytes());
+                h.update(b":");
+                write_canonical(&map[k], h);
+            }
+            h.update(b"}");
+        }
+        Value::Array(items) => {
+            h.update(b"[");
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    h.update(b",");
+                }
+                write_canonical(v, h);
+            }
+            h.update(b"]");
+        }
+        scalar => h.update(serde_json::to_string(scalar).unwrap_or_default().as_bytes()),
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(HEX[(b >> 4) as usize] as char);
+        s.push(HEX[(b & 0xf) as usize] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_uuid_v4_and_never_repeat() {
+        let a = IdempotencyKey::generate();
+        let b = IdempotencyKey::generate();
+        assert_ne!(a, b);
+        let u = Uuid::parse_str(a.as_str()).unwrap();
+        assert_eq!(u.get_version_num(), 4);
+    }
+
+    #[test]
+    fn json_bodies_hash_canonically() {
+        let a = PayloadHash::compute(
+            "post",
+            "HTTP://Vendor.test:80/tickets",
+            br#"{"device_id":"E17","priority":"P2"}"#,
+            &PayloadDigest::Full,
+        );
+        let b = PayloadHash::compute(
+            "POST",
+            "http://vendor.test/tickets",
+            b"{ \"priority\": \"P2\",\n \"device_id\": \"E17\" }",
+            &PayloadDigest::Full,
+        );
+        assert_eq!(a, b);
+        let c = PayloadHash::compute(
+            "POST",
+            "http://vendor.test/tickets",
+            br#"{"device_id":"E18","priority":"P2"}"#,
+            &PayloadDigest::Full,
+        );
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn field_digest_ignores_free_text() {
+        let fields = PayloadDigest::Fields(vec!["/amount".into(), "/currency".into()]);
+        let a = PayloadHash::compute(
+            "POST",
+            "http://v/p",
+            br#"{"amount":100,"currency":"eur","memo":"for the order"}"#,
+            &fields,
+        );
+        let b = PayloadHash::compute(
+            "POST",
+            "http://v/p",
+            br#"{"amount":100,"currency":"eur","memo":"order payment"}"#,
+            &fields,
+        );
+        let c = PayloadHash::compute(
+            "POST",
+            "http://v/p",
+            br#"{"amount":101,"currency":"eur","memo":"for the order"}"#,
+            &fields,
+        );
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn freezing_drops_credentials_and_connection_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", "Bearer sk_live_123".parse().unwrap());
+        headers.insert("cookie", "s=1".parse().unwrap());
+        headers.insert("x-vendor-secret", "abc".parse().unwrap());
+        headers.insert("content-type", "application/json".parse().unwrap());
+        headers.insert("content-length", "2".parse().unwrap());
+        let f = FrozenRequest::freeze(
+            &Method::POST,
+            &"http://v/t".parse().unwrap(),
+            &headers,
+            Bytes::from_static(b"{}"),
+            &["X-Vendor-Secret".to_owned()],
+        );
+        assert_eq!(
+            f.headers,
+            vec![("content-type".to_owned(), "application/json".to_owned())]
+        );
+        assert!(!format!("{f:?}").contains("sk_live"));
+    }
+}

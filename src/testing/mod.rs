@@ -1,0 +1,1 @@
+//! Fake vendor and fault injection (stub).
