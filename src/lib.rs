@@ -5,6 +5,7 @@
 
 pub mod budget;
 pub mod contract;
+mod engine;
 pub mod evidence;
 pub mod guard;
 pub mod layer;

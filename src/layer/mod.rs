@@ -1,39 +1,657 @@
-//! STUB: the layer is being written.
+//! [`RecoverableWriteLayer`]: makes consequential writes recoverable.
+//!
+//! For every write (any method but GET, HEAD, OPTIONS, TRACE, or any request carrying an
+//! [`Operation`] extension) the service:
+//!
+//! 1. identifies the operation (the request's [`Operation`] extension, or a generated one);
+//! 2. buffers the body up to a limit and freezes the request (credentials are never stored);
+//! 3. creates the operation in the ledger, or finds it: the same operation with another payload
+//!    hash is a [`Conflict`](Error::Conflict) and nothing is sent; a resolved one returns its stored
+//!    result; one in recovery returns its state;
+//! 4. claims send rights durably (`IN_FLIGHT`, new attempt id, new generation, a lease) — bytes
+//!    leave only after this is in the ledger;
+//! 5. places the idempotency key as the operation's contract says, marks the request with an
+//!    [`AttemptToken`] for the [send-once guard](crate::guard), and sends it **once**, with a
+//!    timeout shorter than the lease;
+//! 6. classifies what came back with the contract and records it with a compare-and-swap.
+//!
+//! There is no retry loop in the request path. Unknown outcomes are left to the
+//! [`Recoverer`](crate::Recoverer), the single retry owner.
+//!
+//! Requests the layer does not track pass through untouched.
+//!
+//! # Differences from `tower::retry`
+//!
+//! `tower::retry` re-sends on the caller's behalf, inside the call, with an in-memory budget.
+//! This layer never re-sends inside a call: a lost response becomes a durable `UNKNOWN` that the
+//! recovery engine resolves by asking the vendor first, under a budget that survives restarts.
+
+mod error;
+mod future;
+
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use crate::ledger::Ledger;
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt, Either, Full, Limited};
+use tower_layer::Layer;
+use tower_service::Service;
 
-/// Error (stub).
-#[derive(Debug, thiserror::Error)]
-#[error("stub")]
-pub struct Error;
+pub use self::error::{Error, Outcome};
+pub use self::future::ResponseFuture;
+use crate::BoxError;
+use crate::budget::BudgetPolicy;
+use crate::contract::{Contract, Contracts};
+use crate::engine::{self, Applied, Extras};
+use crate::guard::AttemptToken;
+use crate::ledger::{Created, Ledger, NewOperation, OperationRecord, StoredResponse};
+use crate::operation::{AttemptId, FrozenRequest, IdempotencyKey, Operation, PayloadHash};
+use crate::state::{Event, State};
 
-/// Outcome (stub).
-#[derive(Debug, Clone)]
-pub struct Outcome;
+/// The body of responses from [`RecoverableWrite`]: tracked writes come back buffered (the layer
+/// had to read them to classify them), untracked requests stream through.
+pub type ResponseBody<B> = Either<Full<Bytes>, B>;
 
-/// Layer (stub).
-#[derive(Debug, Clone)]
+/// Default limit on a write's request body: 1 MiB.
+pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
+/// Default limit on a write's response body: 4 MiB.
+pub const DEFAULT_MAX_RESPONSE_BODY: usize = 4 * 1024 * 1024;
+/// Default limit on the response body kept in the ledger for callers that ask again: 64 KiB.
+pub const DEFAULT_STORED_BODY: usize = 64 * 1024;
+
+/// Headers of a vendor response that are never stored.
+const UNSTORED_RESPONSE_HEADERS: &[&str] = &[
+    "set-cookie",
+    "authorization",
+    "proxy-authenticate",
+    "www-authenticate",
+    "connection",
+    "transfer-encoding",
+    "content-length",
+    "keep-alive",
+];
+
+pub(crate) struct Shared {
+    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) contracts: Contracts,
+    pub(crate) policy: BudgetPolicy,
+    pub(crate) max_request_body: usize,
+    pub(crate) max_response_body: usize,
+    pub(crate) stored_body: usize,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoverableWriteConfig")
+            .field("ledger", &self.ledger)
+            .field("contracts", &self.contracts)
+            .field("policy", &self.policy)
+            .field("max_request_body", &self.max_request_body)
+            .field("max_response_body", &self.max_response_body)
+            .field("stored_body", &self.stored_body)
+            .finish()
+    }
+}
+
+/// Applies [`RecoverableWrite`] to a service. See the [module docs](self).
+///
+/// ```no_run
+/// use bytes::Bytes;
+/// use http_body_util::Full;
+/// use hyper_util::client::legacy::Client;
+/// use hyper_util::rt::TokioExecutor;
+/// use recoverable_write::{RecoverableWriteLayer, SendOnceGuardLayer, SqliteLedger};
+/// use tower::ServiceBuilder;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let ledger = SqliteLedger::open("operations.db").await?;
+/// let client = Client::builder(TokioExecutor::new())
+///     .retry_canceled_requests(false) // one retry owner: the recovery engine
+///     .build_http::<Full<Bytes>>();
+/// let service = ServiceBuilder::new()
+///     .layer(RecoverableWriteLayer::new(ledger))
+///     .layer(SendOnceGuardLayer::new())
+///     .service(client);
+/// # let _ = service;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
 pub struct RecoverableWriteLayer {
-    _ledger: Arc<dyn Ledger>,
+    shared: Arc<Shared>,
 }
 
 impl RecoverableWriteLayer {
-    /// New layer.
+    /// A layer over `ledger` with the conservative default contract and the default budget.
     pub fn new(ledger: impl Ledger) -> Self {
-        Self { _ledger: Arc::new(ledger) }
+        Self::from_arc(Arc::new(ledger))
+    }
+
+    /// A layer over a shared ledger (the same one a [`Recoverer`](crate::Recoverer) uses).
+    pub fn from_arc(ledger: Arc<dyn Ledger>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                ledger,
+                contracts: Contracts::default(),
+                policy: BudgetPolicy::default(),
+                max_request_body: DEFAULT_MAX_REQUEST_BODY,
+                max_response_body: DEFAULT_MAX_RESPONSE_BODY,
+                stored_body: DEFAULT_STORED_BODY,
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Shared)) -> Self {
+        match Arc::get_mut(&mut self.shared) {
+            Some(shared) => f(shared),
+            None => {
+                let mut copy = Shared {
+                    ledger: self.shared.ledger.clone(),
+                    contracts: self.shared.contracts.clone(),
+                    policy: self.shared.policy.clone(),
+                    max_request_body: self.shared.max_request_body,
+                    max_response_body: self.shared.max_response_body,
+                    stored_body: self.shared.stored_body,
+                };
+                f(&mut copy);
+                self.shared = Arc::new(copy);
+            }
+        }
+        self
+    }
+
+    /// The contracts chosen per target (default: the conservative contract for every target).
+    pub fn contracts(self, contracts: Contracts) -> Self {
+        self.edit(|s| s.contracts = contracts)
+    }
+
+    /// One contract for every target.
+    pub fn contract(self, contract: Contract) -> Self {
+        self.contracts(Contracts::new(contract))
+    }
+
+    /// The budget frozen onto new operations.
+    pub fn budget(self, policy: BudgetPolicy) -> Self {
+        self.edit(|s| s.policy = policy)
+    }
+
+    /// Largest request body a write may have (default 1 MiB). Larger bodies fail with
+    /// [`Error::BodyTooLarge`] and nothing is sent.
+    pub fn max_request_body(self, bytes: usize) -> Self {
+        self.edit(|s| s.max_request_body = bytes)
+    }
+
+    /// Largest response body the layer reads to classify a write's response (default 4 MiB).
+    /// A larger one counts as a lost response: the outcome is unknown and is reconciled.
+    pub fn max_response_body(self, bytes: usize) -> Self {
+        self.edit(|s| s.max_response_body = bytes)
+    }
+
+    /// How much of an authoritative response body is kept for callers that ask again
+    /// (default 64 KiB).
+    pub fn stored_body_limit(self, bytes: usize) -> Self {
+        self.edit(|s| s.stored_body = bytes)
+    }
+
+    /// The ledger this layer records into.
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.shared.ledger
     }
 }
 
-impl<S> tower_layer::Layer<S> for RecoverableWriteLayer {
+impl<S> Layer<S> for RecoverableWriteLayer {
     type Service = RecoverableWrite<S>;
+
     fn layer(&self, inner: S) -> Self::Service {
-        RecoverableWrite { _inner: inner }
+        RecoverableWrite {
+            inner,
+            shared: self.shared.clone(),
+        }
     }
 }
 
-/// Service (stub).
-#[derive(Debug, Clone)]
+/// Makes each consequential write through `S` recoverable. Built by [`RecoverableWriteLayer`].
+#[derive(Clone, Debug)]
 pub struct RecoverableWrite<S> {
-    _inner: S,
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> RecoverableWrite<S> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+fn is_tracked<B>(req: &Request<B>) -> bool {
+    req.extensions().get::<Operation>().is_some()
+        || !matches!(
+            *req.method(),
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+        )
+}
+
+impl<S, B, RB> Service<Request<B>> for RecoverableWrite<S>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    RB: Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<RB>>;
+    type Error = Error;
+    type Future = ResponseFuture<S, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(|e| Error::Inner {
+            source: e.into(),
+        })
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        if !is_tracked(&req) {
+            return ResponseFuture::passthrough(self.inner.call(req));
+        }
+        // The inner service was driven to readiness; take that one and leave a clone behind.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        ResponseFuture::prepare(inner, Box::pin(prepare(shared, req)))
+    }
+}
+
+/// What the preparation phase decided.
+pub(crate) enum Step<B> {
+    /// Send this request; the attempt is registered.
+    Send(Request<B>, Box<AttemptCtx>),
+    /// Nothing to send: the answer comes from the ledger.
+    Done(Response<Full<Bytes>>),
+}
+
+/// What the finishing phase needs to know about the attempt in flight.
+pub(crate) struct AttemptCtx {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) contract: Arc<Contract>,
+    pub(crate) record: OperationRecord,
+    pub(crate) attempt: AttemptId,
+    pub(crate) deadline: tokio::time::Instant,
+}
+
+async fn prepare<B>(shared: Arc<Shared>, req: Request<B>) -> Result<Step<B>, Error>
+where
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let (mut parts, body) = req.into_parts();
+    let op = parts
+        .extensions
+        .get::<Operation>()
+        .cloned()
+        .unwrap_or_else(|| Operation::ad_hoc(&parts.method, &parts.uri));
+
+    // Freeze the body: bounded, of known length.
+    let hint = body.size_hint();
+    match hint.upper() {
+        None => return Err(Error::NonReplayableBody),
+        Some(n) if n > shared.max_request_body as u64 => {
+            return Err(Error::BodyTooLarge {
+                limit: shared.max_request_body,
+            });
+        }
+        Some(_) => {}
+    }
+    let bytes = match Limited::new(body, shared.max_request_body).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(Error::BodyTooLarge {
+                limit: shared.max_request_body,
+            });
+        }
+        Err(source) => return Err(Error::BodyRead { source }),
+    };
+
+    let contract = shared.contracts.select(&parts.method, &parts.uri).clone();
+    let frozen = FrozenRequest::freeze(
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        bytes.clone(),
+        &contract.secret_headers,
+    );
+    let payload_hash = PayloadHash::compute(
+        &frozen.method,
+        &frozen.url,
+        &frozen.body,
+        &contract.digest,
+    );
+    let ledger_err = |source| Error::Ledger {
+        operation: Some(op.id().clone()),
+        source,
+    };
+
+    let created = shared
+        .ledger
+        .create_or_get(NewOperation {
+            tenant: op.tenant().clone(),
+            operation_id: op.id().clone(),
+            action: op.action().to_owned(),
+            intent_ref: op.intent_ref().to_owned(),
+            idempotency_key: IdempotencyKey::generate(),
+            payload_hash: payload_hash.clone(),
+            request: frozen,
+            contract: contract.reference(),
+            policy: shared.policy.clone(),
+            now_ms: engine::now_ms(),
+        })
+        .await
+        .map_err(ledger_err)?;
+    let mut record = match created {
+        Created::New(r) => r,
+        Created::Existing(r) => {
+            if r.payload_hash != payload_hash {
+                tracing::warn!(
+                    operation = %r.operation_id,
+                    tenant = %r.tenant,
+                    "conflicting payload for an existing operation; nothing sent"
+                );
+                return Err(Error::Conflict {
+                    operation: r.operation_id,
+                });
+            }
+            r
+        }
+    };
+
+    // Claim send rights. Only PREPARED (first send) is claimed here; every other state belongs
+    // to the recovery engine or is resolved.
+    let attempt = AttemptId::generate();
+    loop {
+        match record.state {
+            State::Prepared => {}
+            State::Succeeded | State::Rejected => return Ok(Step::Done(stored_result(&record))),
+            _ => return Err(Error::for_state(&record, None, None, None)),
+        }
+        let lease_until = engine::now_ms() + record.policy.lease().as_millis() as i64;
+        let applied = engine::apply_event(
+            &*shared.ledger,
+            &record,
+            Event::ClaimSend,
+            "attempt_registered",
+            Extras {
+                attempt: Some(attempt),
+                lease_until_ms: Some(lease_until),
+                ..Extras::default()
+            },
+        )
+        .await
+        .map_err(ledger_err)?;
+        match applied {
+            Applied::Done(r) if r.state == State::InFlight => {
+                record = r;
+                break;
+            }
+            // The claim escalated (budget or window spent).
+            Applied::Done(r) => return Err(Error::for_state(&r, None, None, None)),
+            Applied::Refused(_) | Applied::Stale => {
+                // Someone else moved it first (a concurrent caller for the same operation).
+                record = shared
+                    .ledger
+                    .get(&record.tenant, &record.operation_id)
+                    .await
+                    .map_err(ledger_err)?
+                    .ok_or_else(|| {
+                        ledger_err(crate::ledger::LedgerError::Corrupt {
+                            operation: op.id().to_string(),
+                            detail: "operation vanished during claim".into(),
+                        })
+                    })?;
+            }
+        }
+    }
+
+    // The attempt is durable. Build the bytes to send: same key, same frozen body.
+    let body = contract
+        .attach_key(&mut parts, bytes, &record.idempotency_key)
+        .map_err(|source| Error::KeyPlacement { source })?;
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    parts
+        .extensions
+        .insert(AttemptToken::new(record.operation_id.clone(), attempt));
+    let timeout = record.policy.attempt_timeout();
+    tracing::debug!(
+        operation = %record.operation_id,
+        attempt = %attempt,
+        generation = %record.generation,
+        "sending attempt"
+    );
+    Ok(Step::Send(
+        Request::from_parts(parts, B::from(body)),
+        Box::new(AttemptCtx {
+            shared,
+            contract,
+            record,
+            attempt,
+            deadline: tokio::time::Instant::now() + timeout,
+        }),
+    ))
+}
+
+/// The answer for a caller naming a resolved operation: the stored response, or a small JSON
+/// document describing the outcome when the operation was resolved by a lookup or a human.
+fn stored_result(record: &OperationRecord) -> Response<Full<Bytes>> {
+    let outcome = Outcome::from_record(record, None, true);
+    let mut res = match &record.response {
+        Some(stored) => {
+            let mut b = Response::builder().status(stored.status);
+            for (k, v) in &stored.headers {
+                b = b.header(k.as_str(), v.as_str());
+            }
+            b.body(Full::new(stored.body.clone())).ok()
+        }
+        None => None,
+    }
+    .unwrap_or_else(|| {
+        let body = serde_json::to_vec(&outcome).unwrap_or_default();
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        r
+    });
+    res.extensions_mut().insert(outcome);
+    res
+}
+
+/// What the attempt produced.
+pub(crate) enum Observed<RB> {
+    Response(Response<RB>),
+    Failed(BoxError),
+    TimedOut,
+}
+
+pub(crate) async fn finish<RB>(
+    ctx: Box<AttemptCtx>,
+    observed: Observed<RB>,
+) -> Result<Response<Full<Bytes>>, Error>
+where
+    RB: Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+{
+    let AttemptCtx {
+        shared,
+        contract,
+        record,
+        attempt,
+        deadline,
+    } = *ctx;
+    let now = std::time::SystemTime::now();
+    let mut source = None;
+    let (evidence, response) = match observed {
+        Observed::Response(res) => {
+            let (parts, body) = res.into_parts();
+            let read = tokio::time::timeout_at(
+                deadline,
+                Limited::new(body, shared.max_response_body).collect(),
+            )
+            .await;
+            match read {
+                Ok(Ok(collected)) => {
+                    let body = collected.to_bytes();
+                    let evidence =
+                        contract.classify_response(parts.status, &parts.headers, &body, now);
+                    (evidence, Some(Response::from_parts(parts, body)))
+                }
+                Ok(Err(e)) => (
+                    crate::evidence::Evidence::unknown(format!(
+                        "response body lost after status {}: {}",
+                        parts.status,
+                        error::Short(&e.to_string())
+                    )),
+                    None,
+                ),
+                Err(_) => (
+                    crate::evidence::Evidence::unknown(format!(
+                        "attempt timed out reading the body after status {}",
+                        parts.status
+                    )),
+                    None,
+                ),
+            }
+        }
+        Observed::Failed(e) => {
+            let evidence = contract.classify_error(&*e);
+            source = Some(e);
+            (evidence, None)
+        }
+        Observed::TimedOut => (
+            crate::evidence::Evidence::unknown(format!(
+                "attempt timed out after {} ms",
+                record.policy.attempt_timeout_ms
+            )),
+            None,
+        ),
+    };
+    let retry_after = evidence.retry_after();
+    tracing::info!(
+        operation = %record.operation_id,
+        attempt = %attempt,
+        generation = %record.generation,
+        evidence = evidence.label(),
+        "attempt classified"
+    );
+
+    let authoritative = matches!(
+        evidence,
+        crate::evidence::Evidence::Succeeded { .. } | crate::evidence::Evidence::Rejected { .. }
+    );
+    let stored = match (&response, authoritative) {
+        (Some(res), true) => Some(StoredResponse {
+            status: res.status().as_u16(),
+            headers: res
+                .headers()
+                .iter()
+                .filter(|(k, _)| !UNSTORED_RESPONSE_HEADERS.contains(&k.as_str()))
+                .filter_map(|(k, v)| {
+                    v.to_str()
+                        .ok()
+                        .map(|v| (k.as_str().to_owned(), v.to_owned()))
+                })
+                .collect(),
+            body: res
+                .body()
+                .slice(..res.body().len().min(shared.stored_body)),
+        }),
+        _ => None,
+    };
+
+    let applied = engine::apply_event(
+        &*shared.ledger,
+        &record,
+        Event::AttemptResult(evidence.clone()),
+        "attempt_result",
+        Extras {
+            attempt: Some(attempt),
+            lease_until_ms: None,
+            response: stored,
+            note: None,
+        },
+    )
+    .await;
+
+    let mut recorded = false;
+    let row = match applied {
+        Ok(Applied::Done(row)) => {
+            recorded = true;
+            row
+        }
+        Ok(Applied::Refused(_) | Applied::Stale) => {
+            // The lease ran out, or a reviewer or recoverer took the operation over while this
+            // attempt was on the wire: the observation is kept as evidence only.
+            if let Err(e) = engine::append_late(
+                &*shared.ledger,
+                &record,
+                Some(attempt),
+                evidence.clone(),
+                "attempt result arrived after the operation moved on".into(),
+            )
+            .await
+            {
+                tracing::error!(operation = %record.operation_id, error = %e, "could not append late evidence");
+            }
+            match shared.ledger.get(&record.tenant, &record.operation_id).await {
+                Ok(Some(row)) => row,
+                _ => record.clone(),
+            }
+        }
+        Err(e) => {
+            // The attempt happened but could not be recorded: the row stays IN_FLIGHT, its
+            // lease expires and reconciliation takes over. Never a duplicate.
+            tracing::error!(operation = %record.operation_id, error = %e, "could not record attempt result; it will be reconciled");
+            record.clone()
+        }
+    };
+
+    match (row.state, response) {
+        (State::Succeeded | State::Rejected, Some(res)) => {
+            let (mut parts, body) = res.into_parts();
+            parts
+                .extensions
+                .insert(Outcome::from_record(&row, Some(attempt), false));
+            Ok(Response::from_parts(parts, Full::new(body)))
+        }
+        // Authoritative answer that the ledger could not take in (outage, or the operation was
+        // taken over): the vendor's answer is still the truth for this caller.
+        (_, Some(res)) if authoritative && !recorded => {
+            let mut outcome = Outcome::from_record(&row, Some(attempt), false);
+            if let crate::evidence::Evidence::Succeeded { remote_ref } = &evidence {
+                outcome.remote_ref = remote_ref.clone().or(outcome.remote_ref);
+            }
+            let (mut parts, body) = res.into_parts();
+            parts.extensions.insert(outcome);
+            Ok(Response::from_parts(parts, Full::new(body)))
+        }
+        (State::Succeeded | State::Rejected, None) => Ok(stored_result(&row)),
+        _ => Err(Error::for_state(&row, Some(attempt), source, retry_after)),
+    }
 }

@@ -1,9 +1,66 @@
-//! STUB.
-/// Reconciler (stub).
-pub trait Reconciler {}
-/// HttpLookup (stub).
-#[derive(Debug)]
-pub struct HttpLookup;
-/// Recoverer (stub).
-#[derive(Debug)]
-pub struct Recoverer;
+//! Reconciliation: asking the vendor what really happened before anything is sent again.
+//!
+//! A [`Reconciler`] turns an operation record into [`Evidence`] about the operation itself. The
+//! [`Recoverer`] is the recovery engine: it sweeps attempts whose lease expired to `UNKNOWN`,
+//! claims due `UNKNOWN`/`PROCESSING` operations with a lease and a new generation, runs the
+//! reconciler, and applies what it learns through the state machine.
+//!
+//! Built-in reconcilers: [`HttpLookup`], a `GET` by URL template such as
+//! `https://vendor.example/operations/{operation_id}`.
+
+mod http_lookup;
+mod recoverer;
+
+pub use self::http_lookup::{HttpLookup, LookupStatuses};
+pub use self::recoverer::{Recoverer, RecovererHandle, RecoveryReport};
+
+use crate::evidence::Evidence;
+use crate::ledger::{BoxFuture, OperationRecord};
+
+/// Asks the vendor about one operation.
+///
+/// Given the operation record (the frozen request without credentials, the idempotency key, the
+/// tenant), return evidence about the operation itself:
+/// - [`Evidence::Succeeded`] only when the answer positively identifies this operation (its
+///   reference or key) — an empty 2xx proves nothing;
+/// - [`Evidence::Processing`] with the vendor's interval;
+/// - [`Evidence::Rejected`] for an authoritative refusal of the operation;
+/// - [`Evidence::NotExecuted`] only when the vendor's authoritative record says it never ran;
+/// - [`Evidence::Unknown`] for everything else, including "not found": a 404 is weak evidence
+///   (replica lag, a wrong tenant, a record cleaned up, a request still in flight).
+///
+/// Implementations must not send writes: queries only.
+///
+/// ```
+/// use recoverable_write::{Evidence, Reconciler};
+/// use recoverable_write::ledger::{BoxFuture, OperationRecord};
+///
+/// #[derive(Debug)]
+/// struct AskTheHuman;
+///
+/// impl Reconciler for AskTheHuman {
+///     fn reconcile<'a>(&'a self, _op: &'a OperationRecord) -> BoxFuture<'a, Evidence> {
+///         Box::pin(async { Evidence::unknown("no lookup available") })
+///     }
+/// }
+/// ```
+pub trait Reconciler: Send + Sync + std::fmt::Debug + 'static {
+    /// Looks the operation up.
+    fn reconcile<'a>(&'a self, op: &'a OperationRecord) -> BoxFuture<'a, Evidence>;
+}
+
+impl<R: Reconciler + ?Sized> Reconciler for std::sync::Arc<R> {
+    fn reconcile<'a>(&'a self, op: &'a OperationRecord) -> BoxFuture<'a, Evidence> {
+        (**self).reconcile(op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconciler_is_object_safe() {
+        fn _assert(_: &dyn Reconciler) {}
+    }
+}

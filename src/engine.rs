@@ -1,0 +1,113 @@
+//! Glue between the pure state machine and the ledger, shared by the layer and the recoverer.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::evidence::Evidence;
+use crate::ledger::{Ledger, LedgerError, NewEvidence, OperationRecord, StoredResponse};
+use crate::operation::AttemptId;
+use crate::state::{Clock, Event, Refused, transition};
+
+/// Milliseconds since the Unix epoch, from the wall clock.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+pub(crate) fn clock() -> Clock {
+    Clock {
+        now_ms: now_ms(),
+        jitter: rand::random::<f64>(),
+    }
+}
+
+/// What applying an event to a row came to.
+#[derive(Debug)]
+pub(crate) enum Applied {
+    /// The ledger accepted the change; the new row.
+    Done(OperationRecord),
+    /// The state machine does not allow the event in the row's state; nothing changed.
+    Refused(Refused),
+    /// The row moved on since it was read (another worker, the sweeper, a reviewer); nothing
+    /// changed.
+    Stale,
+}
+
+/// Extra columns an event sets beside the transition.
+#[derive(Debug, Default)]
+pub(crate) struct Extras {
+    pub(crate) attempt: Option<AttemptId>,
+    pub(crate) lease_until_ms: Option<i64>,
+    pub(crate) response: Option<StoredResponse>,
+    pub(crate) note: Option<String>,
+}
+
+/// Runs the transition function on `record` and applies the result with a compare-and-swap.
+pub(crate) async fn apply_event(
+    ledger: &dyn Ledger,
+    record: &OperationRecord,
+    event: Event,
+    kind: &str,
+    extras: Extras,
+) -> Result<Applied, LedgerError> {
+    let clock = clock();
+    let t = match transition(&record.snapshot(), &event, clock) {
+        Ok(t) => t,
+        Err(refused) => return Ok(Applied::Refused(refused)),
+    };
+    let evidence = match &event {
+        Event::AttemptResult(e) | Event::LookupResult(e) => Some(e.clone()),
+        _ => None,
+    };
+    let entry = NewEvidence {
+        attempt_id: extras.attempt.or(record.current_attempt),
+        generation: record.generation,
+        kind: kind.to_owned(),
+        from_state: None,
+        to_state: None,
+        evidence,
+        note: extras.note.or_else(|| t.reason.clone()),
+        at_ms: clock.now_ms,
+    };
+    let update = record.update_for(
+        &t,
+        extras.attempt,
+        extras.lease_until_ms,
+        extras.response,
+        entry,
+        clock.now_ms,
+    );
+    Ok(match ledger.apply(update).await? {
+        Some(row) => Applied::Done(row),
+        None => Applied::Stale,
+    })
+}
+
+/// Appends an observation that may no longer change the row (late responses, answers after a
+/// reviewer took over). It is kept as evidence and surfaced, never acted on.
+pub(crate) async fn append_late(
+    ledger: &dyn Ledger,
+    record: &OperationRecord,
+    attempt: Option<AttemptId>,
+    evidence: Evidence,
+    note: String,
+) -> Result<(), LedgerError> {
+    tracing::warn!(
+        operation = %record.operation_id,
+        evidence = evidence.label(),
+        "late evidence appended; it does not change the operation"
+    );
+    let entry = NewEvidence {
+        attempt_id: attempt,
+        generation: record.generation,
+        kind: "late_evidence".to_owned(),
+        from_state: None,
+        to_state: None,
+        evidence: Some(evidence),
+        note: Some(note),
+        at_ms: now_ms(),
+    };
+    ledger
+        .append_evidence(&record.tenant, &record.operation_id, entry)
+        .await
+}

@@ -1,0 +1,265 @@
+//! Error and outcome types of [`RecoverableWrite`](super::RecoverableWrite).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::BoxError;
+use crate::contract::ContractError;
+use crate::ledger::{LedgerError, OperationRecord};
+use crate::operation::{AttemptId, OperationId, Tenant};
+use crate::state::State;
+
+/// Where an operation stands, as told to the caller.
+///
+/// Present in the response extensions of every write that reached an authoritative answer, and
+/// inside every [`Error`] that names an operation. Serializable, so an agent runtime can hand it
+/// to a model verbatim: `message` is written for that.
+///
+/// ```
+/// # use recoverable_write::{Outcome, OperationId, Tenant, State};
+/// let o = Outcome::new(Tenant::new("tenant-a"), OperationId::new("op-204"), State::Unknown);
+/// assert_eq!(o.message, "op-204 is being verified; do not create it again");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The tenant.
+    pub tenant: Tenant,
+    /// The operation.
+    pub operation_id: OperationId,
+    /// Its state now.
+    pub state: State,
+    /// The business result kept while a human reviews it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_result: Option<State>,
+    /// The vendor's reference of the created object (e.g. `W731`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_ref: Option<String>,
+    /// The attempt this call made, if it sent anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<AttemptId>,
+    /// `true` when nothing was sent by this call: the answer comes from the ledger.
+    pub from_ledger: bool,
+    /// One sentence for a person or a model.
+    pub message: String,
+}
+
+impl Outcome {
+    /// An outcome with the standard message for `state`.
+    pub fn new(tenant: Tenant, operation_id: OperationId, state: State) -> Self {
+        let message = message_for(&operation_id, state, None);
+        Self {
+            tenant,
+            operation_id,
+            state,
+            last_result: None,
+            remote_ref: None,
+            attempt: None,
+            from_ledger: false,
+            message,
+        }
+    }
+
+    pub(crate) fn from_record(
+        r: &OperationRecord,
+        attempt: Option<AttemptId>,
+        from_ledger: bool,
+    ) -> Self {
+        Self {
+            tenant: r.tenant.clone(),
+            operation_id: r.operation_id.clone(),
+            state: r.state,
+            last_result: r.last_result,
+            remote_ref: r.remote_ref.clone(),
+            attempt,
+            from_ledger,
+            message: message_for(&r.operation_id, r.state, r.remote_ref.as_deref()),
+        }
+    }
+}
+
+fn message_for(op: &OperationId, state: State, remote_ref: Option<&str>) -> String {
+    match state {
+        State::Succeeded => match remote_ref {
+            Some(r) => format!("{op} succeeded: {r}"),
+            None => format!("{op} succeeded"),
+        },
+        State::Rejected => format!("{op} was rejected by the vendor; it had no effect"),
+        State::Processing => {
+            format!("{op} was accepted and is still processing; do not create it again")
+        }
+        State::Unknown | State::InFlight => {
+            format!("{op} is being verified; do not create it again")
+        }
+        State::RetryReady => format!(
+            "{op} was not executed; it will be resent with the same idempotency key; do not create it again"
+        ),
+        State::ManualReview => {
+            format!("{op} is awaiting manual review; do not create it again")
+        }
+        State::Prepared => format!("{op} is recorded and has not been sent"),
+    }
+}
+
+/// Why a call through [`RecoverableWrite`](super::RecoverableWrite) did not return a response.
+///
+/// Every variant says whether anything was sent. Those that name an operation carry its
+/// [`Outcome`]; none of them means "failed, try again": the operation is owned by the recovery
+/// engine until it is resolved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The result is unknown (timeout, reset, 5xx, gateway error, an unclear answer). The
+    /// recovery engine verifies it with the vendor; do not create it again.
+    #[error("{}", .outcome.message)]
+    Unknown {
+        /// The operation.
+        outcome: Outcome,
+        /// What was observed, if it was an error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The vendor accepted the write and has not finished it.
+    #[error("{}", .outcome.message)]
+    Processing {
+        /// The operation.
+        outcome: Outcome,
+        /// The vendor's advice on when to look again.
+        retry_after: Option<Duration>,
+    },
+    /// The attempt provably did not execute; the recovery engine resends it with the same key
+    /// and bytes when its budget and the contract allow.
+    #[error("{}", .outcome.message)]
+    RetryScheduled {
+        /// The operation.
+        outcome: Outcome,
+    },
+    /// A human holds the operation; automatic sends are revoked.
+    #[error("{}: {}", .outcome.message, .reason)]
+    ManualReview {
+        /// The operation.
+        outcome: Outcome,
+        /// Why it was escalated.
+        reason: String,
+    },
+    /// The operation exists with another payload (seed 000: device E18 instead of E17). Nothing
+    /// was sent.
+    #[error("{operation} already exists with a different payload; nothing was sent")]
+    Conflict {
+        /// The existing operation.
+        operation: OperationId,
+    },
+    /// The ledger could not be reached or failed. Nothing was sent.
+    #[error("ledger unavailable; nothing was sent")]
+    Ledger {
+        /// The operation, when it was identified before the failure.
+        operation: Option<OperationId>,
+        /// The store's error.
+        #[source]
+        source: LedgerError,
+    },
+    /// The request body is larger than the configured limit. Nothing was sent.
+    #[error("request body exceeds the {limit}-byte limit for recoverable writes; nothing was sent")]
+    BodyTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The request body is a stream of unknown length and cannot be frozen and replayed.
+    /// Nothing was sent.
+    #[error(
+        "request body has no known length (a stream) and cannot be frozen for replay; nothing was sent"
+    )]
+    NonReplayableBody,
+    /// Reading the request body failed. Nothing was sent.
+    #[error("request body could not be read; nothing was sent")]
+    BodyRead {
+        /// The body's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The contract could not place the idempotency key. Nothing was sent.
+    #[error("idempotency key could not be placed; nothing was sent")]
+    KeyPlacement {
+        /// The contract's error.
+        #[source]
+        source: ContractError,
+    },
+    /// An error of the inner service on a request the layer does not track (safe methods), or
+    /// from `poll_ready`.
+    #[error("inner service error")]
+    Inner {
+        /// The inner error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// The operation's outcome, for the variants that name one.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            Error::Unknown { outcome, .. }
+            | Error::Processing { outcome, .. }
+            | Error::RetryScheduled { outcome }
+            | Error::ManualReview { outcome, .. } => Some(outcome),
+            _ => None,
+        }
+    }
+
+    /// The operation this error is about, if one was identified.
+    pub fn operation_id(&self) -> Option<&OperationId> {
+        match self {
+            Error::Conflict { operation } => Some(operation),
+            Error::Ledger { operation, .. } => operation.as_ref(),
+            other => other.outcome().map(|o| &o.operation_id),
+        }
+    }
+
+    /// `true` when this call provably sent nothing to the vendor.
+    pub fn nothing_sent(&self) -> bool {
+        match self {
+            Error::Unknown { outcome, .. } | Error::Processing { outcome, .. } => {
+                outcome.attempt.is_none()
+            }
+            Error::RetryScheduled { .. } => true,
+            Error::ManualReview { outcome, .. } => outcome.attempt.is_none(),
+            Error::Inner { .. } => false,
+            _ => true,
+        }
+    }
+
+    pub(crate) fn for_state(
+        r: &OperationRecord,
+        attempt: Option<AttemptId>,
+        source: Option<BoxError>,
+        retry_after: Option<Duration>,
+    ) -> Self {
+        let outcome = Outcome::from_record(r, attempt, attempt.is_none());
+        match r.state {
+            State::Processing => Error::Processing {
+                outcome,
+                retry_after,
+            },
+            State::RetryReady => Error::RetryScheduled { outcome },
+            State::ManualReview => Error::ManualReview {
+                outcome,
+                reason: r.reason.clone().unwrap_or_else(|| "escalated".into()),
+            },
+            _ => Error::Unknown { outcome, source },
+        }
+    }
+}
+
+/// Display helper that never prints more than a short prefix of a value.
+pub(crate) struct Short<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Short<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        match s.char_indices().nth(200) {
+            Some((i, _)) => write!(f, "{}…", &s[..i]),
+            None => f.write_str(s),
+        }
+    }
+}
