@@ -1,4 +1,55 @@
-//! placeholder crate docs (rewritten below once the layer lands)
+//! Make consequential HTTP writes safe when their result is unknown.
+//!
+//! When a write (create a ticket, charge a card, launch an instance) times out, the vendor may
+//! already have done it: retrying blindly duplicates it, giving up loses it. This crate's
+//! [`RecoverableWriteLayer`] wraps any HTTP client service and, for every consequential write:
+//!
+//! - persists an operation record with a stable, opaque idempotency key **before** the first
+//!   byte is sent, bound to a hash of the frozen payload ([`operation`]);
+//! - sends it once, and classifies what comes back into evidence (succeeded, processing,
+//!   rejected, not executed, unknown, conflict) with a per-target [`Contract`];
+//! - suppresses the retries of every layer below it ([`SendOnceGuardLayer`]), so the recovery
+//!   engine is the only retry owner, under one persisted [budget](budget);
+//! - hands unknown outcomes to a [`Reconciler`] run by the [`Recoverer`], which asks the vendor
+//!   what really happened before anything is sent again.
+//!
+//! The heart is a pure [state machine](state) applied to a [`Ledger`] with compare-and-swap.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use recoverable_write::{Operation, RecoverableWriteLayer, SendOnceGuardLayer, SqliteLedger};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::builder(TokioExecutor::new())
+//!     .retry_canceled_requests(false)
+//!     .build_http::<Full<Bytes>>();
+//! let service = ServiceBuilder::new()
+//!     .layer(RecoverableWriteLayer::new(SqliteLedger::open("ops.db").await?))
+//!     .layer(SendOnceGuardLayer::new())
+//!     .service(client);
+//!
+//! let mut req = http::Request::post("https://vendor.example/tickets")
+//!     .body(Full::new(Bytes::from(r#"{"device_id":"E17"}"#)))?;
+//! req.extensions_mut()
+//!     .insert(Operation::new("tenant-a", "create_ticket", "intent-17"));
+//! match service.oneshot(req).await {
+//!     Ok(res) => println!("done: {:?}", res.extensions().get::<recoverable_write::Outcome>()),
+//!     Err(e) => println!("{e}"), // "op-… is being verified; do not create it again"
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Features
+//!
+//! - `sqlite` (default): [`SqliteLedger`], the embedded durable ledger.
+//! - `test-util`: [`testing::FakeVendor`] and the ledger conformance suite.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -21,9 +72,9 @@ pub use contract::{Contract, Contracts};
 pub use evidence::{ConflictKind, Evidence};
 pub use guard::{SendOnceGuard, SendOnceGuardLayer};
 pub use layer::{Error, Outcome, RecoverableWrite, RecoverableWriteLayer};
-pub use ledger::{Ledger, MemoryLedger};
 #[cfg(feature = "sqlite")]
 pub use ledger::SqliteLedger;
+pub use ledger::{Ledger, MemoryLedger};
 pub use operation::{AttemptId, Generation, IdempotencyKey, Operation, OperationId, Tenant};
 pub use reconcile::{HttpLookup, Reconciler, Recoverer};
 pub use state::State;

@@ -163,7 +163,9 @@ impl AttemptId {
 ///
 /// A result is recorded only by the holder of the current generation; a stale worker that
 /// wakes up after its lease expired holds an old generation and is refused by the ledger.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Generation(pub u64);
 
@@ -251,12 +253,7 @@ impl Operation {
         let id = OperationId::generate();
         Self {
             tenant: Tenant::default(),
-            action: format!(
-                "{} {}{}",
-                method,
-                uri.host().unwrap_or(""),
-                uri.path()
-            ),
+            action: format!("{} {}{}", method, uri.host().unwrap_or(""), uri.path()),
             intent_ref: id.as_str().to_owned(),
             id,
         }

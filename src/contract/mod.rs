@@ -74,8 +74,11 @@ impl Contract {
         key: &IdempotencyKey,
     ) -> Result<Bytes, ContractError> {
         let KeyPlacement::Header { name } = &self.key;
-        let name: http::HeaderName = name.parse().map_err(|_| ContractError("bad header".into()))?;
-        let value = HeaderValue::from_str(key.as_str()).map_err(|_| ContractError("bad key".into()))?;
+        let name: http::HeaderName = name
+            .parse()
+            .map_err(|_| ContractError("bad header".into()))?;
+        let value =
+            HeaderValue::from_str(key.as_str()).map_err(|_| ContractError("bad key".into()))?;
         parts.headers.insert(name, value);
         Ok(body)
     }

@@ -261,9 +261,9 @@ where
     type Future = ResponseFuture<S, B>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(|e| Error::Inner {
-            source: e.into(),
-        })
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| Error::Inner { source: e.into() })
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
@@ -292,6 +292,7 @@ pub(crate) struct AttemptCtx {
     pub(crate) contract: Arc<Contract>,
     pub(crate) record: OperationRecord,
     pub(crate) attempt: AttemptId,
+    pub(crate) token: AttemptToken,
     pub(crate) deadline: tokio::time::Instant,
 }
 
@@ -337,12 +338,8 @@ where
         bytes.clone(),
         &contract.secret_headers,
     );
-    let payload_hash = PayloadHash::compute(
-        &frozen.method,
-        &frozen.url,
-        &frozen.body,
-        &contract.digest,
-    );
+    let payload_hash =
+        PayloadHash::compute(&frozen.method, &frozen.url, &frozen.body, &contract.digest);
     let ledger_err = |source| Error::Ledger {
         operation: Some(op.id().clone()),
         source,
@@ -433,9 +430,8 @@ where
         .attach_key(&mut parts, bytes, &record.idempotency_key)
         .map_err(|source| Error::KeyPlacement { source })?;
     parts.headers.remove(http::header::CONTENT_LENGTH);
-    parts
-        .extensions
-        .insert(AttemptToken::new(record.operation_id.clone(), attempt));
+    let token = AttemptToken::new(record.operation_id.clone(), attempt);
+    parts.extensions.insert(token.clone());
     let timeout = record.policy.attempt_timeout();
     tracing::debug!(
         operation = %record.operation_id,
@@ -450,6 +446,7 @@ where
             contract,
             record,
             attempt,
+            token,
             deadline: tokio::time::Instant::now() + timeout,
         }),
     ))
@@ -503,6 +500,7 @@ where
         contract,
         record,
         attempt,
+        token,
         deadline,
     } = *ctx;
     let now = std::time::SystemTime::now();
@@ -540,7 +538,15 @@ where
             }
         }
         Observed::Failed(e) => {
-            let evidence = contract.classify_error(&*e);
+            let evidence = if crate::guard::find_refusal(&*e).is_some() && token.was_sent() {
+                // An inner layer re-sent the attempt and the guard refused the copy. That proves
+                // the copy unsent, not the first one, whose outcome we never saw.
+                crate::evidence::Evidence::unknown(
+                    "an inner retry was refused by the send-once guard; the first send's outcome is unknown",
+                )
+            } else {
+                contract.classify_error(&*e)
+            };
             source = Some(e);
             (evidence, None)
         }
@@ -578,9 +584,7 @@ where
                         .map(|v| (k.as_str().to_owned(), v.to_owned()))
                 })
                 .collect(),
-            body: res
-                .body()
-                .slice(..res.body().len().min(shared.stored_body)),
+            body: res.body().slice(..res.body().len().min(shared.stored_body)),
         }),
         _ => None,
     };
@@ -619,7 +623,11 @@ where
             {
                 tracing::error!(operation = %record.operation_id, error = %e, "could not append late evidence");
             }
-            match shared.ledger.get(&record.tenant, &record.operation_id).await {
+            match shared
+                .ledger
+                .get(&record.tenant, &record.operation_id)
+                .await
+            {
                 Ok(Some(row)) => row,
                 _ => record.clone(),
             }

@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::BudgetPolicy;
 use crate::evidence::Evidence;
-use crate::operation::{AttemptId, FrozenRequest, Generation, IdempotencyKey, OperationId, PayloadHash, Tenant};
+use crate::operation::{
+    AttemptId, FrozenRequest, Generation, IdempotencyKey, OperationId, PayloadHash, Tenant,
+};
 use crate::state::State;
 
 mod memory;
@@ -308,7 +310,10 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// Moves every `IN_FLIGHT` operation whose lease has expired to `UNKNOWN`: generation and
     /// version incremented, `may_have_applied` set, next check due now, a `lease_expired` entry
     /// appended. Returns the swept rows.
-    fn sweep_expired(&self, now_ms: i64) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>>;
+    fn sweep_expired(
+        &self,
+        now_ms: i64,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>>;
 
     /// Appends an evidence entry without changing the row (late responses, reviewer notes).
     fn append_evidence<'a>(

@@ -16,22 +16,40 @@ impl Ledger for SqliteLedger {
     fn create_or_get(&self, _new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
         unimplemented!()
     }
-    fn get<'a>(&'a self, _t: &'a Tenant, _id: &'a OperationId) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+    fn get<'a>(
+        &'a self,
+        _t: &'a Tenant,
+        _id: &'a OperationId,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         unimplemented!()
     }
     fn apply(&self, _u: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
         unimplemented!()
     }
-    fn claim_due(&self, _n: i64, _l: i64, _lim: u32) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+    fn claim_due(
+        &self,
+        _n: i64,
+        _l: i64,
+        _lim: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
         unimplemented!()
     }
     fn sweep_expired(&self, _n: i64) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
         unimplemented!()
     }
-    fn append_evidence<'a>(&'a self, _t: &'a Tenant, _id: &'a OperationId, _e: NewEvidence) -> BoxFuture<'a, Result<(), LedgerError>> {
+    fn append_evidence<'a>(
+        &'a self,
+        _t: &'a Tenant,
+        _id: &'a OperationId,
+        _e: NewEvidence,
+    ) -> BoxFuture<'a, Result<(), LedgerError>> {
         unimplemented!()
     }
-    fn evidence<'a>(&'a self, _t: &'a Tenant, _id: &'a OperationId) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
+    fn evidence<'a>(
+        &'a self,
+        _t: &'a Tenant,
+        _id: &'a OperationId,
+    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
         unimplemented!()
     }
 }

@@ -148,7 +148,13 @@ impl<S> HttpLookup<S> {
             )
     }
 
-    fn judge(&self, op: &OperationRecord, status: StatusCode, headers: &http::HeaderMap, body: &[u8]) -> Evidence {
+    fn judge(
+        &self,
+        op: &OperationRecord,
+        status: StatusCode,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> Evidence {
         let retry_after = headers
             .get(http::header::RETRY_AFTER)
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
@@ -198,7 +204,10 @@ impl<S> HttpLookup<S> {
                 retry_after,
             }
         } else {
-            Evidence::unknown(format!("lookup status {:?} not understood", truncate(state)))
+            Evidence::unknown(format!(
+                "lookup status {:?} not understood",
+                truncate(state)
+            ))
         }
     }
 }
@@ -251,7 +260,10 @@ where
                     .map_err(Into::into)?;
                 let res = client.call(req).await.map_err(Into::into)?;
                 let (parts, body) = res.into_parts();
-                let body = Limited::new(body, self.max_body).collect().await?.to_bytes();
+                let body = Limited::new(body, self.max_body)
+                    .collect()
+                    .await?
+                    .to_bytes();
                 Ok::<_, BoxError>((parts, body))
             };
             match tokio::time::timeout(self.timeout, call).await {

@@ -15,7 +15,7 @@
 //!  UNKNOWN / PROCESSING ── reconciler evidence ─▶ SUCCEEDED | REJECTED | PROCESSING | UNKNOWN (404 stays)
 //!  UNKNOWN ── proof of non-execution, budget OK ─▶ RETRY_READY
 //!  RETRY_READY ── claim ─▶ IN_FLIGHT (same key, same bytes)
-//!  any non-terminal ── budget or window spent ─▶ MANUAL_REVIEW
+//!  any non-terminal ── budget or window spent, next check past the window ─▶ MANUAL_REVIEW
 //!  MANUAL_REVIEW ── a human only ─▶ SUCCEEDED | RETRY_READY (re-approved, fresh budget) | stays
 //! ```
 //!
@@ -278,6 +278,22 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
         next_check_ms: None,
         ..stay()
     };
+    // A hint (or backoff) that lands past the recovery window hands over now instead of waiting
+    // past the deadline: "Retry-After past the window ─▶ MANUAL_REVIEW".
+    let within_window = |out: Transition| match (out.to, out.deadline_ms, out.next_check_ms) {
+        (State::Unknown | State::Processing | State::RetryReady, Some(d), Some(next))
+            if next >= d =>
+        {
+            Transition {
+                to: State::ManualReview,
+                last_result: Some(out.to),
+                reason: Some("next check falls past the recovery window".into()),
+                next_check_ms: None,
+                ..out
+            }
+        }
+        _ => out,
+    };
 
     match (s.state, event) {
         // ── sending ──────────────────────────────────────────────────────────────────────────
@@ -293,13 +309,13 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                     business,
                 ));
             }
-            if let Some(left) = window_left(s.deadline_ms) {
-                if left < policy.attempt_timeout_ms as i64 {
-                    return Ok(escalate(
-                        "recovery window cannot fit another attempt".into(),
-                        business,
-                    ));
-                }
+            if let Some(left) = window_left(s.deadline_ms)
+                && left < policy.attempt_timeout_ms as i64
+            {
+                return Ok(escalate(
+                    "recovery window cannot fit another attempt".into(),
+                    business,
+                ));
             }
             Ok(Transition {
                 to: State::InFlight,
@@ -309,9 +325,14 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 ..stay()
             })
         }
-        (State::InFlight, Event::AttemptResult(evidence)) => {
-            Ok(after_attempt(s, evidence, &stay(), now, query_at, escalate))
-        }
+        (State::InFlight, Event::AttemptResult(evidence)) => Ok(within_window(after_attempt(
+            s,
+            evidence,
+            &stay(),
+            now,
+            query_at,
+            escalate,
+        ))),
         (State::InFlight, Event::LeaseExpired) => Ok(Transition {
             to: State::Unknown,
             bump_generation: true,
@@ -323,13 +344,13 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
 
         // ── recovery ─────────────────────────────────────────────────────────────────────────
         (State::Unknown | State::Processing, Event::ClaimRecovery) => {
-            if let Some(left) = window_left(s.deadline_ms) {
-                if left <= 0 {
-                    return Ok(escalate(
-                        "recovery window spent with the result still unknown".into(),
-                        s.state,
-                    ));
-                }
+            if let Some(left) = window_left(s.deadline_ms)
+                && left <= 0
+            {
+                return Ok(escalate(
+                    "recovery window spent with the result still unknown".into(),
+                    s.state,
+                ));
             }
             if s.queries_used >= policy.max_queries {
                 return Ok(escalate(
@@ -344,6 +365,11 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
         }
         (State::Unknown | State::Processing, Event::LookupResult(evidence)) => {
             let queries = s.queries_used + 1;
+            // The query was made whatever it leads to, a hand-over included.
+            let escalate = |reason: String, last: State| Transition {
+                queries_used: queries,
+                ..escalate(reason, last)
+            };
             let out = match evidence {
                 Evidence::Succeeded { remote_ref } => Transition {
                     to: State::Succeeded,
@@ -372,7 +398,9 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                     // The vendor's own record says the operation never ran: path (a) to a resend.
                     if s.attempts_used >= policy.max_attempts {
                         escalate(
-                            format!("vendor reports not executed ({why}) but write attempts are exhausted"),
+                            format!(
+                                "vendor reports not executed ({why}) but write attempts are exhausted"
+                            ),
                             s.state,
                         )
                     } else {
@@ -380,7 +408,9 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                             to: State::RetryReady,
                             may_have_applied: false,
                             queries_used: queries,
-                            next_check_ms: Some(now + retry_after.map_or(0, |d| d.as_millis() as i64)),
+                            next_check_ms: Some(
+                                now + retry_after.map_or(0, |d| d.as_millis() as i64),
+                            ),
                             reason: Some(why.clone()),
                             operation_level: true,
                             ..stay()
@@ -400,23 +430,13 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 },
             };
             // Out of queries or window while still undecided: hand over now.
-            if out.to.needs_recovery() {
-                if queries >= policy.max_queries {
-                    return Ok(escalate(
-                        format!("query budget exhausted ({queries} used)"),
-                        out.to,
-                    ));
-                }
-                if let (Some(d), Some(next)) = (s.deadline_ms, out.next_check_ms) {
-                    if next >= d {
-                        return Ok(escalate(
-                            "next check falls past the recovery window".into(),
-                            out.to,
-                        ));
-                    }
-                }
+            if out.to.needs_recovery() && queries >= policy.max_queries {
+                return Ok(escalate(
+                    format!("query budget exhausted ({queries} used)"),
+                    out.to,
+                ));
             }
-            Ok(out)
+            Ok(within_window(out))
         }
 
         // ── humans ───────────────────────────────────────────────────────────────────────────
@@ -434,8 +454,10 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 _ => State::Unknown,
             };
             Ok(Transition {
-                // Escalating an in-flight attempt takes its send rights away.
+                // Escalating an in-flight attempt takes its send rights away, but its bytes may
+                // already be on the wire: it may have applied.
                 bump_generation: s.state == State::InFlight,
+                may_have_applied: s.may_have_applied || s.state == State::InFlight,
                 ..escalate(reason.clone(), business)
             })
         }

@@ -1,0 +1,217 @@
+//! Shared drill harness: a fake vendor over real TCP, a SQLite ledger file in a temp dir, the
+//! layer over a hyper-util client, and a recoverer with an HTTP lookup.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use recoverable_write::guard::GuardStats;
+use recoverable_write::layer::ResponseBody;
+use recoverable_write::ledger::{EvidenceEntry, Ledger, OperationRecord};
+use recoverable_write::testing::FakeVendor;
+use recoverable_write::{
+    BoxError, BudgetPolicy, Error, HttpLookup, Operation, OperationId, Outcome,
+    RecoverableWriteLayer, Recoverer, SendOnceGuardLayer, SqliteLedger, State, Tenant,
+};
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub type Writer = BoxCloneSyncService<Request<Full<Bytes>>, Response<Bytes>, Error>;
+
+pub const TENANT: &str = "tenant-a";
+
+/// Short windows so drills run in milliseconds, never seconds.
+pub fn fast_policy() -> BudgetPolicy {
+    BudgetPolicy {
+        max_attempts: 3,
+        max_queries: 20,
+        window_ms: 5_000,
+        attempt_timeout_ms: 600,
+        lease_margin_ms: 300,
+        query_backoff_base_ms: 5,
+        query_backoff_cap_ms: 40,
+    }
+}
+
+pub fn http_client() -> HttpClient {
+    Client::builder(TokioExecutor::new())
+        // One retry owner: the recovery engine.
+        .retry_canceled_requests(false)
+        .build_http()
+}
+
+pub struct Drill {
+    pub vendor: FakeVendor,
+    pub dir: tempfile::TempDir,
+    pub ledger: Arc<dyn Ledger>,
+    pub layer: RecoverableWriteLayer,
+    pub guard: SendOnceGuardLayer,
+    pub recoverer: Recoverer,
+}
+
+impl Drill {
+    pub async fn start() -> Self {
+        Self::with_vendor(FakeVendor::start().await).await
+    }
+
+    pub async fn with_vendor(vendor: FakeVendor) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ledger: Arc<dyn Ledger> = Arc::new(
+            SqliteLedger::open(dir.path().join("ledger.db"))
+                .await
+                .expect("open sqlite ledger"),
+        );
+        Self::assemble(vendor, dir, ledger)
+    }
+
+    /// Rebuilds everything but the vendor and the ledger file: a process restart.
+    pub async fn restart(self) -> Self {
+        let Drill { vendor, dir, .. } = self;
+        let ledger: Arc<dyn Ledger> = Arc::new(
+            SqliteLedger::open(dir.path().join("ledger.db"))
+                .await
+                .expect("reopen sqlite ledger"),
+        );
+        Self::assemble(vendor, dir, ledger)
+    }
+
+    fn assemble(vendor: FakeVendor, dir: tempfile::TempDir, ledger: Arc<dyn Ledger>) -> Self {
+        let layer = RecoverableWriteLayer::from_arc(ledger.clone()).budget(fast_policy());
+        let lookup = HttpLookup::new(
+            http_client(),
+            format!("{}/operations/{{operation_id}}", vendor.base_url()),
+        )
+        .tenant_header(HeaderName::from_static("x-tenant"))
+        .timeout(Duration::from_millis(500));
+        let recoverer = Recoverer::new(ledger.clone())
+            .reconciler(lookup)
+            .lease(Duration::from_secs(2));
+        Self {
+            vendor,
+            dir,
+            ledger,
+            layer,
+            guard: SendOnceGuardLayer::new(),
+            recoverer,
+        }
+    }
+
+    pub fn guard_stats(&self) -> Arc<GuardStats> {
+        self.guard.stats()
+    }
+
+    /// The full client stack: layer → guard → hyper-util client, bodies collected.
+    pub fn writer(&self) -> Writer {
+        let svc = ServiceBuilder::new()
+            .layer(self.layer.clone())
+            .layer(self.guard.clone())
+            .service(http_client());
+        BoxCloneSyncService::new(svc.and_then(
+            |res: Response<ResponseBody<hyper::body::Incoming>>| async move {
+                let (parts, body) = res.into_parts();
+                let bytes = body
+                    .collect()
+                    .await
+                    .map_err(|e| Error::Inner { source: e })?
+                    .to_bytes();
+                Ok(Response::from_parts(parts, bytes))
+            },
+        ))
+    }
+
+    pub fn ticket_request(&self, op: &Operation, device: &str) -> Request<Full<Bytes>> {
+        ticket_request(&self.vendor, op, device)
+    }
+
+    pub async fn record(&self, op: &OperationId) -> OperationRecord {
+        self.ledger
+            .get(&Tenant::new(TENANT), op)
+            .await
+            .expect("ledger get")
+            .expect("operation exists")
+    }
+
+    pub async fn evidence(&self, op: &OperationId) -> Vec<EvidenceEntry> {
+        self.ledger
+            .evidence(&Tenant::new(TENANT), op)
+            .await
+            .expect("ledger evidence")
+    }
+
+    /// Runs recovery passes until `done` holds for the operation (bounded: 200 passes).
+    pub async fn recover_until(
+        &self,
+        op: &OperationId,
+        done: impl Fn(&OperationRecord) -> bool,
+    ) -> OperationRecord {
+        for _ in 0..200 {
+            self.recoverer.run_once().await.expect("recovery pass");
+            let r = self.record(op).await;
+            if done(&r) {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("operation {op} never reached the expected state");
+    }
+}
+
+pub fn ticket_body(op: &Operation, device: &str) -> String {
+    format!(
+        r#"{{"operation_id":"{}","device_id":"{}","priority":"P2"}}"#,
+        op.id(),
+        device
+    )
+}
+
+pub fn ticket_request(vendor: &FakeVendor, op: &Operation, device: &str) -> Request<Full<Bytes>> {
+    let mut req = Request::post(vendor.url("/tickets"))
+        .header("content-type", "application/json")
+        .header("x-tenant", op.tenant().as_str())
+        .header("authorization", "Bearer sk_test_secret")
+        .body(Full::new(Bytes::from(ticket_body(op, device))))
+        .expect("request");
+    req.extensions_mut().insert(op.clone());
+    req
+}
+
+pub fn new_op(intent: &str) -> Operation {
+    Operation::new(TENANT, "create_ticket", intent)
+}
+
+pub async fn send(svc: &mut Writer, req: Request<Full<Bytes>>) -> Result<Response<Bytes>, Error> {
+    svc.ready().await?.call(req).await
+}
+
+pub fn outcome(res: &Response<Bytes>) -> Outcome {
+    res.extensions()
+        .get::<Outcome>()
+        .cloned()
+        .expect("response carries an Outcome")
+}
+
+pub fn assert_unknown(err: &Error, op: &OperationId) {
+    match err {
+        Error::Unknown { outcome, .. } => {
+            assert_eq!(&outcome.operation_id, op);
+            assert_eq!(outcome.state, State::Unknown);
+            assert!(
+                outcome.message.contains("do not create it again"),
+                "caller must be told not to recreate: {}",
+                outcome.message
+            );
+        }
+        other => panic!("expected Unknown for {op}, got {other:?}"),
+    }
+}
+
+pub fn boxed(e: impl Into<BoxError>) -> BoxError {
+    e.into()
+}
