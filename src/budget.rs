@@ -77,6 +77,12 @@ impl BudgetPolicy {
                 "lease_margin_ms must be positive: the attempt must die before its lease".into(),
             );
         }
+        if self.window_ms < self.attempt_timeout_ms {
+            return Err(
+                "window_ms must be at least attempt_timeout_ms: the window must fit one attempt"
+                    .into(),
+            );
+        }
         if self.query_backoff_base_ms > self.query_backoff_cap_ms {
             return Err("query_backoff_base_ms exceeds query_backoff_cap_ms".into());
         }

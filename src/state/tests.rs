@@ -1372,6 +1372,13 @@ mod budget_policy {
                 },
                 "query_backoff_base_ms",
             ),
+            (
+                BudgetPolicy {
+                    window_ms: 9_999,
+                    ..d.clone()
+                },
+                "window_ms",
+            ),
         ];
         for (p, field) in cases {
             let err = p.validate().expect_err(field);
