@@ -1,141 +1,462 @@
 //! Per-target contracts: how a vendor dedupes, and how its answers map to evidence.
 //!
-//! STUB: the full implementation is being written (see the helper brief). The public API below
-//! is fixed; bodies are placeholders.
+//! A [`Contract`] is plain data (serde, loadable from JSON or TOML) describing one vendor
+//! endpoint family:
+//!
+//! - where the idempotency key goes ([`KeyPlacement`]) and how long it may be;
+//! - how long the vendor keeps keys and what a same-key replay returns ([`Replay`]);
+//! - how responses map to [`Evidence`] ([`Rule`]s, then conservative defaults);
+//! - where the created object's id sits ([`RemoteRef`]) and whether success needs it;
+//! - which extra headers are secret, and which body fields define the payload.
+//!
+//! [`Contracts`] chooses one per request by [`Target`] (host, optional path prefix and method).
+//! The contract an operation started with is frozen on its row by [`Contract::reference`] (name
+//! and content hash), so recovery uses the same rules even after the configuration changes.
+//!
+//! # Classification
+//!
+//! [`Contract::classify_response`] works like the smithy-rs retry classifiers: sources run in
+//! priority order and the first one with an opinion decides.
+//!
+//! 1. The contract's [`Rule`]s, first match wins. A rule matches a status (or a range), and
+//!    optionally a response header value and a body field reached by JSON pointer, so vendor
+//!    signals such as `Stripe-Should-Retry: false`, Adyen's `Transient-Error: true` or Stripe's
+//!    `idempotency_key_in_use` code override the status.
+//! 2. The conservative defaults, for a vendor nobody documented:
+//!
+//!    | status | evidence |
+//!    |---|---|
+//!    | 202 | `Processing` |
+//!    | other 2xx | `Succeeded` (see 3) |
+//!    | 1xx, 3xx (redirects are never followed), 408, 421, 425, 429, 5xx, anything else | `Unknown` |
+//!    | 409 | `Conflict { InFlight }` |
+//!    | other 4xx (400, 401, 403, 404, 422, ...) | `Rejected` |
+//!
+//!    429 and 503 are `Unknown` by default: only a contract that documents them as "not executed"
+//!    (Stripe's 429) turns them into `NotExecuted`. `Retry-After` (and `retry-after-ms`) fills
+//!    `retry_after` on `Processing`, `NotExecuted` and `Unknown`.
+//! 3. A success must carry the remote reference when the contract requires one: a 2xx without
+//!    it (an empty body, a missing field) is `Unknown`, because it does not positively identify
+//!    the created object.
+//!
+//! Reasons quote the status and at most a short vendor error code found at a common place
+//! (`/error/code`, `/error/type`, `/code`, ...), never the body.
+//!
+//! [`Contract::classify_error`] handles transport errors: only errors that prove the request
+//! never left (a refusal by the send-once guard, a connect error, a refused connection) are
+//! `NotExecuted`; timeouts, resets and everything else are `Unknown`.
+//!
+//! # Differences from tower-http's `classify`
+//!
+//! tower-http classifies for metrics and tracing ("was it a failure?"). Here the question is
+//! "what do we now *know* about a write that may have executed?", so the answer has more classes,
+//! and the default for anything undocumented is "unknown", never "failed".
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::evidence::Evidence;
 use crate::ledger::ContractRef;
 use crate::operation::{IdempotencyKey, PayloadDigest};
 
-/// A vendor contract.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+mod classify;
+mod error;
+mod key;
+pub mod profiles;
+mod registry;
+mod retry_after;
+mod rules;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{ContractError, ContractErrorKind};
+pub use registry::{Contracts, Target};
+pub use retry_after::{MAX_RETRY_AFTER, parse_retry_after, retry_after_from_headers};
+pub use rules::{BodyMatch, EvidenceClass, HeaderMatch, Rule, StatusMatch};
+
+/// The length of a generated key (a hyphenated UUID v4): the smallest `max_key_len` allowed.
+pub const GENERATED_KEY_LEN: usize = 36;
+
+/// The `max_key_len` assumed when a contract does not say (the smallest limit among the
+/// documented vendors, Adyen and EC2).
+pub const DEFAULT_MAX_KEY_LEN: usize = 64;
+
+/// A vendor contract: how one target dedupes writes and how its answers map to evidence.
+///
+/// Build one from a [profile](profiles) and adjust it, or read it from JSON with
+/// [`Contract::from_json`]. A contract read from JSON looks like this:
+///
+/// ```json
+/// {
+///   "name": "stripe-v1",
+///   "key": { "in": "header", "name": "Idempotency-Key", "format": "plain" },
+///   "max_key_len": 255,
+///   "retention_secs": 86400,
+///   "replay": "stored_first_response",
+///   "rules": [
+///     { "status": 429, "evidence": "not_executed", "reason": "rate limited before idempotency" },
+///     { "status": 409, "body": { "pointer": "/error/code", "equals": "idempotency_key_in_use" },
+///       "evidence": "conflict_in_flight" },
+///     { "status": "500-599", "header": { "name": "Stripe-Should-Retry", "value": "false" },
+///       "evidence": "unknown" }
+///   ],
+///   "remote_ref": { "pointer": "/id", "required": true },
+///   "secret_headers": ["Stripe-Account"],
+///   "digest": { "mode": "full" }
+/// }
+/// ```
+///
+/// Unknown fields are refused, so a misspelt field cannot silently fall back to a default.
+/// Call [`Contract::validate`] (or load with [`Contract::from_json`], which does) before use.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Contract {
-    /// Name.
+    /// The contract's name, frozen on every operation row (e.g. `stripe-v1`).
     pub name: String,
-    /// Where the key goes.
+    /// Where the idempotency key goes.
     pub key: KeyPlacement,
-    /// Which parts of the body define the payload.
+    /// The longest key the vendor accepts. At least [`GENERATED_KEY_LEN`]; defaults to
+    /// [`DEFAULT_MAX_KEY_LEN`].
+    #[serde(default = "default_max_key_len")]
+    pub max_key_len: usize,
+    /// How long the vendor keeps keys, in seconds (a documented minimum); `None` when unknown.
+    /// Same-key replay is only considered inside this window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_secs: Option<u64>,
+    /// What a same-key replay inside the retention window does.
+    #[serde(default)]
+    pub replay: Replay,
+    /// Classification rules, tried in order before the defaults; the first match wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Rule>,
+    /// Where the created object's id sits in a success body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_ref: Option<RemoteRef>,
+    /// Headers never stored in the ledger, beyond `Authorization`, `Cookie` and
+    /// `Proxy-Authorization` (case-insensitive names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_headers: Vec<String>,
+    /// Which parts of the body define the payload (for the payload hash).
     #[serde(default)]
     pub digest: PayloadDigest,
-    /// Extra secret headers.
-    #[serde(default)]
-    pub secret_headers: Vec<String>,
 }
 
-/// Where the idempotency key goes.
+fn default_max_key_len() -> usize {
+    DEFAULT_MAX_KEY_LEN
+}
+
+/// Where the idempotency key goes in the request.
+///
+/// In JSON or TOML the placement is tagged by `in`:
+/// `{ "in": "header", "name": "Idempotency-Key", "format": "quoted" }`,
+/// `{ "in": "json_body", "pointer": "/idempotency_key" }`, `{ "in": "query", "name": "requestId" }`,
+/// `{ "in": "form_body", "name": "ClientToken" }`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "in", rename_all = "snake_case")]
+#[serde(tag = "in", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
 pub enum KeyPlacement {
-    /// A header.
+    /// A request header (Stripe, Adyen, PayPal, the IETF draft). An existing header of the same
+    /// name is replaced.
     Header {
-        /// Header name.
+        /// Header name, e.g. `Idempotency-Key` or `PayPal-Request-Id`.
+        name: String,
+        /// How the value is written.
+        #[serde(default)]
+        format: KeyFormat,
+    },
+    /// A string field in a JSON object body (Square's `idempotency_key`). Intermediate objects
+    /// are created when missing; a body that is not a JSON object is refused.
+    JsonBody {
+        /// RFC 6901 pointer to the field, e.g. `/idempotency_key` or `/meta/request_id`.
+        pointer: String,
+    },
+    /// A query parameter (Google's `requestId`), percent-encoded and appended to the query;
+    /// other parameters are kept as they are.
+    Query {
+        /// Parameter name.
+        name: String,
+    },
+    /// A field of an `application/x-www-form-urlencoded` body (the EC2 Query API's
+    /// `ClientToken`), percent-encoded and appended; other fields are kept as they are.
+    FormBody {
+        /// Field name.
         name: String,
     },
 }
 
-/// A bad contract or a key that cannot be placed.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ContractError(String);
+impl KeyPlacement {
+    /// The key in a header, written as is.
+    pub fn header(name: impl Into<String>) -> Self {
+        Self::Header {
+            name: name.into(),
+            format: KeyFormat::Plain,
+        }
+    }
+}
 
-impl Contract {
-    /// The conservative default.
-    pub fn conservative() -> Self {
+/// How a key is written into a header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum KeyFormat {
+    /// The key as is: `Idempotency-Key: 8e03...` (Stripe, Adyen, PayPal).
+    #[default]
+    Plain,
+    /// An RFC 8941 sf-string, quoted: `Idempotency-Key: "8e03..."` (the IETF draft).
+    Quoted,
+}
+
+/// What a same-key replay inside the retention window does at the vendor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Replay {
+    /// The vendor stores the first response and returns it for every replay, errors included
+    /// (Stripe v1 even for a 500, the IETF draft). A replay re-fetches the first result; it never
+    /// re-runs the work, so a stored 500 stays indeterminate.
+    StoredFirstResponse,
+    /// The vendor returns the current state of the first request (PayPal: 201 first, 200 on a
+    /// duplicate; Stripe v2 drives failed work to completion).
+    CurrentState,
+    /// No documented idempotency: a replay may execute the write again, so it is never replayed
+    /// automatically. The default for an unknown vendor.
+    #[default]
+    #[serde(alias = "none")]
+    Unsafe,
+}
+
+impl Replay {
+    /// Whether a same-key replay inside the retention window cannot execute the write twice.
+    pub fn is_safe(self) -> bool {
+        matches!(self, Self::StoredFirstResponse | Self::CurrentState)
+    }
+}
+
+/// Where the created object's id (the remote reference) sits in a success body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteRef {
+    /// RFC 6901 pointer into the JSON body, e.g. `/id` or `/data/ticket/number`. A string or a
+    /// number is taken.
+    pub pointer: String,
+    /// A 2xx without the reference is `Unknown`, not `Succeeded`.
+    #[serde(default)]
+    pub required: bool,
+}
+
+impl RemoteRef {
+    /// A reference taken when present; success does not depend on it.
+    pub fn optional(pointer: impl Into<String>) -> Self {
         Self {
-            name: "default".into(),
-            key: KeyPlacement::Header {
-                name: "idempotency-key".into(),
-            },
-            digest: PayloadDigest::Full,
-            secret_headers: vec![],
+            pointer: pointer.into(),
+            required: false,
         }
     }
 
-    /// Name and content hash.
+    /// A reference every success must carry.
+    pub fn required(pointer: impl Into<String>) -> Self {
+        Self {
+            pointer: pointer.into(),
+            required: true,
+        }
+    }
+}
+
+impl Contract {
+    /// The conservative default for a vendor nobody documented; see
+    /// [`profiles::conservative`]. Its name is `default`.
+    pub fn conservative() -> Self {
+        profiles::conservative()
+    }
+
+    /// The IETF `Idempotency-Key` header draft; see [`profiles::ietf_draft`]. Its name is
+    /// `ietf-draft`.
+    pub fn ietf_draft() -> Self {
+        profiles::ietf_draft()
+    }
+
+    /// A contract with the given name and key placement, and the conservative settings for
+    /// everything else (no rules, replay unsafe, no remote reference).
+    pub fn new(name: impl Into<String>, key: KeyPlacement) -> Self {
+        Self {
+            name: name.into(),
+            key,
+            max_key_len: DEFAULT_MAX_KEY_LEN,
+            retention_secs: None,
+            replay: Replay::Unsafe,
+            rules: Vec::new(),
+            remote_ref: None,
+            secret_headers: Vec::new(),
+            digest: PayloadDigest::Full,
+        }
+    }
+
+    /// Reads a contract from JSON and [validates](Contract::validate) it.
+    pub fn from_json(text: &str) -> Result<Self, ContractError> {
+        let contract: Self = serde_json::from_str(text)
+            .map_err(|e| ContractError::new("", "", ContractErrorKind::Parse(e.to_string())))?;
+        contract.validate()?;
+        Ok(contract)
+    }
+
+    /// Renames the contract.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Sets where the key goes.
+    pub fn with_key(mut self, key: KeyPlacement) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// Sets the longest key the vendor accepts.
+    pub fn with_max_key_len(mut self, max_key_len: usize) -> Self {
+        self.max_key_len = max_key_len;
+        self
+    }
+
+    /// Sets the vendor's key retention, in seconds.
+    pub fn with_retention_secs(mut self, secs: u64) -> Self {
+        self.retention_secs = Some(secs);
+        self
+    }
+
+    /// Sets what a same-key replay does.
+    pub fn with_replay(mut self, replay: Replay) -> Self {
+        self.replay = replay;
+        self
+    }
+
+    /// Appends a classification rule (tried after the rules already present).
+    pub fn with_rule(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
+    /// Sets where the remote reference sits.
+    pub fn with_remote_ref(mut self, remote_ref: RemoteRef) -> Self {
+        self.remote_ref = Some(remote_ref);
+        self
+    }
+
+    /// Marks one more header as secret.
+    pub fn with_secret_header(mut self, name: impl Into<String>) -> Self {
+        self.secret_headers.push(name.into());
+        self
+    }
+
+    /// Sets which parts of the body define the payload.
+    pub fn with_digest(mut self, digest: PayloadDigest) -> Self {
+        self.digest = digest;
+        self
+    }
+
+    /// The contract's name and the SHA-256 (lower-case hex) of its canonical JSON serialization
+    /// (object keys sorted, no whitespace). Stable across runs and processes; any change to any
+    /// field changes the hash. Frozen on each operation row.
     pub fn reference(&self) -> ContractRef {
         ContractRef {
             name: self.name.clone(),
-            hash: String::new(),
+            hash: crate::operation::hex(&Sha256::digest(self.canonical_json().as_bytes())),
         }
     }
 
-    /// Places the key.
+    /// The canonical JSON serialization hashed by [`Contract::reference`].
+    pub fn canonical_json(&self) -> String {
+        let value = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        let mut canonical = String::new();
+        write_canonical(&value, &mut canonical);
+        canonical
+    }
+
+    /// Checks that the contract is usable: header names valid, JSON pointers well-formed,
+    /// status ranges within `100..=599` and ordered, every rule constrains the status,
+    /// `max_key_len` holds a generated key. The error names the field (`rules[2].status`).
+    pub fn validate(&self) -> Result<(), ContractError> {
+        validate::contract(self)
+    }
+
+    /// Checks that `key` can be sent under this contract (not empty, not longer than
+    /// `max_key_len`).
+    pub fn check_key(&self, key: &IdempotencyKey) -> Result<(), ContractError> {
+        key::check_len(self, key.as_str())
+    }
+
+    /// Places the idempotency key in the request and returns the (possibly rewritten) body.
+    ///
+    /// Deterministic and idempotent: attaching the same key to the result again changes
+    /// nothing. When the body is rewritten and the request carries a `Content-Length`, it is
+    /// updated. A JSON body whose top-level key field is missing keeps its bytes and gains the
+    /// field at the front; other JSON placements re-serialize the body with sorted keys.
     pub fn attach_key(
         &self,
         parts: &mut http::request::Parts,
         body: Bytes,
         key: &IdempotencyKey,
     ) -> Result<Bytes, ContractError> {
-        let KeyPlacement::Header { name } = &self.key;
-        let name: http::HeaderName = name
-            .parse()
-            .map_err(|_| ContractError("bad header".into()))?;
-        let value =
-            HeaderValue::from_str(key.as_str()).map_err(|_| ContractError("bad key".into()))?;
-        parts.headers.insert(name, value);
-        Ok(body)
+        key::attach(self, parts, body, key.as_str())
     }
 
-    /// Classifies a response.
+    /// Turns a response into evidence. See the [module docs](self) for the order of rules and
+    /// defaults. Never panics, whatever the status, headers or body.
     pub fn classify_response(
         &self,
         status: StatusCode,
-        _headers: &HeaderMap,
-        _body: &[u8],
-        _now: SystemTime,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
     ) -> Evidence {
-        if status.is_success() {
-            Evidence::Succeeded { remote_ref: None }
-        } else {
-            Evidence::unknown(status.to_string())
-        }
+        classify::response(self, status, headers, body, now)
     }
 
-    /// Classifies a transport error.
+    /// Turns a transport error into evidence by walking its `source()` chain.
+    ///
+    /// `NotExecuted` only when the chain proves the request never left: a
+    /// [`SendRefused`](crate::guard::SendRefused) from the send-once guard, a hyper-util client
+    /// error with `is_connect()`, or an I/O error of kind `ConnectionRefused`. Everything else
+    /// (timeouts, resets, incomplete messages, unknown errors) is `Unknown`.
     pub fn classify_error(&self, err: &(dyn std::error::Error + 'static)) -> Evidence {
-        Evidence::unknown(err.to_string())
+        classify::error(err)
     }
 }
 
-/// The set of contracts, chosen per target.
-#[derive(Clone, Debug)]
-pub struct Contracts {
-    default: Arc<Contract>,
-}
-
-impl Contracts {
-    /// A registry with only a default.
-    pub fn new(default: Contract) -> Self {
-        Self {
-            default: Arc::new(default),
+/// Writes a JSON value in canonical form: object keys sorted, no whitespace.
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(k).unwrap_or_default());
+                out.push(':');
+                write_canonical(v, out);
+            }
+            out.push('}');
         }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&serde_json::to_string(scalar).unwrap_or_default()),
     }
-
-    /// Chooses the contract for a request.
-    pub fn select(&self, _method: &Method, _uri: &Uri) -> &Arc<Contract> {
-        &self.default
-    }
-
-    /// Finds a contract by name.
-    pub fn get(&self, name: &str) -> Option<&Arc<Contract>> {
-        (self.default.name == name).then_some(&self.default)
-    }
-}
-
-impl Default for Contracts {
-    fn default() -> Self {
-        Self::new(Contract::conservative())
-    }
-}
-
-/// Parses Retry-After.
-pub fn parse_retry_after(_value: &HeaderValue, _now: SystemTime) -> Option<Duration> {
-    None
 }

@@ -1,0 +1,377 @@
+//! Responses and transport errors to evidence.
+
+use std::cell::OnceCell;
+use std::error::Error as StdError;
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, StatusCode};
+use serde_json::Value;
+
+use super::rules::{EvidenceClass, Rule};
+use super::{Contract, retry_after};
+use crate::evidence::{ConflictKind, Evidence};
+use crate::guard::SendRefused;
+
+/// The longest `why` taken from an error's text.
+const MAX_WHY: usize = 200;
+
+/// The longest vendor error code quoted in a reason.
+const MAX_CODE: usize = 64;
+
+/// Where vendors commonly put a short error code, tried in order.
+const CODE_POINTERS: &[&str] = &[
+    "/error/code",    // Stripe, many others
+    "/error/type",    // Stripe
+    "/code",          // Twilio, generic
+    "/errorCode",     // Adyen
+    "/errors/0/code", // Square
+    "/error",         // OAuth-style `{"error": "invalid_grant"}`
+];
+
+/// The response body, parsed as JSON at most once and only when something needs it.
+struct Body<'a> {
+    raw: &'a [u8],
+    json: OnceCell<Option<Value>>,
+}
+
+impl<'a> Body<'a> {
+    fn new(raw: &'a [u8]) -> Self {
+        Self {
+            raw,
+            json: OnceCell::new(),
+        }
+    }
+
+    fn json(&self) -> Option<&Value> {
+        self.json
+            .get_or_init(|| serde_json::from_slice(self.raw).ok())
+            .as_ref()
+    }
+
+    fn pointer(&self, pointer: &str) -> Option<&Value> {
+        self.json()?.pointer(pointer)
+    }
+
+    /// A short vendor error code at a common place, if it looks like a code (not free text).
+    fn vendor_code(&self) -> Option<String> {
+        CODE_POINTERS
+            .iter()
+            .filter_map(|p| self.pointer(p))
+            .find_map(short_code)
+    }
+}
+
+fn short_code(v: &Value) -> Option<String> {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+        _ => return None,
+    };
+    let looks_like_code = !s.is_empty()
+        && s.len() <= MAX_CODE
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    looks_like_code.then_some(s)
+}
+
+pub(super) fn response(
+    contract: &Contract,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> Evidence {
+    let body = Body::new(body);
+    let hint = retry_after::retry_after_from_headers(headers, now);
+    let evidence = match contract
+        .rules
+        .iter()
+        .enumerate()
+        .find(|(_, rule)| rule_matches(rule, status, headers, &body))
+    {
+        Some((index, rule)) => from_rule(contract, index, rule, status, &body, hint),
+        None => default(contract, status, &body, hint),
+    };
+    require_remote_ref(contract, evidence, hint)
+}
+
+fn rule_matches(rule: &Rule, status: StatusCode, headers: &HeaderMap, body: &Body<'_>) -> bool {
+    // A rule without a status is invalid; it never matches, so the defaults decide.
+    let Some(range) = rule.status else {
+        return false;
+    };
+    if !range.contains(status.as_u16()) {
+        return false;
+    }
+    if let Some(h) = &rule.header {
+        let expected = h.value.trim();
+        let found = headers.get_all(h.name.as_str()).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.trim().eq_ignore_ascii_case(expected))
+        });
+        if !found {
+            return false;
+        }
+    }
+    if let Some(b) = &rule.body {
+        let found = body.pointer(&b.pointer).is_some_and(|v| match v {
+            Value::String(s) => *s == b.equals,
+            Value::Number(n) => n.to_string() == b.equals,
+            Value::Bool(x) => x.to_string() == b.equals,
+            _ => false,
+        });
+        if !found {
+            return false;
+        }
+    }
+    true
+}
+
+/// `HTTP 429 Too Many Requests [rate_limit]`.
+fn describe(status: StatusCode, body: &Body<'_>) -> String {
+    let mut s = format!("HTTP {}", status.as_u16());
+    if let Some(reason) = status.canonical_reason() {
+        s.push(' ');
+        s.push_str(reason);
+    }
+    if let Some(code) = body.vendor_code() {
+        s.push_str(" [");
+        s.push_str(&code);
+        s.push(']');
+    }
+    s
+}
+
+fn from_rule(
+    contract: &Contract,
+    index: usize,
+    rule: &Rule,
+    status: StatusCode,
+    body: &Body<'_>,
+    hint: Option<Duration>,
+) -> Evidence {
+    let text = || {
+        let base = describe(status, body);
+        match &rule.reason {
+            Some(reason) if !reason.trim().is_empty() => {
+                format!("{base}: {}", truncate(reason.trim(), MAX_WHY))
+            }
+            _ => format!("{base} (contract rule {index})"),
+        }
+    };
+    match rule.evidence {
+        EvidenceClass::Succeeded => Evidence::Succeeded {
+            remote_ref: remote_ref(contract, body),
+        },
+        EvidenceClass::Processing => Evidence::Processing { retry_after: hint },
+        EvidenceClass::Rejected => Evidence::Rejected { reason: text() },
+        EvidenceClass::NotExecuted => Evidence::NotExecuted {
+            why: text(),
+            retry_after: hint,
+        },
+        EvidenceClass::Unknown => Evidence::Unknown {
+            why: text(),
+            retry_after: hint,
+        },
+        EvidenceClass::ConflictMismatch => Evidence::Conflict {
+            conflict: ConflictKind::Mismatch,
+        },
+        EvidenceClass::ConflictInFlight => Evidence::Conflict {
+            conflict: ConflictKind::InFlight,
+        },
+    }
+}
+
+/// The conservative defaults (DESIGN.md, "Classification").
+fn default(
+    contract: &Contract,
+    status: StatusCode,
+    body: &Body<'_>,
+    hint: Option<Duration>,
+) -> Evidence {
+    let unknown = |note: &str| Evidence::Unknown {
+        why: if note.is_empty() {
+            describe(status, body)
+        } else {
+            format!("{}: {note}", describe(status, body))
+        },
+        retry_after: hint,
+    };
+    match status.as_u16() {
+        202 => Evidence::Processing { retry_after: hint },
+        200..=299 => Evidence::Succeeded {
+            remote_ref: remote_ref(contract, body),
+        },
+        100..=199 => unknown("informational status as a final answer"),
+        300..=399 => unknown("redirect not followed (a write is never re-sent to another URL)"),
+        408 => unknown("the server timed out reading the request"),
+        409 => Evidence::Conflict {
+            conflict: ConflictKind::InFlight,
+        },
+        421 | 425 => unknown("the server asks for a retry"),
+        429 => unknown("rate limited; the contract does not document it as not executed"),
+        400..=499 => Evidence::Rejected {
+            reason: describe(status, body),
+        },
+        500..=599 => unknown(""),
+        _ => unknown("unexpected status"),
+    }
+}
+
+fn remote_ref(contract: &Contract, body: &Body<'_>) -> Option<String> {
+    let pointer = &contract.remote_ref.as_ref()?.pointer;
+    match body.pointer(pointer)? {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn require_remote_ref(contract: &Contract, evidence: Evidence, hint: Option<Duration>) -> Evidence {
+    let required = contract.remote_ref.as_ref().is_some_and(|r| r.required);
+    match evidence {
+        Evidence::Succeeded { remote_ref: None } if required => Evidence::Unknown {
+            why: "success response without a remote reference".to_owned(),
+            retry_after: hint,
+        },
+        other => other,
+    }
+}
+
+/// How deep an error chain is followed (a badly written error can point at itself).
+const MAX_CHAIN: usize = 32;
+
+/// The errors in a chain, outermost first. An `io::Error` wrapping a custom error yields that
+/// error next: `io::Error::source` skips it and goes straight to its source.
+fn chain<'a>(
+    err: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+    let mut next = Some(err);
+    std::iter::from_fn(move || {
+        let cur = next?;
+        next = match cur.downcast_ref::<std::io::Error>() {
+            Some(io) => match io.get_ref() {
+                Some(inner) => Some(inner as &(dyn StdError + 'static)),
+                None => cur.source(),
+            },
+            None => cur.source(),
+        };
+        Some(cur)
+    })
+    .take(MAX_CHAIN)
+}
+
+pub(super) fn error(err: &(dyn StdError + 'static)) -> Evidence {
+    for e in chain(err) {
+        if let Some(refusal) = e.downcast_ref::<SendRefused>() {
+            return Evidence::not_executed(truncate(&sanitize(&refusal.to_string()), MAX_WHY));
+        }
+    }
+    let proof = chain(err).find_map(|e| {
+        if e.downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(|h| h.is_connect())
+        {
+            return Some("connect error, the request was never sent");
+        }
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return Some("connection refused, the request was never sent");
+        }
+        None
+    });
+    let what = describe_error(err);
+    match proof {
+        Some(proof) => Evidence::not_executed(truncate(&format!("{proof}: {what}"), MAX_WHY)),
+        None => Evidence::unknown(truncate(&what, MAX_WHY)),
+    }
+}
+
+/// The chain's messages joined by `: `, skipping a message already contained in the previous
+/// one (many errors repeat their source's text), with URL credentials and queries removed.
+fn describe_error(err: &(dyn StdError + 'static)) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for e in chain(err) {
+        let msg = e.to_string();
+        if msg.is_empty() || last.contains(&msg) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&msg);
+        if out.len() > MAX_WHY * 2 {
+            break;
+        }
+        last = msg;
+    }
+    if out.is_empty() {
+        out.push_str("transport error");
+    }
+    sanitize(&out)
+}
+
+/// Removes what could be a credential from URLs quoted in an error message: the userinfo
+/// (`user:pass@`) and the query (`?api_key=...`).
+fn sanitize(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(idx) = rest.find("://") {
+        let (head, tail) = rest.split_at(idx + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>' | ','))
+            .unwrap_or(tail.len());
+        let (url, after) = tail.split_at(end);
+        let authority_end = url.find(['/', '?', '#']).unwrap_or(url.len());
+        let (authority, path) = url.split_at(authority_end);
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        out.push_str(host);
+        match path.find(['?', '#']) {
+            Some(q) => {
+                out.push_str(&path[..q]);
+                out.push_str("?…");
+            }
+            None => out.push_str(path),
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// At most `max` bytes, cut at a character boundary, with `…` when cut.
+pub(super) fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn sanitize_drops_userinfo_and_query() {
+        assert_eq!(
+            sanitize(
+                "error sending request for url (https://u:p@api.test/v1/x?api_key=sk_1): timed out"
+            ),
+            "error sending request for url (https://api.test/v1/x?…): timed out"
+        );
+        assert_eq!(sanitize("no url here"), "no url here");
+        assert_eq!(sanitize("http://"), "http://");
+    }
+
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(truncate("ééé", 3), "é…");
+        assert_eq!(truncate("abc", 3), "abc");
+    }
+}

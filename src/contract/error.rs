@@ -1,0 +1,137 @@
+//! The error type for bad contracts and keys that cannot be placed.
+
+use std::fmt;
+
+/// A contract that is not usable, or a key that cannot be placed in a request.
+///
+/// It names the contract, the field (a path such as `rules[2].status` or `key.pointer`) and what
+/// is wrong ([`ContractErrorKind`]). It never contains a request body or a credential.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ContractError {
+    contract: String,
+    field: String,
+    kind: ContractErrorKind,
+}
+
+/// What is wrong, for [`ContractError`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContractErrorKind {
+    /// The field must not be empty.
+    #[error("must not be empty")]
+    Empty,
+    /// Not a valid HTTP header name.
+    #[error("`{0}` is not a valid HTTP header name")]
+    InvalidHeaderName(String),
+    /// Not an RFC 6901 JSON pointer.
+    #[error(
+        "`{0}` is not a JSON pointer (RFC 6901): it must be empty or start with `/`, and `~` must be followed by `0` or `1`"
+    )]
+    InvalidPointer(String),
+    /// The JSON pointer must name a field inside the document, not the whole document.
+    #[error("the JSON pointer must name a field (it cannot be empty)")]
+    EmptyPointer,
+    /// A status range outside `100..=599`, or with its low end above its high end.
+    #[error(
+        "status range {lo}-{hi} is invalid: codes must be within 100..=599 and the low end must not exceed the high end"
+    )]
+    InvalidStatusRange {
+        /// Low end.
+        lo: u16,
+        /// High end.
+        hi: u16,
+    },
+    /// A rule without a status condition.
+    #[error(
+        "a rule must constrain the status code (e.g. `status = 429` or `status = \"500-599\"`)"
+    )]
+    MissingStatus,
+    /// `max_key_len` cannot hold a generated key.
+    #[error("{value} is too small: a generated key (UUID v4) is {min} characters")]
+    MaxKeyLenTooSmall {
+        /// The configured maximum.
+        value: usize,
+        /// The smallest allowed maximum.
+        min: usize,
+    },
+    /// The key is longer than the contract allows.
+    #[error("the key is {len} characters, more than the contract's maximum of {max}")]
+    KeyTooLong {
+        /// The key's length.
+        len: usize,
+        /// The contract's maximum.
+        max: usize,
+    },
+    /// The key contains characters the placement cannot carry.
+    #[error("the key cannot be sent there: {0}")]
+    KeyNotEncodable(&'static str),
+    /// The request body is not a JSON object, so the key cannot be placed in it.
+    #[error("the request body is not a JSON object, so the key cannot be placed in it")]
+    BodyNotJsonObject,
+    /// The request body is not UTF-8 form data, so the key cannot be placed in it.
+    #[error("the request body is not UTF-8 form data, so the key cannot be placed in it")]
+    BodyNotForm,
+    /// A value on the way to the key's place in the body is not an object.
+    #[error("`{at}` in the request body is not a JSON object, so `{pointer}` cannot be set")]
+    PointerBlocked {
+        /// The key's pointer.
+        pointer: String,
+        /// The prefix of the pointer that holds a non-object value.
+        at: String,
+    },
+    /// The request URI cannot carry the key.
+    #[error("the request URI cannot carry the key: {0}")]
+    InvalidUri(String),
+    /// A routing target is malformed.
+    #[error("invalid target: {0}")]
+    InvalidTarget(String),
+    /// Two different contracts share a name.
+    #[error("the name `{0}` is used by two different contracts")]
+    DuplicateName(String),
+    /// The contract text could not be read.
+    #[error("cannot read the contract: {0}")]
+    Parse(String),
+}
+
+impl ContractError {
+    pub(crate) fn new(
+        contract: impl Into<String>,
+        field: impl Into<String>,
+        kind: ContractErrorKind,
+    ) -> Self {
+        Self {
+            contract: contract.into(),
+            field: field.into(),
+            kind,
+        }
+    }
+
+    /// The name of the contract at fault (empty when the text could not be read).
+    pub fn contract_name(&self) -> &str {
+        &self.contract
+    }
+
+    /// The field at fault, as a path (`rules[2].status`, `key.name`); empty for the whole
+    /// contract.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// What is wrong.
+    pub fn kind(&self) -> &ContractErrorKind {
+        &self.kind
+    }
+}
+
+impl fmt::Display for ContractError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("contract")?;
+        if !self.contract.is_empty() {
+            write!(f, " `{}`", self.contract)?;
+        }
+        if !self.field.is_empty() {
+            write!(f, ", {}", self.field)?;
+        }
+        write!(f, ": {}", self.kind)
+    }
+}

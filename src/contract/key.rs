@@ -1,0 +1,280 @@
+//! Placing the idempotency key in a request.
+
+use bytes::Bytes;
+use http::header::CONTENT_LENGTH;
+use http::uri::PathAndQuery;
+use http::{HeaderName, HeaderValue, Uri};
+use serde_json::{Map, Value};
+
+use super::error::{ContractError, ContractErrorKind as Kind};
+use super::{Contract, KeyFormat, KeyPlacement};
+
+pub(super) fn check_len(contract: &Contract, key: &str) -> Result<(), ContractError> {
+    let err = |kind| ContractError::new(&contract.name, "key", kind);
+    if key.is_empty() {
+        return Err(err(Kind::Empty));
+    }
+    let len = key.chars().count();
+    if len > contract.max_key_len {
+        return Err(err(Kind::KeyTooLong {
+            len,
+            max: contract.max_key_len,
+        }));
+    }
+    Ok(())
+}
+
+pub(super) fn attach(
+    contract: &Contract,
+    parts: &mut http::request::Parts,
+    body: Bytes,
+    key: &str,
+) -> Result<Bytes, ContractError> {
+    check_len(contract, key)?;
+    let err = |field: &str, kind| ContractError::new(&contract.name, format!("key.{field}"), kind);
+    match &contract.key {
+        KeyPlacement::Header { name, format } => {
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| err("name", Kind::InvalidHeaderName(name.clone())))?;
+            let value = header_value(key, *format).map_err(|k| err("format", k))?;
+            parts.headers.insert(header, value);
+            Ok(body)
+        }
+        KeyPlacement::JsonBody { pointer } => {
+            let new = set_json_field(&body, pointer, key).map_err(|k| err("pointer", k))?;
+            Ok(replace_body(parts, body, new))
+        }
+        KeyPlacement::Query { name } => {
+            if name.is_empty() {
+                return Err(err("name", Kind::Empty));
+            }
+            let path = parts.uri.path();
+            let query = parts.uri.query().unwrap_or("");
+            if let Some(new_query) = set_pair(query, name, key) {
+                parts.uri = with_query(&parts.uri, path, &new_query)
+                    .map_err(|why| err("name", Kind::InvalidUri(why)))?;
+            }
+            Ok(body)
+        }
+        KeyPlacement::FormBody { name } => {
+            if name.is_empty() {
+                return Err(err("name", Kind::Empty));
+            }
+            let form = std::str::from_utf8(&body).map_err(|_| err("name", Kind::BodyNotForm))?;
+            match set_pair(form, name, key) {
+                Some(new) => Ok(replace_body(parts, body, Bytes::from(new))),
+                None => Ok(body),
+            }
+        }
+    }
+}
+
+/// Keeps `Content-Length` right when the body changed.
+fn replace_body(parts: &mut http::request::Parts, old: Bytes, new: Bytes) -> Bytes {
+    if new.len() != old.len() && parts.headers.contains_key(CONTENT_LENGTH) {
+        parts
+            .headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(new.len()));
+    }
+    new
+}
+
+fn header_value(key: &str, format: KeyFormat) -> Result<HeaderValue, Kind> {
+    // Receivers trim surrounding whitespace, so such a key would not arrive intact.
+    let printable = |b: u8| (0x20..0x7f).contains(&b);
+    if !key.bytes().all(printable) {
+        return Err(Kind::KeyNotEncodable(
+            "a header carries only printable ASCII characters",
+        ));
+    }
+    if key.starts_with(' ') || key.ends_with(' ') {
+        return Err(Kind::KeyNotEncodable(
+            "a header value cannot start or end with a space",
+        ));
+    }
+    let text = match format {
+        KeyFormat::Plain => key.to_owned(),
+        // RFC 8941 §3.3.3 sf-string: DQUOTE *( unescaped / "\" ( DQUOTE / "\" ) ) DQUOTE.
+        KeyFormat::Quoted => {
+            let mut s = String::with_capacity(key.len() + 2);
+            s.push('"');
+            for c in key.chars() {
+                if matches!(c, '"' | '\\') {
+                    s.push('\\');
+                }
+                s.push(c);
+            }
+            s.push('"');
+            s
+        }
+    };
+    HeaderValue::from_str(&text).map_err(|_| Kind::KeyNotEncodable("not a valid header value"))
+}
+
+/// RFC 6901 reference tokens, unescaped. `None` for a malformed pointer.
+pub(super) fn pointer_tokens(pointer: &str) -> Option<Vec<String>> {
+    if pointer.is_empty() {
+        return Some(Vec::new());
+    }
+    let rest = pointer.strip_prefix('/')?;
+    rest.split('/')
+        .map(|token| {
+            let mut out = String::with_capacity(token.len());
+            let mut chars = token.chars();
+            while let Some(c) = chars.next() {
+                if c == '~' {
+                    match chars.next() {
+                        Some('0') => out.push('~'),
+                        Some('1') => out.push('/'),
+                        _ => return None,
+                    }
+                } else {
+                    out.push(c);
+                }
+            }
+            Some(out)
+        })
+        .collect()
+}
+
+fn set_json_field(body: &Bytes, pointer: &str, key: &str) -> Result<Bytes, Kind> {
+    let tokens = pointer_tokens(pointer).ok_or_else(|| Kind::InvalidPointer(pointer.to_owned()))?;
+    let Some((last, parents)) = tokens.split_last() else {
+        return Err(Kind::EmptyPointer);
+    };
+    let mut doc: Value = serde_json::from_slice(body).map_err(|_| Kind::BodyNotJsonObject)?;
+    let Some(root) = doc.as_object() else {
+        return Err(Kind::BodyNotJsonObject);
+    };
+    // Already there (the body was frozen after a previous attach): keep the exact bytes.
+    if doc.pointer(pointer).and_then(Value::as_str) == Some(key) {
+        return Ok(body.clone());
+    }
+    // A new top-level field: insert it textually, so the caller's bytes are kept as they are.
+    if parents.is_empty() && !root.contains_key(last) {
+        let start = body
+            .iter()
+            .position(|b| *b == b'{')
+            .ok_or(Kind::BodyNotJsonObject)?;
+        let field = serde_json::to_string(last).map_err(|_| Kind::BodyNotJsonObject)?;
+        let value = serde_json::to_string(key).map_err(|_| Kind::BodyNotJsonObject)?;
+        let mut out = Vec::with_capacity(body.len() + field.len() + value.len() + 2);
+        out.extend_from_slice(&body[..=start]);
+        out.extend_from_slice(field.as_bytes());
+        out.push(b':');
+        out.extend_from_slice(value.as_bytes());
+        if !root.is_empty() {
+            out.push(b',');
+        }
+        out.extend_from_slice(&body[start + 1..]);
+        return Ok(Bytes::from(out));
+    }
+    let mut cur = &mut doc;
+    let mut at = String::new();
+    for token in parents {
+        at.push('/');
+        at.push_str(&token.replace('~', "~0").replace('/', "~1"));
+        let Some(obj) = cur.as_object_mut() else {
+            return Err(Kind::PointerBlocked {
+                pointer: pointer.to_owned(),
+                at,
+            });
+        };
+        cur = obj
+            .entry(token.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    let Some(obj) = cur.as_object_mut() else {
+        return Err(Kind::PointerBlocked {
+            pointer: pointer.to_owned(),
+            at,
+        });
+    };
+    obj.insert(last.clone(), Value::String(key.to_owned()));
+    serde_json::to_vec(&doc)
+        .map(Bytes::from)
+        .map_err(|_| Kind::BodyNotJsonObject)
+}
+
+/// Sets `name=value` in an `&`-separated, percent-encoded list (a query or a form body).
+/// Returns `None` when it already holds exactly that pair once; otherwise drops every pair named
+/// `name` and appends the new one, keeping the other pairs byte for byte.
+fn set_pair(list: &str, name: &str, value: &str) -> Option<String> {
+    let is_ours = |pair: &str| {
+        let raw_name = pair.split_once('=').map_or(pair, |(n, _)| n);
+        percent_decode(raw_name) == name.as_bytes()
+    };
+    let ours: Vec<&str> = list.split('&').filter(|p| is_ours(p)).collect();
+    if let [only] = ours.as_slice() {
+        let raw_value = only.split_once('=').map_or("", |(_, v)| v);
+        if percent_decode(raw_value) == value.as_bytes() {
+            return None;
+        }
+    }
+    let mut out: String = list
+        .split('&')
+        .filter(|p| !p.is_empty() && !is_ours(p))
+        .collect::<Vec<_>>()
+        .join("&");
+    if !out.is_empty() {
+        out.push('&');
+    }
+    percent_encode(name, &mut out);
+    out.push('=');
+    percent_encode(value, &mut out);
+    Some(out)
+}
+
+fn with_query(uri: &Uri, path: &str, query: &str) -> Result<Uri, String> {
+    let path = if path.is_empty() { "/" } else { path };
+    let pq = PathAndQuery::try_from(format!("{path}?{query}")).map_err(|e| e.to_string())?;
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(pq);
+    Uri::from_parts(parts).map_err(|e| e.to_string())
+}
+
+/// Percent-encodes everything but the RFC 3986 unreserved characters.
+fn percent_encode(s: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+}
+
+/// Decodes `%XX` escapes and `+` (a space in form encoding); malformed escapes stay as they are.
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex_val(b[i + 1]), hex_val(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    out
+}
+
+fn hex_val(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}

@@ -1,0 +1,304 @@
+//! Choosing a contract per request.
+
+use std::sync::Arc;
+
+use http::{Method, Uri};
+use serde::{Deserialize, Serialize};
+
+use super::Contract;
+use super::error::{ContractError, ContractErrorKind as Kind};
+use crate::ledger::ContractRef;
+
+/// How specific a matching target is: (exact host, path prefix length, method given).
+type Rank = (bool, usize, bool);
+
+/// Which requests a contract applies to: a host, optionally a path prefix and a method.
+///
+/// - The host is compared case-insensitively, ignoring a trailing dot. Without a port it matches
+///   any port; `api.test:8443` matches only that port (the scheme's default port counts when the
+///   URI has none). `*.example.com` matches every subdomain of `example.com` (not the apex).
+/// - The path prefix is segment-aware: `/v1` matches `/v1` and `/v1/charges`, not `/v10`.
+/// - The method, when given, must be equal.
+///
+/// In JSON or TOML: `{ host = "api.stripe.com", path_prefix = "/v1", method = "POST" }` (the
+/// method is upper-cased when read).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path_prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_method")]
+    method: Option<Method>,
+}
+
+impl Target {
+    /// Requests to `host` (`api.stripe.com`, `api.test:8443`, `[::1]:8080`, `*.adyen.com`).
+    pub fn host(host: impl Into<String>) -> Self {
+        Self {
+            host: host.into(),
+            path_prefix: None,
+            method: None,
+        }
+    }
+
+    /// Only paths under `prefix` (segment-aware).
+    pub fn path_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.path_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Only requests with `method`.
+    pub fn method(mut self, method: Method) -> Self {
+        self.method = Some(method);
+        self
+    }
+
+    /// Whether a request matches.
+    pub fn matches(&self, method: &Method, uri: &Uri) -> bool {
+        self.specificity(method, uri).is_some()
+    }
+
+    /// `None` when the request does not match; otherwise a rank, higher is more specific:
+    /// exact host over wildcard, then a longer path prefix, then a method.
+    fn specificity(&self, method: &Method, uri: &Uri) -> Option<Rank> {
+        let req_host = uri.host()?;
+        let (host, port) = split_host_port(&self.host);
+        let exact = if let Some(suffix) = host.strip_prefix("*.") {
+            let req = req_host.trim_end_matches('.').as_bytes();
+            let suffix = suffix.trim_end_matches('.').as_bytes();
+            let ok = req.len() > suffix.len() + 1
+                && req[req.len() - suffix.len() - 1] == b'.'
+                && req[req.len() - suffix.len()..].eq_ignore_ascii_case(suffix);
+            if !ok {
+                return None;
+            }
+            false
+        } else {
+            if !host
+                .trim_end_matches('.')
+                .eq_ignore_ascii_case(req_host.trim_end_matches('.'))
+            {
+                return None;
+            }
+            true
+        };
+        if let Some(port) = port {
+            let req_port = uri.port_u16().or(match uri.scheme_str() {
+                Some(s) if s.eq_ignore_ascii_case("https") => Some(443),
+                Some(s) if s.eq_ignore_ascii_case("http") => Some(80),
+                _ => None,
+            });
+            if req_port != Some(port) {
+                return None;
+            }
+        }
+        let prefix_len = match &self.path_prefix {
+            Some(prefix) => {
+                let prefix = normalize_prefix(prefix);
+                let path = uri.path();
+                let under = path == prefix
+                    || prefix.is_empty()
+                    || (path.starts_with(prefix)
+                        && path.as_bytes().get(prefix.len()) == Some(&b'/'));
+                if !under {
+                    return None;
+                }
+                prefix.len()
+            }
+            None => 0,
+        };
+        let method_given = match &self.method {
+            Some(m) if m != method => return None,
+            Some(_) => true,
+            None => false,
+        };
+        Some((exact, prefix_len, method_given))
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let (host, _) = split_host_port(&self.host);
+        let bare = host.strip_prefix("*.").unwrap_or(host);
+        if bare.is_empty() {
+            return Err(format!("host `{}` is empty", self.host));
+        }
+        if bare.contains(['/', '*', '?', '#', '@', ' ']) {
+            return Err(format!("host `{}` is not a host name", self.host));
+        }
+        if self.host.contains(':')
+            && !self.host.starts_with('[')
+            && split_host_port(&self.host).1.is_none()
+        {
+            return Err(format!("host `{}` has an invalid port", self.host));
+        }
+        if let Some(p) = &self.path_prefix
+            && !p.is_empty()
+            && !p.starts_with('/')
+        {
+            return Err(format!("path prefix `{p}` must start with `/`"));
+        }
+        Ok(())
+    }
+}
+
+/// `/v1/` and `/v1` are the same prefix; `/` is every path.
+fn normalize_prefix(prefix: &str) -> &str {
+    prefix.trim_end_matches('/')
+}
+
+/// `host:port`, `[v6]:port`, or a bare host (a bare IPv6 address keeps its colons).
+fn split_host_port(s: &str) -> (&str, Option<u16>) {
+    if s.starts_with('[') {
+        if let Some(end) = s.find(']') {
+            let port = s[end + 1..].strip_prefix(':').and_then(|p| p.parse().ok());
+            return (&s[..=end], port);
+        }
+        return (s, None);
+    }
+    match s.split_once(':') {
+        Some((host, port)) if !port.contains(':') => match port.parse() {
+            Ok(port) => (host, Some(port)),
+            Err(_) => (s, None),
+        },
+        _ => (s, None),
+    }
+}
+
+mod opt_method {
+    use http::Method;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(m: &Option<Method>, s: S) -> Result<S::Ok, S::Error> {
+        match m {
+            Some(m) => s.serialize_some(m.as_str()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Method>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|m| {
+                Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+                    .map_err(serde::de::Error::custom)
+            })
+            .transpose()
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Route {
+    target: Target,
+    contract: Arc<Contract>,
+}
+
+/// The contracts of a client, chosen per request by [`Target`]; a default covers the rest.
+///
+/// ```
+/// use http::{Method, Uri};
+/// use recoverable_write::contract::{Contract, Contracts, Target};
+///
+/// let contracts = Contracts::default()
+///     .route(Target::host("api.example.com"), Contract::ietf_draft());
+/// let uri: Uri = "https://api.example.com/tickets".parse().unwrap();
+/// assert_eq!(contracts.select(&Method::POST, &uri).name, "ietf-draft");
+/// let other: Uri = "https://elsewhere.test/x".parse().unwrap();
+/// assert_eq!(contracts.select(&Method::POST, &other).name, "default");
+/// ```
+#[derive(Clone, Debug)]
+pub struct Contracts {
+    default: Arc<Contract>,
+    routes: Vec<Route>,
+}
+
+impl Contracts {
+    /// A registry where every request gets `default`.
+    pub fn new(default: Contract) -> Self {
+        Self {
+            default: Arc::new(default),
+            routes: Vec::new(),
+        }
+    }
+
+    /// Uses `contract` for requests matching `target`. Registering an equal target again
+    /// replaces the earlier contract.
+    pub fn route(mut self, target: Target, contract: Contract) -> Self {
+        let contract = Arc::new(contract);
+        match self.routes.iter_mut().find(|r| r.target == target) {
+            Some(route) => route.contract = contract,
+            None => self.routes.push(Route { target, contract }),
+        }
+        self
+    }
+
+    /// The contract for a request: among the matching targets the most specific wins (exact host
+    /// over wildcard, then the longest path prefix, then a given method; the first registered on
+    /// a tie); with no match, the default.
+    pub fn select(&self, method: &Method, uri: &Uri) -> &Arc<Contract> {
+        let mut best: Option<(Rank, &Arc<Contract>)> = None;
+        for route in &self.routes {
+            if let Some(rank) = route.target.specificity(method, uri)
+                && best.as_ref().is_none_or(|(b, _)| rank > *b)
+            {
+                best = Some((rank, &route.contract));
+            }
+        }
+        best.map_or(&self.default, |(_, c)| c)
+    }
+
+    /// The contract with this name: the default first, then routes in registration order.
+    pub fn get(&self, name: &str) -> Option<&Arc<Contract>> {
+        self.all().find(|c| c.name == name)
+    }
+
+    /// The contract an operation was frozen with: same name and same content hash. `None` when
+    /// the configuration no longer holds that exact contract.
+    pub fn find(&self, reference: &ContractRef) -> Option<&Arc<Contract>> {
+        self.all()
+            .filter(|c| c.name == reference.name)
+            .find(|c| c.reference().hash == reference.hash)
+    }
+
+    /// The default contract.
+    pub fn default_contract(&self) -> &Arc<Contract> {
+        &self.default
+    }
+
+    /// The routes, in registration order.
+    pub fn routes(&self) -> impl Iterator<Item = (&Target, &Arc<Contract>)> {
+        self.routes.iter().map(|r| (&r.target, &r.contract))
+    }
+
+    /// Validates every contract and target, and checks that no two different contracts share a
+    /// name (recovery finds the frozen contract by name).
+    pub fn validate(&self) -> Result<(), ContractError> {
+        self.default.validate()?;
+        for route in &self.routes {
+            route.contract.validate()?;
+            route.target.validate().map_err(|why| {
+                ContractError::new(&route.contract.name, "target", Kind::InvalidTarget(why))
+            })?;
+        }
+        let all: Vec<&Arc<Contract>> = self.all().collect();
+        for (i, a) in all.iter().enumerate() {
+            if all[..i].iter().any(|b| b.name == a.name && ***b != ***a) {
+                return Err(ContractError::new(
+                    &a.name,
+                    "name",
+                    Kind::DuplicateName(a.name.clone()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Arc<Contract>> {
+        std::iter::once(&self.default).chain(self.routes.iter().map(|r| &r.contract))
+    }
+}
+
+impl Default for Contracts {
+    /// Only the [conservative](Contract::conservative) default.
+    fn default() -> Self {
+        Self::new(Contract::conservative())
+    }
+}
