@@ -25,7 +25,7 @@ use recoverable_write::{
     BudgetPolicy, HttpLookup, Operation, Outcome, RecoverableWriteLayer, Recoverer,
     SendOnceGuardLayer, SqliteLedger, State,
 };
-use tower::{ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceBuilder, ServiceExt};
 
 const SCENARIOS: &[(&str, &str)] = &[(
     "d1",

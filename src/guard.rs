@@ -314,10 +314,12 @@ where
     }
 }
 
-/// Finds a [`SendRefused`] anywhere in an error's source chain.
+/// Finds a [`SendRefused`] in an error's source chain (the first 32 links: a chain whose
+/// `source()` loops back on itself must not hang the caller).
 pub fn find_refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a SendRefused> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = cur {
+    for _ in 0..32 {
+        let e = cur?;
         if let Some(r) = e.downcast_ref::<SendRefused>() {
             return Some(r);
         }

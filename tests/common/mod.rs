@@ -190,7 +190,7 @@ pub async fn send(svc: &mut Writer, req: Request<Full<Bytes>>) -> Result<Respons
     svc.ready().await?.call(req).await
 }
 
-pub fn outcome(res: &Response<Bytes>) -> Outcome {
+pub fn outcome<B>(res: &Response<B>) -> Outcome {
     res.extensions()
         .get::<Outcome>()
         .cloned()
