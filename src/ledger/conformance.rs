@@ -1,1 +1,1509 @@
-//! Conformance suite (stub).
+//! The ledger conformance suite: the behaviour every [`Ledger`] backend must have.
+//!
+//! Each check is a public `async fn` taking a fresh, empty ledger and panicking on the first
+//! violation. [`ledger_conformance_tests!`](crate::ledger_conformance_tests) turns the whole
+//! suite into `#[test]` functions with one line, so a new backend gets every check at once:
+//!
+//! ```
+//! use recoverable_write::ledger::MemoryLedger;
+//!
+//! // Expands to `mod memory { #[test] fn create_then_get_round_trips_every_field() ... }`.
+//! recoverable_write::ledger_conformance_tests!(memory, make = async { MemoryLedger::new() });
+//! # fn main() {}
+//! ```
+//!
+//! A backend whose ledger needs something kept alive for the test's duration (a temporary
+//! directory, a database container) returns `(ledger, guard)` with `make_with_guard`:
+//!
+//! ```no_run
+//! use recoverable_write::ledger::SqliteLedger;
+//!
+//! recoverable_write::ledger_conformance_tests!(sqlite, make_with_guard = async {
+//!     let dir = tempfile::tempdir().unwrap();
+//!     let ledger = SqliteLedger::open(dir.path().join("ledger.db")).await.unwrap();
+//!     (ledger, dir)
+//! });
+//! # fn main() {}
+//! ```
+//!
+//! The checks are written as drills: the function name says the scenario, and each one checks
+//! both the row and the evidence log. Times are fixed milliseconds (no clock, no sleeps).
+//! Concurrency checks spawn tasks on the multi-threaded runtime [`run`] builds, so races between
+//! callers really happen.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{
+    Changes, ContractRef, Created, EvidenceEntry, Ledger, LedgerError, NewEvidence, NewOperation,
+    OperationRecord, StoredResponse, Update,
+};
+use crate::budget::BudgetPolicy;
+use crate::evidence::{ConflictKind, Evidence};
+use crate::operation::{
+    AttemptId, FrozenRequest, Generation, IdempotencyKey, OperationId, PayloadDigest, PayloadHash,
+    Tenant,
+};
+use crate::state::{Clock, Event, State, transition};
+
+/// Generates one `#[test]` per conformance check, each with a fresh ledger.
+///
+/// Forms:
+/// - `ledger_conformance_tests!(make = <async expr>)`: a module named `ledger_conformance`;
+/// - `ledger_conformance_tests!(<module>, make = <async expr>)`: a module of that name (use it
+///   to run the suite for several backends in one file);
+/// - `ledger_conformance_tests!(<module>, make_with_guard = <async expr>)`: the expression
+///   yields `(ledger, guard)`; the guard (a temporary directory, say) is dropped after the check.
+///
+/// The expression is evaluated once per test, inside the test's runtime; names used in it
+/// resolve as at the macro call site (the module does `use super::*`). See the
+/// [module docs](crate::ledger::conformance).
+#[macro_export]
+macro_rules! ledger_conformance_tests {
+    (@tests $fixture:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                $crate::ledger::conformance::run(async {
+                    // The guard lives until the check is over.
+                    let (ledger, _guard) = $fixture.await;
+                    $crate::ledger::conformance::$check(ledger).await;
+                });
+            }
+        )*
+    };
+    (@module $module:ident, $fixture:expr) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $crate::ledger_conformance_tests!(@tests $fixture;
+                create_then_get_round_trips_every_field,
+                empty_body_and_no_headers_round_trip,
+                get_of_an_unknown_operation_is_none,
+                create_or_get_is_idempotent_by_operation_id,
+                create_or_get_is_idempotent_by_intent,
+                same_operation_id_in_another_tenant_is_another_operation,
+                apply_with_matching_precondition_writes_every_column_and_bumps_version,
+                apply_writes_optional_columns_as_given,
+                apply_with_stale_generation_changes_nothing,
+                apply_with_stale_version_changes_nothing,
+                apply_with_wrong_state_changes_nothing,
+                apply_to_an_unknown_operation_is_none,
+                rejected_is_refused_once_an_attempt_may_have_applied,
+                rejected_is_allowed_on_operation_level_evidence,
+                rejected_is_allowed_when_nothing_may_have_applied,
+                may_have_applied_is_sticky_unless_reset,
+                evidence_is_appended_in_order_with_all_fields,
+                append_evidence_leaves_the_row_unchanged,
+                append_evidence_for_an_unknown_operation_stores_nothing,
+                evidence_is_kept_per_tenant_and_operation,
+                claim_due_picks_only_due_unleased_recovery_rows,
+                claim_due_respects_limit_and_next_check_order,
+                claim_due_does_not_reclaim_while_leased,
+                sweep_expired_moves_only_expired_in_flight_rows,
+                concurrent_claim_send_has_exactly_one_winner,
+                concurrent_create_or_get_of_one_intent_yields_one_row,
+                lifecycle_lost_response_recovered_by_lookup,
+            );
+        }
+    };
+    (make = $make:expr $(,)?) => {
+        $crate::ledger_conformance_tests!(ledger_conformance, make = $make);
+    };
+    ($module:ident, make = $make:expr $(,)?) => {
+        $crate::ledger_conformance_tests!(@module $module, async { ($make.await, ()) });
+    };
+    ($module:ident, make_with_guard = $make:expr $(,)?) => {
+        $crate::ledger_conformance_tests!(@module $module, $make);
+    };
+}
+
+/// Runs one check on a fresh multi-threaded runtime (4 workers), as the generated tests do.
+///
+/// # Panics
+///
+/// If the runtime cannot be built, or the check fails.
+pub fn run<F: Future<Output = ()>>(check: F) {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => panic!("cannot build the conformance test runtime: {e}"),
+    };
+    runtime.block_on(check);
+}
+
+// ── fixtures ────────────────────────────────────────────────────────────────────────────────────
+
+/// The base time of every check, in ms since the Unix epoch.
+pub const T0: i64 = 1_700_000_000_000;
+
+/// The action every fixture operation uses.
+pub const ACTION: &str = "create_ticket";
+
+/// A budget different from the default in every field, so a backend that drops it shows.
+pub fn test_policy() -> BudgetPolicy {
+    BudgetPolicy {
+        max_attempts: 5,
+        max_queries: 7,
+        window_ms: 30_000,
+        attempt_timeout_ms: 2_000,
+        lease_margin_ms: 1_000,
+        query_backoff_base_ms: 50,
+        query_backoff_cap_ms: 800,
+    }
+}
+
+/// A new operation of `tenant` with this id and intent, created at [`T0`]: a JSON body with
+/// non-UTF-8 and NUL bytes, repeated headers, a query string, [`test_policy`].
+pub fn new_operation(tenant: &str, operation_id: &str, intent_ref: &str) -> NewOperation {
+    let url = "https://vendor.test/v1/tickets?source=agent&x=%20";
+    let body = Bytes::from_static(b"{\"device\":\"E17\",\"memo\":\"fan noise \xff\x00\xfe\"}");
+    NewOperation {
+        tenant: Tenant::new(tenant),
+        operation_id: OperationId::new(operation_id),
+        action: ACTION.to_owned(),
+        intent_ref: intent_ref.to_owned(),
+        idempotency_key: IdempotencyKey::generate(),
+        payload_hash: PayloadHash::compute("POST", url, &body, &PayloadDigest::Full),
+        request: FrozenRequest {
+            method: "POST".to_owned(),
+            url: url.to_owned(),
+            headers: vec![
+                ("content-type".to_owned(), "application/json".to_owned()),
+                ("x-trace".to_owned(), "a".to_owned()),
+                ("x-trace".to_owned(), "b, \"c\"".to_owned()),
+                ("x-unicode".to_owned(), "déjà vu".to_owned()),
+            ],
+            body,
+        },
+        contract: ContractRef {
+            name: "stripe-v1".to_owned(),
+            hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned(),
+        },
+        policy: test_policy(),
+        now_ms: T0,
+    }
+}
+
+/// An evidence entry of `kind` at `at_ms`, with no attempt, observation or note.
+pub fn evidence_entry(kind: &str, at_ms: i64) -> NewEvidence {
+    NewEvidence {
+        attempt_id: None,
+        generation: Generation(0),
+        kind: kind.to_owned(),
+        from_state: None,
+        to_state: None,
+        evidence: None,
+        note: None,
+        at_ms,
+    }
+}
+
+/// The changes that keep every column of `r` as it is, except the state.
+pub fn keep(r: &OperationRecord, state: State, now_ms: i64) -> Changes {
+    Changes {
+        state,
+        last_result: r.last_result,
+        generation: r.generation,
+        attempts_used: r.attempts_used,
+        queries_used: r.queries_used,
+        may_have_applied: r.may_have_applied,
+        reset_may_have_applied: false,
+        current_attempt: r.current_attempt,
+        lease_until_ms: r.lease_until_ms,
+        next_check_ms: r.next_check_ms,
+        deadline_ms: r.deadline_ms,
+        remote_ref: r.remote_ref.clone(),
+        reason: r.reason.clone(),
+        response: r.response.clone(),
+        now_ms,
+    }
+}
+
+/// A conditional update of `r` (expecting its current state, generation and version).
+pub fn update_of(r: &OperationRecord, changes: Changes, kind: &str) -> Update {
+    let evidence = NewEvidence {
+        generation: changes.generation,
+        from_state: Some(r.state),
+        to_state: Some(changes.state),
+        ..evidence_entry(kind, changes.now_ms)
+    };
+    Update {
+        tenant: r.tenant.clone(),
+        operation_id: r.operation_id.clone(),
+        expect_state: r.state,
+        expect_generation: r.generation,
+        expect_version: r.version,
+        operation_level: false,
+        changes,
+        evidence,
+    }
+}
+
+fn must<T>(result: Result<T, LedgerError>, what: &str) -> T {
+    match result {
+        Ok(v) => v,
+        Err(e) => panic!("{what} failed: {e:?}"),
+    }
+}
+
+async fn create<L: Ledger>(ledger: &L, new: NewOperation) -> OperationRecord {
+    match must(ledger.create_or_get(new).await, "create_or_get") {
+        Created::New(r) => r,
+        Created::Existing(r) => panic!("expected a new operation, got existing {}", r.operation_id),
+    }
+}
+
+async fn get<L: Ledger>(ledger: &L, r: &OperationRecord) -> OperationRecord {
+    match must(ledger.get(&r.tenant, &r.operation_id).await, "get") {
+        Some(row) => row,
+        None => panic!("operation {} disappeared", r.operation_id),
+    }
+}
+
+async fn log<L: Ledger>(ledger: &L, r: &OperationRecord) -> Vec<EvidenceEntry> {
+    must(
+        ledger.evidence(&r.tenant, &r.operation_id).await,
+        "evidence",
+    )
+}
+
+fn kinds(log: &[EvidenceEntry]) -> Vec<&str> {
+    log.iter().map(|e| e.entry.kind.as_str()).collect()
+}
+
+async fn apply_ok<L: Ledger>(ledger: &L, update: Update) -> OperationRecord {
+    let what = format!("apply {}", update.evidence.kind);
+    match must(ledger.apply(update).await, &what) {
+        Some(r) => r,
+        None => panic!("{what}: precondition unexpectedly refused"),
+    }
+}
+
+/// Moves a fresh operation straight to `state` with the given scheduling columns (the store
+/// does not check transitions; the state machine does).
+async fn put<L: Ledger>(
+    ledger: &L,
+    id: &str,
+    state: State,
+    next_check_ms: Option<i64>,
+    lease_until_ms: Option<i64>,
+) -> OperationRecord {
+    let r = create(
+        ledger,
+        new_operation("tenant-a", id, &format!("intent-{id}")),
+    )
+    .await;
+    let changes = Changes {
+        next_check_ms,
+        lease_until_ms,
+        ..keep(&r, state, T0)
+    };
+    apply_ok(ledger, update_of(&r, changes, "setup")).await
+}
+
+fn assert_new_row(r: &OperationRecord, new: &NewOperation) {
+    assert_eq!(r.tenant, new.tenant);
+    assert_eq!(r.operation_id, new.operation_id);
+    assert_eq!(r.action, new.action);
+    assert_eq!(r.intent_ref, new.intent_ref);
+    assert_eq!(r.idempotency_key, new.idempotency_key);
+    assert_eq!(r.payload_hash, new.payload_hash);
+    assert_eq!(r.request, new.request);
+    assert_eq!(r.contract, new.contract);
+    assert_eq!(r.policy, new.policy);
+    assert_eq!(r.state, State::Prepared);
+    assert_eq!(r.last_result, None);
+    assert_eq!(r.generation, Generation(0));
+    assert_eq!(r.version, 0);
+    assert_eq!(r.attempts_used, 0);
+    assert_eq!(r.queries_used, 0);
+    assert!(!r.may_have_applied);
+    assert_eq!(r.current_attempt, None);
+    assert_eq!(r.lease_until_ms, None);
+    assert_eq!(r.next_check_ms, None);
+    assert_eq!(r.deadline_ms, None);
+    assert_eq!(r.remote_ref, None);
+    assert_eq!(r.reason, None);
+    assert_eq!(r.response, None);
+    assert_eq!(r.created_ms, new.now_ms);
+    assert_eq!(r.updated_ms, new.now_ms);
+}
+
+// ── create and read ─────────────────────────────────────────────────────────────────────────────
+
+/// A created operation reads back with every field intact (body bytes, repeated headers,
+/// budget, contract), in state `PREPARED` at generation 0, version 0, with one `created` entry.
+pub async fn create_then_get_round_trips_every_field<L: Ledger>(ledger: L) {
+    let new = new_operation("tenant-a", "op-204", "intent-7781");
+    let created = create(&ledger, new.clone()).await;
+    assert_new_row(&created, &new);
+    let read = get(&ledger, &created).await;
+    assert_eq!(read, created);
+    assert_eq!(read.idempotency_key.as_str(), new.idempotency_key.as_str());
+
+    let entries = log(&ledger, &created).await;
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        entries[0].entry,
+        NewEvidence {
+            attempt_id: None,
+            generation: Generation(0),
+            kind: "created".to_owned(),
+            from_state: None,
+            to_state: Some(State::Prepared),
+            evidence: None,
+            note: None,
+            at_ms: T0,
+        }
+    );
+}
+
+/// An empty body and no headers are stored as such (not as NULL, not as a failure).
+pub async fn empty_body_and_no_headers_round_trip<L: Ledger>(ledger: L) {
+    let mut new = new_operation("tenant-a", "op-empty", "intent-empty");
+    new.request.body = Bytes::new();
+    new.request.headers.clear();
+    new.request.method = "PUT".to_owned();
+    let created = create(&ledger, new.clone()).await;
+    assert_new_row(&created, &new);
+    assert_eq!(get(&ledger, &created).await, created);
+}
+
+/// Reading an operation that does not exist is `None`, not an error.
+pub async fn get_of_an_unknown_operation_is_none<L: Ledger>(ledger: L) {
+    let found = must(
+        ledger
+            .get(&Tenant::new("tenant-a"), &OperationId::new("op-missing"))
+            .await,
+        "get",
+    );
+    assert_eq!(found, None);
+    let entries = must(
+        ledger
+            .evidence(&Tenant::new("tenant-a"), &OperationId::new("op-missing"))
+            .await,
+        "evidence",
+    );
+    assert!(entries.is_empty());
+}
+
+/// Creating the same operation id again returns the first row, untouched, whatever the new
+/// intent or payload: the caller compares payload hashes.
+pub async fn create_or_get_is_idempotent_by_operation_id<L: Ledger>(ledger: L) {
+    let first = create(&ledger, new_operation("tenant-a", "op-204", "intent-1")).await;
+    let mut again = new_operation("tenant-a", "op-204", "intent-2");
+    again.request.body = Bytes::from_static(b"{\"device\":\"E18\"}");
+    again.payload_hash = PayloadHash::from_stored("another-hash");
+    again.now_ms = T0 + 500;
+    match must(ledger.create_or_get(again).await, "create_or_get") {
+        Created::Existing(r) => assert_eq!(r, first),
+        Created::New(r) => panic!("second create of op-204 made a new row: {r:?}"),
+    }
+    assert_eq!(get(&ledger, &first).await, first);
+    assert_eq!(kinds(&log(&ledger, &first).await), ["created"]);
+    // The second intent did not become an operation either.
+    let by_intent = new_operation("tenant-a", "op-other", "intent-2");
+    assert!(matches!(
+        must(ledger.create_or_get(by_intent).await, "create_or_get"),
+        Created::New(_)
+    ));
+}
+
+/// The same `(tenant, action, intent_ref)` under another operation id returns the first
+/// operation (its id, its key); another action with the same intent ref is another operation.
+pub async fn create_or_get_is_idempotent_by_intent<L: Ledger>(ledger: L) {
+    let first = create(&ledger, new_operation("tenant-a", "op-1", "intent-7781")).await;
+    let second = new_operation("tenant-a", "op-2", "intent-7781");
+    match must(ledger.create_or_get(second).await, "create_or_get") {
+        Created::Existing(r) => {
+            assert_eq!(r.operation_id.as_str(), "op-1");
+            assert_eq!(r.idempotency_key, first.idempotency_key);
+            assert_eq!(r, first);
+        }
+        Created::New(r) => panic!("the same intent became a second operation: {r:?}"),
+    }
+    let missing = must(
+        ledger
+            .get(&Tenant::new("tenant-a"), &OperationId::new("op-2"))
+            .await,
+        "get",
+    );
+    assert_eq!(missing, None, "the losing id must not exist");
+    assert!(
+        must(
+            ledger
+                .evidence(&Tenant::new("tenant-a"), &OperationId::new("op-2"))
+                .await,
+            "evidence"
+        )
+        .is_empty()
+    );
+
+    let mut refund = new_operation("tenant-a", "op-3", "intent-7781");
+    refund.action = "refund".to_owned();
+    let refund = create(&ledger, refund).await;
+    assert_eq!(refund.action, "refund");
+    assert_eq!(get(&ledger, &first).await, first);
+}
+
+/// Tenants do not share operations: the same operation id (and intent) in another tenant is
+/// another operation, and changing one leaves the other alone.
+pub async fn same_operation_id_in_another_tenant_is_another_operation<L: Ledger>(ledger: L) {
+    let a = create(&ledger, new_operation("tenant-a", "op-204", "intent-1")).await;
+    let b = create(&ledger, new_operation("tenant-b", "op-204", "intent-1")).await;
+    assert_ne!(a.idempotency_key, b.idempotency_key);
+    assert_eq!(b.tenant.as_str(), "tenant-b");
+
+    let moved = apply_ok(
+        &ledger,
+        update_of(&a, keep(&a, State::InFlight, T0 + 1), "x"),
+    )
+    .await;
+    assert_eq!(moved.state, State::InFlight);
+    assert_eq!(get(&ledger, &b).await, b);
+    assert_eq!(kinds(&log(&ledger, &b).await), ["created"]);
+    assert_eq!(kinds(&log(&ledger, &a).await), ["created", "x"]);
+}
+
+// ── apply ───────────────────────────────────────────────────────────────────────────────────────
+
+/// With the expected state, generation and version, `apply` writes every mutable column,
+/// increments the version by one, and returns the row as stored.
+pub async fn apply_with_matching_precondition_writes_every_column_and_bumps_version<L: Ledger>(
+    ledger: L,
+) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let attempt = AttemptId::generate();
+    let response = StoredResponse {
+        status: 201,
+        headers: vec![
+            ("content-type".to_owned(), "application/json".to_owned()),
+            ("request-id".to_owned(), "req_123".to_owned()),
+            ("request-id".to_owned(), "req_456".to_owned()),
+        ],
+        body: Bytes::from_static(b"{\"id\":\"W731\"}\x00\xff"),
+    };
+    let changes = Changes {
+        state: State::InFlight,
+        last_result: Some(State::Unknown),
+        generation: Generation(1),
+        attempts_used: 2,
+        queries_used: 3,
+        may_have_applied: true,
+        reset_may_have_applied: false,
+        current_attempt: Some(attempt),
+        lease_until_ms: Some(T0 + 15_000),
+        next_check_ms: Some(T0 + 250),
+        deadline_ms: Some(T0 + 60_000),
+        remote_ref: Some("W731".to_owned()),
+        reason: Some("lost response".to_owned()),
+        response: Some(response.clone()),
+        now_ms: T0 + 5,
+    };
+    let applied = apply_ok(&ledger, update_of(&r, changes, "attempt_registered")).await;
+    let expected = OperationRecord {
+        state: State::InFlight,
+        last_result: Some(State::Unknown),
+        generation: Generation(1),
+        version: 1,
+        attempts_used: 2,
+        queries_used: 3,
+        may_have_applied: true,
+        current_attempt: Some(attempt),
+        lease_until_ms: Some(T0 + 15_000),
+        next_check_ms: Some(T0 + 250),
+        deadline_ms: Some(T0 + 60_000),
+        remote_ref: Some("W731".to_owned()),
+        reason: Some("lost response".to_owned()),
+        response: Some(response),
+        updated_ms: T0 + 5,
+        ..r.clone()
+    };
+    assert_eq!(applied, expected);
+    assert_eq!(get(&ledger, &r).await, expected);
+
+    // The next update must present version 1.
+    let again = apply_ok(
+        &ledger,
+        update_of(&applied, keep(&applied, State::Unknown, T0 + 6), "y"),
+    )
+    .await;
+    assert_eq!(again.version, 2);
+    assert_eq!(again.state, State::Unknown);
+    assert_eq!(again.created_ms, T0);
+}
+
+/// `None` in `Changes` means NULL: the caller merges kept values (see
+/// [`OperationRecord::update_for`]); the store writes what it is given.
+pub async fn apply_writes_optional_columns_as_given<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let full = Changes {
+        last_result: Some(State::Processing),
+        current_attempt: Some(AttemptId::generate()),
+        lease_until_ms: Some(T0 + 1),
+        next_check_ms: Some(T0 + 2),
+        deadline_ms: Some(T0 + 3),
+        remote_ref: Some("W1".to_owned()),
+        reason: Some("why".to_owned()),
+        response: Some(StoredResponse {
+            status: 202,
+            headers: Vec::new(),
+            body: Bytes::new(),
+        }),
+        ..keep(&r, State::Processing, T0 + 1)
+    };
+    let r = apply_ok(&ledger, update_of(&r, full, "full")).await;
+    assert_eq!(
+        r.response
+            .as_ref()
+            .map(|resp| (resp.status, resp.body.len(), resp.headers.len())),
+        Some((202, 0, 0))
+    );
+    let cleared = Changes {
+        state: State::Unknown,
+        last_result: None,
+        current_attempt: None,
+        lease_until_ms: None,
+        next_check_ms: None,
+        deadline_ms: None,
+        remote_ref: None,
+        reason: None,
+        response: None,
+        ..keep(&r, State::Unknown, T0 + 2)
+    };
+    let cleared = apply_ok(&ledger, update_of(&r, cleared, "cleared")).await;
+    let read = get(&ledger, &r).await;
+    assert_eq!(read, cleared);
+    assert_eq!(read.last_result, None);
+    assert_eq!(read.current_attempt, None);
+    assert_eq!(read.lease_until_ms, None);
+    assert_eq!(read.next_check_ms, None);
+    assert_eq!(read.deadline_ms, None);
+    assert_eq!(read.remote_ref, None);
+    assert_eq!(read.reason, None);
+    assert_eq!(read.response, None);
+}
+
+async fn assert_refused<L: Ledger>(ledger: &L, update: Update, before: &OperationRecord) {
+    let log_before = log(ledger, before).await;
+    let what = format!("apply {}", update.evidence.kind);
+    let result = must(ledger.apply(update).await, &what);
+    assert_eq!(result, None, "{what} should have been refused");
+    assert_eq!(
+        &get(ledger, before).await,
+        before,
+        "a refused apply changed the row"
+    );
+    assert_eq!(
+        log(ledger, before).await,
+        log_before,
+        "a refused apply appended evidence"
+    );
+}
+
+/// A writer holding an old generation (a stale worker) is refused by the store.
+pub async fn apply_with_stale_generation_changes_nothing<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let claimed = Changes {
+        generation: Generation(1),
+        ..keep(&r, State::InFlight, T0 + 1)
+    };
+    let claimed = apply_ok(&ledger, update_of(&r, claimed, "claim")).await;
+    // A worker that read generation 0 and believes the version is current.
+    let mut stale = update_of(
+        &claimed,
+        keep(&claimed, State::Succeeded, T0 + 2),
+        "late_result",
+    );
+    stale.expect_generation = Generation(0);
+    assert_refused(&ledger, stale, &claimed).await;
+    // And one ahead of the row, for good measure.
+    let mut ahead = update_of(&claimed, keep(&claimed, State::Succeeded, T0 + 2), "ahead");
+    ahead.expect_generation = Generation(2);
+    assert_refused(&ledger, ahead, &claimed).await;
+}
+
+/// An update computed from a read that another change has since superseded is refused.
+pub async fn apply_with_stale_version_changes_nothing<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let stale = update_of(&r, keep(&r, State::Rejected, T0 + 2), "from_stale_read");
+    let current = apply_ok(
+        &ledger,
+        update_of(&r, keep(&r, State::Prepared, T0 + 1), "note"),
+    )
+    .await;
+    assert_eq!(current.version, 1);
+    assert_refused(&ledger, stale, &current).await;
+}
+
+/// The row is not in the state the update expects: refused.
+pub async fn apply_with_wrong_state_changes_nothing<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let mut wrong = update_of(&r, keep(&r, State::Succeeded, T0 + 1), "lookup");
+    wrong.expect_state = State::Unknown;
+    assert_refused(&ledger, wrong, &r).await;
+}
+
+/// Applying to an operation that does not exist is `None` (and creates nothing).
+pub async fn apply_to_an_unknown_operation_is_none<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let mut ghost = update_of(&r, keep(&r, State::InFlight, T0 + 1), "ghost");
+    ghost.operation_id = OperationId::new("op-ghost");
+    assert_eq!(must(ledger.apply(ghost.clone()).await, "apply"), None);
+    ghost.operation_id = r.operation_id.clone();
+    ghost.tenant = Tenant::new("tenant-b");
+    assert_eq!(must(ledger.apply(ghost).await, "apply"), None);
+    assert_eq!(get(&ledger, &r).await, r);
+    let none = must(
+        ledger
+            .get(&Tenant::new("tenant-a"), &OperationId::new("op-ghost"))
+            .await,
+        "get",
+    );
+    assert_eq!(none, None);
+}
+
+async fn unknown_that_may_have_applied<L: Ledger>(ledger: &L) -> OperationRecord {
+    let r = create(ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let changes = Changes {
+        may_have_applied: true,
+        ..keep(&r, State::Unknown, T0 + 1)
+    };
+    let r = apply_ok(ledger, update_of(&r, changes, "attempt_result")).await;
+    assert!(r.may_have_applied);
+    r
+}
+
+/// Once an attempt may have applied, a refusal of a later attempt cannot make the operation
+/// `REJECTED`: the store refuses it (a 400 for a replay says nothing about the first send).
+pub async fn rejected_is_refused_once_an_attempt_may_have_applied<L: Ledger>(ledger: L) {
+    let r = unknown_that_may_have_applied(&ledger).await;
+    let reject = Changes {
+        reason: Some("400 invalid_request".to_owned()),
+        ..keep(&r, State::Rejected, T0 + 2)
+    };
+    let update = update_of(&r, reject, "attempt_result");
+    assert!(!update.operation_level);
+    assert_refused(&ledger, update, &r).await;
+}
+
+/// Evidence about the operation itself (a lookup, a human) may reject it even after an attempt
+/// may have applied.
+pub async fn rejected_is_allowed_on_operation_level_evidence<L: Ledger>(ledger: L) {
+    let r = unknown_that_may_have_applied(&ledger).await;
+    let reject = Changes {
+        reason: Some("vendor lookup: declined".to_owned()),
+        last_result: Some(State::Rejected),
+        ..keep(&r, State::Rejected, T0 + 2)
+    };
+    let mut update = update_of(&r, reject, "lookup");
+    update.operation_level = true;
+    let rejected = apply_ok(&ledger, update).await;
+    assert_eq!(rejected.state, State::Rejected);
+    assert_eq!(rejected.reason.as_deref(), Some("vendor lookup: declined"));
+    assert_eq!(get(&ledger, &r).await, rejected);
+}
+
+/// While no attempt may have applied, an attempt-level rejection is accepted.
+pub async fn rejected_is_allowed_when_nothing_may_have_applied<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let r = apply_ok(
+        &ledger,
+        update_of(&r, keep(&r, State::InFlight, T0 + 1), "claim"),
+    )
+    .await;
+    assert!(!r.may_have_applied);
+    let rejected = apply_ok(
+        &ledger,
+        update_of(&r, keep(&r, State::Rejected, T0 + 2), "attempt_result"),
+    )
+    .await;
+    assert_eq!(rejected.state, State::Rejected);
+}
+
+/// `may_have_applied` only goes from false to true, unless the update resets it (a
+/// reviewer's confirmed-not-executed decision), which writes the given value.
+pub async fn may_have_applied_is_sticky_unless_reset<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let set = Changes {
+        may_have_applied: true,
+        ..keep(&r, State::Unknown, T0 + 1)
+    };
+    let r = apply_ok(&ledger, update_of(&r, set, "set")).await;
+    assert!(r.may_have_applied);
+
+    let try_clear = Changes {
+        may_have_applied: false,
+        ..keep(&r, State::Unknown, T0 + 2)
+    };
+    let r = apply_ok(&ledger, update_of(&r, try_clear, "try_clear")).await;
+    assert!(r.may_have_applied, "may_have_applied must be sticky");
+    assert!(get(&ledger, &r).await.may_have_applied);
+
+    let reset_true = Changes {
+        may_have_applied: true,
+        reset_may_have_applied: true,
+        ..keep(&r, State::ManualReview, T0 + 3)
+    };
+    let r = apply_ok(&ledger, update_of(&r, reset_true, "reset_true")).await;
+    assert!(r.may_have_applied);
+
+    let reset = Changes {
+        may_have_applied: false,
+        reset_may_have_applied: true,
+        ..keep(&r, State::RetryReady, T0 + 4)
+    };
+    let mut reset = update_of(&r, reset, "review");
+    reset.operation_level = true;
+    let r = apply_ok(&ledger, reset).await;
+    assert!(!r.may_have_applied, "a reset writes the given value");
+    assert!(!get(&ledger, &r).await.may_have_applied);
+}
+
+// ── evidence ────────────────────────────────────────────────────────────────────────────────────
+
+/// Entries come back oldest first, with increasing sequence numbers and every field as given,
+/// whether appended by `apply` or by `append_evidence`.
+pub async fn evidence_is_appended_in_order_with_all_fields<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let attempt = AttemptId::generate();
+    let registered = NewEvidence {
+        attempt_id: Some(attempt),
+        generation: Generation(1),
+        kind: "attempt_registered".to_owned(),
+        from_state: Some(State::Prepared),
+        to_state: Some(State::InFlight),
+        evidence: None,
+        note: Some("first send".to_owned()),
+        at_ms: T0 + 1,
+    };
+    let mut update = update_of(
+        &r,
+        Changes {
+            generation: Generation(1),
+            current_attempt: Some(attempt),
+            ..keep(&r, State::InFlight, T0 + 1)
+        },
+        "ignored",
+    );
+    update.evidence = registered.clone();
+    let r = apply_ok(&ledger, update).await;
+
+    let result = NewEvidence {
+        attempt_id: Some(attempt),
+        generation: Generation(1),
+        kind: "attempt_result".to_owned(),
+        from_state: Some(State::InFlight),
+        to_state: Some(State::Processing),
+        evidence: Some(Evidence::Processing {
+            retry_after: Some(Duration::from_millis(1500)),
+        }),
+        note: None,
+        at_ms: T0 + 2,
+    };
+    let mut update = update_of(&r, keep(&r, State::Processing, T0 + 2), "ignored");
+    update.evidence = result.clone();
+    let r = apply_ok(&ledger, update).await;
+
+    let late = NewEvidence {
+        attempt_id: Some(attempt),
+        generation: Generation(1),
+        kind: "late_evidence".to_owned(),
+        from_state: Some(State::Processing),
+        to_state: None,
+        evidence: Some(Evidence::Conflict {
+            conflict: ConflictKind::InFlight,
+        }),
+        note: Some("duplicate callback, ünïcode".to_owned()),
+        at_ms: T0 + 3,
+    };
+    must(
+        ledger
+            .append_evidence(&r.tenant, &r.operation_id, late.clone())
+            .await,
+        "append_evidence",
+    );
+    let weak = NewEvidence {
+        evidence: Some(Evidence::unknown("404 from lookup")),
+        ..evidence_entry("lookup", T0 + 4)
+    };
+    must(
+        ledger
+            .append_evidence(&r.tenant, &r.operation_id, weak.clone())
+            .await,
+        "append_evidence",
+    );
+
+    let entries = log(&ledger, &r).await;
+    assert_eq!(
+        kinds(&entries),
+        [
+            "created",
+            "attempt_registered",
+            "attempt_result",
+            "late_evidence",
+            "lookup"
+        ]
+    );
+    assert_eq!(entries[1].entry, registered);
+    assert_eq!(entries[2].entry, result);
+    assert_eq!(entries[3].entry, late);
+    assert_eq!(entries[4].entry, weak);
+    for pair in entries.windows(2) {
+        assert!(
+            pair[0].seq < pair[1].seq,
+            "sequence numbers must increase: {} then {}",
+            pair[0].seq,
+            pair[1].seq
+        );
+    }
+}
+
+/// `append_evidence` never changes the row, not even its version.
+pub async fn append_evidence_leaves_the_row_unchanged<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let r = apply_ok(
+        &ledger,
+        update_of(&r, keep(&r, State::ManualReview, T0 + 1), "escalated"),
+    )
+    .await;
+    must(
+        ledger
+            .append_evidence(
+                &r.tenant,
+                &r.operation_id,
+                NewEvidence {
+                    evidence: Some(Evidence::Succeeded {
+                        remote_ref: Some("W731".to_owned()),
+                    }),
+                    ..evidence_entry("late_evidence", T0 + 9)
+                },
+            )
+            .await,
+        "append_evidence",
+    );
+    assert_eq!(get(&ledger, &r).await, r);
+    assert_eq!(
+        kinds(&log(&ledger, &r).await),
+        ["created", "escalated", "late_evidence"]
+    );
+}
+
+/// Evidence for an operation that does not exist (an unknown id, or another tenant's) is not
+/// stored anywhere: `Ok(())`, nothing changes.
+pub async fn append_evidence_for_an_unknown_operation_stores_nothing<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let other_tenant = Tenant::new("tenant-b");
+    let ghost = OperationId::new("op-ghost");
+    must(
+        ledger
+            .append_evidence(
+                &other_tenant,
+                &r.operation_id,
+                evidence_entry("callback", T0 + 1),
+            )
+            .await,
+        "append_evidence",
+    );
+    must(
+        ledger
+            .append_evidence(&r.tenant, &ghost, evidence_entry("callback", T0 + 1))
+            .await,
+        "append_evidence",
+    );
+    assert!(
+        must(
+            ledger.evidence(&other_tenant, &r.operation_id).await,
+            "evidence"
+        )
+        .is_empty()
+    );
+    assert!(must(ledger.evidence(&r.tenant, &ghost).await, "evidence").is_empty());
+    assert_eq!(
+        must(ledger.get(&other_tenant, &r.operation_id).await, "get"),
+        None
+    );
+    assert_eq!(kinds(&log(&ledger, &r).await), ["created"]);
+    assert_eq!(get(&ledger, &r).await, r);
+}
+
+/// Each operation has its own log, per tenant.
+pub async fn evidence_is_kept_per_tenant_and_operation<L: Ledger>(ledger: L) {
+    let a = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
+    let b = create(&ledger, new_operation("tenant-b", "op-1", "intent-1")).await;
+    let c = create(&ledger, new_operation("tenant-a", "op-2", "intent-2")).await;
+    must(
+        ledger
+            .append_evidence(&a.tenant, &a.operation_id, evidence_entry("only_a", T0 + 1))
+            .await,
+        "append_evidence",
+    );
+    apply_ok(
+        &ledger,
+        update_of(&c, keep(&c, State::InFlight, T0 + 2), "only_c"),
+    )
+    .await;
+    assert_eq!(kinds(&log(&ledger, &a).await), ["created", "only_a"]);
+    assert_eq!(kinds(&log(&ledger, &b).await), ["created"]);
+    assert_eq!(kinds(&log(&ledger, &c).await), ["created", "only_c"]);
+}
+
+// ── claim and sweep ─────────────────────────────────────────────────────────────────────────────
+
+fn ids(rows: &[OperationRecord]) -> Vec<&str> {
+    rows.iter().map(|r| r.operation_id.as_str()).collect()
+}
+
+/// `claim_due` takes exactly the `UNKNOWN`/`PROCESSING` rows whose next check is due and whose
+/// lease is absent or over; each claimed row gets generation+1, version+1, the new lease and a
+/// `recovery_claimed` entry. Every other row is untouched.
+pub async fn claim_due_picks_only_due_unleased_recovery_rows<L: Ledger>(ledger: L) {
+    let now = T0 + 1_000;
+    let lease_ms = 10_000;
+    let a = put(
+        &ledger,
+        "a-unknown-due",
+        State::Unknown,
+        Some(T0 + 100),
+        None,
+    )
+    .await;
+    let b = put(
+        &ledger,
+        "b-processing-lease-over",
+        State::Processing,
+        Some(T0 + 200),
+        Some(T0 + 500),
+    )
+    .await;
+    let c = put(&ledger, "c-not-due", State::Unknown, Some(T0 + 2_000), None).await;
+    let d = put(
+        &ledger,
+        "d-leased",
+        State::Unknown,
+        Some(T0 + 300),
+        Some(T0 + 5_000),
+    )
+    .await;
+    let e = put(
+        &ledger,
+        "e-retry-ready",
+        State::RetryReady,
+        Some(T0 + 100),
+        None,
+    )
+    .await;
+    let f = put(
+        &ledger,
+        "f-in-flight",
+        State::InFlight,
+        Some(T0 + 100),
+        None,
+    )
+    .await;
+    let g = put(&ledger, "g-no-next-check", State::Unknown, None, None).await;
+    let h = put(
+        &ledger,
+        "h-lease-ends-now",
+        State::Processing,
+        Some(T0 + 400),
+        Some(now),
+    )
+    .await;
+    let i = put(&ledger, "i-due-now", State::Unknown, Some(now), None).await;
+    let j = put(
+        &ledger,
+        "j-manual-review",
+        State::ManualReview,
+        Some(T0 + 100),
+        None,
+    )
+    .await;
+    let k = put(
+        &ledger,
+        "k-succeeded",
+        State::Succeeded,
+        Some(T0 + 100),
+        None,
+    )
+    .await;
+    let l = put(&ledger, "l-prepared", State::Prepared, Some(T0 + 100), None).await;
+
+    let claimed = must(ledger.claim_due(now, lease_ms, 100).await, "claim_due");
+    assert_eq!(
+        ids(&claimed),
+        [
+            "a-unknown-due",
+            "b-processing-lease-over",
+            "h-lease-ends-now",
+            "i-due-now"
+        ],
+        "claimed rows, in next-check order"
+    );
+    for (before, after) in [&a, &b, &h, &i].into_iter().zip(&claimed) {
+        let expected = OperationRecord {
+            generation: before.generation.next(),
+            version: before.version + 1,
+            lease_until_ms: Some(now + lease_ms),
+            updated_ms: now,
+            ..before.clone()
+        };
+        assert_eq!(after, &expected);
+        assert_eq!(&get(&ledger, before).await, &expected);
+        let entries = log(&ledger, before).await;
+        let last = &entries[entries.len() - 1].entry;
+        assert_eq!(
+            last,
+            &NewEvidence {
+                attempt_id: None,
+                generation: expected.generation,
+                kind: "recovery_claimed".to_owned(),
+                from_state: Some(before.state),
+                to_state: Some(before.state),
+                evidence: None,
+                note: None,
+                at_ms: now,
+            }
+        );
+    }
+    for untouched in [&c, &d, &e, &f, &g, &j, &k, &l] {
+        assert_eq!(&get(&ledger, untouched).await, untouched);
+        assert_eq!(kinds(&log(&ledger, untouched).await), ["created", "setup"]);
+    }
+}
+
+/// `claim_due` takes at most `limit` rows, earliest next check first (ties in creation
+/// order), and `limit` 0 claims nothing.
+pub async fn claim_due_respects_limit_and_next_check_order<L: Ledger>(ledger: L) {
+    for (id, next) in [
+        ("n50", 50),
+        ("n10", 10),
+        ("n40", 40),
+        ("n20", 20),
+        ("tie-1", 30),
+        ("tie-2", 30),
+    ] {
+        put(&ledger, id, State::Unknown, Some(T0 + next), None).await;
+    }
+    let now = T0 + 100;
+    assert!(must(ledger.claim_due(now, 1_000, 0).await, "claim_due").is_empty());
+    let first = must(ledger.claim_due(now, 1_000, 2).await, "claim_due");
+    assert_eq!(ids(&first), ["n10", "n20"]);
+    let rest = must(ledger.claim_due(now, 1_000, 10).await, "claim_due");
+    assert_eq!(ids(&rest), ["tie-1", "tie-2", "n40", "n50"]);
+    assert!(must(ledger.claim_due(now, 1_000, 10).await, "claim_due").is_empty());
+}
+
+/// A claimed row is not claimed again until its lease is over; then it is, at the next
+/// generation.
+pub async fn claim_due_does_not_reclaim_while_leased<L: Ledger>(ledger: L) {
+    let r = put(&ledger, "op-1", State::Unknown, Some(T0), None).await;
+    let lease_ms = 5_000;
+    let first = must(ledger.claim_due(T0 + 10, lease_ms, 10).await, "claim_due");
+    assert_eq!(ids(&first), ["op-1"]);
+    assert_eq!(first[0].generation, r.generation.next());
+
+    assert!(must(ledger.claim_due(T0 + 10, lease_ms, 10).await, "claim_due").is_empty());
+    assert!(
+        must(
+            ledger.claim_due(T0 + 10 + lease_ms - 1, lease_ms, 10).await,
+            "claim_due"
+        )
+        .is_empty(),
+        "claimed again while the lease runs"
+    );
+    let second = must(
+        ledger.claim_due(T0 + 10 + lease_ms, lease_ms, 10).await,
+        "claim_due",
+    );
+    assert_eq!(ids(&second), ["op-1"]);
+    assert_eq!(second[0].generation, r.generation.next().next());
+    assert_eq!(second[0].version, r.version + 2);
+    assert_eq!(second[0].lease_until_ms, Some(T0 + 10 + 2 * lease_ms));
+    assert_eq!(
+        kinds(&log(&ledger, &r).await),
+        ["created", "setup", "recovery_claimed", "recovery_claimed"]
+    );
+}
+
+/// `sweep_expired` moves exactly the `IN_FLIGHT` rows whose lease ended before `now` to
+/// `UNKNOWN` (never back to `PREPARED`): generation+1, `may_have_applied`, due now, lease
+/// cleared, a `lease_expired` entry naming the attempt. Returned in creation order.
+pub async fn sweep_expired_moves_only_expired_in_flight_rows<L: Ledger>(ledger: L) {
+    let now = T0 + 1_000;
+    let a = put(&ledger, "a-expired", State::InFlight, None, Some(T0 + 100)).await;
+    let b = put(&ledger, "b-ends-now", State::InFlight, None, Some(now)).await;
+    let c = put(
+        &ledger,
+        "c-running",
+        State::InFlight,
+        None,
+        Some(T0 + 5_000),
+    )
+    .await;
+    let d = put(
+        &ledger,
+        "d-unknown",
+        State::Unknown,
+        Some(T0 + 5_000),
+        Some(T0 + 100),
+    )
+    .await;
+    let e = put(&ledger, "e-in-flight-no-lease", State::InFlight, None, None).await;
+    let attempt = AttemptId::generate();
+    let f = {
+        let r = create(
+            &ledger,
+            new_operation("tenant-a", "f-expired-with-attempt", "intent-f"),
+        )
+        .await;
+        let changes = Changes {
+            generation: Generation(1),
+            attempts_used: 1,
+            current_attempt: Some(attempt),
+            lease_until_ms: Some(T0 + 50),
+            deadline_ms: Some(T0 + 30_000),
+            last_result: None,
+            ..keep(&r, State::InFlight, T0)
+        };
+        apply_ok(&ledger, update_of(&r, changes, "attempt_registered")).await
+    };
+
+    let swept = must(ledger.sweep_expired(now).await, "sweep_expired");
+    assert_eq!(ids(&swept), ["a-expired", "f-expired-with-attempt"]);
+    for (before, after) in [&a, &f].into_iter().zip(&swept) {
+        let expected = OperationRecord {
+            state: State::Unknown,
+            generation: before.generation.next(),
+            version: before.version + 1,
+            may_have_applied: true,
+            next_check_ms: Some(now),
+            lease_until_ms: None,
+            reason: Some("attempt lease expired with no recorded result".to_owned()),
+            updated_ms: now,
+            ..before.clone()
+        };
+        assert_eq!(after, &expected);
+        assert_eq!(&get(&ledger, before).await, &expected);
+        let entries = log(&ledger, before).await;
+        assert_eq!(
+            entries[entries.len() - 1].entry,
+            NewEvidence {
+                attempt_id: before.current_attempt,
+                generation: expected.generation,
+                kind: "lease_expired".to_owned(),
+                from_state: Some(State::InFlight),
+                to_state: Some(State::Unknown),
+                evidence: None,
+                note: None,
+                at_ms: now,
+            }
+        );
+    }
+    assert_eq!(swept[1].current_attempt, Some(attempt));
+    assert_eq!(swept[1].attempts_used, 1);
+    assert_eq!(swept[1].deadline_ms, Some(T0 + 30_000));
+    for untouched in [&b, &c, &d, &e] {
+        assert_eq!(&get(&ledger, untouched).await, untouched);
+    }
+    assert!(must(ledger.sweep_expired(now).await, "sweep_expired").is_empty());
+}
+
+// ── races ───────────────────────────────────────────────────────────────────────────────────────
+
+/// 32 senders compute the same `ClaimSend` from the same read and race: exactly one wins; the
+/// row carries the winner's attempt and one `attempt_registered` entry.
+pub async fn concurrent_claim_send_has_exactly_one_winner<L: Ledger>(ledger: L) {
+    const SENDERS: usize = 32;
+    let ledger = Arc::new(ledger);
+    let r = create(
+        &*ledger,
+        new_operation("tenant-a", "op-race", "intent-race"),
+    )
+    .await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(SENDERS));
+    let mut tasks = Vec::with_capacity(SENDERS);
+    for i in 0..SENDERS {
+        let (ledger, barrier, r) = (ledger.clone(), barrier.clone(), r.clone());
+        tasks.push(tokio::spawn(async move {
+            let now = T0 + 10;
+            let t = match transition(
+                &r.snapshot(),
+                &Event::ClaimSend,
+                Clock {
+                    now_ms: now,
+                    jitter: 0.5,
+                },
+            ) {
+                Ok(t) => t,
+                Err(e) => panic!("claim send refused by the state machine: {e}"),
+            };
+            let attempt = AttemptId::generate();
+            let lease = now + r.policy.lease().as_millis() as i64;
+            let update = r.update_for(
+                &t,
+                Some(attempt),
+                Some(lease),
+                None,
+                NewEvidence {
+                    attempt_id: Some(attempt),
+                    note: Some(format!("sender {i}")),
+                    ..evidence_entry("attempt_registered", now)
+                },
+                now,
+            );
+            barrier.wait().await;
+            let won = must(ledger.apply(update).await, "apply");
+            won.map(|row| (attempt, row))
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        match task.await {
+            Ok(Some(w)) => winners.push(w),
+            Ok(None) => {}
+            Err(e) => panic!("sender task failed: {e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one sender may win the claim");
+    let (attempt, won) = &winners[0];
+    assert_eq!(won.state, State::InFlight);
+    assert_eq!(won.generation, Generation(1));
+    assert_eq!(won.version, 1);
+    assert_eq!(won.attempts_used, 1);
+    assert_eq!(won.current_attempt, Some(*attempt));
+    assert_eq!(&get(&*ledger, &r).await, won);
+    let entries = log(&*ledger, &r).await;
+    assert_eq!(kinds(&entries), ["created", "attempt_registered"]);
+    assert_eq!(entries[1].entry.attempt_id, Some(*attempt));
+}
+
+/// 16 callers create the same intent at once, each with its own generated operation id: one
+/// row exists afterwards, one caller got `New`, and everyone got that row.
+pub async fn concurrent_create_or_get_of_one_intent_yields_one_row<L: Ledger>(ledger: L) {
+    const CALLERS: usize = 16;
+    let ledger = Arc::new(ledger);
+    let barrier = Arc::new(tokio::sync::Barrier::new(CALLERS));
+    let mut tasks = Vec::with_capacity(CALLERS);
+    for _ in 0..CALLERS {
+        let (ledger, barrier) = (ledger.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let id = OperationId::generate();
+            let new = new_operation("tenant-a", id.as_str(), "intent-7781");
+            barrier.wait().await;
+            (id, must(ledger.create_or_get(new).await, "create_or_get"))
+        }));
+    }
+    let mut results = Vec::new();
+    for task in tasks {
+        match task.await {
+            Ok(r) => results.push(r),
+            Err(e) => panic!("caller task failed: {e}"),
+        }
+    }
+    let new: Vec<&OperationRecord> = results
+        .iter()
+        .filter_map(|(_, c)| match c {
+            Created::New(r) => Some(r),
+            Created::Existing(_) => None,
+        })
+        .collect();
+    assert_eq!(new.len(), 1, "exactly one caller creates the operation");
+    let winner = new[0].clone();
+    let distinct: BTreeSet<&str> = results
+        .iter()
+        .map(|(_, c)| c.record().operation_id.as_str())
+        .collect();
+    assert_eq!(distinct.len(), 1, "all callers must get the same operation");
+    for (id, created) in &results {
+        assert_eq!(created.record(), &winner);
+        if id != &winner.operation_id {
+            assert_eq!(must(ledger.get(&winner.tenant, id).await, "get"), None);
+        }
+    }
+    assert_eq!(kinds(&log(&*ledger, &winner).await), ["created"]);
+}
+
+// ── lifecycle ───────────────────────────────────────────────────────────────────────────────────
+
+fn step(r: &OperationRecord, event: &Event, now_ms: i64) -> crate::state::Transition {
+    match transition(
+        &r.snapshot(),
+        event,
+        Clock {
+            now_ms,
+            jitter: 0.5,
+        },
+    ) {
+        Ok(t) => t,
+        Err(e) => panic!("state machine refused {}: {e}", event.name()),
+    }
+}
+
+/// Drill D1/D16/D17 through the store: the attempt is registered, its response is lost, the
+/// lease runs out and the sweep makes it `UNKNOWN`; the stale sender's late result is refused;
+/// recovery claims it and a lookup finds `W731`: `SUCCEEDED`, with the whole story in the log.
+pub async fn lifecycle_lost_response_recovered_by_lookup<L: Ledger>(ledger: L) {
+    let r = create(&ledger, new_operation("tenant-a", "op-204", "intent-7781")).await;
+
+    // PREPARED → IN_FLIGHT (register, then send).
+    let t1 = T0 + 10;
+    let claim = step(&r, &Event::ClaimSend, t1);
+    let attempt = AttemptId::generate();
+    let lease_until = t1 + r.policy.lease().as_millis() as i64;
+    let in_flight = apply_ok(
+        &ledger,
+        r.update_for(
+            &claim,
+            Some(attempt),
+            Some(lease_until),
+            None,
+            NewEvidence {
+                attempt_id: Some(attempt),
+                ..evidence_entry("attempt_registered", t1)
+            },
+            t1,
+        ),
+    )
+    .await;
+    assert_eq!(in_flight.state, State::InFlight);
+    assert_eq!(in_flight.generation, Generation(1));
+    assert_eq!(in_flight.attempts_used, 1);
+    assert_eq!(in_flight.deadline_ms, Some(t1 + r.policy.window_ms as i64));
+
+    // The response is lost; nothing is recorded. Before the lease ends, the sweep leaves it.
+    assert!(must(ledger.sweep_expired(lease_until).await, "sweep").is_empty());
+    let t2 = lease_until + 1;
+    let swept = must(ledger.sweep_expired(t2).await, "sweep");
+    assert_eq!(ids(&swept), ["op-204"]);
+    let unknown = swept[0].clone();
+    assert_eq!(unknown.state, State::Unknown);
+    assert_eq!(unknown.generation, Generation(2));
+    assert!(unknown.may_have_applied);
+    assert_eq!(unknown.next_check_ms, Some(t2));
+
+    // The original sender wakes up with a success: its generation is stale, the store refuses.
+    let late = step(
+        &in_flight,
+        &Event::AttemptResult(Evidence::Succeeded {
+            remote_ref: Some("W731".to_owned()),
+        }),
+        t2 + 1,
+    );
+    let stale = in_flight.update_for(
+        &late,
+        None,
+        None,
+        None,
+        NewEvidence {
+            attempt_id: Some(attempt),
+            ..evidence_entry("attempt_result", t2 + 1)
+        },
+        t2 + 1,
+    );
+    assert_eq!(must(ledger.apply(stale).await, "apply"), None);
+
+    // Recovery claims the due operation.
+    let t3 = t2 + 5;
+    let claimed = must(ledger.claim_due(t3, 3_000, 10).await, "claim_due");
+    assert_eq!(ids(&claimed), ["op-204"]);
+    let recovering = claimed[0].clone();
+    assert_eq!(recovering.generation, Generation(3));
+    assert_eq!(recovering.lease_until_ms, Some(t3 + 3_000));
+
+    // The lookup by operation id finds W731.
+    let t4 = t3 + 20;
+    let found = Evidence::Succeeded {
+        remote_ref: Some("W731".to_owned()),
+    };
+    let lookup = step(&recovering, &Event::LookupResult(found.clone()), t4);
+    let done = apply_ok(
+        &ledger,
+        recovering.update_for(
+            &lookup,
+            None,
+            None,
+            None,
+            NewEvidence {
+                evidence: Some(found.clone()),
+                ..evidence_entry("lookup", t4)
+            },
+            t4,
+        ),
+    )
+    .await;
+    let expected = OperationRecord {
+        state: State::Succeeded,
+        last_result: Some(State::Succeeded),
+        generation: Generation(3),
+        version: recovering.version + 1,
+        queries_used: 1,
+        may_have_applied: true,
+        lease_until_ms: None,
+        next_check_ms: None,
+        remote_ref: Some("W731".to_owned()),
+        updated_ms: t4,
+        ..recovering.clone()
+    };
+    assert_eq!(done, expected);
+    assert_eq!(get(&ledger, &r).await, expected);
+    assert_eq!(
+        done.idempotency_key, r.idempotency_key,
+        "the key never changes"
+    );
+    assert_eq!(done.current_attempt, Some(attempt));
+
+    // SUCCEEDED is terminal for the scheduler: nothing to claim or sweep.
+    assert!(must(ledger.claim_due(t4 + 100_000, 3_000, 10).await, "claim_due").is_empty());
+    assert!(must(ledger.sweep_expired(t4 + 100_000).await, "sweep").is_empty());
+
+    let entries = log(&ledger, &r).await;
+    let story: Vec<(&str, u64, Option<State>, Option<State>)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e.entry.kind.as_str(),
+                e.entry.generation.0,
+                e.entry.from_state,
+                e.entry.to_state,
+            )
+        })
+        .collect();
+    assert_eq!(
+        story,
+        [
+            ("created", 0, None, Some(State::Prepared)),
+            (
+                "attempt_registered",
+                1,
+                Some(State::Prepared),
+                Some(State::InFlight)
+            ),
+            (
+                "lease_expired",
+                2,
+                Some(State::InFlight),
+                Some(State::Unknown)
+            ),
+            (
+                "recovery_claimed",
+                3,
+                Some(State::Unknown),
+                Some(State::Unknown)
+            ),
+            ("lookup", 3, Some(State::Unknown), Some(State::Succeeded)),
+        ]
+    );
+    assert_eq!(entries[1].entry.attempt_id, Some(attempt));
+    assert_eq!(entries[2].entry.attempt_id, Some(attempt));
+    assert_eq!(entries[4].entry.evidence, Some(found));
+}

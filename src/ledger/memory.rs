@@ -1,55 +1,365 @@
-//! STUB: being written.
+//! The in-memory ledger: tests and examples.
+//!
+//! It keeps the same semantics as the durable backends in every respect (it runs the same
+//! conformance suite): the compare-and-swap of [`Ledger::apply`], the sticky "may have applied"
+//! fact, the refusal of an attempt-level `REJECTED`, claim and sweep ordering, evidence order.
+//! Nothing survives the process.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::store_entries;
 use super::*;
 
-/// In-memory ledger (stub).
+/// An in-memory [`Ledger`]. Cloning gives another handle to the same data.
+///
+/// ```
+/// use recoverable_write::ledger::MemoryLedger;
+///
+/// let ledger = MemoryLedger::new();
+/// let shared = ledger.clone(); // same operations, same evidence
+/// ledger.set_unavailable(true); // every call now fails with `LedgerError::Unavailable`
+/// # let _ = shared;
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct MemoryLedger {
+    inner: Arc<Inner>,
+}
+
 #[derive(Debug, Default)]
-pub struct MemoryLedger {}
+struct Inner {
+    unavailable: AtomicBool,
+    // Never held across an `.await`: every method does its work synchronously, inside the
+    // returned future (nothing happens until it is polled, as with the SQL backends).
+    tables: Mutex<Tables>,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    operations: HashMap<Key, Row>,
+    /// `(tenant, action, intent_ref)` → operation id: the uniqueness of an approved intent.
+    intents: HashMap<(Tenant, String, String), OperationId>,
+    evidence: HashMap<Key, Vec<EvidenceEntry>>,
+    /// Creation counter, the equivalent of SQLite's rowid: breaks ties in claim order.
+    next_row: u64,
+    /// Evidence sequence, global and increasing like an autoincrement id.
+    next_seq: i64,
+}
+
+type Key = (Tenant, OperationId);
+
+#[derive(Debug)]
+struct Row {
+    created_seq: u64,
+    record: OperationRecord,
+}
+
+/// The error behind `LedgerError::Unavailable` while an outage is simulated.
+#[derive(Debug, thiserror::Error)]
+#[error("memory ledger is set unavailable (simulated outage)")]
+struct SimulatedOutage;
 
 impl MemoryLedger {
-    /// New empty ledger.
+    /// A new, empty ledger.
     pub fn new() -> Self {
-        Self {}
+        Self::default()
+    }
+
+    /// Simulates a store outage: while set, every call fails with
+    /// [`LedgerError::Unavailable`] and changes nothing.
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.inner.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// Whether an outage is being simulated.
+    pub fn is_unavailable(&self) -> bool {
+        self.inner.unavailable.load(Ordering::SeqCst)
+    }
+
+    /// Number of operations stored (all tenants), outage or not.
+    pub fn len(&self) -> usize {
+        self.inner
+            .tables
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .operations
+            .len()
+    }
+
+    /// Whether no operation is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn tables(&self) -> Result<MutexGuard<'_, Tables>, LedgerError> {
+        if self.is_unavailable() {
+            return Err(LedgerError::Unavailable(Box::new(SimulatedOutage)));
+        }
+        // A panic while holding the lock cannot leave a half-applied change behind: every
+        // mutation below is computed first and written with infallible assignments.
+        Ok(self
+            .inner
+            .tables
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    fn create_or_get_now(&self, new: NewOperation) -> Result<Created, LedgerError> {
+        let mut t = self.tables()?;
+        let key = (new.tenant.clone(), new.operation_id.clone());
+        if let Some(row) = t.operations.get(&key) {
+            return Ok(Created::Existing(row.record.clone()));
+        }
+        let intent = (
+            new.tenant.clone(),
+            new.action.clone(),
+            new.intent_ref.clone(),
+        );
+        if let Some(id) = t.intents.get(&intent) {
+            let existing = (new.tenant.clone(), id.clone());
+            if let Some(row) = t.operations.get(&existing) {
+                return Ok(Created::Existing(row.record.clone()));
+            }
+        }
+        let record = OperationRecord {
+            tenant: new.tenant,
+            operation_id: new.operation_id,
+            action: new.action,
+            intent_ref: new.intent_ref,
+            idempotency_key: new.idempotency_key,
+            payload_hash: new.payload_hash,
+            request: new.request,
+            contract: new.contract,
+            policy: new.policy,
+            state: State::Prepared,
+            last_result: None,
+            generation: Generation(0),
+            version: 0,
+            attempts_used: 0,
+            queries_used: 0,
+            may_have_applied: false,
+            current_attempt: None,
+            lease_until_ms: None,
+            next_check_ms: None,
+            deadline_ms: None,
+            remote_ref: None,
+            reason: None,
+            response: None,
+            created_ms: new.now_ms,
+            updated_ms: new.now_ms,
+        };
+        let created_seq = t.next_row;
+        t.next_row += 1;
+        t.intents.insert(intent, key.1.clone());
+        t.operations.insert(
+            key.clone(),
+            Row {
+                created_seq,
+                record: record.clone(),
+            },
+        );
+        t.push_evidence(&key, store_entries::created(new.now_ms));
+        Ok(Created::New(record))
+    }
+
+    fn apply_now(&self, update: Update) -> Result<Option<OperationRecord>, LedgerError> {
+        let mut t = self.tables()?;
+        let key = (update.tenant.clone(), update.operation_id.clone());
+        let Some(row) = t.operations.get_mut(&key) else {
+            return Ok(None);
+        };
+        let r = &mut row.record;
+        if r.state != update.expect_state
+            || r.generation != update.expect_generation
+            || r.version != update.expect_version
+        {
+            return Ok(None);
+        }
+        let c = update.changes;
+        // Once any attempt may have applied, only evidence about the operation itself rejects it.
+        if c.state == State::Rejected && r.may_have_applied && !update.operation_level {
+            return Ok(None);
+        }
+        r.state = c.state;
+        r.last_result = c.last_result;
+        r.generation = c.generation;
+        r.version += 1;
+        r.attempts_used = c.attempts_used;
+        r.queries_used = c.queries_used;
+        r.may_have_applied = if c.reset_may_have_applied {
+            c.may_have_applied
+        } else {
+            r.may_have_applied || c.may_have_applied
+        };
+        r.current_attempt = c.current_attempt;
+        r.lease_until_ms = c.lease_until_ms;
+        r.next_check_ms = c.next_check_ms;
+        r.deadline_ms = c.deadline_ms;
+        r.remote_ref = c.remote_ref;
+        r.reason = c.reason;
+        r.response = c.response;
+        r.updated_ms = c.now_ms;
+        let out = r.clone();
+        t.push_evidence(&key, update.evidence);
+        Ok(Some(out))
+    }
+
+    fn claim_due_now(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<OperationRecord>, LedgerError> {
+        let mut t = self.tables()?;
+        let mut due: Vec<(i64, u64, Key)> = t
+            .operations
+            .iter()
+            .filter_map(|(key, row)| {
+                let r = &row.record;
+                let next = r.next_check_ms?;
+                let unleased = r.lease_until_ms.is_none_or(|l| l <= now_ms);
+                (r.state.needs_recovery() && next <= now_ms && unleased)
+                    .then(|| (next, row.created_seq, key.clone()))
+            })
+            .collect();
+        due.sort();
+        due.truncate(limit as usize);
+        let lease_until = now_ms.saturating_add(lease_ms);
+        let mut claimed = Vec::with_capacity(due.len());
+        for (_, _, key) in due {
+            let Some(row) = t.operations.get_mut(&key) else {
+                continue;
+            };
+            let r = &mut row.record;
+            r.generation = r.generation.next();
+            r.version += 1;
+            r.lease_until_ms = Some(lease_until);
+            r.updated_ms = now_ms;
+            let out = r.clone();
+            t.push_evidence(&key, store_entries::recovery_claimed(&out, now_ms));
+            claimed.push(out);
+        }
+        Ok(claimed)
+    }
+
+    fn sweep_expired_now(&self, now_ms: i64) -> Result<Vec<OperationRecord>, LedgerError> {
+        let mut t = self.tables()?;
+        let mut expired: Vec<(u64, Key)> = t
+            .operations
+            .iter()
+            .filter(|(_, row)| {
+                row.record.state == State::InFlight
+                    && row.record.lease_until_ms.is_some_and(|l| l < now_ms)
+            })
+            .map(|(key, row)| (row.created_seq, key.clone()))
+            .collect();
+        expired.sort();
+        let mut swept = Vec::with_capacity(expired.len());
+        for (_, key) in expired {
+            let Some(row) = t.operations.get_mut(&key) else {
+                continue;
+            };
+            let r = &mut row.record;
+            r.state = State::Unknown;
+            r.generation = r.generation.next();
+            r.version += 1;
+            r.may_have_applied = true;
+            r.next_check_ms = Some(now_ms);
+            r.lease_until_ms = None;
+            r.reason = Some(store_entries::LEASE_EXPIRED_REASON.to_owned());
+            r.updated_ms = now_ms;
+            let out = r.clone();
+            t.push_evidence(&key, store_entries::lease_expired(&out, now_ms));
+            swept.push(out);
+        }
+        Ok(swept)
+    }
+
+    fn append_evidence_now(
+        &self,
+        tenant: &Tenant,
+        id: &OperationId,
+        entry: NewEvidence,
+    ) -> Result<(), LedgerError> {
+        let mut t = self.tables()?;
+        let key = (tenant.clone(), id.clone());
+        if t.operations.contains_key(&key) {
+            t.push_evidence(&key, entry);
+        }
+        Ok(())
+    }
+}
+
+impl Tables {
+    fn push_evidence(&mut self, key: &Key, entry: NewEvidence) {
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        self.evidence
+            .entry(key.clone())
+            .or_default()
+            .push(EvidenceEntry { seq, entry });
     }
 }
 
 impl Ledger for MemoryLedger {
-    fn create_or_get(&self, _new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
-        unimplemented!()
+    fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
+        Box::pin(async move { self.create_or_get_now(new) })
     }
+
     fn get<'a>(
         &'a self,
-        _t: &'a Tenant,
-        _id: &'a OperationId,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        unimplemented!()
+        Box::pin(async move {
+            let t = self.tables()?;
+            Ok(t.operations
+                .get(&(tenant.clone(), id.clone()))
+                .map(|row| row.record.clone()))
+        })
     }
-    fn apply(&self, _u: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        unimplemented!()
+
+    fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move { self.apply_now(update) })
     }
+
     fn claim_due(
         &self,
-        _n: i64,
-        _l: i64,
-        _lim: u32,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        unimplemented!()
+        Box::pin(async move { self.claim_due_now(now_ms, lease_ms, limit) })
     }
-    fn sweep_expired(&self, _n: i64) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        unimplemented!()
+
+    fn sweep_expired(
+        &self,
+        now_ms: i64,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        Box::pin(async move { self.sweep_expired_now(now_ms) })
     }
+
     fn append_evidence<'a>(
         &'a self,
-        _t: &'a Tenant,
-        _id: &'a OperationId,
-        _e: NewEvidence,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        entry: NewEvidence,
     ) -> BoxFuture<'a, Result<(), LedgerError>> {
-        unimplemented!()
+        Box::pin(async move { self.append_evidence_now(tenant, id, entry) })
     }
+
     fn evidence<'a>(
         &'a self,
-        _t: &'a Tenant,
-        _id: &'a OperationId,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
-        unimplemented!()
+        Box::pin(async move {
+            let t = self.tables()?;
+            Ok(t.evidence
+                .get(&(tenant.clone(), id.clone()))
+                .cloned()
+                .unwrap_or_default())
+        })
     }
 }

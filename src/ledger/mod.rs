@@ -299,7 +299,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
 
     /// Claims up to `limit` operations in `UNKNOWN` or `PROCESSING` whose next check is due and
     /// whose lease (if any) has expired: increments each one's generation and version, sets
-    /// `lease_until_ms`, appends a `recovery_claimed` entry. Returns the claimed rows.
+    /// `lease_until_ms`, appends a `recovery_claimed` entry. Returns the claimed rows, earliest
+    /// next check first (ties in creation order).
     fn claim_due(
         &self,
         now_ms: i64,
@@ -309,13 +310,16 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
 
     /// Moves every `IN_FLIGHT` operation whose lease has expired to `UNKNOWN`: generation and
     /// version incremented, `may_have_applied` set, next check due now, a `lease_expired` entry
-    /// appended. Returns the swept rows.
+    /// appended. Returns the swept rows, in creation order.
     fn sweep_expired(
         &self,
         now_ms: i64,
     ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>>;
 
     /// Appends an evidence entry without changing the row (late responses, reviewer notes).
+    /// Evidence for an operation that does not exist (another tenant's, or an unknown id) is
+    /// not stored: nothing changes and `Ok(())` is returned; callers that must tell the two
+    /// apart read the operation first.
     fn append_evidence<'a>(
         &'a self,
         tenant: &'a Tenant,
@@ -387,6 +391,66 @@ impl OperationRecord {
                 now_ms,
             },
             evidence,
+        }
+    }
+}
+
+/// The entries the stores append on their own (creation, recovery claims, lease sweeps), shared
+/// so every backend writes identical evidence.
+pub(crate) mod store_entries {
+    use super::{NewEvidence, OperationRecord};
+    use crate::operation::Generation;
+    use crate::state::State;
+
+    /// Kind of the entry appended when an operation is created.
+    pub(crate) const CREATED: &str = "created";
+    /// Kind of the entry appended for each row [`claim_due`](super::Ledger::claim_due) claims.
+    pub(crate) const RECOVERY_CLAIMED: &str = "recovery_claimed";
+    /// Kind of the entry appended for each row [`sweep_expired`](super::Ledger::sweep_expired)
+    /// moves.
+    pub(crate) const LEASE_EXPIRED: &str = "lease_expired";
+    /// The reason a swept row carries (the same text as the state machine's `LeaseExpired`).
+    pub(crate) const LEASE_EXPIRED_REASON: &str = "attempt lease expired with no recorded result";
+
+    /// The entry for a new operation.
+    pub(crate) fn created(now_ms: i64) -> NewEvidence {
+        NewEvidence {
+            attempt_id: None,
+            generation: Generation(0),
+            kind: CREATED.to_owned(),
+            from_state: None,
+            to_state: Some(State::Prepared),
+            evidence: None,
+            note: None,
+            at_ms: now_ms,
+        }
+    }
+
+    /// The entry for a row just claimed for recovery (`row` as claimed).
+    pub(crate) fn recovery_claimed(row: &OperationRecord, now_ms: i64) -> NewEvidence {
+        NewEvidence {
+            attempt_id: None,
+            generation: row.generation,
+            kind: RECOVERY_CLAIMED.to_owned(),
+            from_state: Some(row.state),
+            to_state: Some(row.state),
+            evidence: None,
+            note: None,
+            at_ms: now_ms,
+        }
+    }
+
+    /// The entry for an in-flight row just swept to `UNKNOWN` (`row` as swept).
+    pub(crate) fn lease_expired(row: &OperationRecord, now_ms: i64) -> NewEvidence {
+        NewEvidence {
+            attempt_id: row.current_attempt,
+            generation: row.generation,
+            kind: LEASE_EXPIRED.to_owned(),
+            from_state: Some(State::InFlight),
+            to_state: Some(State::Unknown),
+            evidence: None,
+            note: None,
+            at_ms: now_ms,
         }
     }
 }

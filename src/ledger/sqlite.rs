@@ -1,67 +1,1037 @@
-//! STUB: being written.
+//! The embedded durable ledger: one SQLite file, WAL, `synchronous=FULL` by default.
+//!
+//! # Layout
+//!
+//! - A **writer pool of one connection**. Every write is a `BEGIN IMMEDIATE` transaction, so the
+//!   write lock is taken up front and a transaction never fails halfway with `SQLITE_BUSY` on a
+//!   lock upgrade. All writes go through one internal path (`write`), which is where group commit
+//!   (many callers' writes in one transaction, one fsync) plugs in without changing [`Ledger`].
+//! - A **reader pool** of up to [`SqliteLedgerOptions::max_readers`] connections. In WAL mode
+//!   readers never block the writer, and see every committed write.
+//! - Migrations are embedded in the crate (`migrations/sqlite/`) and run at open, inside a
+//!   `BEGIN IMMEDIATE` transaction, so two processes opening one new file do not race. Their
+//!   bookkeeping lives in `rw_schema_migrations`, so the ledger may share a file with an
+//!   application's own sqlx migrations.
+//!
+//! # Compare-and-swap in the store
+//!
+//! [`Ledger::apply`] is one conditional `UPDATE ... WHERE state = ? AND generation = ? AND
+//! version = ? ... RETURNING *`. A decision computed from a stale read matches no row and is
+//! refused by SQLite itself; the evidence entry is inserted in the same transaction only when the
+//! row changed. The sticky "may have applied" fact and the refusal of an attempt-level
+//! `REJECTED` are part of the same statement.
+//!
+//! # Durability
+//!
+//! `synchronous=FULL` (the default) makes every commit durable before it returns: the pre-send
+//! claim (`IN_FLIGHT` with this attempt) must survive a power cut before any byte leaves the
+//! process. [`Synchronous::Normal`] is faster in WAL mode but a power loss may roll back the last
+//! commits, which can forget that an attempt was sent: only use it when the host's storage makes
+//! that acceptable.
+//!
+//! # Errors
+//!
+//! Connection, statement and commit failures are [`LedgerError::Unavailable`] (nothing was
+//! changed). A row that cannot be decoded (an unknown state name, bad JSON, a malformed attempt
+//! id) is [`LedgerError::Corrupt`], never a panic.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::Row;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+
+use super::store_entries;
 use super::*;
 
-/// SQLite ledger (stub).
-#[derive(Debug, Default)]
-pub struct SqliteLedger {}
+/// The SQLite [`Ledger`]. Cloning gives another handle to the same pools.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), recoverable_write::ledger::LedgerError> {
+/// use recoverable_write::ledger::{SqliteLedger, SqliteLedgerOptions, Synchronous};
+///
+/// let ledger = SqliteLedger::open("/var/lib/my-app/ledger.db").await?;
+///
+/// // Or with options:
+/// let options = SqliteLedgerOptions::new()
+///     .synchronous(Synchronous::Full)
+///     .max_readers(8);
+/// let other = SqliteLedger::open_with("/var/lib/my-app/other.db", options).await?;
+/// # let _ = (ledger, other);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct SqliteLedger {
+    /// Exactly one connection: every write is serialized through it.
+    writer: SqlitePool,
+    /// Read-only work (`get`, `evidence`). The same pool as `writer` for an in-memory ledger.
+    reader: SqlitePool,
+}
+
+/// How durably SQLite commits (`PRAGMA synchronous`).
+///
+/// See <https://www.sqlite.org/pragma.html#pragma_synchronous>.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// Every commit is on disk before it returns. The default, and what the "register, then
+    /// send" rule needs.
+    #[default]
+    Full,
+    /// In WAL mode, commits survive a process crash, but a power loss or OS crash may roll back
+    /// the most recent ones.
+    Normal,
+    /// No syncs at all. Tests and throwaway data only.
+    Off,
+}
+
+impl Synchronous {
+    /// The pragma value (`FULL`, `NORMAL`, `OFF`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Off => "OFF",
+        }
+    }
+
+    fn to_sqlx(self) -> SqliteSynchronous {
+        match self {
+            Synchronous::Full => SqliteSynchronous::Full,
+            Synchronous::Normal => SqliteSynchronous::Normal,
+            Synchronous::Off => SqliteSynchronous::Off,
+        }
+    }
+}
+
+/// Options for [`SqliteLedger::open_with`].
+///
+/// ```
+/// use std::time::Duration;
+/// use recoverable_write::ledger::{SqliteLedgerOptions, Synchronous};
+///
+/// let options = SqliteLedgerOptions::new()
+///     .synchronous(Synchronous::Full)
+///     .busy_timeout(Duration::from_secs(2))
+///     .max_readers(4);
+/// assert_eq!(options.max_readers, 4);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteLedgerOptions {
+    /// `PRAGMA synchronous`. Default [`Synchronous::Full`].
+    pub synchronous: Synchronous,
+    /// How long a connection waits for a lock held by another process before failing with
+    /// [`LedgerError::Unavailable`]. Default 5 s.
+    pub busy_timeout: Duration,
+    /// Most connections in the reader pool. Default 4; at least 1.
+    pub max_readers: u32,
+}
+
+impl Default for SqliteLedgerOptions {
+    fn default() -> Self {
+        Self {
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(5),
+            max_readers: 4,
+        }
+    }
+}
+
+impl SqliteLedgerOptions {
+    /// The defaults: `synchronous=FULL`, a 5 s busy timeout, 4 readers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `PRAGMA synchronous`.
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Sets how long to wait for a lock held by another process.
+    pub fn busy_timeout(mut self, busy_timeout: Duration) -> Self {
+        self.busy_timeout = busy_timeout;
+        self
+    }
+
+    /// Sets the size limit of the reader pool (at least 1).
+    pub fn max_readers(mut self, max_readers: u32) -> Self {
+        self.max_readers = max_readers;
+        self
+    }
+}
+
+/// How a write transaction ends.
+enum Finish<T> {
+    /// Commit and return the value.
+    Commit(T),
+    /// Roll back (the precondition failed) and return the value.
+    Rollback(T),
+}
 
 impl SqliteLedger {
-    /// New empty ledger.
-    pub fn new() -> Self {
-        Self {}
+    /// Opens (creating it if needed) the ledger file at `path` with the default options, and
+    /// runs the embedded migrations.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, LedgerError> {
+        Self::open_with(path, SqliteLedgerOptions::default()).await
+    }
+
+    /// Opens (creating it if needed) the ledger file at `path`, and runs the embedded
+    /// migrations. The file is put in WAL mode with foreign keys on.
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        options: SqliteLedgerOptions,
+    ) -> Result<Self, LedgerError> {
+        if options.max_readers == 0 {
+            return Err(LedgerError::Config(
+                "max_readers must be at least 1".to_owned(),
+            ));
+        }
+        let path = path.as_ref();
+        if path.as_os_str().is_empty() {
+            return Err(LedgerError::Config("empty ledger path".to_owned()));
+        }
+        let base = SqliteConnectOptions::new()
+            .filename(path)
+            .foreign_keys(true)
+            .busy_timeout(options.busy_timeout)
+            .synchronous(options.synchronous.to_sqlx());
+        // Only the writer sets the journal mode: WAL is persistent in the file, and switching it
+        // needs an exclusive lock that readers have no business taking.
+        let writer_options = base
+            .clone()
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            // Keep the one writer connection: reconnecting costs a WAL recovery check, and the
+            // last connection closing would checkpoint and remove the WAL under the readers.
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(writer_options)
+            .await
+            .map_err(unavailable)?;
+        migrate(&writer).await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(options.max_readers)
+            .connect_with(base)
+            .await
+            .map_err(unavailable)?;
+        Ok(Self { writer, reader })
+    }
+
+    /// A private in-memory ledger on one connection, for tests. Nothing is durable; each call
+    /// makes a new, empty database.
+    pub async fn in_memory() -> Result<Self, LedgerError> {
+        let options = SqliteConnectOptions::from_str("sqlite::memory:")
+            .map_err(|e| LedgerError::Config(e.to_string()))?
+            .foreign_keys(true);
+        // The database lives as long as its connection: never let the pool recycle it.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options)
+            .await
+            .map_err(unavailable)?;
+        migrate(&pool).await?;
+        Ok(Self {
+            writer: pool.clone(),
+            reader: pool,
+        })
+    }
+
+    /// Closes both pools, waiting for connections in use to be returned. Afterwards every call
+    /// on this ledger (and its clones) fails with [`LedgerError::Unavailable`].
+    pub async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.writer.is_closed()
+    }
+
+    /// Runs `op` in one `BEGIN IMMEDIATE` transaction on the writer connection.
+    ///
+    /// Every write goes through here: this is the seam for group commit, which will queue the
+    /// closures and run several in one transaction (each in its own savepoint).
+    async fn write<T, F>(&self, op: F) -> Result<T, LedgerError>
+    where
+        T: Send,
+        F: for<'c> FnOnce(
+                &'c mut SqliteConnection,
+            ) -> BoxFuture<'c, Result<Finish<T>, LedgerError>>
+            + Send,
+    {
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(unavailable)?;
+        match op(&mut tx).await {
+            Ok(Finish::Commit(value)) => {
+                tx.commit().await.map_err(unavailable)?;
+                Ok(value)
+            }
+            Ok(Finish::Rollback(value)) => {
+                tx.rollback().await.map_err(unavailable)?;
+                Ok(value)
+            }
+            Err(e) => {
+                // The error is what the caller needs; a failed rollback leaves the transaction
+                // to be rolled back when the connection returns to the pool.
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn writer_pool(&self) -> &SqlitePool {
+        &self.writer
+    }
+}
+
+async fn migrate(pool: &SqlitePool) -> Result<(), LedgerError> {
+    let mut migrator = sqlx::migrate!("./migrations/sqlite");
+    migrator.dangerous_set_table_name("rw_schema_migrations");
+    // Holding the write lock for the whole run makes a concurrent open by another process wait
+    // (busy timeout) instead of applying the same migration twice. Each migration runs in a
+    // savepoint inside this transaction.
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(unavailable)?;
+    migrator.run(&mut *tx).await.map_err(|e| match e {
+        sqlx::migrate::MigrateError::Execute(e)
+        | sqlx::migrate::MigrateError::ExecuteMigration(e, _) => unavailable(e),
+        other => LedgerError::Config(format!("ledger schema migration failed: {other}")),
+    })?;
+    tx.commit().await.map_err(unavailable)
+}
+
+fn unavailable(e: sqlx::Error) -> LedgerError {
+    LedgerError::Unavailable(Box::new(e))
+}
+
+fn to_i64(what: &str, v: u64) -> Result<i64, LedgerError> {
+    i64::try_from(v).map_err(|_| {
+        LedgerError::Config(format!("{what} {v} exceeds the range of a SQLite integer"))
+    })
+}
+
+fn to_json<T: serde::Serialize>(what: &str, v: &T) -> Result<String, LedgerError> {
+    serde_json::to_string(v)
+        .map_err(|e| LedgerError::Config(format!("cannot serialize {what}: {e}")))
+}
+
+// ── SQL ─────────────────────────────────────────────────────────────────────────────────────────
+//
+// The `state IN ('UNKNOWN', 'PROCESSING')` and `state = 'IN_FLIGHT'` terms repeat the WHERE
+// clauses of the partial indexes verbatim: SQLite only uses a partial index when the query
+// contains its condition as a term.
+
+const INSERT_OPERATION: &str = "
+INSERT INTO rw_operations (
+    tenant, operation_id, action, intent_ref, idempotency_key, payload_hash,
+    request_method, request_url, request_headers, request_body,
+    contract_name, contract_hash, budget_policy,
+    state, generation, version, attempts_used, queries_used, may_have_applied,
+    created_ms, updated_ms
+) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
+          'PREPARED', 0, 0, 0, 0, 0, ?14, ?14)
+ON CONFLICT DO NOTHING
+RETURNING *";
+
+const SELECT_BY_ID: &str = "SELECT * FROM rw_operations WHERE tenant = ?1 AND operation_id = ?2";
+
+const SELECT_BY_INTENT: &str =
+    "SELECT * FROM rw_operations WHERE tenant = ?1 AND action = ?2 AND intent_ref = ?3";
+
+const APPLY: &str = "
+UPDATE rw_operations SET
+    state = ?1,
+    last_result = ?2,
+    generation = ?3,
+    attempts_used = ?4,
+    queries_used = ?5,
+    may_have_applied = CASE WHEN ?6 THEN ?7 ELSE MAX(may_have_applied, ?7) END,
+    current_attempt = ?8,
+    lease_until_ms = ?9,
+    next_check_ms = ?10,
+    deadline_ms = ?11,
+    remote_ref = ?12,
+    reason = ?13,
+    response_status = ?14,
+    response_headers = ?15,
+    response_body = ?16,
+    updated_ms = ?17,
+    version = version + 1
+WHERE tenant = ?18 AND operation_id = ?19
+  AND state = ?20 AND generation = ?21 AND version = ?22
+  AND NOT (?1 = 'REJECTED' AND may_have_applied = 1 AND ?23 = 0)
+RETURNING *";
+
+const CLAIM_DUE: &str = "
+UPDATE rw_operations SET
+    generation = generation + 1,
+    version = version + 1,
+    lease_until_ms = ?2,
+    updated_ms = ?1
+WHERE rowid IN (
+    SELECT rowid FROM rw_operations
+    WHERE state IN ('UNKNOWN', 'PROCESSING')
+      AND next_check_ms <= ?1
+      AND (lease_until_ms IS NULL OR lease_until_ms <= ?1)
+    ORDER BY next_check_ms, rowid
+    LIMIT ?3
+)
+RETURNING rowid AS rw_rowid, *";
+
+const SWEEP_EXPIRED: &str = "
+UPDATE rw_operations SET
+    state = 'UNKNOWN',
+    generation = generation + 1,
+    version = version + 1,
+    may_have_applied = 1,
+    next_check_ms = ?1,
+    lease_until_ms = NULL,
+    reason = ?2,
+    updated_ms = ?1
+WHERE state = 'IN_FLIGHT' AND lease_until_ms < ?1
+RETURNING rowid AS rw_rowid, *";
+
+const INSERT_EVIDENCE: &str = "
+INSERT INTO rw_evidence (
+    tenant, operation_id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
+) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+
+const APPEND_EVIDENCE: &str = "
+INSERT INTO rw_evidence (
+    tenant, operation_id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
+) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10
+WHERE EXISTS (SELECT 1 FROM rw_operations WHERE tenant = ?1 AND operation_id = ?2)";
+
+const SELECT_EVIDENCE: &str = "
+SELECT id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
+FROM rw_evidence WHERE tenant = ?1 AND operation_id = ?2 ORDER BY id";
+
+/// An evidence entry encoded for its columns.
+struct EvidenceColumns {
+    attempt_id: Option<String>,
+    generation: i64,
+    kind: String,
+    from_state: Option<&'static str>,
+    to_state: Option<&'static str>,
+    evidence: Option<String>,
+    note: Option<String>,
+    at_ms: i64,
+}
+
+impl EvidenceColumns {
+    fn encode(e: NewEvidence) -> Result<Self, LedgerError> {
+        Ok(Self {
+            attempt_id: e.attempt_id.map(|a| a.to_stored()),
+            generation: to_i64("generation", e.generation.0)?,
+            kind: e.kind,
+            from_state: e.from_state.map(State::as_str),
+            to_state: e.to_state.map(State::as_str),
+            evidence: e
+                .evidence
+                .as_ref()
+                .map(|ev| to_json("evidence", ev))
+                .transpose()?,
+            note: e.note,
+            at_ms: e.at_ms,
+        })
+    }
+
+    async fn insert(
+        self,
+        sql: &'static str,
+        conn: &mut SqliteConnection,
+        tenant: &Tenant,
+        id: &OperationId,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(sql)
+            .bind(tenant.as_str())
+            .bind(id.as_str())
+            .bind(self.attempt_id)
+            .bind(self.generation)
+            .bind(self.kind)
+            .bind(self.from_state)
+            .bind(self.to_state)
+            .bind(self.evidence)
+            .bind(self.note)
+            .bind(self.at_ms)
+            .execute(conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
     }
 }
 
 impl Ledger for SqliteLedger {
-    fn create_or_get(&self, _new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
-        unimplemented!()
+    fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
+        Box::pin(async move {
+            let headers = to_json("request headers", &new.request.headers)?;
+            let policy = to_json("budget policy", &new.policy)?;
+            let created = EvidenceColumns::encode(store_entries::created(new.now_ms))?;
+            self.write(move |conn| {
+                Box::pin(async move {
+                    let inserted = sqlx::query(INSERT_OPERATION)
+                        .bind(new.tenant.as_str())
+                        .bind(new.operation_id.as_str())
+                        .bind(new.action.as_str())
+                        .bind(new.intent_ref.as_str())
+                        .bind(new.idempotency_key.as_str())
+                        .bind(new.payload_hash.as_str())
+                        .bind(new.request.method.as_str())
+                        .bind(new.request.url.as_str())
+                        .bind(headers)
+                        .bind(new.request.body.as_ref())
+                        .bind(new.contract.name.as_str())
+                        .bind(new.contract.hash.as_str())
+                        .bind(policy)
+                        .bind(new.now_ms)
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err(unavailable)?;
+                    if let Some(row) = inserted.first() {
+                        let record = decode_operation(row)?;
+                        created
+                            .insert(INSERT_EVIDENCE, conn, &new.tenant, &new.operation_id)
+                            .await?;
+                        return Ok(Finish::Commit(Created::New(record)));
+                    }
+                    // A conflict: the same id first, then the same intent.
+                    let by_id = sqlx::query(SELECT_BY_ID)
+                        .bind(new.tenant.as_str())
+                        .bind(new.operation_id.as_str())
+                        .fetch_optional(&mut *conn)
+                        .await
+                        .map_err(unavailable)?;
+                    let existing = match by_id {
+                        Some(row) => Some(row),
+                        None => sqlx::query(SELECT_BY_INTENT)
+                            .bind(new.tenant.as_str())
+                            .bind(new.action.as_str())
+                            .bind(new.intent_ref.as_str())
+                            .fetch_optional(&mut *conn)
+                            .await
+                            .map_err(unavailable)?,
+                    };
+                    match existing {
+                        Some(row) => {
+                            Ok(Finish::Rollback(Created::Existing(decode_operation(&row)?)))
+                        }
+                        None => Err(LedgerError::Corrupt {
+                            operation: new.operation_id.to_string(),
+                            detail: "insert conflicted but no row has this id or intent".into(),
+                        }),
+                    }
+                })
+            })
+            .await
+        })
     }
+
     fn get<'a>(
         &'a self,
-        _t: &'a Tenant,
-        _id: &'a OperationId,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        unimplemented!()
+        Box::pin(async move {
+            let row = sqlx::query(SELECT_BY_ID)
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .fetch_optional(&self.reader)
+                .await
+                .map_err(unavailable)?;
+            row.as_ref().map(decode_operation).transpose()
+        })
     }
-    fn apply(&self, _u: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        unimplemented!()
+
+    fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let c = &update.changes;
+            let (response_status, response_headers, response_body) = match &c.response {
+                Some(r) => (
+                    Some(i64::from(r.status)),
+                    Some(to_json("response headers", &r.headers)?),
+                    Some(r.body.to_vec()),
+                ),
+                None => (None, None, None),
+            };
+            let query = sqlx::query(APPLY)
+                .bind(c.state.as_str())
+                .bind(c.last_result.map(State::as_str))
+                .bind(to_i64("generation", c.generation.0)?)
+                .bind(i64::from(c.attempts_used))
+                .bind(i64::from(c.queries_used))
+                .bind(i64::from(c.reset_may_have_applied))
+                .bind(i64::from(c.may_have_applied))
+                .bind(c.current_attempt.map(|a| a.to_stored()))
+                .bind(c.lease_until_ms)
+                .bind(c.next_check_ms)
+                .bind(c.deadline_ms)
+                .bind(c.remote_ref.clone())
+                .bind(c.reason.clone())
+                .bind(response_status)
+                .bind(response_headers)
+                .bind(response_body)
+                .bind(c.now_ms)
+                .bind(update.tenant.as_str())
+                .bind(update.operation_id.as_str())
+                .bind(update.expect_state.as_str())
+                .bind(to_i64("generation", update.expect_generation.0)?)
+                .bind(to_i64("version", update.expect_version)?)
+                .bind(i64::from(update.operation_level));
+            let evidence = EvidenceColumns::encode(update.evidence)?;
+            let (tenant, id) = (update.tenant, update.operation_id);
+            self.write(move |conn| {
+                Box::pin(async move {
+                    // `fetch_all`, not `fetch_optional`: the statement runs to completion, so
+                    // nothing is left in progress when the transaction commits.
+                    let rows = query.fetch_all(&mut *conn).await.map_err(unavailable)?;
+                    let Some(row) = rows.first() else {
+                        return Ok(Finish::Rollback(None));
+                    };
+                    let record = decode_operation(row)?;
+                    evidence.insert(INSERT_EVIDENCE, conn, &tenant, &id).await?;
+                    Ok(Finish::Commit(Some(record)))
+                })
+            })
+            .await
+        })
     }
+
     fn claim_due(
         &self,
-        _n: i64,
-        _l: i64,
-        _lim: u32,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        unimplemented!()
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            self.write(move |conn| {
+                Box::pin(async move {
+                    let rows = sqlx::query(CLAIM_DUE)
+                        .bind(now_ms)
+                        .bind(now_ms.saturating_add(lease_ms))
+                        .bind(i64::from(limit))
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err(unavailable)?;
+                    // RETURNING gives no order guarantee: restore the claim order.
+                    let mut claimed = decode_with_rowid(&rows)?;
+                    claimed.sort_by_key(|(rowid, r)| (r.next_check_ms, *rowid));
+                    let claimed: Vec<OperationRecord> =
+                        claimed.into_iter().map(|(_, r)| r).collect();
+                    for r in &claimed {
+                        EvidenceColumns::encode(store_entries::recovery_claimed(r, now_ms))?
+                            .insert(INSERT_EVIDENCE, conn, &r.tenant, &r.operation_id)
+                            .await?;
+                    }
+                    Ok(Finish::Commit(claimed))
+                })
+            })
+            .await
+        })
     }
-    fn sweep_expired(&self, _n: i64) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        unimplemented!()
+
+    fn sweep_expired(
+        &self,
+        now_ms: i64,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            self.write(move |conn| {
+                Box::pin(async move {
+                    let rows = sqlx::query(SWEEP_EXPIRED)
+                        .bind(now_ms)
+                        .bind(store_entries::LEASE_EXPIRED_REASON)
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err(unavailable)?;
+                    // In creation order, as the memory ledger does.
+                    let mut swept = decode_with_rowid(&rows)?;
+                    swept.sort_by_key(|(rowid, _)| *rowid);
+                    let swept: Vec<OperationRecord> = swept.into_iter().map(|(_, r)| r).collect();
+                    for r in &swept {
+                        EvidenceColumns::encode(store_entries::lease_expired(r, now_ms))?
+                            .insert(INSERT_EVIDENCE, conn, &r.tenant, &r.operation_id)
+                            .await?;
+                    }
+                    Ok(Finish::Commit(swept))
+                })
+            })
+            .await
+        })
     }
+
     fn append_evidence<'a>(
         &'a self,
-        _t: &'a Tenant,
-        _id: &'a OperationId,
-        _e: NewEvidence,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        entry: NewEvidence,
     ) -> BoxFuture<'a, Result<(), LedgerError>> {
-        unimplemented!()
+        Box::pin(async move {
+            let entry = EvidenceColumns::encode(entry)?;
+            let (tenant, id) = (tenant.clone(), id.clone());
+            self.write(move |conn| {
+                Box::pin(async move {
+                    entry.insert(APPEND_EVIDENCE, conn, &tenant, &id).await?;
+                    Ok(Finish::Commit(()))
+                })
+            })
+            .await
+        })
     }
+
     fn evidence<'a>(
         &'a self,
-        _t: &'a Tenant,
-        _id: &'a OperationId,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
-        unimplemented!()
+        Box::pin(async move {
+            let rows = sqlx::query(SELECT_EVIDENCE)
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .fetch_all(&self.reader)
+                .await
+                .map_err(unavailable)?;
+            rows.iter().map(|row| decode_evidence(row, id)).collect()
+        })
     }
 }
 
-/// Options (stub).
-#[derive(Debug, Clone, Default)]
-pub struct SqliteLedgerOptions {}
+// ── decoding ────────────────────────────────────────────────────────────────────────────────────
 
-/// SQLite synchronous mode (stub).
-#[derive(Debug, Clone, Copy, Default)]
-pub enum Synchronous {
-    /// FULL.
-    #[default]
-    Full,
+/// Decodes rows returned with `rowid AS rw_rowid`, each with its rowid (creation order).
+fn decode_with_rowid(rows: &[SqliteRow]) -> Result<Vec<(i64, OperationRecord)>, LedgerError> {
+    rows.iter()
+        .map(|row| {
+            let record = decode_operation(row)?;
+            let rowid = Columns::new(row, record.operation_id.as_str()).get::<i64>("rw_rowid")?;
+            Ok((rowid, record))
+        })
+        .collect()
+}
+
+/// Typed column access that reports any failure as [`LedgerError::Corrupt`].
+struct Columns<'r> {
+    row: &'r SqliteRow,
+    operation: String,
+}
+
+impl<'r> Columns<'r> {
+    fn new(row: &'r SqliteRow, operation: &str) -> Self {
+        Self {
+            row,
+            operation: operation.to_owned(),
+        }
+    }
+
+    fn corrupt(&self, detail: impl Into<String>) -> LedgerError {
+        LedgerError::Corrupt {
+            operation: self.operation.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    fn get<T>(&self, column: &str) -> Result<T, LedgerError>
+    where
+        T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+    {
+        self.row
+            .try_get::<T, _>(column)
+            .map_err(|e| self.corrupt(format!("column {column}: {e}")))
+    }
+
+    fn text(&self, column: &str) -> Result<String, LedgerError> {
+        self.get::<String>(column)
+    }
+
+    fn opt_text(&self, column: &str) -> Result<Option<String>, LedgerError> {
+        self.get::<Option<String>>(column)
+    }
+
+    fn state(&self, column: &str) -> Result<State, LedgerError> {
+        let s = self.text(column)?;
+        State::from_str(&s).map_err(|e| self.corrupt(format!("column {column}: {e}")))
+    }
+
+    fn opt_state(&self, column: &str) -> Result<Option<State>, LedgerError> {
+        self.opt_text(column)?
+            .map(|s| State::from_str(&s).map_err(|e| self.corrupt(format!("column {column}: {e}"))))
+            .transpose()
+    }
+
+    fn u64(&self, column: &str) -> Result<u64, LedgerError> {
+        let v = self.get::<i64>(column)?;
+        u64::try_from(v).map_err(|_| self.corrupt(format!("column {column}: negative value {v}")))
+    }
+
+    fn u32(&self, column: &str) -> Result<u32, LedgerError> {
+        let v = self.get::<i64>(column)?;
+        u32::try_from(v)
+            .map_err(|_| self.corrupt(format!("column {column}: value {v} out of range")))
+    }
+
+    fn flag(&self, column: &str) -> Result<bool, LedgerError> {
+        match self.get::<i64>(column)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(self.corrupt(format!("column {column}: {v} is not 0 or 1"))),
+        }
+    }
+
+    fn attempt(&self, column: &str) -> Result<Option<AttemptId>, LedgerError> {
+        self.opt_text(column)?
+            .map(|s| {
+                AttemptId::parse(&s)
+                    .ok_or_else(|| self.corrupt(format!("column {column}: bad attempt id {s:?}")))
+            })
+            .transpose()
+    }
+
+    fn json<T: serde::de::DeserializeOwned>(&self, column: &str) -> Result<T, LedgerError> {
+        let s = self.text(column)?;
+        serde_json::from_str(&s).map_err(|e| self.corrupt(format!("column {column}: {e}")))
+    }
+
+    fn opt_json<T: serde::de::DeserializeOwned>(
+        &self,
+        column: &str,
+    ) -> Result<Option<T>, LedgerError> {
+        self.opt_text(column)?
+            .map(|s| {
+                serde_json::from_str(&s).map_err(|e| self.corrupt(format!("column {column}: {e}")))
+            })
+            .transpose()
+    }
+
+    fn blob(&self, column: &str) -> Result<Bytes, LedgerError> {
+        // An empty blob may come back as NULL from some bindings: both mean "no bytes".
+        Ok(self
+            .get::<Option<Vec<u8>>>(column)?
+            .map(Bytes::from)
+            .unwrap_or_default())
+    }
+}
+
+fn decode_operation(row: &SqliteRow) -> Result<OperationRecord, LedgerError> {
+    let operation = row
+        .try_get::<String, _>("operation_id")
+        .map_err(|e| LedgerError::Corrupt {
+            operation: "<unreadable operation id>".to_owned(),
+            detail: format!("column operation_id: {e}"),
+        })?;
+    let c = Columns::new(row, &operation);
+    let response = match c.get::<Option<i64>>("response_status")? {
+        None => None,
+        Some(status) => Some(StoredResponse {
+            status: u16::try_from(status)
+                .map_err(|_| c.corrupt(format!("column response_status: {status} out of range")))?,
+            headers: c
+                .opt_json("response_headers")?
+                .ok_or_else(|| c.corrupt("column response_headers: missing with a status"))?,
+            body: c.blob("response_body")?,
+        }),
+    };
+    Ok(OperationRecord {
+        tenant: Tenant::new(c.text("tenant")?),
+        operation_id: OperationId::new(operation.clone()),
+        action: c.text("action")?,
+        intent_ref: c.text("intent_ref")?,
+        idempotency_key: IdempotencyKey::from_stored(c.text("idempotency_key")?),
+        payload_hash: PayloadHash::from_stored(c.text("payload_hash")?),
+        request: FrozenRequest {
+            method: c.text("request_method")?,
+            url: c.text("request_url")?,
+            headers: c.json("request_headers")?,
+            body: c.blob("request_body")?,
+        },
+        contract: ContractRef {
+            name: c.text("contract_name")?,
+            hash: c.text("contract_hash")?,
+        },
+        policy: c.json("budget_policy")?,
+        state: c.state("state")?,
+        last_result: c.opt_state("last_result")?,
+        generation: Generation(c.u64("generation")?),
+        version: c.u64("version")?,
+        attempts_used: c.u32("attempts_used")?,
+        queries_used: c.u32("queries_used")?,
+        may_have_applied: c.flag("may_have_applied")?,
+        current_attempt: c.attempt("current_attempt")?,
+        lease_until_ms: c.get("lease_until_ms")?,
+        next_check_ms: c.get("next_check_ms")?,
+        deadline_ms: c.get("deadline_ms")?,
+        remote_ref: c.opt_text("remote_ref")?,
+        reason: c.opt_text("reason")?,
+        response,
+        created_ms: c.get("created_ms")?,
+        updated_ms: c.get("updated_ms")?,
+    })
+}
+
+fn decode_evidence(row: &SqliteRow, id: &OperationId) -> Result<EvidenceEntry, LedgerError> {
+    let c = Columns::new(row, id.as_str());
+    Ok(EvidenceEntry {
+        seq: c.get("id")?,
+        entry: NewEvidence {
+            attempt_id: c.attempt("attempt_id")?,
+            generation: Generation(c.u64("generation")?),
+            kind: c.text("kind")?,
+            from_state: c.opt_state("from_state")?,
+            to_state: c.opt_state("to_state")?,
+            evidence: c.opt_json("evidence")?,
+            note: c.opt_text("note")?,
+            at_ms: c.get("at_ms")?,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn pragmas_are_set_on_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = SqliteLedger::open(dir.path().join("ledger.db"))
+            .await
+            .unwrap();
+        let pool = ledger.writer_pool();
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(mode.to_ascii_lowercase(), "wal");
+        // 2 = FULL.
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(sync, 2);
+        let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(fk, 1);
+        let reader_sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&ledger.reader)
+            .await
+            .unwrap();
+        assert_eq!(reader_sync, 2);
+    }
+
+    #[tokio::test]
+    async fn synchronous_normal_is_configurable() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = SqliteLedger::open_with(
+            dir.path().join("ledger.db"),
+            SqliteLedgerOptions::new().synchronous(Synchronous::Normal),
+        )
+        .await
+        .unwrap();
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(ledger.writer_pool())
+            .await
+            .unwrap();
+        assert_eq!(sync, 1);
+    }
+
+    #[tokio::test]
+    async fn zero_readers_is_a_config_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = SqliteLedger::open_with(
+            dir.path().join("ledger.db"),
+            SqliteLedgerOptions::new().max_readers(0),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, LedgerError::Config(_)), "{err:?}");
+    }
+
+    async fn plan(ledger: &SqliteLedger, sql: &'static str) -> String {
+        let rows = sqlx::query(sql)
+            .bind(0_i64)
+            .bind(0_i64)
+            .bind(10_i64)
+            .fetch_all(ledger.writer_pool())
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| r.get::<String, _>("detail"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[tokio::test]
+    async fn due_work_and_sweep_queries_use_the_partial_indexes() {
+        let ledger = SqliteLedger::in_memory().await.unwrap();
+        let claim = plan(
+            &ledger,
+            "EXPLAIN QUERY PLAN SELECT rowid FROM rw_operations \
+             WHERE state IN ('UNKNOWN', 'PROCESSING') AND next_check_ms <= ?1 \
+               AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
+             ORDER BY next_check_ms, rowid LIMIT ?3",
+        )
+        .await;
+        assert!(claim.contains("rw_operations_due"), "{claim}");
+        assert!(!claim.contains("TEMP B-TREE"), "{claim}");
+        let sweep = plan(
+            &ledger,
+            "EXPLAIN QUERY PLAN SELECT rowid FROM rw_operations \
+             WHERE state = 'IN_FLIGHT' AND lease_until_ms < ?1 AND ?2 = ?2 AND ?3 = ?3",
+        )
+        .await;
+        assert!(sweep.contains("rw_operations_in_flight_lease"), "{sweep}");
+        let evidence = plan(
+            &ledger,
+            "EXPLAIN QUERY PLAN SELECT id FROM rw_evidence \
+             WHERE tenant = ?1 AND operation_id = ?2 AND ?3 = ?3 ORDER BY id",
+        )
+        .await;
+        assert!(evidence.contains("rw_evidence_by_operation"), "{evidence}");
+        assert!(!evidence.contains("TEMP B-TREE"), "{evidence}");
+    }
+
+    #[tokio::test]
+    async fn the_real_claim_and_sweep_statements_use_the_partial_indexes() {
+        let ledger = SqliteLedger::in_memory().await.unwrap();
+        for (sql, index) in [
+            (CLAIM_DUE, "rw_operations_due"),
+            (SWEEP_EXPIRED, "rw_operations_in_flight_lease"),
+        ] {
+            let explain = format!("EXPLAIN QUERY PLAN {sql}");
+            let rows = sqlx::query(sqlx::AssertSqlSafe(explain))
+                .bind(0_i64)
+                .bind(0_i64)
+                .bind(10_i64)
+                .fetch_all(ledger.writer_pool())
+                .await
+                .unwrap();
+            let plan = rows
+                .iter()
+                .map(|r| r.get::<String, _>("detail"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert!(plan.contains(index), "{sql}\n{plan}");
+        }
+    }
 }
