@@ -185,11 +185,11 @@ async fn print_new(
             transition,
             entry.generation.0,
             evidence,
-            entry
-                .note
-                .as_deref()
-                .map(|n| format!(" ({n})"))
-                .unwrap_or_default()
+            // The note repeats the evidence's reason when there is evidence.
+            match (&entry.evidence, entry.note.as_deref()) {
+                (None, Some(n)) => format!(" ({n})"),
+                _ => String::new(),
+            }
         );
     }
     Ok(entries.len())

@@ -25,7 +25,7 @@ pub(crate) fn clock() -> Clock {
 #[derive(Debug)]
 pub(crate) enum Applied {
     /// The ledger accepted the change; the new row.
-    Done(OperationRecord),
+    Done(Box<OperationRecord>),
     /// The state machine does not allow the event in the row's state; nothing changed.
     Refused(Refused),
     /// The row moved on since it was read (another worker, the sweeper, a reviewer); nothing
@@ -78,7 +78,7 @@ pub(crate) async fn apply_event(
         clock.now_ms,
     );
     Ok(match ledger.apply(update).await? {
-        Some(row) => Applied::Done(row),
+        Some(row) => Applied::Done(Box::new(row)),
         None => Applied::Stale,
     })
 }

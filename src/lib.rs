@@ -9,7 +9,7 @@
 //! - sends it once, and classifies what comes back into evidence (succeeded, processing,
 //!   rejected, not executed, unknown, conflict) with a per-target [`Contract`];
 //! - suppresses the retries of every layer below it ([`SendOnceGuardLayer`]), so the recovery
-//!   engine is the only retry owner, under one persisted [budget](budget);
+//!   engine is the only retry owner, under one persisted [`budget`];
 //! - hands unknown outcomes to a [`Reconciler`] run by the [`Recoverer`], which asks the vendor
 //!   what really happened before anything is sent again.
 //!

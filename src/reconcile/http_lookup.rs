@@ -248,10 +248,10 @@ where
                 Ok(r) => r,
                 Err(e) => return Evidence::unknown(format!("lookup URL invalid: {e}")),
             };
-            if let Some(h) = &self.tenant_header {
-                if let Ok(v) = HeaderValue::from_str(op.tenant.as_str()) {
-                    req.headers_mut().insert(h.clone(), v);
-                }
+            if let Some(h) = &self.tenant_header
+                && let Ok(v) = HeaderValue::from_str(op.tenant.as_str())
+            {
+                req.headers_mut().insert(h.clone(), v);
             }
             let mut client = self.client.clone();
             let call = async {

@@ -174,11 +174,11 @@ impl Recoverer {
         row: OperationRecord,
     ) -> Result<Option<OperationRecord>, LedgerError> {
         // Budget and window first: the pure function says whether recovery may go on.
-        if let Ok(t) = transition(&row.snapshot(), &Event::ClaimRecovery, engine::clock()) {
-            if t.to == State::ManualReview {
-                let reason = t.reason.unwrap_or_else(|| "recovery budget spent".into());
-                return self.escalate(&row, reason).await;
-            }
+        if let Ok(t) = transition(&row.snapshot(), &Event::ClaimRecovery, engine::clock())
+            && t.to == State::ManualReview
+        {
+            let reason = t.reason.unwrap_or_else(|| "recovery budget spent".into());
+            return self.escalate(&row, reason).await;
         }
         let reconciler = self
             .by_contract
@@ -235,7 +235,7 @@ impl Recoverer {
         evidence: Evidence,
     ) -> Result<Option<OperationRecord>, LedgerError> {
         match applied {
-            Applied::Done(r) => Ok(Some(r)),
+            Applied::Done(r) => Ok(Some(*r)),
             Applied::Refused(refused) => {
                 tracing::warn!(%refused, "state machine refused the recovery result");
                 engine::append_late(&*self.ledger, row, None, evidence, refused.to_string())
