@@ -137,6 +137,19 @@ pub enum Event {
     },
     /// A human decided.
     Review(ReviewDecision),
+    /// The result is still unknown, but the contract makes a same-key replay safe inside the
+    /// vendor's retention window (path (b) into `RETRY_READY`, seed 000). The recovery engine
+    /// checks the contract, the retention window and the write permission before raising it.
+    ReplaySafe {
+        /// Which guarantee makes the replay safe.
+        reason: String,
+    },
+    /// A reviewer takes the operation over: automatic send eligibility is revoked at once, even
+    /// when recovery was about to replay.
+    ReviewClaim {
+        /// Who claimed it.
+        reviewer: String,
+    },
 }
 
 impl Event {
@@ -150,6 +163,8 @@ impl Event {
             Event::LookupResult(_) => "lookup_result",
             Event::Escalate { .. } => "escalate",
             Event::Review(_) => "review",
+            Event::ReplaySafe { .. } => "replay_safe",
+            Event::ReviewClaim { .. } => "review_claim",
         }
     }
 }
@@ -488,6 +503,58 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
             }),
         },
 
+        (State::Unknown, Event::ReplaySafe { reason }) => {
+            if s.attempts_used >= policy.max_attempts {
+                return Ok(escalate(
+                    format!(
+                        "replay would be safe ({reason}) but write attempts are exhausted ({} used)",
+                        s.attempts_used
+                    ),
+                    State::Unknown,
+                ));
+            }
+            if let Some(left) = window_left(s.deadline_ms)
+                && left < policy.attempt_timeout_ms as i64
+            {
+                return Ok(escalate(
+                    "recovery window cannot fit another attempt".into(),
+                    State::Unknown,
+                ));
+            }
+            // The earlier attempt may still have applied: the fact stays, so a refusal of the
+            // replay can never reject the operation.
+            Ok(Transition {
+                to: State::RetryReady,
+                may_have_applied: true,
+                next_check_ms: Some(now),
+                reason: Some(reason.clone()),
+                ..stay()
+            })
+        }
+        (
+            State::Prepared
+            | State::InFlight
+            | State::Processing
+            | State::Unknown
+            | State::RetryReady
+            | State::ManualReview,
+            Event::ReviewClaim { reviewer },
+        ) => {
+            // The business result: unchanged when a reviewer re-claims (`None` keeps the row's).
+            let business = match s.state {
+                State::ManualReview => None,
+                State::Processing => Some(State::Processing),
+                State::Prepared if !s.may_have_applied => Some(State::Prepared),
+                State::RetryReady if !s.may_have_applied => Some(State::RetryReady),
+                _ => Some(State::Unknown),
+            };
+            Ok(Transition {
+                bump_generation: true,
+                may_have_applied: s.may_have_applied || s.state == State::InFlight,
+                last_result: business,
+                ..escalate(format!("claimed by reviewer {reviewer}"), State::Unknown)
+            })
+        }
         (from, ev) => Err(Refused::new(from, ev)),
     }
 }

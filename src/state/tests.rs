@@ -229,6 +229,12 @@ fn all_events() -> Vec<Event> {
         }),
         Event::Review(ReviewDecision::ConfirmedNotExecuted),
         Event::Review(ReviewDecision::KeepPending),
+        Event::ReplaySafe {
+            reason: "stored first response".into(),
+        },
+        Event::ReviewClaim {
+            reviewer: "alice".into(),
+        },
     ];
     v.extend(all_evidence().into_iter().map(attempt));
     v.extend(all_evidence().into_iter().map(lookup));
@@ -251,6 +257,10 @@ fn allowed(state: State, event: &Event) -> bool {
         // "Keep pending" changes nothing, so it is refused like any no-op.
         Event::Review(ReviewDecision::KeepPending) => false,
         Event::Review(_) => state == ManualReview,
+        // Path (b) into RETRY_READY: only from UNKNOWN (never from PROCESSING: never re-create).
+        Event::ReplaySafe { .. } => state == Unknown,
+        // A reviewer can take over anything that is not terminal.
+        Event::ReviewClaim { .. } => !state.is_terminal(),
     }
 }
 
@@ -831,9 +841,10 @@ fn every_pair_outside_the_diagram_is_refused() {
             }
         }
     }
-    // 2 claim_send + 8 from IN_FLIGHT + 16 recovery + 5 escalate + 2 reviews.
-    assert_eq!(allowed_pairs, 33);
-    assert_eq!(refused_pairs, 8 * all_events().len() - 33);
+    // 2 claim_send + 8 from IN_FLIGHT + 16 recovery + 5 escalate + 2 reviews + 1 replay_safe
+    // + 6 review claims.
+    assert_eq!(allowed_pairs, 40);
+    assert_eq!(refused_pairs, 8 * all_events().len() - 40);
 }
 
 #[test]
@@ -896,6 +907,12 @@ fn manual_review_never_regains_send_rights_by_itself() {
             }
             Event::Review(ReviewDecision::ConfirmedSucceeded { .. }) => {
                 assert_eq!(r.unwrap().to, State::Succeeded);
+            }
+            // Another reviewer re-claims: still MANUAL_REVIEW, old holders fenced out.
+            Event::ReviewClaim { .. } => {
+                let t = r.unwrap();
+                assert_eq!(t.to, State::ManualReview);
+                assert!(t.bump_generation);
             }
             _ => {
                 // A late W731 after takeover is appended and notifies; it moves nothing.
@@ -979,6 +996,8 @@ fn arb_event() -> impl Strategy<Value = Event> {
         1 => Just(Event::Review(ReviewDecision::ConfirmedSucceeded { remote_ref: None })),
         1 => Just(Event::Review(ReviewDecision::ConfirmedNotExecuted)),
         1 => Just(Event::Review(ReviewDecision::KeepPending)),
+        2 => Just(Event::ReplaySafe { reason: "contract".into() }),
+        1 => Just(Event::ReviewClaim { reviewer: "alice".into() }),
     ]
 }
 
@@ -1038,7 +1057,14 @@ fn check_step(
     prop_assert!(!row.state.is_terminal(), "{}", ctx);
     // (c) MANUAL_REVIEW is left (or changed) only by a human.
     if row.state == State::ManualReview {
-        prop_assert!(matches!(event, Event::Review(_)), "{}", ctx);
+        prop_assert!(
+            matches!(event, Event::Review(_) | Event::ReviewClaim { .. }),
+            "{}",
+            ctx
+        );
+        if matches!(event, Event::ReviewClaim { .. }) {
+            prop_assert_eq!(t.to, State::ManualReview, "{}", ctx);
+        }
         if t.to == State::RetryReady {
             prop_assert!(is_not_executed(event), "{}", ctx);
         }
@@ -1092,9 +1118,20 @@ fn check_step(
     if t.to == State::Succeeded {
         prop_assert!(t.may_have_applied, "{}", ctx);
     }
-    // RETRY_READY means "proven safe to resend": nothing may have applied.
-    if t.to == State::RetryReady {
-        prop_assert!(!t.may_have_applied, "{}", ctx);
+    // RETRY_READY means "safe to resend": either nothing may have applied (path (a)), or the
+    // contract makes a same-key replay safe (path (b), which keeps the sticky fact).
+    if t.to == State::RetryReady && !matches!(event, Event::ReplaySafe { .. }) {
+        prop_assert!(
+            !t.may_have_applied || row.state == State::RetryReady,
+            "{}",
+            ctx
+        );
+    }
+    if matches!(event, Event::ReplaySafe { .. }) {
+        prop_assert_eq!(row.state, State::Unknown, "{}", ctx);
+        if t.to == State::RetryReady {
+            prop_assert!(t.may_have_applied, "path (b) keeps the sticky fact: {}", ctx);
+        }
     }
     if row.state == State::InFlight
         && !matches!(
@@ -1117,6 +1154,10 @@ fn check_step(
     }
     // (g) claims fence the previous holder.
     match event {
+        Event::ReviewClaim { .. } => {
+            prop_assert!(t.bump_generation, "{}", ctx);
+            prop_assert_eq!(t.to, State::ManualReview, "{}", ctx);
+        }
         Event::ClaimSend if t.to == State::InFlight => prop_assert!(t.bump_generation, "{}", ctx),
         Event::ClaimRecovery if t.to == row.state => prop_assert!(t.bump_generation, "{}", ctx),
         Event::LeaseExpired => {
@@ -1138,7 +1179,10 @@ fn check_step(
     if t.to == State::ManualReview {
         prop_assert!(t.reason.is_some(), "{}", ctx);
         prop_assert_eq!(t.next_check_ms, None, "{}", ctx);
+        // A re-claim by another reviewer keeps the row's business result (`None`).
+        let reclaim = row.state == State::ManualReview;
         prop_assert!(
+            reclaim ||
             matches!(
                 t.last_result,
                 Some(State::Prepared | State::RetryReady | State::Unknown | State::Processing)
@@ -1182,7 +1226,7 @@ proptest! {
                 row = Row::after(&t);
                 // Reachable rows keep the budget and the meaning of each state.
                 prop_assert!(row.attempts_used <= policy.max_attempts);
-                if row.state == State::RetryReady {
+                if row.state == State::RetryReady && !matches!(event, Event::ReplaySafe { .. }) && before.state != State::RetryReady {
                     prop_assert!(!row.may_have_applied, "{:?}", row);
                 }
                 // A write that left the process may have applied; UNKNOWN and PROCESSING say so.
@@ -1396,4 +1440,74 @@ mod budget_policy {
         assert_eq!(p.attempt_timeout(), Duration::from_millis(7_000));
         assert_eq!(p.lease(), Duration::from_millis(7_001));
     }
+}
+
+// ── path (b) and reviewer claims ─────────────────────────────────────────────────────────────
+
+#[test]
+fn replay_safe_from_unknown_is_retry_ready_and_keeps_the_sticky_fact() {
+    let ev = Event::ReplaySafe {
+        reason: "stored first response inside retention".into(),
+    };
+    let t = ok(Row::typical(State::Unknown).attempts(1), &ev, T0 + 1_000);
+    assert_eq!(t.to, State::RetryReady);
+    assert!(t.may_have_applied, "the first send may still have applied");
+    assert_eq!(t.attempts_used, 1, "the replay is counted when it is claimed");
+    // The replay's claim then registers attempt 2.
+    let row = Row::after(&t);
+    let c = ok(row, &Event::ClaimSend, T0 + 1_001);
+    assert_eq!(c.to, State::InFlight);
+    assert_eq!(c.attempts_used, 2);
+    // A 400 for the replay says nothing about the first send: UNKNOWN, never REJECTED.
+    let r = ok(
+        Row::after(&c),
+        &attempt(Evidence::Rejected {
+            reason: "400".into(),
+        }),
+        T0 + 1_002,
+    );
+    assert_eq!(r.to, State::Unknown);
+}
+
+#[test]
+fn replay_safe_escalates_when_attempts_or_window_are_spent() {
+    let ev = Event::ReplaySafe {
+        reason: "contract".into(),
+    };
+    let t = ok(Row::typical(State::Unknown).attempts(3), &ev, T0 + 1_000);
+    assert_eq!(t.to, State::ManualReview);
+    let t = ok(Row::typical(State::Unknown).attempts(1), &ev, DEADLINE - 1);
+    assert_eq!(t.to, State::ManualReview);
+    // Never from PROCESSING: an accepted write is polled, never re-created.
+    assert_eq!(
+        refused(Row::typical(State::Processing), &ev, T0).from,
+        State::Processing
+    );
+}
+
+#[test]
+fn review_claim_fences_recovery_and_revokes_send_rights() {
+    let ev = Event::ReviewClaim {
+        reviewer: "alice".into(),
+    };
+    for state in [
+        State::Prepared,
+        State::InFlight,
+        State::Processing,
+        State::Unknown,
+        State::RetryReady,
+    ] {
+        let t = ok(Row::typical(state), &ev, T0 + 1_000);
+        assert_eq!(t.to, State::ManualReview, "{state}");
+        assert!(t.bump_generation, "{state}: the old holder is fenced out");
+        assert!(t.reason.as_deref().unwrap().contains("alice"));
+        // After the claim nothing but a review moves it.
+        let row = Row::after(&t);
+        assert_eq!(
+            refused(row, &Event::ClaimSend, T0 + 1_001).from,
+            State::ManualReview
+        );
+    }
+    let t = ok(Row::typical(State::InFlight).may(false), &ev, T0);
+    assert!(t.may_have_applied, "an in-flight attempt may still apply");
 }
