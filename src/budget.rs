@@ -107,6 +107,77 @@ impl BudgetPolicy {
     }
 }
 
+/// A process-wide token bucket per target that caps replays, so an incident cannot turn into a
+/// retry storm against one vendor.
+///
+/// Each target (e.g. a host) has a bucket of at most `burst` tokens, refilled continuously at
+/// `per_second`. A replay takes one token; with none left the replay waits for the next pass (it
+/// is not counted as an attempt).
+///
+/// # Differences from `tower::retry::budget::TpsBudget`
+///
+/// tower's budget ties retries to a percentage of recent successful requests; this one is a plain
+/// rate cap per target, because recovery replays are not proportional to live traffic (an outage
+/// can leave hundreds of operations due at once, with no live traffic at all). The arithmetic is
+/// in `f64` tokens with the refill capped at `burst`, so long idle periods never overflow and a
+/// bucket never goes negative.
+#[derive(Debug)]
+pub struct ReplayLimiter {
+    per_second: f64,
+    burst: f64,
+    buckets: std::sync::Mutex<std::collections::HashMap<String, Bucket>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl ReplayLimiter {
+    /// At most `burst` replays at once per target, refilled at `per_second`.
+    pub fn new(per_second: f64, burst: u32) -> Self {
+        Self {
+            per_second: if per_second.is_finite() {
+                per_second.max(0.0)
+            } else {
+                0.0
+            },
+            burst: f64::from(burst),
+            buckets: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// Takes a token for `target` at `now`; `false` when the bucket is empty.
+    pub fn try_acquire_at(&self, target: &str, now: std::time::Instant) -> bool {
+        let mut buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let b = buckets.entry(target.to_owned()).or_insert(Bucket {
+            tokens: self.burst,
+            at: now,
+        });
+        // A clock that did not advance (or an `at` in the future) refills nothing.
+        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * self.per_second).min(self.burst);
+        if now > b.at {
+            b.at = now;
+        }
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Takes a token for `target` now.
+    pub fn try_acquire(&self, target: &str) -> bool {
+        self.try_acquire_at(target, std::time::Instant::now())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +206,43 @@ mod tests {
             ..p
         };
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn limiter_caps_bursts_and_refills_at_the_rate() {
+        use std::time::{Duration, Instant};
+        let l = ReplayLimiter::new(2.0, 3);
+        let t0 = Instant::now();
+        // A full bucket allows exactly `burst` replays at once.
+        assert!((0..3).all(|_| l.try_acquire_at("a", t0)));
+        assert!(!l.try_acquire_at("a", t0));
+        // Targets are independent.
+        assert!(l.try_acquire_at("b", t0));
+        // 2 per second: 499 ms is not enough for one token, 500 ms is.
+        assert!(!l.try_acquire_at("a", t0 + Duration::from_millis(499)));
+        assert!(l.try_acquire_at("a", t0 + Duration::from_millis(500)));
+        assert!(!l.try_acquire_at("a", t0 + Duration::from_millis(500)));
+        // A long idle period refills to the burst, never beyond (no overflow).
+        let later = t0 + Duration::from_secs(365 * 24 * 3600);
+        assert_eq!((0..10).filter(|_| l.try_acquire_at("a", later)).count(), 3);
+        // Time going backwards refills nothing and never panics.
+        assert!(!l.try_acquire_at("a", t0));
+    }
+
+    #[test]
+    fn limiter_accumulates_fractional_tokens() {
+        use std::time::{Duration, Instant};
+        let l = ReplayLimiter::new(0.5, 1);
+        let t0 = Instant::now();
+        assert!(l.try_acquire_at("a", t0));
+        // Four polls 0.5 s apart add up to one token (4 × 0.25), with no rounding loss.
+        let granted: Vec<bool> = (1..=4)
+            .map(|i| l.try_acquire_at("a", t0 + Duration::from_millis(500 * i)))
+            .collect();
+        assert_eq!(granted, vec![false, false, false, true]);
+        // A zero rate never refills; a NaN rate is treated as zero.
+        let z = ReplayLimiter::new(f64::NAN, 1);
+        assert!(z.try_acquire_at("a", t0));
+        assert!(!z.try_acquire_at("a", t0 + Duration::from_secs(1000)));
     }
 }

@@ -3,9 +3,11 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::evidence::Evidence;
-use crate::ledger::{Ledger, LedgerError, NewEvidence, OperationRecord, StoredResponse};
+use crate::layer::{Outcome, Shared};
+use crate::ledger::{LedgerError, NewEvidence, OperationRecord, StoredResponse};
+use crate::notify::Notice;
 use crate::operation::AttemptId;
-use crate::state::{Clock, Event, Refused, transition};
+use crate::state::{Clock, Event, Refused, State, transition};
 
 /// Milliseconds since the Unix epoch, from the wall clock.
 pub(crate) fn now_ms() -> i64 {
@@ -43,8 +45,9 @@ pub(crate) struct Extras {
 }
 
 /// Runs the transition function on `record` and applies the result with a compare-and-swap.
+/// Publishes the new state on the notifier when it changed.
 pub(crate) async fn apply_event(
-    ledger: &dyn Ledger,
+    shared: &Shared,
     record: &OperationRecord,
     event: Event,
     kind: &str,
@@ -77,16 +80,49 @@ pub(crate) async fn apply_event(
         entry,
         clock.now_ms,
     );
-    Ok(match ledger.apply(update).await? {
-        Some(row) => Applied::Done(Box::new(row)),
+    Ok(match shared.ledger.apply(update).await? {
+        Some(row) => {
+            if row.state != record.state {
+                publish(shared, &row);
+            }
+            Applied::Done(Box::new(row))
+        }
         None => Applied::Stale,
     })
+}
+
+/// Tells waiting callers and reviewers where an operation now stands.
+pub(crate) fn publish(shared: &Shared, row: &OperationRecord) {
+    let outcome = Outcome::from_record(row, None, true);
+    if row.state == State::ManualReview {
+        metrics::counter!(
+            "recoverable_write_escalations_total",
+            "target" => target_of(row),
+        )
+        .increment(1);
+        shared.notifier.publish(Notice::Escalated {
+            reason: row.reason.clone().unwrap_or_default(),
+            outcome,
+        });
+    } else {
+        shared.notifier.publish(Notice::Transition(outcome));
+    }
+}
+
+/// The target label of an operation: the host of its URL.
+pub(crate) fn target_of(row: &OperationRecord) -> String {
+    row.request
+        .url
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// Appends an observation that may no longer change the row (late responses, answers after a
 /// reviewer took over). It is kept as evidence and surfaced, never acted on.
 pub(crate) async fn append_late(
-    ledger: &dyn Ledger,
+    shared: &Shared,
     record: &OperationRecord,
     attempt: Option<AttemptId>,
     evidence: Evidence,
@@ -103,11 +139,22 @@ pub(crate) async fn append_late(
         kind: "late_evidence".to_owned(),
         from_state: None,
         to_state: None,
-        evidence: Some(evidence),
+        evidence: Some(evidence.clone()),
         note: Some(note),
         at_ms: now_ms(),
     };
-    ledger
+    shared
+        .ledger
         .append_evidence(&record.tenant, &record.operation_id, entry)
-        .await
+        .await?;
+    let current = shared
+        .ledger
+        .get(&record.tenant, &record.operation_id)
+        .await?
+        .unwrap_or_else(|| record.clone());
+    shared.notifier.publish(Notice::LateEvidence {
+        outcome: Outcome::from_record(&current, attempt, true),
+        evidence,
+    });
+    Ok(())
 }

@@ -54,6 +54,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod authorize;
 pub mod budget;
 pub mod contract;
 mod engine;
@@ -61,13 +62,15 @@ pub mod evidence;
 pub mod guard;
 pub mod layer;
 pub mod ledger;
+pub mod notify;
 pub mod operation;
 pub mod reconcile;
 pub mod state;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
-pub use budget::BudgetPolicy;
+pub use authorize::{Access, Authorizer, Denied};
+pub use budget::{BudgetPolicy, ReplayLimiter};
 pub use contract::{Contract, Contracts};
 pub use evidence::{ConflictKind, Evidence};
 pub use guard::{SendOnceGuard, SendOnceGuardLayer};
@@ -75,6 +78,7 @@ pub use layer::{Error, Outcome, RecoverableWrite, RecoverableWriteLayer};
 #[cfg(feature = "sqlite")]
 pub use ledger::SqliteLedger;
 pub use ledger::{Ledger, MemoryLedger};
+pub use notify::{Notice, Notifier};
 pub use operation::{AttemptId, Generation, IdempotencyKey, Operation, OperationId, Tenant};
 pub use reconcile::{HttpLookup, Reconciler, Recoverer};
 pub use state::State;

@@ -44,12 +44,12 @@ CREATE TABLE rw_operations (
     UNIQUE (tenant, action, intent_ref)
 ) STRICT;
 
--- Due recovery work: `state IN ('UNKNOWN','PROCESSING') AND next_check_ms <= ?`. Partial, so the
+-- Due recovery work: `state IN ('UNKNOWN','PROCESSING','RETRY_READY') AND next_check_ms <= ?`. Partial, so the
 -- scan is proportional to due work, not to the history of finished operations. Queries must
 -- repeat the WHERE term verbatim for SQLite to use it.
 CREATE INDEX rw_operations_due
     ON rw_operations (next_check_ms)
-    WHERE state IN ('UNKNOWN', 'PROCESSING');
+    WHERE state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY');
 
 -- Expired send leases: `state = 'IN_FLIGHT' AND lease_until_ms < ?`.
 CREATE INDEX rw_operations_in_flight_lease

@@ -150,6 +150,15 @@ pub enum Error {
         /// The existing operation.
         operation: OperationId,
     },
+    /// The [`Authorizer`](crate::Authorizer) refused the write. Nothing was sent.
+    #[error("{operation}: write not authorized; nothing was sent")]
+    Denied {
+        /// The operation (left `PREPARED`).
+        operation: OperationId,
+        /// The refusal.
+        #[source]
+        source: crate::authorize::Denied,
+    },
     /// The ledger could not be reached or failed. Nothing was sent.
     #[error("ledger unavailable; nothing was sent")]
     Ledger {
@@ -210,7 +219,7 @@ impl Error {
     /// The operation this error is about, if one was identified.
     pub fn operation_id(&self) -> Option<&OperationId> {
         match self {
-            Error::Conflict { operation } => Some(operation),
+            Error::Conflict { operation } | Error::Denied { operation, .. } => Some(operation),
             Error::Ledger { operation, .. } => operation.as_ref(),
             other => other.outcome().map(|o| &o.operation_id),
         }

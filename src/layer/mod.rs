@@ -31,6 +31,7 @@ mod future;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response};
@@ -42,11 +43,13 @@ use tower_service::Service;
 pub use self::error::{Error, Outcome};
 pub use self::future::ResponseFuture;
 use crate::BoxError;
+use crate::authorize::{Access, Authorizer, SharedAuthorizer};
 use crate::budget::BudgetPolicy;
 use crate::contract::{Contract, Contracts};
 use crate::engine::{self, Applied, Extras};
 use crate::guard::AttemptToken;
 use crate::ledger::{Created, Ledger, NewOperation, OperationRecord, StoredResponse};
+use crate::notify::Notifier;
 use crate::operation::{AttemptId, FrozenRequest, IdempotencyKey, Operation, PayloadHash};
 use crate::state::{Event, State};
 
@@ -73,6 +76,7 @@ const UNSTORED_RESPONSE_HEADERS: &[&str] = &[
     "keep-alive",
 ];
 
+#[derive(Clone)]
 pub(crate) struct Shared {
     pub(crate) ledger: Arc<dyn Ledger>,
     pub(crate) contracts: Contracts,
@@ -80,6 +84,25 @@ pub(crate) struct Shared {
     pub(crate) max_request_body: usize,
     pub(crate) max_response_body: usize,
     pub(crate) stored_body: usize,
+    pub(crate) authorizer: SharedAuthorizer,
+    pub(crate) notifier: Notifier,
+    pub(crate) wait: Option<Duration>,
+}
+
+impl Shared {
+    pub(crate) fn new(ledger: Arc<dyn Ledger>) -> Self {
+        Self {
+            ledger,
+            contracts: Contracts::default(),
+            policy: BudgetPolicy::default(),
+            max_request_body: DEFAULT_MAX_REQUEST_BODY,
+            max_response_body: DEFAULT_MAX_RESPONSE_BODY,
+            stored_body: DEFAULT_STORED_BODY,
+            authorizer: SharedAuthorizer::default(),
+            notifier: Notifier::default(),
+            wait: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -91,7 +114,9 @@ impl std::fmt::Debug for Shared {
             .field("max_request_body", &self.max_request_body)
             .field("max_response_body", &self.max_response_body)
             .field("stored_body", &self.stored_body)
-            .finish()
+            .field("authorizer", &self.authorizer)
+            .field("wait", &self.wait)
+            .finish_non_exhaustive()
     }
 }
 
@@ -132,34 +157,45 @@ impl RecoverableWriteLayer {
     /// A layer over a shared ledger (the same one a [`Recoverer`](crate::Recoverer) uses).
     pub fn from_arc(ledger: Arc<dyn Ledger>) -> Self {
         Self {
-            shared: Arc::new(Shared {
-                ledger,
-                contracts: Contracts::default(),
-                policy: BudgetPolicy::default(),
-                max_request_body: DEFAULT_MAX_REQUEST_BODY,
-                max_response_body: DEFAULT_MAX_RESPONSE_BODY,
-                stored_body: DEFAULT_STORED_BODY,
-            }),
+            shared: Arc::new(Shared::new(ledger)),
         }
     }
 
     fn edit(mut self, f: impl FnOnce(&mut Shared)) -> Self {
-        match Arc::get_mut(&mut self.shared) {
-            Some(shared) => f(shared),
-            None => {
-                let mut copy = Shared {
-                    ledger: self.shared.ledger.clone(),
-                    contracts: self.shared.contracts.clone(),
-                    policy: self.shared.policy.clone(),
-                    max_request_body: self.shared.max_request_body,
-                    max_response_body: self.shared.max_response_body,
-                    stored_body: self.shared.stored_body,
-                };
-                f(&mut copy);
-                self.shared = Arc::new(copy);
-            }
-        }
+        f(Arc::make_mut(&mut self.shared));
         self
+    }
+
+    /// Consulted before the first send of every operation ([`Access::Write`]); the
+    /// [`Recoverer`](crate::Recoverer) built by [`recoverer`](Self::recoverer) consults it before
+    /// every replay and lookup too. A refusal sends nothing ([`Error::Denied`]).
+    pub fn authorizer(self, authorizer: impl Authorizer) -> Self {
+        let a = SharedAuthorizer::new(authorizer);
+        self.edit(|s| s.authorizer = a)
+    }
+
+    /// The notification channel shared with the recoverer (one is made by default).
+    pub fn notifier(self, notifier: Notifier) -> Self {
+        self.edit(|s| s.notifier = notifier)
+    }
+
+    /// The notifier, to subscribe to resolutions, escalations and late evidence.
+    pub fn notifications(&self) -> &Notifier {
+        &self.shared.notifier
+    }
+
+    /// Instead of failing at once with [`Error::Unknown`], [`Error::Processing`] or
+    /// [`Error::RetryScheduled`], wait up to `bound` for the recovery engine to resolve the
+    /// operation. The wait listens to the engine's notifications (and re-reads the ledger every
+    /// 250 ms for engines in other processes); it never polls the vendor itself.
+    pub fn wait_for_resolution(self, bound: Duration) -> Self {
+        self.edit(|s| s.wait = Some(bound))
+    }
+
+    /// A recovery engine sharing this layer's ledger, contracts, authorizer and notifier. Give
+    /// it a [`Reconciler`](crate::Reconciler) and the stack below the layer to replay through.
+    pub fn recoverer(&self) -> crate::Recoverer {
+        crate::Recoverer::from_shared(self.shared.clone())
     }
 
     /// The contracts chosen per target (default: the conservative contract for every target).
@@ -302,6 +338,18 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    match prepare_inner(shared.clone(), req).await {
+        Err(e) => await_resolution(&shared, e).await.map(Step::Done),
+        ok => ok,
+    }
+}
+
+async fn prepare_inner<B>(shared: Arc<Shared>, req: Request<B>) -> Result<Step<B>, Error>
+where
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
     let (mut parts, body) = req.into_parts();
     let op = parts
         .extensions
@@ -365,6 +413,12 @@ where
         Created::New(r) => r,
         Created::Existing(r) => {
             if r.payload_hash != payload_hash {
+                metrics::counter!(
+                    "recoverable_write_payload_conflicts_total",
+                    "target" => engine::target_of(&r),
+                    "tenant" => r.tenant.to_string(),
+                )
+                .increment(1);
                 tracing::warn!(
                     operation = %r.operation_id,
                     tenant = %r.tenant,
@@ -378,6 +432,18 @@ where
         }
     };
 
+    // Permission is checked before send rights are claimed: a refusal leaves the operation
+    // PREPARED (never sent) for a caller with permission.
+    if record.state == State::Prepared
+        && let Err(denied) = shared.authorizer.check(&record, Access::Write).await
+    {
+        tracing::warn!(operation = %record.operation_id, %denied, "write not authorized; nothing sent");
+        return Err(Error::Denied {
+            operation: record.operation_id,
+            source: denied,
+        });
+    }
+
     // Claim send rights. Only PREPARED (first send) is claimed here; every other state belongs
     // to the recovery engine or is resolved.
     let attempt = AttemptId::generate();
@@ -389,7 +455,7 @@ where
         }
         let lease_until = engine::now_ms() + record.policy.lease().as_millis() as i64;
         let applied = engine::apply_event(
-            &*shared.ledger,
+            &shared,
             &record,
             Event::ClaimSend,
             "attempt_registered",
@@ -495,6 +561,24 @@ where
     RB::Data: Send,
     RB::Error: Into<BoxError>,
 {
+    let shared = ctx.shared.clone();
+    match record_attempt(ctx, observed).await {
+        Err(e) => await_resolution(&shared, e).await,
+        ok => ok,
+    }
+}
+
+/// Reads, classifies and records what one attempt produced (the layer's first send and the
+/// recoverer's replays alike).
+pub(crate) async fn record_attempt<RB>(
+    ctx: Box<AttemptCtx>,
+    observed: Observed<RB>,
+) -> Result<Response<Full<Bytes>>, Error>
+where
+    RB: Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+{
     let AttemptCtx {
         shared,
         contract,
@@ -590,7 +674,7 @@ where
     };
 
     let applied = engine::apply_event(
-        &*shared.ledger,
+        &shared,
         &record,
         Event::AttemptResult(evidence.clone()),
         "attempt_result",
@@ -613,7 +697,7 @@ where
             // The lease ran out, or a reviewer or recoverer took the operation over while this
             // attempt was on the wire: the observation is kept as evidence only.
             if let Err(e) = engine::append_late(
-                &*shared.ledger,
+                &shared,
                 &record,
                 Some(attempt),
                 evidence.clone(),
@@ -640,6 +724,14 @@ where
         }
     };
 
+    if row.state == State::Unknown {
+        metrics::counter!(
+            "recoverable_write_unknown_total",
+            "target" => engine::target_of(&row),
+            "tenant" => row.tenant.to_string(),
+        )
+        .increment(1);
+    }
     match (row.state, response) {
         (State::Succeeded | State::Rejected, Some(res)) => {
             let (mut parts, body) = res.into_parts();
@@ -662,4 +754,56 @@ where
         (State::Succeeded | State::Rejected, None) => Ok(stored_result(&row)),
         _ => Err(Error::for_state(&row, Some(attempt), source, retry_after)),
     }
+}
+
+/// With [`RecoverableWriteLayer::wait_for_resolution`], waits for the recovery engine to resolve
+/// the operation named by `err`; otherwise returns `err`.
+async fn await_resolution(shared: &Shared, err: Error) -> Result<Response<Full<Bytes>>, Error> {
+    let (Some(bound), Some(outcome)) = (shared.wait, err.outcome()) else {
+        return Err(err);
+    };
+    if !matches!(
+        outcome.state,
+        State::Unknown | State::InFlight | State::Processing | State::RetryReady
+    ) {
+        return Err(err);
+    }
+    let (tenant, op, attempt) = (
+        outcome.tenant.clone(),
+        outcome.operation_id.clone(),
+        outcome.attempt,
+    );
+    let deadline = tokio::time::Instant::now() + bound;
+    let mut rx = shared.notifier.subscribe();
+    let mut latest = None;
+    loop {
+        // The ledger is the truth: read it after subscribing, so no resolution is missed.
+        if let Ok(Some(row)) = shared.ledger.get(&tenant, &op).await {
+            match row.state {
+                State::Succeeded | State::Rejected => return Ok(stored_result(&row)),
+                State::ManualReview => return Err(Error::for_state(&row, attempt, None, None)),
+                _ => latest = Some(row),
+            }
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let poll = deadline.min(now + Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                notice = rx.recv() => match notice {
+                    Ok(n) if n.outcome().operation_id == op && n.outcome().tenant == tenant => break,
+                    Ok(_) => continue,
+                    // Missed notices: re-read the ledger.
+                    Err(_) => break,
+                },
+                _ = tokio::time::sleep_until(poll) => break,
+            }
+        }
+    }
+    Err(match latest {
+        Some(row) => Error::for_state(&row, attempt, None, None),
+        None => err,
+    })
 }

@@ -963,7 +963,7 @@ fn ids(rows: &[OperationRecord]) -> Vec<&str> {
     rows.iter().map(|r| r.operation_id.as_str()).collect()
 }
 
-/// `claim_due` takes exactly the `UNKNOWN`/`PROCESSING` rows whose next check is due and whose
+/// `claim_due` takes exactly the `UNKNOWN`/`PROCESSING`/`RETRY_READY` rows whose next check is due and whose
 /// lease is absent or over; each claimed row gets generation+1, version+1, the new lease and a
 /// `recovery_claimed` entry. Every other row is untouched.
 pub async fn claim_due_picks_only_due_unleased_recovery_rows<L: Ledger>(ledger: L) {
@@ -1043,13 +1043,14 @@ pub async fn claim_due_picks_only_due_unleased_recovery_rows<L: Ledger>(ledger: 
         ids(&claimed),
         [
             "a-unknown-due",
+            "e-retry-ready",
             "b-processing-lease-over",
             "h-lease-ends-now",
             "i-due-now"
         ],
         "claimed rows, in next-check order"
     );
-    for (before, after) in [&a, &b, &h, &i].into_iter().zip(&claimed) {
+    for (before, after) in [&a, &e, &b, &h, &i].into_iter().zip(&claimed) {
         let expected = OperationRecord {
             generation: before.generation.next(),
             version: before.version + 1,
@@ -1075,7 +1076,7 @@ pub async fn claim_due_picks_only_due_unleased_recovery_rows<L: Ledger>(ledger: 
             }
         );
     }
-    for untouched in [&c, &d, &e, &f, &g, &j, &k, &l] {
+    for untouched in [&c, &d, &f, &g, &j, &k, &l] {
         assert_eq!(&get(&ledger, untouched).await, untouched);
         assert_eq!(kinds(&log(&ledger, untouched).await), ["created", "setup"]);
     }

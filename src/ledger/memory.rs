@@ -219,7 +219,7 @@ impl MemoryLedger {
                 let r = &row.record;
                 let next = r.next_check_ms?;
                 let unleased = r.lease_until_ms.is_none_or(|l| l <= now_ms);
-                (r.state.needs_recovery() && next <= now_ms && unleased)
+                (r.state.is_due_work() && next <= now_ms && unleased)
                     .then(|| (next, row.created_seq, key.clone()))
             })
             .collect();

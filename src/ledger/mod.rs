@@ -297,7 +297,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// precondition failed and nothing changed.
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>>;
 
-    /// Claims up to `limit` operations in `UNKNOWN` or `PROCESSING` whose next check is due and
+    /// Claims up to `limit` operations in `UNKNOWN`, `PROCESSING` or `RETRY_READY` whose next
+    /// check is due and
     /// whose lease (if any) has expired: increments each one's generation and version, sets
     /// `lease_until_ms`, appends a `recovery_claimed` entry. Returns the claimed rows, earliest
     /// next check first (ties in creation order).

@@ -337,7 +337,7 @@ fn to_json<T: serde::Serialize>(what: &str, v: &T) -> Result<String, LedgerError
 
 // ── SQL ─────────────────────────────────────────────────────────────────────────────────────────
 //
-// The `state IN ('UNKNOWN', 'PROCESSING')` and `state = 'IN_FLIGHT'` terms repeat the WHERE
+// The `state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY')` and `state = 'IN_FLIGHT'` terms repeat the WHERE
 // clauses of the partial indexes verbatim: SQLite only uses a partial index when the query
 // contains its condition as a term.
 
@@ -390,7 +390,7 @@ UPDATE rw_operations SET
     updated_ms = ?1
 WHERE rowid IN (
     SELECT rowid FROM rw_operations
-    WHERE state IN ('UNKNOWN', 'PROCESSING')
+    WHERE state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY')
       AND next_check_ms <= ?1
       AND (lease_until_ms IS NULL OR lease_until_ms <= ?1)
     ORDER BY next_check_ms, rowid
@@ -987,7 +987,7 @@ mod tests {
         let claim = plan(
             &ledger,
             "EXPLAIN QUERY PLAN SELECT rowid FROM rw_operations \
-             WHERE state IN ('UNKNOWN', 'PROCESSING') AND next_check_ms <= ?1 \
+             WHERE state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY') AND next_check_ms <= ?1 \
                AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
              ORDER BY next_check_ms, rowid LIMIT ?3",
         )

@@ -5,15 +5,33 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
 use super::Reconciler;
+use crate::BoxError;
+use crate::authorize::Access;
+use crate::budget::ReplayLimiter;
+use crate::contract::Contract;
 use crate::engine::{self, Applied, Extras};
 use crate::evidence::Evidence;
+use crate::guard::AttemptToken;
+use crate::layer::{AttemptCtx, Observed, Shared, record_attempt};
 use crate::ledger::{Ledger, LedgerError, OperationRecord};
-use crate::state::{Event, State, transition};
+use crate::operation::AttemptId;
+use crate::state::{Event, State, Transition, transition};
+
+/// The service replays are sent through: the stack below the layer (guard, client).
+type ReplayService =
+    BoxCloneSyncService<Request<Full<Bytes>>, Response<UnsyncBoxBody<Bytes, BoxError>>, BoxError>;
 
 /// What one pass of the [`Recoverer`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,14 +40,16 @@ pub struct RecoveryReport {
     pub swept: usize,
     /// Due operations claimed (new generation, lease).
     pub claimed: usize,
+    /// Lookups made.
+    pub lookups: usize,
+    /// Replays sent (same key, same bytes).
+    pub replays: usize,
     /// Claimed operations that reached `SUCCEEDED` or `REJECTED`.
     pub resolved: usize,
-    /// Claimed operations still `UNKNOWN` or `PROCESSING`, with a next check scheduled.
+    /// Claimed operations still `UNKNOWN`, `PROCESSING` or `RETRY_READY`, with a next check.
     pub pending: usize,
     /// Operations escalated to `MANUAL_REVIEW`.
     pub escalated: usize,
-    /// Claimed operations that proved safe to resend (`RETRY_READY`).
-    pub retry_ready: usize,
     /// Results refused because the operation moved on meanwhile (a reviewer, another worker).
     pub stale: usize,
 }
@@ -38,12 +58,20 @@ pub struct RecoveryReport {
 ///
 /// Each [`run_once`](Recoverer::run_once) pass:
 /// 1. sweeps `IN_FLIGHT` operations whose lease expired to `UNKNOWN` (never back to `PREPARED`);
-/// 2. claims due `UNKNOWN`/`PROCESSING` operations, each with a new generation and a lease, so
-///    that any number of recoverers (tasks, processes, machines) can share one ledger;
-/// 3. asks the operation's [`Reconciler`] what happened, query-first, and applies the answer
-///    through the state machine with a compare-and-swap on the claimed generation;
-/// 4. escalates to `MANUAL_REVIEW` when the window or query budget is spent, or no reconciler
-///    exists for the operation's contract.
+/// 2. claims due `UNKNOWN`, `PROCESSING` and `RETRY_READY` operations, each with a new
+///    generation and a lease, so any number of recoverers (tasks, processes, machines) can share
+///    one ledger;
+/// 3. **query first**: asks the operation's [`Reconciler`] what happened (with query
+///    permission) and applies the answer through the state machine with a compare-and-swap;
+/// 4. replays only when evidence allows it, through the stack below the layer, with the stored
+///    key and the stored bytes, registered `IN_FLIGHT` (new attempt, new generation) before it is
+///    sent, and only with write permission:
+///    - (a) the attempt provably did not execute (connect refused, a status the contract
+///      documents as not executed, the vendor's own record says so), or
+///    - (b) the result is still unknown but the contract makes a same-key replay safe and the
+///      vendor's retention window still covers the replay's timeout plus a clock-skew margin;
+/// 5. escalates to `MANUAL_REVIEW` when the window, the write attempts or the queries are spent,
+///    when a hint lands past the window, or when there is no safe path at all.
 ///
 /// ```no_run
 /// # use std::sync::Arc;
@@ -53,6 +81,7 @@ pub struct RecoveryReport {
 /// let ledger: Arc<dyn Ledger> = Arc::new(MemoryLedger::new());
 /// let handle = Recoverer::new(ledger)
 ///     .reconciler(HttpLookup::new(client(), "http://vendor.test/operations/{operation_id}"))
+///     .replay_through(client())
 ///     .spawn();
 /// // ... on shutdown:
 /// handle.shutdown().await;
@@ -60,38 +89,53 @@ pub struct RecoveryReport {
 /// ```
 #[derive(Clone)]
 pub struct Recoverer {
-    ledger: Arc<dyn Ledger>,
+    shared: Arc<Shared>,
     default_reconciler: Option<Arc<dyn Reconciler>>,
     by_contract: HashMap<String, Arc<dyn Reconciler>>,
+    replay: Option<ReplayService>,
+    limiter: Option<Arc<ReplayLimiter>>,
     batch: u32,
     lease: Duration,
     interval: Duration,
+    skew_margin: Duration,
 }
 
 impl fmt::Debug for Recoverer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Recoverer")
-            .field("ledger", &self.ledger)
+            .field("shared", &self.shared)
             .field("default_reconciler", &self.default_reconciler)
             .field("by_contract", &self.by_contract.keys().collect::<Vec<_>>())
+            .field("replay", &self.replay.is_some())
+            .field("limiter", &self.limiter)
             .field("batch", &self.batch)
             .field("lease", &self.lease)
             .field("interval", &self.interval)
+            .field("skew_margin", &self.skew_margin)
             .finish()
     }
 }
 
 impl Recoverer {
-    /// A recoverer over `ledger` with no reconciler: every due operation escalates until one is
-    /// configured.
+    /// A recoverer over `ledger` with the conservative default contract and no reconciler or
+    /// replay path: every due operation escalates until one is configured. Prefer
+    /// [`RecoverableWriteLayer::recoverer`](crate::RecoverableWriteLayer::recoverer), which shares
+    /// the layer's contracts, authorizer and notifier.
     pub fn new(ledger: Arc<dyn Ledger>) -> Self {
+        Self::from_shared(Arc::new(Shared::new(ledger)))
+    }
+
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
         Self {
-            ledger,
+            shared,
             default_reconciler: None,
             by_contract: HashMap::new(),
+            replay: None,
+            limiter: None,
             batch: 32,
             lease: Duration::from_secs(30),
             interval: Duration::from_millis(250),
+            skew_margin: Duration::from_secs(5),
         }
     }
 
@@ -104,6 +148,30 @@ impl Recoverer {
     /// The reconciler for operations made under the contract named `contract`.
     pub fn reconciler_for(mut self, contract: impl Into<String>, r: impl Reconciler) -> Self {
         self.by_contract.insert(contract.into(), Arc::new(r));
+        self
+    }
+
+    /// The service replays go through: the stack *below* the layer (the send-once guard and the
+    /// client, which applies credentials). Without it the engine never resends; operations that
+    /// would be safe to resend wait in `RETRY_READY` until their window ends.
+    pub fn replay_through<S, RB>(mut self, service: S) -> Self
+    where
+        S: Service<Request<Full<Bytes>>, Response = Response<RB>> + Clone + Send + Sync + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+        RB: Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
+        let svc = service
+            .map_err(Into::into)
+            .map_response(|res: Response<RB>| res.map(|b| b.map_err(Into::into).boxed_unsync()));
+        self.replay = Some(BoxCloneSyncService::new(svc));
+        self
+    }
+
+    /// Caps replays per target host across this process (see [`ReplayLimiter`]).
+    pub fn replay_limiter(mut self, limiter: Arc<ReplayLimiter>) -> Self {
+        self.limiter = Some(limiter);
         self
     }
 
@@ -126,11 +194,22 @@ impl Recoverer {
         self
     }
 
-    /// One pass: sweep, claim, reconcile, record.
+    /// Clock-skew margin between this machine and the vendor, kept free at the end of the
+    /// vendor's key retention before a same-key replay is considered safe (default 5 s).
+    pub fn skew_margin(mut self, margin: Duration) -> Self {
+        self.skew_margin = margin;
+        self
+    }
+
+    fn ledger(&self) -> &dyn Ledger {
+        &*self.shared.ledger
+    }
+
+    /// One pass: sweep, claim, reconcile, replay, record.
     pub async fn run_once(&self) -> Result<RecoveryReport, LedgerError> {
         let mut report = RecoveryReport::default();
         let now = engine::now_ms();
-        let swept = self.ledger.sweep_expired(now).await?;
+        let swept = self.ledger().sweep_expired(now).await?;
         for row in &swept {
             tracing::info!(
                 operation = %row.operation_id,
@@ -138,19 +217,38 @@ impl Recoverer {
                 generation = %row.generation,
                 "attempt lease expired; operation is UNKNOWN"
             );
+            engine::publish(&self.shared, row);
         }
         report.swept = swept.len();
 
         let claimed = self
-            .ledger
+            .ledger()
             .claim_due(now, self.lease.as_millis() as i64, self.batch)
             .await?;
         report.claimed = claimed.len();
         for row in claimed {
-            match self.recover(row).await? {
-                Some(r) if r.state.is_terminal() => report.resolved += 1,
+            let span = tracing::info_span!(
+                "recover",
+                operation = %row.operation_id,
+                tenant = %row.tenant,
+                generation = %row.generation,
+                state = %row.state,
+            );
+            let before = row.state;
+            let first_sent = first_sent_ms(&row);
+            match self.recover(row, &mut report).instrument(span).await? {
+                Some(r) if r.state.is_terminal() => {
+                    report.resolved += 1;
+                    if let Some(t0) = first_sent {
+                        metrics::histogram!(
+                            "recoverable_write_resolution_seconds",
+                            "from" => before.as_str(),
+                            "to" => r.state.as_str(),
+                        )
+                        .record((engine::now_ms() - t0).max(0) as f64 / 1000.0);
+                    }
+                }
                 Some(r) if r.state == State::ManualReview => report.escalated += 1,
-                Some(r) if r.state == State::RetryReady => report.retry_ready += 1,
                 Some(_) => report.pending += 1,
                 None => report.stale += 1,
             }
@@ -159,20 +257,14 @@ impl Recoverer {
     }
 
     /// Works on one claimed row. `None`: the row moved on and our result was refused.
-    async fn recover(&self, row: OperationRecord) -> Result<Option<OperationRecord>, LedgerError> {
-        let span = tracing::info_span!(
-            "recover",
-            operation = %row.operation_id,
-            tenant = %row.tenant,
-            generation = %row.generation
-        );
-        self.recover_in_span(row).instrument(span).await
-    }
-
-    async fn recover_in_span(
+    async fn recover(
         &self,
         row: OperationRecord,
+        report: &mut RecoveryReport,
     ) -> Result<Option<OperationRecord>, LedgerError> {
+        if row.state == State::RetryReady {
+            return self.replay(row, report).await;
+        }
         // Budget and window first: the pure function says whether recovery may go on.
         if let Ok(t) = transition(&row.snapshot(), &Event::ClaimRecovery, engine::clock())
             && t.to == State::ManualReview
@@ -180,33 +272,279 @@ impl Recoverer {
             let reason = t.reason.unwrap_or_else(|| "recovery budget spent".into());
             return self.escalate(&row, reason).await;
         }
+        let contract = self.contract_for(&row);
         let reconciler = self
             .by_contract
             .get(&row.contract.name)
-            .or(self.default_reconciler.as_ref());
-        let Some(reconciler) = reconciler else {
+            .or(self.default_reconciler.as_ref())
+            .cloned();
+
+        let mut row = row;
+        if let Some(reconciler) = &reconciler {
+            if let Err(denied) = self.shared.authorizer.check(&row, Access::Query).await {
+                return self
+                    .escalate(&row, format!("lookup not authorized: {}", denied.reason))
+                    .await;
+            }
+            let evidence =
+                match tokio::time::timeout(self.lease / 2, reconciler.reconcile(&row)).await {
+                    Ok(e) => e,
+                    Err(_) => Evidence::unknown("lookup abandoned at half the recovery lease"),
+                };
+            report.lookups += 1;
+            tracing::info!(evidence = evidence.label(), "lookup answered");
+            let applied = engine::apply_event(
+                &self.shared,
+                &row,
+                Event::LookupResult(evidence.clone()),
+                "lookup",
+                Extras::default(),
+            )
+            .await?;
+            row = match applied {
+                Applied::Done(r) => *r,
+                other => return self.settle(&row, other, evidence).await,
+            };
+            match row.state {
+                State::RetryReady => return self.replay(row, report).await,
+                State::Unknown => {}
+                _ => return Ok(Some(row)),
+            }
+        }
+
+        // Still unknown. Path (b): a same-key replay the contract makes safe.
+        if let (Some(reason), Some(_)) = (self.replay_safe(&row, contract.as_deref()), &self.replay)
+        {
+            match self.shared.authorizer.check(&row, Access::Write).await {
+                Ok(()) => {
+                    let applied = engine::apply_event(
+                        &self.shared,
+                        &row,
+                        Event::ReplaySafe {
+                            reason: reason.clone(),
+                        },
+                        "replay_safe",
+                        Extras::default(),
+                    )
+                    .await?;
+                    return match applied {
+                        Applied::Done(r) if r.state == State::RetryReady => {
+                            self.replay(*r, report).await
+                        }
+                        Applied::Done(r) => Ok(Some(*r)),
+                        other => {
+                            self.settle(&row, other, Evidence::unknown(reason.clone()))
+                                .await
+                        }
+                    };
+                }
+                Err(denied) => {
+                    // Queries go on; nothing is sent (D25).
+                    tracing::warn!(%denied, "replay would be safe but write permission is revoked");
+                }
+            }
+        }
+        if reconciler.is_none() {
             return self
                 .escalate(
                     &row,
-                    format!("no reconciler for contract {:?}", row.contract.name),
+                    format!(
+                        "no lookup for contract {:?} and no safe same-key replay",
+                        row.contract.name
+                    ),
+                )
+                .await;
+        }
+        Ok(Some(row))
+    }
+
+    /// The contract the operation started with, found by name and content hash.
+    fn contract_for(&self, row: &OperationRecord) -> Option<Arc<Contract>> {
+        let found = self.shared.contracts.find(&row.contract).cloned();
+        if found.is_none() {
+            tracing::warn!(
+                contract = %row.contract.name,
+                "the operation's contract is no longer configured with the same content; no replay path"
+            );
+        }
+        found
+    }
+
+    /// Path (b): why a same-key replay is safe now, or `None`.
+    fn replay_safe(&self, row: &OperationRecord, contract: Option<&Contract>) -> Option<String> {
+        let contract = contract?;
+        if !contract.replay.is_safe() {
+            return None;
+        }
+        // Unknown retention: not safe (the key may already be pruned and the replay run anew).
+        let retention_ms = contract.retention_secs? as i64 * 1000;
+        let first_sent = first_sent_ms(row)?;
+        let must_finish_by = engine::now_ms()
+            + row.policy.attempt_timeout_ms as i64
+            + self.skew_margin.as_millis() as i64;
+        if must_finish_by >= first_sent + retention_ms {
+            return None;
+        }
+        Some(format!(
+            "contract {} replays the same key ({:?}) within its {} s retention",
+            contract.name,
+            contract.replay,
+            retention_ms / 1000
+        ))
+    }
+
+    /// Sends a `RETRY_READY` operation again: same key, same bytes, registered first.
+    async fn replay(
+        &self,
+        row: OperationRecord,
+        report: &mut RecoveryReport,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        let Some(service) = self.replay.clone() else {
+            tracing::warn!("resend is safe but no replay service is configured");
+            return self
+                .wait_or_escalate(&row, "no replay service configured")
+                .await;
+        };
+        if let Err(denied) = self.shared.authorizer.check(&row, Access::Write).await {
+            tracing::warn!(%denied, "resend is safe but write permission is revoked");
+            return self
+                .wait_or_escalate(&row, &format!("write not authorized: {}", denied.reason))
+                .await;
+        }
+        let target = engine::target_of(&row);
+        if let Some(limiter) = &self.limiter
+            && !limiter.try_acquire(&target)
+        {
+            tracing::info!(%target, "replay limited for this target; next pass");
+            return self.wait_or_escalate(&row, "replay rate limit").await;
+        }
+        let Some(contract) = self.contract_for(&row) else {
+            return self
+                .escalate(
+                    &row,
+                    "the operation's contract is no longer configured".into(),
                 )
                 .await;
         };
-        let evidence = match tokio::time::timeout(self.lease / 2, reconciler.reconcile(&row)).await
-        {
-            Ok(e) => e,
-            Err(_) => Evidence::unknown("lookup abandoned at half the recovery lease"),
-        };
-        tracing::info!(evidence = evidence.label(), "lookup answered");
+
+        let attempt = AttemptId::generate();
+        let lease_until = engine::now_ms() + row.policy.lease().as_millis() as i64;
         let applied = engine::apply_event(
-            &*self.ledger,
+            &self.shared,
             &row,
-            Event::LookupResult(evidence.clone()),
-            "lookup",
-            Extras::default(),
+            Event::ClaimSend,
+            "attempt_registered",
+            Extras {
+                attempt: Some(attempt),
+                lease_until_ms: Some(lease_until),
+                ..Extras::default()
+            },
         )
         .await?;
-        self.settle(&row, applied, evidence).await
+        let claimed = match applied {
+            Applied::Done(r) if r.state == State::InFlight => *r,
+            // The claim escalated (attempts or window spent).
+            Applied::Done(r) => return Ok(Some(*r)),
+            other => return self.settle(&row, other, Evidence::unknown("replay")).await,
+        };
+
+        // The attempt is durable; build the stored bytes with the stored key.
+        let deadline = tokio::time::Instant::now() + claimed.policy.attempt_timeout();
+        let token = AttemptToken::new(claimed.operation_id.clone(), attempt);
+        let observed: Observed<UnsyncBoxBody<Bytes, BoxError>> = match self
+            .build_replay(&claimed, &contract, &token)
+        {
+            Ok(req) => {
+                report.replays += 1;
+                tracing::info!(attempt = %attempt, generation = %claimed.generation, "replaying with the same key and bytes");
+                match tokio::time::timeout_at(deadline, service.oneshot(req)).await {
+                    Ok(Ok(res)) => Observed::Response(res),
+                    Ok(Err(e)) => Observed::Failed(e),
+                    Err(_) => Observed::TimedOut,
+                }
+            }
+            // Never sent: the guard error type proves it to the classifier.
+            Err(e) => Observed::Failed(e),
+        };
+        let ctx = Box::new(AttemptCtx {
+            shared: self.shared.clone(),
+            contract,
+            record: claimed.clone(),
+            attempt,
+            token,
+            deadline,
+        });
+        // The caller-facing result is irrelevant here; the ledger holds the outcome. (Boxed as a
+        // `Send` future here, with concrete types, so the spawned engine stays `Send`.)
+        let recording: crate::ledger::BoxFuture<'static, _> =
+            Box::pin(record_attempt(ctx, observed));
+        let _ = recording.await;
+        Ok(self
+            .ledger()
+            .get(&claimed.tenant, &claimed.operation_id)
+            .await?)
+    }
+
+    fn build_replay(
+        &self,
+        row: &OperationRecord,
+        contract: &Contract,
+        token: &AttemptToken,
+    ) -> Result<Request<Full<Bytes>>, BoxError> {
+        let (mut parts, body) = row.request.to_request()?.into_parts();
+        let body = contract.attach_key(&mut parts, body, &row.idempotency_key)?;
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        parts.extensions.insert(token.clone());
+        Ok(Request::from_parts(parts, Full::new(body)))
+    }
+
+    /// A resend that cannot go now waits for the next pass, or hands over once the window can
+    /// no longer fit an attempt.
+    async fn wait_or_escalate(
+        &self,
+        row: &OperationRecord,
+        why: &str,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        let now = engine::now_ms();
+        let fits = row
+            .deadline_ms
+            .is_none_or(|d| d - now >= row.policy.attempt_timeout_ms as i64);
+        if !fits {
+            return self
+                .escalate(row, format!("{why}; the recovery window is spent"))
+                .await;
+        }
+        let next = now
+            + row
+                .policy
+                .query_delay(row.queries_used, None, rand::random::<f64>())
+                .max(Duration::from_millis(row.policy.query_backoff_base_ms))
+                .as_millis() as i64;
+        let t = Transition {
+            to: row.state,
+            bump_generation: false,
+            may_have_applied: row.may_have_applied,
+            attempts_used: row.attempts_used,
+            queries_used: row.queries_used,
+            deadline_ms: row.deadline_ms,
+            next_check_ms: Some(next),
+            last_result: None,
+            remote_ref: None,
+            reason: None,
+            operation_level: false,
+        };
+        let entry = crate::ledger::NewEvidence {
+            attempt_id: None,
+            generation: row.generation,
+            kind: "deferred".into(),
+            from_state: None,
+            to_state: None,
+            evidence: None,
+            note: Some(why.to_owned()),
+            at_ms: now,
+        };
+        let update = row.update_for(&t, None, None, None, entry, now);
+        Ok(self.ledger().apply(update).await?)
     }
 
     async fn escalate(
@@ -216,7 +554,7 @@ impl Recoverer {
     ) -> Result<Option<OperationRecord>, LedgerError> {
         tracing::warn!(operation = %row.operation_id, %reason, "escalating to manual review");
         let applied = engine::apply_event(
-            &*self.ledger,
+            &self.shared,
             row,
             Event::Escalate {
                 reason: reason.clone(),
@@ -238,13 +576,12 @@ impl Recoverer {
             Applied::Done(r) => Ok(Some(*r)),
             Applied::Refused(refused) => {
                 tracing::warn!(%refused, "state machine refused the recovery result");
-                engine::append_late(&*self.ledger, row, None, evidence, refused.to_string())
-                    .await?;
+                engine::append_late(&self.shared, row, None, evidence, refused.to_string()).await?;
                 Ok(None)
             }
             Applied::Stale => {
                 engine::append_late(
-                    &*self.ledger,
+                    &self.shared,
                     row,
                     None,
                     evidence,
@@ -283,6 +620,11 @@ impl Recoverer {
         }));
         RecovererHandle { stop: tx, task }
     }
+}
+
+/// When the first attempt was sent: the window's start.
+fn first_sent_ms(row: &OperationRecord) -> Option<i64> {
+    row.deadline_ms.map(|d| d - row.policy.window_ms as i64)
 }
 
 /// Controls a spawned [`Recoverer`].

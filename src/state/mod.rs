@@ -89,9 +89,15 @@ impl State {
         matches!(self, State::Prepared | State::RetryReady)
     }
 
-    /// States the recovery engine works on.
+    /// States the recovery engine verifies with the vendor.
     pub const fn needs_recovery(self) -> bool {
         matches!(self, State::Unknown | State::Processing)
+    }
+
+    /// States the recovery engine claims when their next check is due: the ones it verifies,
+    /// and `RETRY_READY` (a resend proven safe, waiting to be sent).
+    pub const fn is_due_work(self) -> bool {
+        matches!(self, State::Unknown | State::Processing | State::RetryReady)
     }
 }
 

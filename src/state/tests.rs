@@ -1130,7 +1130,11 @@ fn check_step(
     if matches!(event, Event::ReplaySafe { .. }) {
         prop_assert_eq!(row.state, State::Unknown, "{}", ctx);
         if t.to == State::RetryReady {
-            prop_assert!(t.may_have_applied, "path (b) keeps the sticky fact: {}", ctx);
+            prop_assert!(
+                t.may_have_applied,
+                "path (b) keeps the sticky fact: {}",
+                ctx
+            );
         }
     }
     if row.state == State::InFlight
@@ -1182,11 +1186,11 @@ fn check_step(
         // A re-claim by another reviewer keeps the row's business result (`None`).
         let reclaim = row.state == State::ManualReview;
         prop_assert!(
-            reclaim ||
-            matches!(
-                t.last_result,
-                Some(State::Prepared | State::RetryReady | State::Unknown | State::Processing)
-            ),
+            reclaim
+                || matches!(
+                    t.last_result,
+                    Some(State::Prepared | State::RetryReady | State::Unknown | State::Processing)
+                ),
             "{}",
             ctx
         );
@@ -1452,7 +1456,10 @@ fn replay_safe_from_unknown_is_retry_ready_and_keeps_the_sticky_fact() {
     let t = ok(Row::typical(State::Unknown).attempts(1), &ev, T0 + 1_000);
     assert_eq!(t.to, State::RetryReady);
     assert!(t.may_have_applied, "the first send may still have applied");
-    assert_eq!(t.attempts_used, 1, "the replay is counted when it is claimed");
+    assert_eq!(
+        t.attempts_used, 1,
+        "the replay is counted when it is claimed"
+    );
     // The replay's claim then registers attempt 2.
     let row = Row::after(&t);
     let c = ok(row, &Event::ClaimSend, T0 + 1_001);

@@ -1,0 +1,79 @@
+//! Notifications: resolutions for waiting callers, escalations and late evidence for reviewers.
+//!
+//! A [`Notifier`] is a broadcast channel shared by the layer and the recovery engine in one
+//! process. Callers that asked to wait for resolution
+//! ([`RecoverableWriteLayer::wait_for_resolution`](crate::RecoverableWriteLayer::wait_for_resolution))
+//! await it instead of polling the vendor; reviewer tooling subscribes to see escalations and
+//! late evidence (seed 000: "a late response returns W731 after takeover: the system logs it as
+//! new evidence and notifies the reviewer"). Across processes the ledger stays the source of
+//! truth; waiting callers also re-read it periodically.
+
+use tokio::sync::broadcast;
+
+use crate::evidence::Evidence;
+use crate::layer::Outcome;
+
+/// Something reviewers and waiting callers may want to know.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Notice {
+    /// An operation changed state.
+    Transition(Outcome),
+    /// An operation was handed to a human.
+    Escalated {
+        /// The operation, now `MANUAL_REVIEW`.
+        outcome: Outcome,
+        /// Why.
+        reason: String,
+    },
+    /// Evidence arrived after the operation moved on (a late response after a reviewer took
+    /// over, a lookup answer after another worker resolved it). It changed nothing.
+    LateEvidence {
+        /// The operation as it stands.
+        outcome: Outcome,
+        /// What arrived.
+        evidence: Evidence,
+    },
+}
+
+impl Notice {
+    /// The operation this notice is about.
+    pub fn outcome(&self) -> &Outcome {
+        match self {
+            Notice::Transition(o)
+            | Notice::Escalated { outcome: o, .. }
+            | Notice::LateEvidence { outcome: o, .. } => o,
+        }
+    }
+}
+
+/// A cloneable broadcast handle. Sending never blocks; slow subscribers miss old notices (and
+/// fall back to reading the ledger).
+#[derive(Clone, Debug)]
+pub struct Notifier {
+    tx: broadcast::Sender<Notice>,
+}
+
+impl Default for Notifier {
+    fn default() -> Self {
+        Self::new(1024)
+    }
+}
+
+impl Notifier {
+    /// A notifier keeping up to `capacity` notices for slow subscribers.
+    pub fn new(capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(capacity.max(1));
+        Self { tx }
+    }
+
+    /// Receives every notice published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.tx.subscribe()
+    }
+
+    /// Publishes a notice (dropped when nobody listens).
+    pub fn publish(&self, notice: Notice) {
+        let _ = self.tx.send(notice);
+    }
+}
