@@ -479,10 +479,9 @@ impl Recoverer {
         let recording: crate::ledger::BoxFuture<'static, _> =
             Box::pin(record_attempt(ctx, observed));
         let _ = recording.await;
-        Ok(self
-            .ledger()
+        self.ledger()
             .get(&claimed.tenant, &claimed.operation_id)
-            .await?)
+            .await
     }
 
     fn build_replay(
@@ -544,7 +543,7 @@ impl Recoverer {
             at_ms: now,
         };
         let update = row.update_for(&t, None, None, None, entry, now);
-        Ok(self.ledger().apply(update).await?)
+        self.ledger().apply(update).await
     }
 
     async fn escalate(
