@@ -65,6 +65,7 @@ pub mod ledger;
 pub mod notify;
 pub mod operation;
 pub mod reconcile;
+pub mod review;
 pub mod state;
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -81,6 +82,7 @@ pub use ledger::{Ledger, MemoryLedger};
 pub use notify::{Notice, Notifier};
 pub use operation::{AttemptId, Generation, IdempotencyKey, Operation, OperationId, Tenant};
 pub use reconcile::{HttpLookup, Reconciler, Recoverer};
+pub use review::{HandoffPackage, Reviews};
 pub use state::State;
 
 /// A type-erased error, as used across the tower ecosystem.

@@ -192,6 +192,12 @@ impl RecoverableWriteLayer {
         self.edit(|s| s.wait = Some(bound))
     }
 
+    /// Review operations (handoff package, claim, resolve) sharing this layer's ledger,
+    /// authorizer and notifier.
+    pub fn reviews(&self) -> crate::Reviews {
+        crate::Reviews::from_shared(self.shared.clone())
+    }
+
     /// A recovery engine sharing this layer's ledger, contracts, authorizer and notifier. Give
     /// it a [`Reconciler`](crate::Reconciler) and the stack below the layer to replay through.
     pub fn recoverer(&self) -> crate::Recoverer {

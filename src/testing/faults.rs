@@ -117,6 +117,8 @@ pub(crate) struct FaultPlan {
     lookup_not_found: Option<Counted<()>>,
     lookup_delay: Option<Counted<Duration>>,
     reject: Option<Counted<Rejection>>,
+    /// `Authorization` values the vendor no longer accepts.
+    revoked: Vec<String>,
     pub(crate) cache_error_response: bool,
     pub(crate) hold_processing: bool,
 }
@@ -157,6 +159,14 @@ impl FaultPlan {
 
     pub(crate) fn take_lookup_delay(&mut self) -> Option<Duration> {
         take(&mut self.lookup_delay)
+    }
+
+    /// Whether the request's credential was revoked.
+    pub(crate) fn is_revoked(&self, headers: &http::HeaderMap) -> bool {
+        headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| self.revoked.iter().any(|r| r == v))
     }
 
     pub(crate) fn take_lookup_not_found(&mut self) -> bool {
@@ -267,6 +277,18 @@ impl Faults {
     /// Like [`Faults::reject_next`], with a custom `Retry-After` or vendor headers. Drill D21.
     pub fn reject_next_with(&self, rejection: Rejection, n: u64) {
         set(&mut self.plan().reject, rejection, n);
+    }
+
+    /// From now on, every request (create or lookup) whose `Authorization` header equals
+    /// `credential` is answered 401 `{"error":{"code":"invalid_credentials"}}`, before anything
+    /// else: nothing is created. Drill D26.
+    pub fn revoke_credential(&self, credential: &str) {
+        self.plan().revoked.push(credential.to_owned());
+    }
+
+    /// Accepts every credential again.
+    pub fn restore_credentials(&self) {
+        self.plan().revoked.clear();
     }
 
     /// Forgets every stored idempotency key now, in-progress ones included, as if the

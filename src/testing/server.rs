@@ -234,6 +234,12 @@ async fn create_ticket(
         )
     };
 
+    if lock(&shared.plan).is_revoked(&headers) {
+        return respond(
+            &StoredResponse::error(StatusCode::UNAUTHORIZED, "invalid_credentials"),
+            false,
+        );
+    }
     let rejection = lock(&shared.plan).take_rejection();
     if let Some(rejection) = rejection {
         tracing::debug!(status = %rejection.status(), "fake vendor: create refused by a fault");
@@ -376,6 +382,12 @@ async fn lookup(
         )
         .0
     };
+    if lock(&shared.plan).is_revoked(&headers) {
+        return respond(
+            &StoredResponse::error(StatusCode::UNAUTHORIZED, "invalid_credentials"),
+            false,
+        );
+    }
     let delay = lock(&shared.plan).take_lookup_delay();
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;

@@ -1,0 +1,454 @@
+//! Manual review: the handoff package, the reviewer's claim, and the resolutions.
+//!
+//! When evidence runs out the recovery engine moves an operation to `MANUAL_REVIEW` and stops
+//! granting automatic send rights. A reviewer then:
+//!
+//! 1. reads the [`HandoffPackage`] ([`Reviews::handoff`]): the operation, a redacted parameter
+//!    summary, every attempt with its id and time, all evidence, the budget used and the current
+//!    authorization state;
+//! 2. claims it ([`Reviews::claim`]) with a compare-and-swap on the state version it read. A claim
+//!    also works on an operation that is not yet in review (an `UNKNOWN` one the engine is about
+//!    to replay): it revokes automatic send rights at once and fences out the engine's generation;
+//! 3. resolves it ([`Reviews::resolve`]): confirmed succeeded (with the vendor's reference),
+//!    confirmed not executed and re-approved (back to `RETRY_READY` under a fresh budget, same key
+//!    and bytes), or keep pending.
+//!
+//! Late responses and reconciler answers after the claim are appended as evidence and published
+//! as [`Notice::LateEvidence`](crate::Notice::LateEvidence); they never restore automatic sends.
+//! Seed 000: a reviewer must not take `MANUAL_REVIEW` as proof that the old request was
+//! cancelled — the vendor's deduplication stays essential.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::authorize::Access;
+use crate::engine::{self, Applied, Extras};
+use crate::evidence::Evidence;
+use crate::layer::Shared;
+use crate::ledger::{Ledger, LedgerError, NewEvidence, OperationRecord};
+use crate::operation::{OperationId, Tenant};
+use crate::state::{Event, Refused, ReviewDecision, State};
+
+/// Why a review action failed. Nothing changed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReviewError {
+    /// No such operation for this tenant.
+    #[error("no operation {operation} for tenant {tenant}")]
+    NotFound {
+        /// The tenant.
+        tenant: Tenant,
+        /// The operation.
+        operation: OperationId,
+    },
+    /// The operation changed since the reviewer read it: read the package again.
+    #[error("{operation} changed since it was read (version {expected}, now {current})")]
+    VersionMismatch {
+        /// The operation.
+        operation: OperationId,
+        /// The version the reviewer acted on.
+        expected: u64,
+        /// The version now.
+        current: u64,
+    },
+    /// The state machine does not allow this in the operation's state.
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    /// The ledger failed.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// Everything a reviewer needs, assembled from the ledger. Serializable for tickets and
+/// dashboards; it contains no credentials and no body values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HandoffPackage {
+    /// Tenant.
+    pub tenant: Tenant,
+    /// Operation id.
+    pub operation_id: OperationId,
+    /// Action name.
+    pub action: String,
+    /// The caller's intent reference.
+    pub intent_ref: String,
+    /// State now.
+    pub state: State,
+    /// Business result kept while in review.
+    pub last_result: Option<State>,
+    /// Why it was escalated (or the last reason recorded).
+    pub reason: Option<String>,
+    /// The state version to pass to [`Reviews::claim`] and [`Reviews::resolve`].
+    pub version: u64,
+    /// The generation (fence) now.
+    pub generation: u64,
+    /// The vendor's reference, if known.
+    pub remote_ref: Option<String>,
+    /// The write as sent, redacted.
+    pub parameters: ParameterSummary,
+    /// Every attempt, in order.
+    pub attempts: Vec<AttemptSummary>,
+    /// The whole evidence log, in order.
+    pub evidence: Vec<EvidenceSummary>,
+    /// What the recovery budget used.
+    pub budget: BudgetUsed,
+    /// Whether writes and queries are authorized now.
+    pub authorization: AuthorizationState,
+}
+
+/// The frozen request without values: enough to recognise it, nothing to leak.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParameterSummary {
+    /// HTTP method.
+    pub method: String,
+    /// URL with query values replaced by `…`.
+    pub url: String,
+    /// Names of the stored (non-secret) headers.
+    pub header_names: Vec<String>,
+    /// Body size in bytes.
+    pub body_bytes: usize,
+    /// For a JSON object body: its top-level field names.
+    pub body_fields: Vec<String>,
+    /// The payload hash the operation is bound to.
+    pub payload_hash: String,
+    /// The contract name and content hash.
+    pub contract: String,
+}
+
+/// One send.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptSummary {
+    /// Attempt id.
+    pub attempt_id: String,
+    /// Generation that held send rights.
+    pub generation: u64,
+    /// When it was registered (ms since the Unix epoch).
+    pub registered_ms: i64,
+    /// What it produced, if recorded.
+    pub result: Option<Evidence>,
+}
+
+/// One evidence log entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceSummary {
+    /// Position in the log.
+    pub seq: i64,
+    /// When (ms since the Unix epoch).
+    pub at_ms: i64,
+    /// What happened.
+    pub kind: String,
+    /// State before, after.
+    pub transition: Option<(Option<State>, Option<State>)>,
+    /// The attempt concerned.
+    pub attempt_id: Option<String>,
+    /// Generation of the writer.
+    pub generation: u64,
+    /// The classified observation.
+    pub evidence: Option<Evidence>,
+    /// Notes (never a body or a credential).
+    pub note: Option<String>,
+}
+
+/// Budget consumption.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetUsed {
+    /// Write attempts used / allowed.
+    pub attempts_used: u32,
+    /// Allowed write attempts.
+    pub max_attempts: u32,
+    /// Queries used.
+    pub queries_used: u32,
+    /// Allowed queries.
+    pub max_queries: u32,
+    /// End of the recovery window (ms since the Unix epoch).
+    pub deadline_ms: Option<i64>,
+}
+
+/// Permissions as the [`Authorizer`](crate::Authorizer) answers now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthorizationState {
+    /// `None` when writes are allowed, else the reason they are not.
+    pub write_denied: Option<String>,
+    /// `None` when queries are allowed, else the reason they are not.
+    pub query_denied: Option<String>,
+}
+
+/// Review operations over a ledger. Get one from
+/// [`RecoverableWriteLayer::reviews`](crate::RecoverableWriteLayer::reviews) (shares the
+/// authorizer and notifier) or [`Reviews::new`].
+#[derive(Clone, Debug)]
+pub struct Reviews {
+    shared: Arc<Shared>,
+}
+
+impl Reviews {
+    /// Reviews over `ledger`, with no authorizer (everything allowed) and its own notifier.
+    pub fn new(ledger: Arc<dyn Ledger>) -> Self {
+        Self {
+            shared: Arc::new(Shared::new(ledger)),
+        }
+    }
+
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    async fn read(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+    ) -> Result<OperationRecord, ReviewError> {
+        self.shared
+            .ledger
+            .get(tenant, op)
+            .await?
+            .ok_or_else(|| ReviewError::NotFound {
+                tenant: tenant.clone(),
+                operation: op.clone(),
+            })
+    }
+
+    /// Assembles the handoff package.
+    pub async fn handoff(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+    ) -> Result<HandoffPackage, ReviewError> {
+        let row = self.read(tenant, op).await?;
+        let log = self.shared.ledger.evidence(tenant, op).await?;
+        let mut attempts: Vec<AttemptSummary> = Vec::new();
+        for e in &log {
+            let Some(attempt) = e.entry.attempt_id else {
+                continue;
+            };
+            let id = attempt.to_string();
+            match e.entry.kind.as_str() {
+                "attempt_registered" => attempts.push(AttemptSummary {
+                    attempt_id: id,
+                    generation: e.entry.generation.0,
+                    registered_ms: e.entry.at_ms,
+                    result: None,
+                }),
+                "attempt_result" | "late_evidence" => {
+                    if let Some(a) = attempts.iter_mut().rev().find(|a| a.attempt_id == id)
+                        && a.result.is_none()
+                    {
+                        a.result = e.entry.evidence.clone();
+                    }
+                }
+                _ => {}
+            }
+        }
+        let evidence = log
+            .iter()
+            .map(|e| EvidenceSummary {
+                seq: e.seq,
+                at_ms: e.entry.at_ms,
+                kind: e.entry.kind.clone(),
+                transition: (e.entry.from_state.is_some() || e.entry.to_state.is_some())
+                    .then_some((e.entry.from_state, e.entry.to_state)),
+                attempt_id: e.entry.attempt_id.map(|a| a.to_string()),
+                generation: e.entry.generation.0,
+                evidence: e.entry.evidence.clone(),
+                note: e.entry.note.clone(),
+            })
+            .collect();
+        let authorization = AuthorizationState {
+            write_denied: self
+                .shared
+                .authorizer
+                .check(&row, Access::Write)
+                .await
+                .err()
+                .map(|d| d.reason),
+            query_denied: self
+                .shared
+                .authorizer
+                .check(&row, Access::Query)
+                .await
+                .err()
+                .map(|d| d.reason),
+        };
+        Ok(HandoffPackage {
+            parameters: summarize(&row),
+            budget: BudgetUsed {
+                attempts_used: row.attempts_used,
+                max_attempts: row.policy.max_attempts,
+                queries_used: row.queries_used,
+                max_queries: row.policy.max_queries,
+                deadline_ms: row.deadline_ms,
+            },
+            tenant: row.tenant,
+            operation_id: row.operation_id,
+            action: row.action,
+            intent_ref: row.intent_ref,
+            state: row.state,
+            last_result: row.last_result,
+            reason: row.reason,
+            version: row.version,
+            generation: row.generation.0,
+            remote_ref: row.remote_ref,
+            attempts,
+            evidence,
+            authorization,
+        })
+    }
+
+    /// Takes the operation over for `reviewer`, if it is still at `expected_version`. From any
+    /// non-terminal state: automatic send eligibility is revoked and the engine's generation is
+    /// fenced out. Attempts already on the wire cannot be recalled; their results are appended as
+    /// evidence.
+    pub async fn claim(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+        reviewer: &str,
+        expected_version: u64,
+    ) -> Result<OperationRecord, ReviewError> {
+        let row = self.read(tenant, op).await?;
+        self.apply(
+            &row,
+            expected_version,
+            Event::ReviewClaim {
+                reviewer: reviewer.to_owned(),
+            },
+            "review_claimed",
+            format!("claimed by {reviewer}"),
+        )
+        .await
+    }
+
+    /// Resolves a `MANUAL_REVIEW` operation. `KeepPending` appends a note and changes nothing.
+    pub async fn resolve(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+        reviewer: &str,
+        expected_version: u64,
+        decision: ReviewDecision,
+    ) -> Result<OperationRecord, ReviewError> {
+        let row = self.read(tenant, op).await?;
+        if decision == ReviewDecision::KeepPending {
+            check_version(&row, expected_version)?;
+            if row.state != State::ManualReview {
+                return Err(ReviewError::Refused(Refused {
+                    from: row.state,
+                    event: "review",
+                    detail: Some("only an operation in MANUAL_REVIEW can be kept pending".into()),
+                }));
+            }
+            self.shared
+                .ledger
+                .append_evidence(
+                    tenant,
+                    op,
+                    NewEvidence {
+                        attempt_id: None,
+                        generation: row.generation,
+                        kind: "review".into(),
+                        from_state: None,
+                        to_state: None,
+                        evidence: None,
+                        note: Some(format!("{reviewer}: keep pending")),
+                        at_ms: engine::now_ms(),
+                    },
+                )
+                .await?;
+            return Ok(row);
+        }
+        let note = match &decision {
+            ReviewDecision::ConfirmedSucceeded { remote_ref } => format!(
+                "{reviewer} confirmed it succeeded ({})",
+                remote_ref.as_deref().unwrap_or("no reference")
+            ),
+            ReviewDecision::ConfirmedNotExecuted => {
+                format!("{reviewer} confirmed it was not executed and re-approved it")
+            }
+            ReviewDecision::KeepPending => unreachable!("handled above"),
+        };
+        self.apply(
+            &row,
+            expected_version,
+            Event::Review(decision),
+            "review",
+            note,
+        )
+        .await
+    }
+
+    async fn apply(
+        &self,
+        row: &OperationRecord,
+        expected_version: u64,
+        event: Event,
+        kind: &str,
+        note: String,
+    ) -> Result<OperationRecord, ReviewError> {
+        check_version(row, expected_version)?;
+        let applied = engine::apply_event(
+            &self.shared,
+            row,
+            event,
+            kind,
+            Extras {
+                note: Some(note),
+                ..Extras::default()
+            },
+        )
+        .await?;
+        match applied {
+            Applied::Done(r) => Ok(*r),
+            Applied::Refused(r) => Err(ReviewError::Refused(r)),
+            Applied::Stale => {
+                let now = self.read(&row.tenant, &row.operation_id).await?;
+                Err(ReviewError::VersionMismatch {
+                    operation: row.operation_id.clone(),
+                    expected: expected_version,
+                    current: now.version,
+                })
+            }
+        }
+    }
+}
+
+fn check_version(row: &OperationRecord, expected: u64) -> Result<(), ReviewError> {
+    if row.version == expected {
+        Ok(())
+    } else {
+        Err(ReviewError::VersionMismatch {
+            operation: row.operation_id.clone(),
+            expected,
+            current: row.version,
+        })
+    }
+}
+
+fn summarize(row: &OperationRecord) -> ParameterSummary {
+    let url = match row.request.url.split_once('?') {
+        Some((base, query)) => {
+            let names: Vec<String> = query
+                .split('&')
+                .map(|kv| format!("{}=…", kv.split('=').next().unwrap_or_default()))
+                .collect();
+            format!("{base}?{}", names.join("&"))
+        }
+        None => row.request.url.clone(),
+    };
+    let body_fields = serde_json::from_slice::<serde_json::Value>(&row.request.body)
+        .ok()
+        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()))
+        .unwrap_or_default();
+    ParameterSummary {
+        method: row.request.method.clone(),
+        url,
+        header_names: row.request.headers.iter().map(|(k, _)| k.clone()).collect(),
+        body_bytes: row.request.body.len(),
+        body_fields,
+        payload_hash: row.payload_hash.to_string(),
+        contract: format!(
+            "{}@{}",
+            row.contract.name,
+            &row.contract.hash[..row.contract.hash.len().min(12)]
+        ),
+    }
+}
