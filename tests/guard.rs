@@ -111,12 +111,12 @@ async fn run(keep_extensions: bool) {
 }
 
 #[tokio::test]
-async fn inner_tower_retry_never_causes_a_second_send() {
+async fn d24_inner_tower_retry_never_causes_a_second_send() {
     run(true).await;
 }
 
 #[tokio::test]
-async fn inner_retry_that_drops_extensions_is_refused_as_untracked() {
+async fn d24_inner_retry_that_drops_extensions_is_refused_as_untracked() {
     run(false).await;
 }
 

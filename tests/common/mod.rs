@@ -2,22 +2,24 @@
 //! layer over a hyper-util client, and a recoverer with an HTTP lookup.
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, Request, Response};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use recoverable_write::contract::{EvidenceClass, KeyPlacement, RemoteRef, Replay, Rule};
 use recoverable_write::guard::GuardStats;
 use recoverable_write::layer::ResponseBody;
 use recoverable_write::ledger::{EvidenceEntry, Ledger, OperationRecord};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
-    BoxError, BudgetPolicy, Error, HttpLookup, Operation, OperationId, Outcome,
-    RecoverableWriteLayer, Recoverer, SendOnceGuardLayer, SqliteLedger, State, Tenant,
+    Access, BoxError, BudgetPolicy, Contract, Denied, Error, HttpLookup, Operation, OperationId,
+    Outcome, RecoverableWriteLayer, Recoverer, SendOnceGuardLayer, SqliteLedger, State, Tenant,
 };
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -54,52 +56,128 @@ pub struct Drill {
     pub layer: RecoverableWriteLayer,
     pub guard: SendOnceGuardLayer,
     pub recoverer: Recoverer,
+    /// The credential the stack below the layer applies (refreshable, like a token store).
+    pub credential: Arc<Mutex<String>>,
+    pub options: DrillOptions,
 }
+
+pub type AuthorizeFn = Arc<dyn Fn(&OperationRecord, Access) -> Result<(), Denied> + Send + Sync>;
+
+/// What a drill varies: the contract, the budget, the authorizer, the recoverer's margins.
+#[derive(Clone)]
+pub struct DrillOptions {
+    pub contract: Contract,
+    pub policy: BudgetPolicy,
+    pub authorizer:
+        Option<Arc<dyn Fn(&OperationRecord, Access) -> Result<(), Denied> + Send + Sync>>,
+    pub skew_margin: Duration,
+    pub limiter: Option<Arc<recoverable_write::ReplayLimiter>>,
+}
+
+impl Default for DrillOptions {
+    fn default() -> Self {
+        Self {
+            contract: Contract::conservative(),
+            policy: fast_policy(),
+            authorizer: None,
+            skew_margin: Duration::from_millis(100),
+            limiter: None,
+        }
+    }
+}
+
+/// A contract like Stripe v1's for the fake vendor: same-key replay returns the stored first
+/// response (errors included) for 24 h, and 429 is documented as not executed.
+pub fn replay_safe_contract() -> Contract {
+    Contract::new("fake-vendor-v1", KeyPlacement::header("Idempotency-Key"))
+        .with_replay(Replay::StoredFirstResponse)
+        .with_retention_secs(86_400)
+        .with_rule(Rule::new(429u16, EvidenceClass::NotExecuted))
+        .with_remote_ref(RemoteRef::optional("/id"))
+}
+
+pub const CREDENTIAL: &str = "Bearer sk_test_secret";
 
 impl Drill {
     pub async fn start() -> Self {
-        Self::with_vendor(FakeVendor::start().await).await
+        Self::with(FakeVendor::start().await, DrillOptions::default()).await
     }
 
     pub async fn with_vendor(vendor: FakeVendor) -> Self {
+        Self::with(vendor, DrillOptions::default()).await
+    }
+
+    pub async fn with_options(options: DrillOptions) -> Self {
+        Self::with(FakeVendor::start().await, options).await
+    }
+
+    pub async fn with(vendor: FakeVendor, options: DrillOptions) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let ledger: Arc<dyn Ledger> = Arc::new(
             SqliteLedger::open(dir.path().join("ledger.db"))
                 .await
                 .expect("open sqlite ledger"),
         );
-        Self::assemble(vendor, dir, ledger)
+        Self::assemble(vendor, dir, ledger, options)
     }
 
     /// Rebuilds everything but the vendor and the ledger file: a process restart.
     pub async fn restart(self) -> Self {
-        let Drill { vendor, dir, .. } = self;
+        let Drill {
+            vendor,
+            dir,
+            options,
+            ..
+        } = self;
         let ledger: Arc<dyn Ledger> = Arc::new(
             SqliteLedger::open(dir.path().join("ledger.db"))
                 .await
                 .expect("reopen sqlite ledger"),
         );
-        Self::assemble(vendor, dir, ledger)
+        Self::assemble(vendor, dir, ledger, options)
     }
 
-    fn assemble(vendor: FakeVendor, dir: tempfile::TempDir, ledger: Arc<dyn Ledger>) -> Self {
-        let layer = RecoverableWriteLayer::from_arc(ledger.clone()).budget(fast_policy());
+    fn assemble(
+        vendor: FakeVendor,
+        dir: tempfile::TempDir,
+        ledger: Arc<dyn Ledger>,
+        options: DrillOptions,
+    ) -> Self {
+        let credential = Arc::new(Mutex::new(CREDENTIAL.to_owned()));
+        let mut layer = RecoverableWriteLayer::from_arc(ledger.clone())
+            .budget(options.policy.clone())
+            .contract(options.contract.clone());
+        if let Some(a) = options.authorizer.clone() {
+            layer = layer.authorizer(move |op: &OperationRecord, access: Access| a(op, access));
+        }
+        let guard = SendOnceGuardLayer::new();
         let lookup = HttpLookup::new(
-            http_client(),
+            authed_client(credential.clone()),
             format!("{}/operations/{{operation_id}}", vendor.base_url()),
         )
         .tenant_header(HeaderName::from_static("x-tenant"))
         .timeout(Duration::from_millis(500));
-        let recoverer = Recoverer::new(ledger.clone())
+        let replay = ServiceBuilder::new()
+            .layer(guard.clone())
+            .service(authed_client(credential.clone()));
+        let mut recoverer = layer
+            .recoverer()
             .reconciler(lookup)
+            .replay_through(replay)
+            .skew_margin(options.skew_margin)
             .lease(Duration::from_secs(2));
+        if let Some(l) = options.limiter.clone() {
+            recoverer = recoverer.replay_limiter(l);
+        }
         Self {
             vendor,
             dir,
             ledger,
             layer,
-            guard: SendOnceGuardLayer::new(),
+            guard,
             recoverer,
+            credential,
+            options,
         }
     }
 
@@ -112,7 +190,7 @@ impl Drill {
         let svc = ServiceBuilder::new()
             .layer(self.layer.clone())
             .layer(self.guard.clone())
-            .service(http_client());
+            .service(authed_client(self.credential.clone()));
         BoxCloneSyncService::new(svc.and_then(
             |res: Response<ResponseBody<hyper::body::Incoming>>| async move {
                 let (parts, body) = res.into_parts();
@@ -161,6 +239,26 @@ impl Drill {
         }
         panic!("operation {op} never reached the expected state");
     }
+}
+
+pub type AuthedClient = BoxCloneSyncService<Request<Full<Bytes>>, Response<Incoming>, BoxError>;
+
+/// The client with the credential applied at send time (when the request carries none), as a
+/// real stack below the layer does: credentials never pass through the ledger.
+pub fn authed_client(credential: Arc<Mutex<String>>) -> AuthedClient {
+    let client = http_client();
+    BoxCloneSyncService::new(
+        client
+            .map_request(move |mut req: Request<Full<Bytes>>| {
+                if !req.headers().contains_key("authorization") {
+                    let value = credential.lock().unwrap().clone();
+                    req.headers_mut()
+                        .insert("authorization", value.parse().expect("header value"));
+                }
+                req
+            })
+            .map_err(BoxError::from),
+    )
 }
 
 pub fn ticket_body(op: &Operation, device: &str) -> String {

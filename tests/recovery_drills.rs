@@ -1,0 +1,835 @@
+//! Recovery-engine drills from DRILLS.md (issue: one persisted budget, evidence-driven replay,
+//! escalation to a human). Each runs against the fake vendor over real TCP on a SQLite ledger
+//! file and asserts the ledger AND the vendor's own count of side effects.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::*;
+use http::{Method, StatusCode};
+use recoverable_write::ledger::OperationRecord;
+use recoverable_write::state::ReviewDecision;
+use recoverable_write::testing::{FakeVendor, Rejection};
+use recoverable_write::{Access, BudgetPolicy, Denied, Error, Evidence, Notice, State};
+
+/// Every POST the vendor saw for this operation carried the ledger's key and frozen bytes.
+fn assert_same_key_and_bytes(drill: &Drill, row: &OperationRecord) -> usize {
+    let posts: Vec<_> = drill
+        .vendor
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::POST)
+        .collect();
+    for p in &posts {
+        assert_eq!(
+            p.idempotency_key.as_deref(),
+            Some(row.idempotency_key.as_str()),
+            "every send carries the operation's one key"
+        );
+        assert_eq!(
+            p.body, row.request.body,
+            "every send carries the frozen bytes"
+        );
+        assert!(
+            p.headers.get("authorization").is_some(),
+            "credentials applied at send time"
+        );
+    }
+    posts.len()
+}
+
+fn kinds(entries: &[recoverable_write::ledger::EvidenceEntry]) -> Vec<String> {
+    entries.iter().map(|e| e.entry.kind.clone()).collect()
+}
+
+#[tokio::test]
+async fn d2_not_found_on_first_query_keeps_unknown_then_succeeds() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d2");
+    drill.vendor.faults().drop_after_commit(1);
+    drill.vendor.faults().lookup_not_found(1);
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    let before = drill.record(op.id()).await;
+
+    // The first lookup says 404: weak evidence, the operation stays UNKNOWN.
+    let row = drill.recover_until(op.id(), |r| r.queries_used >= 1).await;
+    assert_eq!(row.state, State::Unknown);
+    assert_eq!(row.operation_id, before.operation_id);
+    assert_eq!(row.idempotency_key, before.idempotency_key, "no new key");
+    assert_eq!(drill.vendor.posts_received(), 1, "no new create");
+
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert!(row.queries_used >= 2);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    assert_eq!(drill.vendor.posts_received(), 1);
+}
+
+#[tokio::test]
+async fn d3_stuck_in_processing_backs_off_then_goes_to_manual_review() {
+    let vendor = FakeVendor::builder()
+        .processing_retry_after(None)
+        .start()
+        .await
+        .unwrap();
+    let drill = Drill::with(
+        vendor,
+        DrillOptions {
+            policy: BudgetPolicy {
+                window_ms: 900,
+                max_queries: 100,
+                attempt_timeout_ms: 300,
+                ..fast_policy()
+            },
+            contract: replay_safe_contract(),
+            ..DrillOptions::default()
+        },
+    )
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d3");
+    drill.vendor.faults().hold_processing(true);
+    let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("processing");
+    assert!(matches!(err, Error::Processing { .. }), "{err:?}");
+    assert_eq!(drill.record(op.id()).await.state, State::Processing);
+
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::ManualReview)
+        .await;
+    assert_eq!(row.last_result, Some(State::Processing));
+    assert!(row.queries_used >= 2, "queries backed off and repeated");
+    // Never a second create, even though the contract makes replay safe: an accepted write is
+    // polled, not re-created.
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    // Backoff: query times strictly increase, and there were far fewer than one per pass.
+    let lookups: Vec<_> = drill
+        .vendor
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::GET)
+        .map(|r| r.at)
+        .collect();
+    assert!(lookups.windows(2).all(|w| w[1] > w[0]));
+
+    // A second operation that completes never goes back to PROCESSING, even though the key's
+    // stored first response is still the 202.
+    let op2 = new_op("intent-d3-completes");
+    let _ = send(&mut svc, drill.ticket_request(&op2, "E18")).await;
+    drill.vendor.faults().complete_processing();
+    let done = drill
+        .recover_until(op2.id(), |r| r.state == State::Succeeded)
+        .await;
+    for _ in 0..3 {
+        drill.recoverer.run_once().await.unwrap();
+    }
+    let res = send(&mut svc, drill.ticket_request(&op2, "E18"))
+        .await
+        .expect("stored result");
+    assert_eq!(outcome(&res).state, State::Succeeded);
+    assert_eq!(drill.record(op2.id()).await.state, State::Succeeded);
+    assert_eq!(done.remote_ref, drill.record(op2.id()).await.remote_ref);
+    assert_eq!(drill.vendor.posts_received(), 2);
+}
+
+#[tokio::test]
+async fn d4_gateway_504_after_commit_is_unknown_and_looked_up_never_resent_with_a_new_key() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d4");
+    drill
+        .vendor
+        .faults()
+        .status_after_commit(StatusCode::GATEWAY_TIMEOUT, 1);
+    let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("504");
+    assert_unknown(&err, op.id());
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(row.attempts_used, 1);
+    assert_eq!(assert_same_key_and_bytes(&drill, &row), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn d5_cached_500_replay_stays_unknown_and_the_lookup_decides() {
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract(),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d5");
+    drill.vendor.faults().cache_error_response(true);
+    drill
+        .vendor
+        .faults()
+        .status_after_commit(StatusCode::INTERNAL_SERVER_ERROR, 1);
+    // Lookups say nothing at first, so the engine takes the contract's same-key replay.
+    drill.vendor.faults().lookup_not_found(1);
+    let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("500");
+    assert_unknown(&err, op.id());
+
+    let row = drill.recover_until(op.id(), |r| r.attempts_used >= 2).await;
+    // The replay re-fetched the cached 500: still not a result.
+    assert_ne!(row.state, State::Rejected);
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(row.attempts_used, 2);
+    assert_eq!(assert_same_key_and_bytes(&drill, &row), 2);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    let log = kinds(&drill.evidence(op.id()).await);
+    assert!(log.contains(&"replay_safe".to_owned()), "{log:?}");
+    assert!(
+        log.iter().filter(|k| *k == "lookup").count() >= 2,
+        "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn d6_lookup_finds_nothing_while_the_vendor_is_slow_stays_unknown_never_rejected() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d6");
+    // The vendor commits 900 ms after receiving; the attempt gives up at 600 ms.
+    drill
+        .vendor
+        .faults()
+        .delay_before_commit(Duration::from_millis(900), 1);
+    let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("timeout");
+    assert_unknown(&err, op.id());
+    let row = drill.recover_until(op.id(), |r| r.queries_used >= 1).await;
+    assert_eq!(
+        row.state,
+        State::Unknown,
+        "not found while slow is not a rejection"
+    );
+    assert_eq!(drill.vendor.tickets_created(), 0);
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    assert_eq!(drill.vendor.posts_received(), 1);
+}
+
+#[tokio::test]
+async fn d8_expired_key_with_operation_record_returns_w731_never_a_create_or_new_key() {
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract(),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d8");
+    drill.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    // The vendor prunes the key early; its operation record remains.
+    drill.vendor.faults().expire_keys();
+    drill.vendor.faults().lookup_not_found(1);
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    // Whether it came back through the lookup or the same-key replay, it is the same key.
+    let posts = assert_same_key_and_bytes(&drill, &row);
+    assert!(posts <= 2);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn d9_key_expired_and_record_cleaned_stops_automatic_writes_for_review() {
+    let drill = Drill::with_options(DrillOptions {
+        // The vendor keeps keys for 1 s: by the time recovery looks, a replay would run anew.
+        contract: replay_safe_contract().with_retention_secs(1),
+        policy: BudgetPolicy {
+            max_queries: 4,
+            ..fast_policy()
+        },
+        skew_margin: Duration::from_millis(500),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d9");
+    drill.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    drill.vendor.faults().expire_keys();
+    drill.vendor.faults().clean_operation_records();
+
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::ManualReview)
+        .await;
+    assert_eq!(row.last_result, Some(State::Unknown));
+    assert_eq!(row.attempts_used, 1);
+    // No automatic write: a replay here would have been a second ticket.
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+
+    // The reviewer gets everything in one package, with no credential and no body values.
+    let package = drill
+        .layer
+        .reviews()
+        .handoff(op.tenant(), op.id())
+        .await
+        .unwrap();
+    assert_eq!(package.state, State::ManualReview);
+    assert_eq!(package.attempts.len(), 1);
+    assert_eq!(package.budget.attempts_used, 1);
+    assert!(package.budget.queries_used >= 1);
+    assert_eq!(
+        package.parameters.body_fields,
+        vec!["device_id", "operation_id", "priority"]
+    );
+    let json = serde_json::to_string(&package).unwrap();
+    assert!(!json.contains("sk_test_secret"));
+    assert!(!json.contains("E17"), "body values stay out of the package");
+    assert_eq!(package.authorization.write_denied, None);
+}
+
+#[tokio::test]
+async fn d10_no_recovery_path_ever_mints_a_new_key() {
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract(),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d10");
+    // Refused connection (path a), then a cached 500 (path b), then lookups that say nothing.
+    drill.vendor.faults().refuse_connections(true).unwrap();
+    let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, Error::RetryScheduled { .. }), "{err:?}");
+    drill.vendor.faults().refuse_connections(false).unwrap();
+    drill.vendor.faults().cache_error_response(true);
+    drill
+        .vendor
+        .faults()
+        .status_after_commit(StatusCode::INTERNAL_SERVER_ERROR, 1);
+    drill.vendor.faults().lookup_not_found(2);
+    let row = drill
+        .recover_until(op.id(), |r| {
+            r.state.is_terminal() || r.state == State::ManualReview
+        })
+        .await;
+    let keys: std::collections::BTreeSet<_> = drill
+        .vendor
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::POST)
+        .filter_map(|r| r.idempotency_key)
+        .collect();
+    assert_eq!(keys.len(), 1, "one key across every send: {keys:?}");
+    assert_eq!(
+        keys.into_iter().next().unwrap(),
+        row.idempotency_key.as_str()
+    );
+    assert!(row.attempts_used <= 3);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn d19_d20_at_most_three_write_attempts_counted_across_restarts() {
+    let mut drill = Drill::start().await;
+    let op = new_op("intent-d20");
+    drill.vendor.faults().refuse_connections(true).unwrap();
+    {
+        let mut svc = drill.writer();
+        let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, Error::RetryScheduled { .. }), "{err:?}");
+    }
+    assert_eq!(drill.record(op.id()).await.attempts_used, 1);
+    // Each replay happens in a new process that reads the old budget.
+    for expected in [2, 3] {
+        drill = drill.restart().await;
+        let row = drill
+            .recover_until(op.id(), |r| r.attempts_used >= expected)
+            .await;
+        assert_eq!(row.attempts_used, expected);
+    }
+    drill = drill.restart().await;
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::ManualReview)
+        .await;
+    assert_eq!(row.attempts_used, 3, "never a fourth attempt");
+    // "Attempts exhausted" is not a business failure.
+    assert_ne!(row.last_result, Some(State::Rejected));
+    assert!(
+        row.reason.as_deref().unwrap().contains("exhausted"),
+        "{:?}",
+        row.reason
+    );
+    assert_eq!(
+        drill.vendor.posts_received(),
+        0,
+        "every attempt was refused at connect"
+    );
+    assert_eq!(drill.vendor.tickets_created(), 0);
+}
+
+#[tokio::test]
+async fn d21_retry_after_past_the_window_goes_to_manual_review_at_once() {
+    // delay-seconds, IMF-fixdate, asctime, and an obsolete RFC 850 date (in the past).
+    for retry_after in [
+        "120",
+        "Sat, 06 Nov 2094 08:49:37 GMT",
+        "Sat Nov  6 08:49:37 2094",
+        "Sunday, 06-Nov-94 08:49:37 GMT",
+    ] {
+        let drill = Drill::start().await;
+        let mut svc = drill.writer();
+        let op = new_op("intent-d21");
+        drill.vendor.faults().reject_next_with(
+            Rejection::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded").retry_after(retry_after),
+            1,
+        );
+        let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+            .await
+            .expect_err("503");
+        let row = drill.record(op.id()).await;
+        if retry_after.contains("-94") {
+            // An obsolete RFC 850 date in the past: no hint, so an ordinary UNKNOWN.
+            assert_eq!(row.state, State::Unknown, "{retry_after}");
+            continue;
+        }
+        assert!(
+            matches!(err, Error::ManualReview { .. }),
+            "{retry_after}: {err:?}"
+        );
+        assert_eq!(row.state, State::ManualReview, "{retry_after}");
+        assert_eq!(drill.vendor.posts_received(), 1);
+        assert_eq!(drill.vendor.tickets_created(), 0);
+        drill.recoverer.run_once().await.unwrap();
+        assert_eq!(
+            drill.vendor.posts_received(),
+            1,
+            "no automatic send after escalation"
+        );
+    }
+}
+
+#[tokio::test]
+async fn d22_documented_429_is_resent_with_the_same_key_after_the_advised_delay() {
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract(),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d22");
+    drill.vendor.faults().reject_next_with(
+        Rejection::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+        1,
+    );
+    let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("429");
+    assert!(matches!(err, Error::RetryScheduled { .. }), "{err:?}");
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::RetryReady);
+    assert!(
+        !row.may_have_applied,
+        "a documented 429 proves the attempt unexecuted"
+    );
+
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.attempts_used, 2);
+    assert_eq!(assert_same_key_and_bytes(&drill, &row), 2);
+    let posts: Vec<_> = drill
+        .vendor
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::POST)
+        .collect();
+    // The vendor advised `Retry-After: 1`.
+    assert!(
+        posts[1].at.duration_since(posts[0].at) >= Duration::from_millis(950),
+        "resent after {:?}",
+        posts[1].at.duration_since(posts[0].at)
+    );
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn d23_connection_refused_is_resent_with_the_same_key_and_counted() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d23");
+    drill.vendor.faults().refuse_connections(true).unwrap();
+    let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, Error::RetryScheduled { .. }), "{err:?}");
+    assert!(err.nothing_sent());
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::RetryReady);
+    assert_eq!(row.attempts_used, 1, "the refused attempt counts");
+    drill.vendor.faults().refuse_connections(false).unwrap();
+
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.attempts_used, 2);
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(assert_same_key_and_bytes(&drill, &row), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn d25_write_permission_revoked_during_unknown_queries_go_on_nothing_is_sent() {
+    let revoked = Arc::new(AtomicBool::new(false));
+    let flag = revoked.clone();
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract(),
+        authorizer: Some(Arc::new(move |_op: &OperationRecord, access: Access| {
+            if access == Access::Write && flag.load(Ordering::SeqCst) {
+                Err(Denied::new(access, "write permission revoked"))
+            } else {
+                Ok(())
+            }
+        })),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-d25");
+    drill.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    revoked.store(true, Ordering::SeqCst);
+    drill.vendor.faults().lookup_not_found(3);
+
+    // Lookups go on, say nothing, and the (otherwise safe) replay is never sent.
+    let row = drill.recover_until(op.id(), |r| r.queries_used >= 3).await;
+    assert_eq!(row.state, State::Unknown);
+    assert_eq!(row.attempts_used, 1);
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert!(drill.vendor.lookups_received() >= 3);
+
+    // A new write under the revoked permission is refused before anything is recorded as sent.
+    let op2 = new_op("intent-d25-new");
+    let err = send(&mut svc, drill.ticket_request(&op2, "E18"))
+        .await
+        .expect_err("denied");
+    assert!(matches!(err, Error::Denied { .. }), "{err:?}");
+    assert!(err.nothing_sent());
+    assert_eq!(drill.record(op2.id()).await.state, State::Prepared);
+    assert_eq!(drill.vendor.posts_received(), 1);
+
+    // Queries still resolve the unknown one.
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn d26_401_is_rejected_without_silent_reauth_and_the_unknown_is_recovered_first() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let op1 = new_op("intent-d26-first");
+    drill.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut svc, drill.ticket_request(&op1, "E17")).await;
+    assert_eq!(drill.record(op1.id()).await.state, State::Unknown);
+
+    // The credential is revoked at the vendor.
+    drill.vendor.faults().revoke_credential(CREDENTIAL);
+    let op2 = new_op("intent-d26-second");
+    let res = send(&mut svc, drill.ticket_request(&op2, "E18"))
+        .await
+        .expect("a documented rejection passes through");
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(outcome(&res).state, State::Rejected);
+    let posts_after_401 = drill.vendor.posts_received();
+    // Lookups for op1 are refused too: it stays UNKNOWN, nothing is re-sent with other
+    // credentials.
+    let row = drill.recover_until(op1.id(), |r| r.queries_used >= 1).await;
+    assert_eq!(row.state, State::Unknown);
+    assert_eq!(
+        drill.vendor.posts_received(),
+        posts_after_401,
+        "no silent re-auth"
+    );
+    assert_eq!(drill.record(op2.id()).await.attempts_used, 1);
+
+    // Credentials are refreshed: the unknown operation is recovered before anything new.
+    drill.vendor.faults().restore_credentials();
+    let row = drill
+        .recover_until(op1.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    let op3 = new_op("intent-d26-third");
+    let res = send(&mut svc, drill.ticket_request(&op3, "E19"))
+        .await
+        .expect("created");
+    assert_eq!(outcome(&res).remote_ref.as_deref(), Some("W732"));
+    assert_eq!(
+        drill.vendor.tickets_created(),
+        2,
+        "op1 once, op3 once, op2 never"
+    );
+    assert_eq!(drill.record(op2.id()).await.state, State::Rejected);
+}
+
+#[tokio::test]
+async fn d27_a_reviewer_claim_while_recovery_is_about_to_replay_revokes_the_send() {
+    // The authorizer runs right before the engine claims send rights for the replay; the human
+    // claims at exactly that moment.
+    let slot: Arc<std::sync::Mutex<Option<recoverable_write::Reviews>>> = Default::default();
+    let hook = slot.clone();
+    struct ClaimOnWrite(Arc<std::sync::Mutex<Option<recoverable_write::Reviews>>>);
+    impl recoverable_write::Authorizer for ClaimOnWrite {
+        fn check<'a>(
+            &'a self,
+            op: &'a OperationRecord,
+            access: Access,
+        ) -> recoverable_write::ledger::BoxFuture<'a, Result<(), Denied>> {
+            let reviews = self.0.lock().unwrap().clone();
+            Box::pin(async move {
+                if access == Access::Write
+                    && op.state == State::RetryReady
+                    && let Some(reviews) = reviews
+                {
+                    reviews
+                        .claim(&op.tenant, &op.operation_id, "alice", op.version)
+                        .await
+                        .expect("reviewer claims");
+                }
+                Ok(())
+            })
+        }
+    }
+    let mut drill = Drill::start().await;
+    drill.layer = drill.layer.clone().authorizer(ClaimOnWrite(hook));
+    drill.recoverer = drill.layer.recoverer().replay_through(
+        tower::ServiceBuilder::new()
+            .layer(drill.guard.clone())
+            .service(authed_client(drill.credential.clone())),
+    );
+    *slot.lock().unwrap() = Some(drill.layer.reviews());
+
+    let mut svc = drill.writer();
+    let op = new_op("intent-d27");
+    drill.vendor.faults().refuse_connections(true).unwrap();
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    drill.vendor.faults().refuse_connections(false).unwrap();
+    assert_eq!(drill.record(op.id()).await.state, State::RetryReady);
+
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::ManualReview)
+        .await;
+    for _ in 0..5 {
+        drill.recoverer.run_once().await.unwrap();
+    }
+    assert_eq!(drill.record(op.id()).await.state, State::ManualReview);
+    assert!(row.reason.as_deref().unwrap().contains("alice"));
+    assert_eq!(
+        drill.vendor.posts_received(),
+        0,
+        "no automatic send after the claim"
+    );
+    assert_eq!(drill.vendor.tickets_created(), 0);
+    let log = kinds(&drill.evidence(op.id()).await);
+    assert!(log.contains(&"review_claimed".to_owned()), "{log:?}");
+    assert!(
+        !log[log.iter().position(|k| k == "review_claimed").unwrap()..]
+            .contains(&"attempt_registered".to_owned())
+    );
+
+    // The reviewer verified nothing happened and re-approves: same key, same bytes, fresh budget.
+    let reviews = drill.layer.reviews();
+    let pkg = reviews.handoff(op.tenant(), op.id()).await.unwrap();
+    let row = reviews
+        .resolve(
+            op.tenant(),
+            op.id(),
+            "alice",
+            pkg.version,
+            ReviewDecision::ConfirmedNotExecuted,
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.state, State::RetryReady);
+    assert_eq!(row.attempts_used, 0);
+    *slot.lock().unwrap() = None;
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    assert_eq!(
+        drill.vendor.requests()[0].idempotency_key.as_deref(),
+        Some(row.idempotency_key.as_str())
+    );
+}
+
+#[tokio::test]
+async fn d28_a_late_success_after_manual_review_is_evidence_and_surfaced_only() {
+    let drill = Drill::start().await;
+    let mut notices = drill.layer.notifications().subscribe();
+    let op = new_op("intent-d28");
+    drill
+        .vendor
+        .faults()
+        .delay_response(Duration::from_millis(300), 1);
+    let mut svc = drill.writer();
+    let req = drill.ticket_request(&op, "E17");
+    let call = tokio::spawn(async move { send(&mut svc, req).await });
+
+    // While the attempt is on the wire, a reviewer takes the operation over.
+    let reviews = drill.layer.reviews();
+    let claimed = loop {
+        if let Some(r) = drill
+            .ledger
+            .get(op.tenant(), op.id())
+            .await
+            .unwrap()
+            .filter(|r| r.state == State::InFlight)
+        {
+            break reviews
+                .claim(op.tenant(), op.id(), "bob", r.version)
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(claimed.state, State::ManualReview);
+
+    let _ = call.await.unwrap();
+    let row = drill.record(op.id()).await;
+    assert_eq!(
+        row.state,
+        State::ManualReview,
+        "late success does not move it"
+    );
+    let log = drill.evidence(op.id()).await;
+    let late = log
+        .iter()
+        .find(|e| e.entry.kind == "late_evidence")
+        .expect("late evidence appended");
+    assert!(matches!(
+        late.entry.evidence,
+        Some(Evidence::Succeeded { .. })
+    ));
+    // ...and surfaced to the reviewer.
+    let surfaced = loop {
+        match tokio::time::timeout(Duration::from_secs(2), notices.recv())
+            .await
+            .expect("a notice")
+            .unwrap()
+        {
+            Notice::LateEvidence { outcome, evidence } if outcome.operation_id == *op.id() => {
+                break evidence;
+            }
+            _ => continue,
+        }
+    };
+    assert!(matches!(surfaced, Evidence::Succeeded { .. }));
+    // No automatic sending comes back.
+    for _ in 0..3 {
+        drill.recoverer.run_once().await.unwrap();
+    }
+    assert_eq!(drill.record(op.id()).await.state, State::ManualReview);
+    assert_eq!(drill.vendor.posts_received(), 1);
+
+    // The reviewer closes it with the late evidence.
+    let row = reviews
+        .resolve(
+            op.tenant(),
+            op.id(),
+            "bob",
+            drill.record(op.id()).await.version,
+            ReviewDecision::ConfirmedSucceeded {
+                remote_ref: Some("W731".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn a_caller_can_wait_for_the_engine_to_resolve_its_operation() {
+    let mut drill = Drill::start().await;
+    drill.layer = drill
+        .layer
+        .clone()
+        .wait_for_resolution(Duration::from_secs(5));
+    let engine = drill
+        .layer
+        .recoverer()
+        .reconciler(
+            recoverable_write::HttpLookup::new(
+                authed_client(drill.credential.clone()),
+                format!("{}/operations/{{operation_id}}", drill.vendor.base_url()),
+            )
+            .tenant_header(http::HeaderName::from_static("x-tenant")),
+        )
+        .interval(Duration::from_millis(20))
+        .spawn();
+    let mut svc = drill.writer();
+    let op = new_op("intent-wait");
+    drill.vendor.faults().drop_after_commit(1);
+    let res = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect("resolved while waiting");
+    let o = outcome(&res);
+    assert_eq!(o.state, State::Succeeded);
+    assert_eq!(o.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    assert_eq!(drill.vendor.posts_received(), 1);
+    engine.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_replay_limiter_caps_replays_per_target() {
+    let drill = Drill::with_options(DrillOptions {
+        limiter: Some(Arc::new(recoverable_write::ReplayLimiter::new(0.001, 1))),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    drill.vendor.faults().refuse_connections(true).unwrap();
+    let ops: Vec<_> = (0..3)
+        .map(|i| new_op(&format!("intent-limit-{i}")))
+        .collect();
+    for op in &ops {
+        let _ = send(&mut svc, drill.ticket_request(op, "E17")).await;
+    }
+    drill.vendor.faults().refuse_connections(false).unwrap();
+    for _ in 0..10 {
+        drill.recoverer.run_once().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // One token, (almost) no refill: exactly one replay went out; the others wait, uncounted.
+    assert_eq!(drill.vendor.posts_received(), 1);
+    let mut attempts = Vec::new();
+    for op in &ops {
+        attempts.push(drill.record(op.id()).await.attempts_used);
+    }
+    attempts.sort();
+    assert_eq!(attempts, vec![1, 1, 2]);
+}
