@@ -63,13 +63,14 @@ pub struct Drill {
 
 pub type AuthorizeFn = Arc<dyn Fn(&OperationRecord, Access) -> Result<(), Denied> + Send + Sync>;
 
+pub type AuthorizeFn = Arc<dyn Fn(&OperationRecord, Access) -> Result<(), Denied> + Send + Sync>;
+
 /// What a drill varies: the contract, the budget, the authorizer, the recoverer's margins.
 #[derive(Clone)]
 pub struct DrillOptions {
     pub contract: Contract,
     pub policy: BudgetPolicy,
-    pub authorizer:
-        Option<Arc<dyn Fn(&OperationRecord, Access) -> Result<(), Denied> + Send + Sync>>,
+    pub authorizer: Option<AuthorizeFn>,
     pub skew_margin: Duration,
     pub limiter: Option<Arc<recoverable_write::ReplayLimiter>>,
 }
