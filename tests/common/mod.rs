@@ -63,8 +63,6 @@ pub struct Drill {
 
 pub type AuthorizeFn = Arc<dyn Fn(&OperationRecord, Access) -> Result<(), Denied> + Send + Sync>;
 
-pub type AuthorizeFn = Arc<dyn Fn(&OperationRecord, Access) -> Result<(), Denied> + Send + Sync>;
-
 /// What a drill varies: the contract, the budget, the authorizer, the recoverer's margins.
 #[derive(Clone)]
 pub struct DrillOptions {
