@@ -27,6 +27,8 @@
 //! - Faults are deterministic and counted, never random.
 //! - HTTP/1 only.
 
+#[cfg(feature = "sqlite")]
+pub mod drill;
 mod faults;
 mod server;
 mod store;
