@@ -1,196 +1,405 @@
-//! The main job: drill D1 ("lost response") run visibly on a SQLite ledger file.
+//! The main job: failure drills run visibly on a SQLite ledger file.
 //!
 //! ```text
-//! cargo run --example drill            # runs D1
-//! cargo run --example drill -- --list  # lists the scenarios
+//! cargo run --example drill             # D1: a lost response, recovered by lookup
+//! cargo run --example drill -- --list   # the scenarios
+//! cargo run --example drill -- d5 d22   # some scenarios by name
+//! cargo run --example drill -- --all    # every scenario
 //! ```
 //!
-//! A fake vendor on 127.0.0.1 creates ticket W731 and then drops the connection before
-//! answering. The layer records UNKNOWN and tells the caller not to create it again; the
-//! recoverer asks the vendor by operation id and records SUCCEEDED with W731. The vendor's own
-//! count of tickets must be exactly 1, or the process exits non-zero.
+//! Each scenario starts the fake vendor on 127.0.0.1, injects its fault, sends the write through
+//! the layer, runs the recovery engine until the operation settles, and prints every state
+//! transition with its evidence and the vendor's own count of side effects. The process exits
+//! non-zero if any scenario ends in another state or with another number of tickets than the
+//! drill requires.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderName, Request};
-use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use recoverable_write::ledger::{EvidenceEntry, Ledger};
+use clap::Parser;
+use http::StatusCode;
 use recoverable_write::testing::FakeVendor;
-use recoverable_write::{
-    BudgetPolicy, HttpLookup, Operation, Outcome, RecoverableWriteLayer, Recoverer,
-    SendOnceGuardLayer, SqliteLedger, State,
+use recoverable_write::testing::Rejection;
+use recoverable_write::testing::drill::{
+    Drill, DrillOptions, fast_policy, new_op, replay_safe_contract, send,
 };
-use tower::{Service, ServiceBuilder, ServiceExt};
+use recoverable_write::{BudgetPolicy, Operation, Outcome, State};
 
-const SCENARIOS: &[(&str, &str)] = &[(
-    "d1",
-    "lost response: the vendor creates W731, then drops the connection before answering",
-)];
+#[derive(Parser)]
+#[command(about = "Run recoverable-write's failure drills against a local fake vendor")]
+struct Args {
+    /// List the scenarios and exit.
+    #[arg(long)]
+    list: bool,
+    /// Run every scenario.
+    #[arg(long)]
+    all: bool,
+    /// Scenarios to run (default: d1).
+    scenarios: Vec<String>,
+}
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let arg = std::env::args().nth(1);
-    match arg.as_deref() {
-        Some("--list") => {
-            for (name, what) in SCENARIOS {
-                println!("{name:4} {what}");
-            }
-            ExitCode::SUCCESS
-        }
-        None | Some("d1") => match d1_lost_response().await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("DRILL FAILED: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        Some(other) => {
-            eprintln!("unknown scenario {other:?}; try --list");
-            ExitCode::from(2)
-        }
+/// What a scenario leaves behind for the runner to print and check.
+struct Run {
+    drill: Drill,
+    op: Operation,
+    caller: String,
+}
+
+type ScenarioFn = fn() -> Pin<Box<dyn Future<Output = Run>>>;
+
+struct Scenario {
+    name: &'static str,
+    about: &'static str,
+    expect: State,
+    tickets: u64,
+    run: ScenarioFn,
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "d1",
+        about: "lost response: the vendor creates W731, then drops the connection before answering",
+        expect: State::Succeeded,
+        tickets: 1,
+        run: || Box::pin(d1()),
+    },
+    Scenario {
+        name: "d2",
+        about: "the first lookup says 404, then the record appears",
+        expect: State::Succeeded,
+        tickets: 1,
+        run: || Box::pin(d2()),
+    },
+    Scenario {
+        name: "d3",
+        about: "stuck in PROCESSING: polled with backoff until the window ends, then a human",
+        expect: State::ManualReview,
+        tickets: 1,
+        run: || Box::pin(d3()),
+    },
+    Scenario {
+        name: "d4",
+        about: "a gateway answers 504 after the vendor committed",
+        expect: State::Succeeded,
+        tickets: 1,
+        run: || Box::pin(d4()),
+    },
+    Scenario {
+        name: "d5",
+        about: "Stripe-v1-style cached 500: the same-key replay returns it again; the lookup decides",
+        expect: State::Succeeded,
+        tickets: 1,
+        run: || Box::pin(d5()),
+    },
+    Scenario {
+        name: "d9",
+        about: "key expired and the vendor's record cleaned: automatic writes stop, a human verifies",
+        expect: State::ManualReview,
+        tickets: 1,
+        run: || Box::pin(d9()),
+    },
+    Scenario {
+        name: "d20",
+        about: "connection refused three times: at most 3 write attempts, then a human",
+        expect: State::ManualReview,
+        tickets: 0,
+        run: || Box::pin(d20()),
+    },
+    Scenario {
+        name: "d21",
+        about: "Retry-After longer than the recovery window: a human at once",
+        expect: State::ManualReview,
+        tickets: 0,
+        run: || Box::pin(d21()),
+    },
+    Scenario {
+        name: "d22",
+        about: "a 429 documented as not executed: same-key resend after the advised delay",
+        expect: State::Succeeded,
+        tickets: 1,
+        run: || Box::pin(d22()),
+    },
+    Scenario {
+        name: "d23",
+        about: "connection refused (provably unsent): same-key resend, counted in the budget",
+        expect: State::Succeeded,
+        tickets: 1,
+        run: || Box::pin(d23()),
+    },
+];
+
+async fn call(drill: &Drill, op: &Operation) -> String {
+    let mut svc = drill.writer();
+    match send(&mut svc, drill.ticket_request(op, "E17")).await {
+        Ok(res) => res
+            .extensions()
+            .get::<Outcome>()
+            .map_or_else(|| res.status().to_string(), |o| o.message.clone()),
+        Err(e) => e.to_string(),
     }
 }
 
-async fn d1_lost_response() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("recoverable-write-drill.db");
-    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&db).await?);
-    let vendor = FakeVendor::start().await;
-    println!("drill D1: lost response");
-    println!("  vendor  {}", vendor.base_url());
-    println!("  ledger  {} (SQLite, WAL, synchronous=FULL)", db.display());
+async fn d1() -> Run {
+    let drill = Drill::start().await;
+    let op = new_op("approved-intent-17");
+    drill.vendor.faults().drop_after_commit(1);
+    let caller = call(&drill, &op).await;
+    Run { drill, op, caller }
+}
 
-    let policy = BudgetPolicy {
-        attempt_timeout_ms: 2_000,
-        query_backoff_base_ms: 20,
-        query_backoff_cap_ms: 200,
-        ..BudgetPolicy::default()
-    };
-    let client = Client::builder(TokioExecutor::new())
-        .retry_canceled_requests(false)
-        .build_http::<Full<Bytes>>();
-    let mut service = ServiceBuilder::new()
-        .layer(RecoverableWriteLayer::from_arc(ledger.clone()).budget(policy))
-        .layer(SendOnceGuardLayer::new())
-        .service(client.clone());
-    let recoverer = Recoverer::new(ledger.clone()).reconciler(
-        HttpLookup::new(
-            client,
-            format!("{}/operations/{{operation_id}}", vendor.base_url()),
-        )
-        .tenant_header(HeaderName::from_static("x-tenant")),
+async fn d2() -> Run {
+    let drill = Drill::start().await;
+    let op = new_op("approved-intent-17");
+    drill.vendor.faults().drop_after_commit(1);
+    drill.vendor.faults().lookup_not_found(1);
+    let caller = call(&drill, &op).await;
+    Run { drill, op, caller }
+}
+
+async fn d3() -> Run {
+    let vendor = FakeVendor::builder()
+        .processing_retry_after(None)
+        .start()
+        .await
+        .expect("vendor");
+    let drill = Drill::with(
+        vendor,
+        DrillOptions {
+            policy: BudgetPolicy {
+                window_ms: 900,
+                max_queries: 100,
+                attempt_timeout_ms: 300,
+                ..fast_policy()
+            },
+            ..DrillOptions::default()
+        },
+    )
+    .await;
+    let op = new_op("approved-intent-17");
+    drill.vendor.faults().hold_processing(true);
+    let caller = call(&drill, &op).await;
+    Run { drill, op, caller }
+}
+
+async fn d4() -> Run {
+    let drill = Drill::start().await;
+    let op = new_op("approved-intent-17");
+    drill
+        .vendor
+        .faults()
+        .status_after_commit(StatusCode::GATEWAY_TIMEOUT, 1);
+    let caller = call(&drill, &op).await;
+    Run { drill, op, caller }
+}
+
+async fn d5() -> Run {
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract(),
+        ..DrillOptions::default()
+    })
+    .await;
+    let op = new_op("approved-intent-17");
+    drill.vendor.faults().cache_error_response(true);
+    drill
+        .vendor
+        .faults()
+        .status_after_commit(StatusCode::INTERNAL_SERVER_ERROR, 1);
+    drill.vendor.faults().lookup_not_found(1);
+    let caller = call(&drill, &op).await;
+    Run { drill, op, caller }
+}
+
+async fn d9() -> Run {
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract().with_retention_secs(1),
+        policy: BudgetPolicy {
+            max_queries: 4,
+            ..fast_policy()
+        },
+        skew_margin: Duration::from_millis(500),
+        ..DrillOptions::default()
+    })
+    .await;
+    let op = new_op("approved-intent-17");
+    drill.vendor.faults().drop_after_commit(1);
+    let caller = call(&drill, &op).await;
+    drill.vendor.faults().expire_keys();
+    drill.vendor.faults().clean_operation_records();
+    Run { drill, op, caller }
+}
+
+async fn d20() -> Run {
+    let drill = Drill::start().await;
+    let op = new_op("approved-intent-17");
+    drill
+        .vendor
+        .faults()
+        .refuse_connections(true)
+        .expect("refuse");
+    let caller = call(&drill, &op).await;
+    Run { drill, op, caller }
+}
+
+async fn d21() -> Run {
+    let drill = Drill::start().await;
+    let op = new_op("approved-intent-17");
+    drill.vendor.faults().reject_next_with(
+        Rejection::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded").retry_after("120"),
+        1,
     );
+    let caller = call(&drill, &op).await;
+    Run { drill, op, caller }
+}
 
-    // The user approved "create a fault ticket for device E17" for tenant A.
-    let op = Operation::new("tenant-a", "create_ticket", "approved-intent-17");
-    let request = || {
-        let mut req = Request::post(vendor.url("/tickets"))
-            .header("content-type", "application/json")
-            .header("x-tenant", "tenant-a")
-            .body(Full::new(Bytes::from(format!(
-                r#"{{"operation_id":"{}","device_id":"E17","priority":"P2"}}"#,
-                op.id()
-            ))))
-            .expect("valid request");
-        req.extensions_mut().insert(op.clone());
-        req
-    };
-    println!("  operation {} (tenant-a, create_ticket)\n", op.id());
+async fn d22() -> Run {
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract(),
+        ..DrillOptions::default()
+    })
+    .await;
+    let op = new_op("approved-intent-17");
+    drill.vendor.faults().reject_next_with(
+        Rejection::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+        1,
+    );
+    let caller = call(&drill, &op).await;
+    Run { drill, op, caller }
+}
 
-    vendor.faults().drop_after_commit(1);
-    let mut printed = 0;
-    match service.ready().await?.call(request()).await {
-        Ok(res) => return Err(format!("expected a lost response, got {}", res.status()).into()),
-        Err(e) => {
-            printed = print_new(&*ledger, &op, printed).await?;
-            println!("  caller <- {e}\n");
-        }
-    }
+async fn d23() -> Run {
+    let drill = Drill::start().await;
+    let op = new_op("approved-intent-17");
+    drill
+        .vendor
+        .faults()
+        .refuse_connections(true)
+        .expect("refuse");
+    let caller = call(&drill, &op).await;
+    drill
+        .vendor
+        .faults()
+        .refuse_connections(false)
+        .expect("resume");
+    Run { drill, op, caller }
+}
 
-    // A second call naming the same operation: answered from the ledger, nothing sent.
-    if let Err(e) = service.ready().await?.call(request()).await {
-        println!("  caller asks again <- {e} (nothing sent)\n");
-    }
+/// Runs one scenario, prints its timeline; `Err` says what the drill required and did not get.
+async fn run(s: &Scenario) -> Result<(), String> {
+    println!("drill {}: {}", s.name.to_uppercase(), s.about);
+    let Run { drill, op, caller } = (s.run)().await;
+    println!("  vendor    {}", drill.vendor.base_url());
+    println!(
+        "  ledger    {} (SQLite, WAL, synchronous=FULL)",
+        drill.dir.path().join("ledger.db").display()
+    );
+    println!("  operation {} (tenant-a, create_ticket)", op.id());
+    println!("  caller <- {caller}");
 
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let row = loop {
-        recoverer.run_once().await?;
-        printed = print_new(&*ledger, &op, printed).await?;
-        let row = ledger
-            .get(op.tenant(), op.id())
-            .await?
-            .ok_or("operation vanished")?;
+        drill
+            .recoverer
+            .run_once()
+            .await
+            .map_err(|e| format!("recovery pass failed: {e}"))?;
+        let row = drill.record(op.id()).await;
         if row.state.is_terminal() || row.state == State::ManualReview {
             break row;
         }
-        if Instant::now() > deadline {
-            return Err(format!("still {} after 20 s", row.state).into());
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("still {} after 20 s", row.state));
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     };
 
-    let res = service.ready().await?.call(request()).await?;
-    let outcome = res
-        .extensions()
-        .get::<Outcome>()
-        .ok_or("response without an outcome")?;
-    println!("\n  caller asks again <- {}", outcome.message);
+    let entries = drill.evidence(op.id()).await;
+    let origin = entries.first().map_or(0, |e| e.entry.at_ms);
+    for e in &entries {
+        let e = &e.entry;
+        let transition = match (e.from_state, e.to_state) {
+            (Some(a), Some(b)) => format!("{a} -> {b}"),
+            (None, Some(b)) => format!("-> {b}"),
+            _ => String::new(),
+        };
+        let detail = match (&e.evidence, e.note.as_deref()) {
+            (Some(ev), _) => serde_json::to_string(ev).unwrap_or_default(),
+            (None, Some(n)) => format!("({n})"),
+            (None, None) => String::new(),
+        };
+        println!(
+            "  [{:>5} ms] {:<20} {:<28} g{:<2} {}",
+            e.at_ms - origin,
+            e.kind,
+            transition,
+            e.generation.0,
+            detail
+        );
+    }
+    let again = call(&drill, &op).await;
+    println!("  caller asks again <- {again}");
+    let tickets = drill.vendor.tickets_created();
     println!(
-        "  outcome as handed to a model: {}",
-        serde_json::to_string(outcome)?
-    );
-
-    let tickets = vendor.tickets_created();
-    println!(
-        "\nfinal state: {}  remote reference: {}  attempts: {}  queries: {}",
+        "  final state: {}  remote reference: {}  attempts: {}  queries: {}",
         row.state,
         row.remote_ref.as_deref().unwrap_or("-"),
         row.attempts_used,
         row.queries_used
     );
-    println!("tickets created: {tickets}");
-    if row.state != State::Succeeded || tickets != 1 || row.remote_ref.is_none() {
-        return Err("expected SUCCEEDED with a remote reference and exactly one ticket".into());
+    println!(
+        "  sends seen by the vendor: {}",
+        drill.vendor.posts_received()
+    );
+    println!("tickets created: {tickets}\n");
+    if row.state != s.expect || tickets != s.tickets {
+        return Err(format!(
+            "expected {} with {} ticket(s), got {} with {tickets}",
+            s.expect, s.tickets, row.state
+        ));
     }
     Ok(())
 }
 
-async fn print_new(
-    ledger: &dyn Ledger,
-    op: &Operation,
-    already: usize,
-) -> Result<usize, Box<dyn std::error::Error>> {
-    let entries = ledger.evidence(op.tenant(), op.id()).await?;
-    let origin = entries.first().map_or(0, |e| e.entry.at_ms);
-    for EvidenceEntry { entry, .. } in entries.iter().skip(already) {
-        let transition = match (entry.from_state, entry.to_state) {
-            (Some(a), Some(b)) => format!("{a} -> {b}"),
-            (None, Some(b)) => format!("-> {b}"),
-            _ => String::new(),
-        };
-        let evidence = entry
-            .evidence
-            .as_ref()
-            .map(|e| serde_json::to_string(e).unwrap_or_default())
-            .unwrap_or_default();
-        println!(
-            "  [{:>5} ms] {:<20} {:<26} g{:<2} {}{}",
-            entry.at_ms - origin,
-            entry.kind,
-            transition,
-            entry.generation.0,
-            evidence,
-            // The note repeats the evidence's reason when there is evidence.
-            match (&entry.evidence, entry.note.as_deref()) {
-                (None, Some(n)) => format!(" ({n})"),
-                _ => String::new(),
-            }
-        );
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.list {
+        for s in SCENARIOS {
+            println!(
+                "{:<4} {} (expects {}, {} ticket(s))",
+                s.name, s.about, s.expect, s.tickets
+            );
+        }
+        return ExitCode::SUCCESS;
     }
-    Ok(entries.len())
+    let chosen: Vec<&Scenario> = if args.all {
+        SCENARIOS.iter().collect()
+    } else if args.scenarios.is_empty() {
+        vec![&SCENARIOS[0]]
+    } else {
+        let mut v = Vec::new();
+        for name in &args.scenarios {
+            match SCENARIOS.iter().find(|s| s.name.eq_ignore_ascii_case(name)) {
+                Some(s) => v.push(s),
+                None => {
+                    eprintln!("unknown scenario {name:?}; try --list");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        v
+    };
+    let mut failed = 0;
+    for s in chosen {
+        if let Err(e) = run(s).await {
+            eprintln!("DRILL {} FAILED: {e}\n", s.name.to_uppercase());
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
