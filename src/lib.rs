@@ -87,3 +87,8 @@ pub use state::State;
 
 /// A type-erased error, as used across the tower ecosystem.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The README's code blocks, compiled as doctests so the quick start stays true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
