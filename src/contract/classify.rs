@@ -52,13 +52,39 @@ impl<'a> Body<'a> {
         self.json()?.pointer(pointer)
     }
 
-    /// A short vendor error code at a common place, if it looks like a code (not free text).
+    /// A short vendor error code at a common place, if it looks like a code (not free text):
+    /// a JSON field, or the `<Code>` element of an XML error (AWS Query APIs).
     fn vendor_code(&self) -> Option<String> {
-        CODE_POINTERS
-            .iter()
-            .filter_map(|p| self.pointer(p))
-            .find_map(short_code)
+        if self.json().is_some() {
+            return CODE_POINTERS
+                .iter()
+                .filter_map(|p| self.pointer(p))
+                .find_map(short_code);
+        }
+        xml_element_text(self.raw, "Code").and_then(|t| short_code(&Value::String(t.to_owned())))
     }
+}
+
+/// The trimmed text of the first element named `name` (with or without a namespace prefix),
+/// if the body is UTF-8 and the element is closed. Entities are not decoded.
+pub(super) fn xml_element_text<'a>(raw: &'a [u8], name: &str) -> Option<&'a str> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let mut rest = text;
+    while let Some(open) = rest.find('<') {
+        let after = &rest[open + 1..];
+        let end = after.find('>')?;
+        let tag = &after[..end];
+        rest = &after[end + 1..];
+        // `<Code>` or `<ns:Code>`, no attributes-less guessing beyond a simple name.
+        let tag_name = tag.split_whitespace().next().unwrap_or("");
+        let local = tag_name.rsplit_once(':').map_or(tag_name, |(_, l)| l);
+        if local != name || tag.ends_with('/') {
+            continue;
+        }
+        let close = rest.find("</")?;
+        return Some(rest[..close].trim());
+    }
+    None
 }
 
 fn short_code(v: &Value) -> Option<String> {
@@ -106,8 +132,9 @@ fn rule_matches(rule: &Rule, status: StatusCode, headers: &HeaderMap, body: &Bod
     if let Some(h) = &rule.header {
         let expected = h.value.trim();
         let found = headers.get_all(h.name.as_str()).iter().any(|v| {
-            v.to_str()
-                .is_ok_and(|v| v.trim().eq_ignore_ascii_case(expected))
+            expected == "*"
+                || v.to_str()
+                    .is_ok_and(|v| v.trim().eq_ignore_ascii_case(expected))
         });
         if !found {
             return false;
@@ -123,6 +150,11 @@ fn rule_matches(rule: &Rule, status: StatusCode, headers: &HeaderMap, body: &Bod
         if !found {
             return false;
         }
+    }
+    if let Some(x) = &rule.xml
+        && xml_element_text(body.raw, &x.element) != Some(x.equals.as_str())
+    {
+        return false;
     }
     true
 }

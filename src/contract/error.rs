@@ -91,6 +91,22 @@ pub enum ContractErrorKind {
     /// The contract text could not be read.
     #[error("cannot read the contract: {0}")]
     Parse(String),
+    /// A contract that sends no key claims a safe replay, or a same-key replay lookup.
+    #[error(
+        "a contract that sends no idempotency key cannot replay safely: use `replay = \"unsafe\"` and no same-key replay lookup"
+    )]
+    ReplayWithoutKey,
+    /// A same-key replay lookup under a contract whose replay is unsafe.
+    #[error(
+        "a same-key replay lookup needs a safe replay (`stored_first_response` or `current_state`), not `unsafe`"
+    )]
+    LookupNeedsSafeReplay,
+    /// A URL template that is malformed or names an unknown placeholder.
+    #[error("invalid URL template: {0}")]
+    InvalidTemplate(String),
+    /// Not a plain XML element name.
+    #[error("`{0}` is not an XML element name (letters, digits, `_`, `-`, `.`, `:`)")]
+    InvalidXmlElement(String),
 }
 
 impl ContractError {

@@ -66,6 +66,8 @@ pub(super) fn attach(
                 None => Ok(body),
             }
         }
+        // The vendor has no idempotency: nothing to place.
+        KeyPlacement::Omitted => Ok(body),
     }
 }
 

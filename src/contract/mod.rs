@@ -7,7 +7,12 @@
 //! - how long the vendor keeps keys and what a same-key replay returns ([`Replay`]);
 //! - how responses map to [`Evidence`] ([`Rule`]s, then conservative defaults);
 //! - where the created object's id sits ([`RemoteRef`]) and whether success needs it;
-//! - which extra headers are secret, and which body fields define the payload.
+//! - which extra headers are secret, and which body fields define the payload;
+//! - how an operation can be looked up at the vendor ([`Lookup`]), and how long an eventually
+//!   consistent lookup needs before "not found" means anything (`settle_secs`).
+//!
+//! Built-in vendor [`profiles`] follow the vendors' documentation; a set of routes and contracts
+//! can be read from a TOML or JSON file ([`Contracts::from_toml_str`], [`Contracts::load`]).
 //!
 //! [`Contracts`] chooses one per request by [`Target`] (host, optional path prefix and method).
 //! The contract an operation started with is frozen on its row by [`Contract::reference`] (name
@@ -33,14 +38,16 @@
 //!    | other 4xx (400, 401, 403, 404, 422, ...) | `Rejected` |
 //!
 //!    429 and 503 are `Unknown` by default: only a contract that documents them as "not executed"
-//!    (Stripe's 429) turns them into `NotExecuted`. `Retry-After` (and `retry-after-ms`) fills
-//!    `retry_after` on `Processing`, `NotExecuted` and `Unknown`.
+//!    (Stripe's 429) turns them into `NotExecuted`. `Retry-After` (and `retry-after-ms`, or a
+//!    spent `x-ratelimit-remaining` with its `x-ratelimit-reset`; see
+//!    [`retry_after_from_headers`]) fills `retry_after` on `Processing`, `NotExecuted` and
+//!    `Unknown`.
 //! 3. A success must carry the remote reference when the contract requires one: a 2xx without
 //!    it (an empty body, a missing field) is `Unknown`, because it does not positively identify
 //!    the created object.
 //!
 //! Reasons quote the status and at most a short vendor error code found at a common place
-//! (`/error/code`, `/error/type`, `/code`, ...), never the body.
+//! (`/error/code`, `/error/type`, `/code`, ..., or an XML error's `<Code>`), never the body.
 //!
 //! [`Contract::classify_error`] handles transport errors: only errors that prove the request
 //! never left (a refusal by the send-once guard, a connect error, a refused connection) are
@@ -52,6 +59,7 @@
 //! "what do we now *know* about a write that may have executed?", so the answer has more classes,
 //! and the default for anything undocumented is "unknown", never "failed".
 
+use std::fmt;
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -64,6 +72,7 @@ use crate::ledger::ContractRef;
 use crate::operation::{IdempotencyKey, PayloadDigest};
 
 mod classify;
+pub mod config;
 mod error;
 mod key;
 pub mod profiles;
@@ -75,10 +84,11 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use config::{ConfigError, ConfigErrorKind};
 pub use error::{ContractError, ContractErrorKind};
 pub use registry::{Contracts, Target};
 pub use retry_after::{MAX_RETRY_AFTER, parse_retry_after, retry_after_from_headers};
-pub use rules::{BodyMatch, EvidenceClass, HeaderMatch, Rule, StatusMatch};
+pub use rules::{BodyMatch, EvidenceClass, HeaderMatch, Rule, StatusMatch, XmlMatch};
 
 /// The length of a generated key (a hyphenated UUID v4): the smallest `max_key_len` allowed.
 pub const GENERATED_KEY_LEN: usize = 36;
@@ -146,6 +156,16 @@ pub struct Contract {
     /// Which parts of the body define the payload (for the payload hash).
     #[serde(default)]
     pub digest: PayloadDigest,
+    /// How an operation can be looked up at the vendor when its outcome is unknown; `None` when
+    /// the contract does not say (the reconciler registered with the recovery engine decides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lookup: Option<Lookup>,
+    /// How long, in seconds after a send, the vendor's lookup may still miss the operation
+    /// (an eventually consistent list or search, such as EC2's `DescribeInstances`). A lookup
+    /// that finds nothing before this time has elapsed is not even weak evidence. `None`: the
+    /// lookup is consistent right after the write answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle_secs: Option<u64>,
 }
 
 fn default_max_key_len() -> usize {
@@ -157,7 +177,7 @@ fn default_max_key_len() -> usize {
 /// In JSON or TOML the placement is tagged by `in`:
 /// `{ "in": "header", "name": "Idempotency-Key", "format": "quoted" }`,
 /// `{ "in": "json_body", "pointer": "/idempotency_key" }`, `{ "in": "query", "name": "requestId" }`,
-/// `{ "in": "form_body", "name": "ClientToken" }`.
+/// `{ "in": "form_body", "name": "ClientToken" }`, `{ "in": "none" }`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "in", rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
@@ -189,6 +209,11 @@ pub enum KeyPlacement {
         /// Field name.
         name: String,
     },
+    /// No key is sent: the vendor has no idempotency (Twilio's outbound API). The operation
+    /// still has a key in the ledger; it protects nothing at the vendor, so such a contract's
+    /// replay must be [`Replay::Unsafe`]. In JSON or TOML: `{ "in": "none" }`.
+    #[serde(rename = "none", alias = "omitted")]
+    Omitted,
 }
 
 impl KeyPlacement {
@@ -197,6 +222,44 @@ impl KeyPlacement {
         Self::Header {
             name: name.into(),
             format: KeyFormat::Plain,
+        }
+    }
+
+    /// The key in a JSON body field at `pointer` (Square: `/idempotency_key`).
+    pub fn json_body(pointer: impl Into<String>) -> Self {
+        Self::JsonBody {
+            pointer: pointer.into(),
+        }
+    }
+
+    /// The key in a query parameter (Google: `requestId`).
+    pub fn query(name: impl Into<String>) -> Self {
+        Self::Query { name: name.into() }
+    }
+
+    /// The key in a form body field (EC2: `ClientToken`).
+    pub fn form_body(name: impl Into<String>) -> Self {
+        Self::FormBody { name: name.into() }
+    }
+}
+
+impl fmt::Display for KeyPlacement {
+    /// A short description: `header Idempotency-Key`, `header Idempotency-Key (quoted)`,
+    /// `json body /idempotency_key`, `query requestId`, `form body ClientToken`, `none`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Header {
+                name,
+                format: KeyFormat::Plain,
+            } => write!(f, "header {name}"),
+            Self::Header {
+                name,
+                format: KeyFormat::Quoted,
+            } => write!(f, "header {name} (quoted)"),
+            Self::JsonBody { pointer } => write!(f, "json body {pointer}"),
+            Self::Query { name } => write!(f, "query {name}"),
+            Self::FormBody { name } => write!(f, "form body {name}"),
+            Self::Omitted => f.write_str("none"),
         }
     }
 }
@@ -236,6 +299,111 @@ impl Replay {
     /// Whether a same-key replay inside the retention window cannot execute the write twice.
     pub fn is_safe(self) -> bool {
         matches!(self, Self::StoredFirstResponse | Self::CurrentState)
+    }
+
+    /// The name used in JSON and TOML (`stored_first_response`, `current_state`, `unsafe`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::StoredFirstResponse => "stored_first_response",
+            Self::CurrentState => "current_state",
+            Self::Unsafe => "unsafe",
+        }
+    }
+}
+
+/// How an operation whose outcome is unknown can be looked up at the vendor.
+///
+/// This is data: it describes the vendor, and the recovery engine chooses the
+/// [`Reconciler`](crate::reconcile::Reconciler) from it. URL templates take the placeholders
+/// `{operation_id}`, `{idempotency_key}`, `{tenant}` and `{remote_ref}` (the last one is only
+/// known once a response named the created object). A template starting with `/` or `?` is
+/// relative to the operation's own URL (same scheme and host: for a regional API, the same
+/// region).
+///
+/// In JSON or TOML the lookup is tagged by `kind`:
+/// `{ kind = "http_get", url_template = "/operations/{operation_id}" }`,
+/// `{ kind = "list_by_reference", url_template = "/v1/charges?limit=100", items_pointer = "/data",
+/// reference_pointer = "/metadata/operation_id" }`, `{ kind = "same_key_replay" }`,
+/// `{ kind = "webhooks", events = ["payment.created"] }`, `{ kind = "unavailable" }`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Lookup {
+    /// `GET` one resource by a template naming the operation or its key, e.g.
+    /// `https://vendor.example/operations/{operation_id}`. A 404 proves nothing.
+    HttpGet {
+        /// The URL template.
+        url_template: String,
+    },
+    /// `GET` a list or search filtered by a reference the client attached (Stripe metadata,
+    /// EC2's `client-token` filter) and find the item carrying it. Only an item that carries the
+    /// reference identifies the operation; an empty list proves nothing, and nothing at all
+    /// before `settle_secs` when the list is eventually consistent.
+    ListByReference {
+        /// The list URL template (the filter, if the vendor has one, goes in the query).
+        url_template: String,
+        /// Where the items are in a JSON answer (e.g. `/data`); `None` when the answer is not
+        /// JSON or the filter in the URL already selects the operation's items.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        items_pointer: Option<String>,
+        /// Where an item carries the reference (e.g. `/metadata/operation_id`); `None` when
+        /// the filter in the URL already matches on it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reference_pointer: Option<String>,
+        /// The reference value, a template (default `{operation_id}`; EC2: `{idempotency_key}`).
+        #[serde(default = "default_reference")]
+        reference: String,
+    },
+    /// Send the frozen request again with the same key inside the retention window: the vendor
+    /// answers with the first result or the current state, never a second execution. Only for a
+    /// contract whose [`Replay`] is safe.
+    SameKeyReplay,
+    /// No lookup API: the vendor announces outcomes by webhook (Adyen, Square). Until an event
+    /// arrives the operation stays unknown, and goes to manual review when the window ends.
+    Webhooks {
+        /// The events that report the outcome (e.g. `payment.created`), for the handoff.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        events: Vec<String>,
+    },
+    /// The vendor offers no way to find out: an unknown outcome goes to manual review.
+    Unavailable,
+}
+
+fn default_reference() -> String {
+    "{operation_id}".to_owned()
+}
+
+impl Lookup {
+    /// A `GET` by URL template.
+    pub fn http_get(url_template: impl Into<String>) -> Self {
+        Self::HttpGet {
+            url_template: url_template.into(),
+        }
+    }
+
+    /// The name used in JSON and TOML (`http_get`, `list_by_reference`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::HttpGet { .. } => "http_get",
+            Self::ListByReference { .. } => "list_by_reference",
+            Self::SameKeyReplay => "same_key_replay",
+            Self::Webhooks { .. } => "webhooks",
+            Self::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl fmt::Display for Lookup {
+    /// A short description: `GET /operations/{operation_id}`, `same-key replay`, ...
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::HttpGet { url_template } => write!(f, "GET {url_template}"),
+            Self::ListByReference { url_template, .. } => write!(f, "list {url_template}"),
+            Self::SameKeyReplay => f.write_str("same-key replay"),
+            Self::Webhooks { events } if events.is_empty() => f.write_str("webhooks"),
+            Self::Webhooks { events } => write!(f, "webhooks ({})", events.join(", ")),
+            Self::Unavailable => f.write_str("none (manual review)"),
+        }
     }
 }
 
@@ -295,6 +463,8 @@ impl Contract {
             remote_ref: None,
             secret_headers: Vec::new(),
             digest: PayloadDigest::Full,
+            lookup: None,
+            settle_secs: None,
         }
     }
 
@@ -357,6 +527,18 @@ impl Contract {
     /// Sets which parts of the body define the payload.
     pub fn with_digest(mut self, digest: PayloadDigest) -> Self {
         self.digest = digest;
+        self
+    }
+
+    /// Sets how an operation is looked up at the vendor.
+    pub fn with_lookup(mut self, lookup: Lookup) -> Self {
+        self.lookup = Some(lookup);
+        self
+    }
+
+    /// Sets how long an eventually consistent lookup may miss a fresh operation, in seconds.
+    pub fn with_settle_secs(mut self, secs: u64) -> Self {
+        self.settle_secs = Some(secs);
         self
     }
 

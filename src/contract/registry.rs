@@ -54,6 +54,21 @@ impl Target {
         self
     }
 
+    /// The host pattern (`api.stripe.com`, `*.adyen.com`, `api.test:8443`).
+    pub fn host_pattern(&self) -> &str {
+        &self.host
+    }
+
+    /// The path prefix, if any.
+    pub fn prefix(&self) -> Option<&str> {
+        self.path_prefix.as_deref()
+    }
+
+    /// The method, if any.
+    pub fn method_filter(&self) -> Option<&Method> {
+        self.method.as_ref()
+    }
+
     /// Whether a request matches.
     pub fn matches(&self, method: &Method, uri: &Uri) -> bool {
         self.specificity(method, uri).is_some()
@@ -116,7 +131,7 @@ impl Target {
         Some((exact, prefix_len, method_given))
     }
 
-    fn validate(&self) -> Result<(), String> {
+    pub(super) fn validate(&self) -> Result<(), String> {
         let (host, _) = split_host_port(&self.host);
         let bare = host.strip_prefix("*.").unwrap_or(host);
         if bare.is_empty() {
@@ -136,6 +151,21 @@ impl Target {
             && !p.starts_with('/')
         {
             return Err(format!("path prefix `{p}` must start with `/`"));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for Target {
+    /// `POST api.stripe.com/v1`, `* api.test` (any method).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.method {
+            Some(m) => write!(f, "{m} ")?,
+            None => f.write_str("* ")?,
+        }
+        f.write_str(&self.host)?;
+        if let Some(p) = &self.path_prefix {
+            f.write_str(p)?;
         }
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! `Retry-After` (RFC 9110 §10.2.3) and `retry-after-ms`.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 
@@ -47,8 +47,13 @@ pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duratio
     )
 }
 
-/// The server's hint in a response: `retry-after-ms` (milliseconds, sent by some APIs for
-/// sub-second precision) when present and valid, else `Retry-After`.
+/// The server's hint in a response, from the first of:
+///
+/// 1. `retry-after-ms` (milliseconds, sent by some APIs for sub-second precision), when valid;
+/// 2. `Retry-After` ([`parse_retry_after`]: delay-seconds or any of the three HTTP-date forms);
+/// 3. `x-ratelimit-remaining: 0` with `x-ratelimit-reset` (epoch seconds): the time left until
+///    the reset. GitHub sends its primary rate limit this way, often as a 403 without
+///    `Retry-After`; a reset in the past gives [`Duration::ZERO`].
 pub fn retry_after_from_headers(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let ms = headers.get("retry-after-ms").and_then(|v| {
         let s = v.to_str().ok()?.trim();
@@ -59,4 +64,20 @@ pub fn retry_after_from_headers(headers: &HeaderMap, now: SystemTime) -> Option<
         Some(Duration::from_millis(ms).min(MAX_RETRY_AFTER))
     });
     ms.or_else(|| parse_retry_after(headers.get(http::header::RETRY_AFTER)?, now))
+        .or_else(|| rate_limit_reset(headers, now))
+}
+
+/// `x-ratelimit-reset` (epoch seconds) when `x-ratelimit-remaining` is `0`.
+fn rate_limit_reset(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let remaining = headers.get("x-ratelimit-remaining")?.to_str().ok()?.trim();
+    if remaining != "0" {
+        return None;
+    }
+    let reset = headers.get("x-ratelimit-reset")?.to_str().ok()?.trim();
+    if reset.is_empty() || !reset.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let reset = reset.parse::<u64>().ok()?;
+    let now = now.duration_since(UNIX_EPOCH).ok()?.as_secs();
+    Some(Duration::from_secs(reset.saturating_sub(now)).min(MAX_RETRY_AFTER))
 }

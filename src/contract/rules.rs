@@ -48,6 +48,10 @@ pub struct Rule {
     /// A field of the JSON response body that must have a given value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<BodyMatch>,
+    /// An element of an XML response body that must have a given text (the AWS Query APIs
+    /// answer errors in XML: `<Code>IdempotentParameterMismatch</Code>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xml: Option<XmlMatch>,
     /// What a matching response proves.
     pub evidence: EvidenceClass,
     /// A short explanation, quoted in the evidence's reason (never a body or a credential).
@@ -62,6 +66,7 @@ impl Rule {
             status: Some(status.into()),
             header: None,
             body: None,
+            xml: None,
             evidence,
             reason: None,
         }
@@ -86,6 +91,16 @@ impl Rule {
         self
     }
 
+    /// Also requires the first XML element named `element` in the body to have the text
+    /// `equals` (surrounding whitespace ignored, case-sensitive).
+    pub fn xml(mut self, element: impl Into<String>, equals: impl Into<String>) -> Self {
+        self.xml = Some(XmlMatch {
+            element: element.into(),
+            equals: equals.into(),
+        });
+        self
+    }
+
     /// Sets the explanation quoted in the evidence.
     pub fn reason(mut self, reason: impl Into<String>) -> Self {
         self.reason = Some(reason.into());
@@ -100,7 +115,7 @@ pub struct HeaderMatch {
     /// Header name (case-insensitive).
     pub name: String,
     /// Expected value, compared case-insensitively after trimming whitespace. Any of several
-    /// values of the header may match.
+    /// values of the header may match. `*` matches any value: the header is present.
     pub value: String,
 }
 
@@ -112,6 +127,21 @@ pub struct BodyMatch {
     pub pointer: String,
     /// Expected value: equal to a string field (case-sensitive, vendor codes are), or to the
     /// decimal form of a number or boolean field (`"704"` matches both `704` and `"704"`).
+    pub equals: String,
+}
+
+/// An XML body condition: the first element named `element` has the text `equals`.
+///
+/// A deliberately small matcher, enough for the error documents of the AWS Query APIs
+/// (`<Response><Errors><Error><Code>IdempotentParameterMismatch</Code>...`): the element is
+/// found by name (a namespace prefix is allowed: `<ec2:Code>`), its text is compared after
+/// trimming, and entities are not decoded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XmlMatch {
+    /// The element name, e.g. `Code`.
+    pub element: String,
+    /// The expected text, e.g. `IdempotentParameterMismatch` (case-sensitive).
     pub equals: String,
 }
 
@@ -197,6 +227,21 @@ fn parse_code(s: &str) -> Option<u16> {
         return None;
     }
     s.parse().ok()
+}
+
+impl fmt::Display for EvidenceClass {
+    /// The name used in JSON and TOML (`not_executed`, `conflict_in_flight`, ...).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Succeeded => "succeeded",
+            Self::Processing => "processing",
+            Self::Rejected => "rejected",
+            Self::NotExecuted => "not_executed",
+            Self::Unknown => "unknown",
+            Self::ConflictMismatch => "conflict_mismatch",
+            Self::ConflictInFlight => "conflict_in_flight",
+        })
+    }
 }
 
 impl From<u16> for StatusMatch {

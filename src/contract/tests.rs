@@ -374,6 +374,7 @@ fn a_rule_without_status_never_matches() {
         status: None,
         header: None,
         body: None,
+        xml: None,
         evidence: EvidenceClass::Succeeded,
         reason: None,
     });
@@ -818,6 +819,14 @@ fn builtin_profiles_are_valid() {
     Contract::ietf_draft().validate().unwrap();
     stripe_like().validate().unwrap();
     Contracts::default().validate().unwrap();
+    let all = profiles::all();
+    assert_eq!(all.len(), profiles::NAMES.len());
+    for c in &all {
+        c.validate().unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        // Round trip through JSON: what a configuration file can say, a profile can be.
+        let back = Contract::from_json(&serde_json::to_string(c).unwrap()).unwrap();
+        assert_eq!(&back, c);
+    }
 }
 
 #[test]
@@ -878,6 +887,7 @@ fn invalid_contracts_name_the_field() {
         status: None,
         header: None,
         body: None,
+        xml: None,
         evidence: EvidenceClass::Unknown,
         reason: None,
     });

@@ -4,7 +4,7 @@ use http::HeaderName;
 
 use super::error::{ContractError, ContractErrorKind as Kind};
 use super::key::pointer_tokens;
-use super::{Contract, GENERATED_KEY_LEN, KeyPlacement};
+use super::{Contract, GENERATED_KEY_LEN, KeyPlacement, Lookup};
 use crate::operation::PayloadDigest;
 
 pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
@@ -25,6 +25,11 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
         KeyPlacement::Query { name } | KeyPlacement::FormBody { name } => {
             if name.is_empty() {
                 return Err(err("key.name".into(), Kind::Empty));
+            }
+        }
+        KeyPlacement::Omitted => {
+            if c.replay.is_safe() {
+                return Err(err("replay".into(), Kind::ReplayWithoutKey));
             }
         }
     }
@@ -56,6 +61,18 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
         if let Some(b) = &rule.body {
             pointer_ok(&b.pointer).map_err(|k| err(format!("rules[{i}].body.pointer"), k))?;
         }
+        if let Some(x) = &rule.xml {
+            let ok = !x.element.is_empty()
+                && x.element
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+            if !ok {
+                return Err(err(
+                    format!("rules[{i}].xml.element"),
+                    Kind::InvalidXmlElement(x.element.clone()),
+                ));
+            }
+        }
     }
     if let Some(r) = &c.remote_ref {
         pointer_ok(&r.pointer).map_err(|k| err("remote_ref.pointer".into(), k))?;
@@ -67,6 +84,91 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
         for (i, p) in pointers.iter().enumerate() {
             pointer_ok(p).map_err(|k| err(format!("digest.pointers[{i}]"), k))?;
         }
+    }
+    match &c.lookup {
+        Some(Lookup::HttpGet { url_template }) => {
+            template(url_template).map_err(|k| err("lookup.url_template".into(), k))?;
+        }
+        Some(Lookup::ListByReference {
+            url_template,
+            items_pointer,
+            reference_pointer,
+            reference,
+        }) => {
+            template(url_template).map_err(|k| err("lookup.url_template".into(), k))?;
+            if let Some(p) = items_pointer {
+                pointer_ok(p).map_err(|k| err("lookup.items_pointer".into(), k))?;
+            }
+            if let Some(p) = reference_pointer {
+                pointer_ok(p).map_err(|k| err("lookup.reference_pointer".into(), k))?;
+            }
+            if reference.is_empty() {
+                return Err(err("lookup.reference".into(), Kind::Empty));
+            }
+            placeholders(reference).map_err(|k| err("lookup.reference".into(), k))?;
+        }
+        Some(Lookup::SameKeyReplay) if matches!(c.key, KeyPlacement::Omitted) => {
+            return Err(err("lookup".into(), Kind::ReplayWithoutKey));
+        }
+        Some(Lookup::SameKeyReplay) if !c.replay.is_safe() => {
+            return Err(err("lookup".into(), Kind::LookupNeedsSafeReplay));
+        }
+        Some(Lookup::Webhooks { events }) => {
+            for (i, e) in events.iter().enumerate() {
+                if e.trim().is_empty() {
+                    return Err(err(format!("lookup.events[{i}]"), Kind::Empty));
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The placeholders a lookup template may use.
+const PLACEHOLDERS: &[&str] = &["operation_id", "idempotency_key", "tenant", "remote_ref"];
+
+/// An absolute `http`/`https` URL, or a path (`/...`) or query (`?...`) relative to the
+/// operation's URL, with known placeholders only.
+fn template(t: &str) -> Result<(), Kind> {
+    if t.trim().is_empty() {
+        return Err(Kind::Empty);
+    }
+    let lower = t.to_ascii_lowercase();
+    if !(lower.starts_with("http://")
+        || lower.starts_with("https://")
+        || t.starts_with('/')
+        || t.starts_with('?'))
+    {
+        return Err(Kind::InvalidTemplate(format!(
+            "`{t}` must be an http(s) URL or start with `/` or `?` (relative to the operation's URL)"
+        )));
+    }
+    if t.contains(char::is_whitespace) {
+        return Err(Kind::InvalidTemplate(format!("`{t}` contains whitespace")));
+    }
+    placeholders(t)
+}
+
+fn placeholders(t: &str) -> Result<(), Kind> {
+    let mut rest = t;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest[open..].starts_with('}') {
+            return Err(Kind::InvalidTemplate(format!(
+                "`{t}` has an unmatched `}}`"
+            )));
+        }
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else {
+            return Err(Kind::InvalidTemplate(format!("`{t}` has an unclosed `{{`")));
+        };
+        let name = &after[..close];
+        if !PLACEHOLDERS.contains(&name) {
+            return Err(Kind::InvalidTemplate(format!(
+                "unknown placeholder `{{{name}}}` (known: {{operation_id}}, {{idempotency_key}}, {{tenant}}, {{remote_ref}})"
+            )));
+        }
+        rest = &after[close + 1..];
     }
     Ok(())
 }
