@@ -80,7 +80,7 @@ impl AttemptToken {
     }
 
     /// Marks the token sent; `false` if it already was.
-    fn take(&self) -> bool {
+    pub(crate) fn take(&self) -> bool {
         !self.sent.swap(true, Ordering::AcqRel)
     }
 }
@@ -142,6 +142,21 @@ impl GuardStats {
     /// Untracked writes refused.
     pub fn refused_untracked(&self) -> u64 {
         self.refused_untracked.load(Ordering::Relaxed)
+    }
+
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn passed_counter(&self) -> &AtomicU64 {
+        &self.passed
+    }
+
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn refused_duplicates_counter(&self) -> &AtomicU64 {
+        &self.refused_duplicates
+    }
+
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn refused_untracked_counter(&self) -> &AtomicU64 {
+        &self.refused_untracked
     }
 }
 

@@ -49,7 +49,8 @@
 //! # Features
 //!
 //! - `sqlite` (default): [`SqliteLedger`], the embedded durable ledger.
-//! - `test-util`: [`testing::FakeVendor`] and the ledger conformance suite.
+//! - `test-util`: [`testing::FakeVendor`], the drill harness and the ledger conformance suite.
+//! - `reqwest`: the reqwest-middleware adapter ([`reqwest`](mod@crate::reqwest)).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -65,6 +66,8 @@ pub mod ledger;
 pub mod notify;
 pub mod operation;
 pub mod reconcile;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 pub mod review;
 pub mod state;
 #[cfg(feature = "test-util")]

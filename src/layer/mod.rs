@@ -241,6 +241,11 @@ impl RecoverableWriteLayer {
     pub fn ledger(&self) -> &Arc<dyn Ledger> {
         &self.shared.ledger
     }
+
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
 }
 
 impl<S> Layer<S> for RecoverableWriteLayer {
@@ -350,7 +355,7 @@ where
     }
 }
 
-async fn prepare_inner<B>(shared: Arc<Shared>, req: Request<B>) -> Result<Step<B>, Error>
+pub(crate) async fn prepare_inner<B>(shared: Arc<Shared>, req: Request<B>) -> Result<Step<B>, Error>
 where
     B: Body + From<Bytes> + Send + 'static,
     B::Data: Send,
@@ -764,7 +769,10 @@ where
 
 /// With [`RecoverableWriteLayer::wait_for_resolution`], waits for the recovery engine to resolve
 /// the operation named by `err`; otherwise returns `err`.
-async fn await_resolution(shared: &Shared, err: Error) -> Result<Response<Full<Bytes>>, Error> {
+pub(crate) async fn await_resolution(
+    shared: &Shared,
+    err: Error,
+) -> Result<Response<Full<Bytes>>, Error> {
     let (Some(bound), Some(outcome)) = (shared.wait, err.outcome()) else {
         return Err(err);
     };

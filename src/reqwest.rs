@@ -1,0 +1,376 @@
+//! reqwest-middleware adapter (feature `reqwest`).
+//!
+//! [`RecoverableWriteMiddleware`] gives a `reqwest_middleware::ClientWithMiddleware` the same
+//! guarantees as the tower layer — it runs the very same preparation (freeze, record, claim) and
+//! recording code, over the same ledger, contracts and recovery engine. [`SendOnceMiddleware`] is
+//! the send-once guard for a reqwest chain, and [`RecoverableWriteStrategy`] keeps reqwest-retry,
+//! if it stays in the chain, from re-sending a recoverable write.
+//!
+//! ```no_run
+//! use recoverable_write::reqwest::{
+//!     RecoverableWriteMiddleware, RecoverableWriteStrategy, SendOnceMiddleware, client_builder,
+//! };
+//! use recoverable_write::{MemoryLedger, Operation, RecoverableWriteLayer};
+//! use reqwest_middleware::ClientBuilder;
+//! use reqwest_retry::{RetryTransientMiddleware, policies::ExponentialBackoff};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = RecoverableWriteLayer::new(MemoryLedger::new());
+//! let client = ClientBuilder::new(client_builder().build()?)   // reqwest's own retries off
+//!     .with(RecoverableWriteMiddleware::new(&layer))           // outermost: the retry owner
+//!     .with(RetryTransientMiddleware::new_with_policy_and_strategy(
+//!         ExponentialBackoff::builder().build_with_max_retries(3),
+//!         RecoverableWriteStrategy::default(),                  // never re-sends a tracked write
+//!     ))
+//!     .with(SendOnceMiddleware::new())                          // innermost: refuses re-sends
+//!     .build();
+//!
+//! let res = client
+//!     .post("https://vendor.example/tickets")
+//!     .with_extension(Operation::new("tenant-a", "create_ticket", "intent-17"))
+//!     .body(r#"{"device_id":"E17"}"#)
+//!     .send()
+//!     .await;
+//! if let Err(e) = &res {
+//!     if let Some(outcome) = recoverable_write::reqwest::outcome(e) {
+//!         println!("{}", outcome.message); // "op-… is being verified; do not create it again"
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Differences from the tower layer
+//!
+//! - The operation is named with `RequestBuilder::with_extension(Operation::new(..))`.
+//! - Errors come back as `reqwest_middleware::Error::Middleware` wrapping a
+//!   [`crate::Error`]; use [`error`] / [`outcome`] to get at it.
+//! - Replays by the [`Recoverer`](crate::Recoverer) go through a tower service; give it
+//!   `hyper-util` or any tower client stack with [`SendOnceGuardLayer`](crate::SendOnceGuardLayer).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use http::Extensions;
+use http_body_util::{BodyExt, Full};
+use reqwest_middleware::{Middleware, Next};
+use reqwest_retry::{Retryable, RetryableStrategy};
+
+use crate::BoxError;
+use crate::guard::{AttemptToken, GuardStats, SendRefused};
+use crate::layer::{
+    Error, Observed, Outcome, RecoverableWriteLayer, Shared, Step, await_resolution, prepare_inner,
+    record_attempt,
+};
+use crate::operation::Operation;
+
+/// A reqwest client builder with reqwest's own retries off and redirects not followed: a
+/// redirect would re-send the write to another URL, a hidden second send. A 3xx is recorded as
+/// evidence (unknown) instead.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .retry(reqwest::retry::never())
+        .redirect(reqwest::redirect::Policy::none())
+}
+
+/// The recoverable-write flow as a reqwest middleware. Put it first (outermost) in the chain.
+#[derive(Clone, Debug)]
+pub struct RecoverableWriteMiddleware {
+    shared: Arc<Shared>,
+}
+
+impl RecoverableWriteMiddleware {
+    /// Shares `layer`'s ledger, contracts, budget, authorizer and notifier.
+    pub fn new(layer: &RecoverableWriteLayer) -> Self {
+        Self {
+            shared: layer.shared().clone(),
+        }
+    }
+}
+
+/// The [`crate::Error`] inside a reqwest-middleware error, if it came from this crate.
+pub fn error(err: &reqwest_middleware::Error) -> Option<&Error> {
+    match err {
+        reqwest_middleware::Error::Middleware(e) => e.downcast_ref::<Error>(),
+        reqwest_middleware::Error::Reqwest(_) => None,
+    }
+}
+
+/// The operation's outcome inside a reqwest-middleware error, if any.
+pub fn outcome(err: &reqwest_middleware::Error) -> Option<&Outcome> {
+    error(err).and_then(Error::outcome)
+}
+
+fn is_tracked(req: &reqwest::Request, ext: &Extensions) -> bool {
+    ext.get::<Operation>().is_some()
+        || !matches!(
+            *req.method(),
+            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS | http::Method::TRACE
+        )
+}
+
+fn wrap(e: Error) -> reqwest_middleware::Error {
+    reqwest_middleware::Error::Middleware(anyhow::Error::new(e))
+}
+
+/// Back to a reqwest response, keeping the URL, status, headers and extensions (the
+/// [`Outcome`]).
+async fn to_reqwest(res: http::Response<Full<Bytes>>, url: &reqwest::Url) -> reqwest::Response {
+    use reqwest::ResponseBuilderExt;
+    let (parts, body) = res.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let mut out = http::Response::builder()
+        .url(url.clone())
+        .body(reqwest::Body::from(bytes))
+        .unwrap_or_default();
+    *out.status_mut() = parts.status;
+    *out.version_mut() = parts.version;
+    *out.headers_mut() = parts.headers;
+    out.extensions_mut().extend(parts.extensions);
+    reqwest::Response::from(out)
+}
+
+/// Unwraps the chain's error into what the contract classifies: the transport error itself, or
+/// the guard's refusal.
+fn unpack(e: reqwest_middleware::Error) -> BoxError {
+    match e {
+        reqwest_middleware::Error::Reqwest(r) => Box::new(r),
+        reqwest_middleware::Error::Middleware(a) => match a.downcast::<TrackedAttemptFailed>() {
+            Ok(tracked) => unpack(tracked.0),
+            Err(a) => match a.downcast::<SendRefused>() {
+                Ok(refused) => Box::new(refused),
+                Err(a) => a.into(),
+            },
+        },
+    }
+}
+
+#[async_trait::async_trait]
+impl Middleware for RecoverableWriteMiddleware {
+    async fn handle(
+        &self,
+        req: reqwest::Request,
+        ext: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        if !is_tracked(&req, ext) {
+            return next.run(req, ext).await;
+        }
+        let url = req.url().clone();
+        let timeout = req.timeout().copied();
+        // To an http request with a frozen body: a streaming body cannot be replayed.
+        let body = match req.body() {
+            None => Bytes::new(),
+            Some(b) => match b.as_bytes() {
+                Some(bytes) => Bytes::copy_from_slice(bytes),
+                None => return Err(wrap(Error::NonReplayableBody)),
+            },
+        };
+        let mut http_req = http::Request::new(Full::new(body));
+        *http_req.method_mut() = req.method().clone();
+        *http_req.version_mut() = req.version();
+        *http_req.headers_mut() = req.headers().clone();
+        *http_req.uri_mut() = url
+            .as_str()
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| wrap(Error::Inner { source: e.into() }))?;
+        if let Some(op) = ext.get::<Operation>() {
+            http_req.extensions_mut().insert(op.clone());
+        }
+
+        let (send, ctx) = match prepare_inner(self.shared.clone(), http_req).await {
+            Ok(Step::Send(send, ctx)) => (send, ctx),
+            Ok(Step::Done(res)) => return Ok(to_reqwest(res, &url).await),
+            Err(e) => {
+                return match await_resolution(&self.shared, e).await {
+                    Ok(res) => Ok(to_reqwest(res, &url).await),
+                    Err(e) => Err(wrap(e)),
+                };
+            }
+        };
+
+        // The attempt is registered; send exactly these bytes with the key in place.
+        let (parts, body) = send.into_parts();
+        let bytes = body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        let mut out = reqwest::Request::new(parts.method, url.clone());
+        *out.headers_mut() = parts.headers;
+        *out.version_mut() = parts.version;
+        *out.timeout_mut() = timeout;
+        *out.body_mut() = Some(reqwest::Body::from(bytes));
+        if let Ok(u) = reqwest::Url::parse(&parts.uri.to_string()) {
+            *out.url_mut() = u;
+        }
+        if let Some(token) = parts.extensions.get::<AttemptToken>() {
+            ext.insert(token.clone());
+        }
+
+        let deadline = ctx.deadline;
+        let observed = match tokio::time::timeout_at(deadline, next.run(out, ext)).await {
+            Ok(Ok(res)) => Observed::Response(http::Response::<reqwest::Body>::from(res)),
+            Ok(Err(e)) => Observed::Failed(unpack(e)),
+            Err(_) => Observed::TimedOut,
+        };
+        let shared = ctx.shared.clone();
+        let result = match record_attempt(ctx, observed).await {
+            Err(e) => await_resolution(&shared, e).await,
+            ok => ok,
+        };
+        match result {
+            Ok(res) => Ok(to_reqwest(res, &url).await),
+            Err(e) => Err(wrap(e)),
+        }
+    }
+}
+
+/// Marks a response that answered a tracked attempt, for [`RecoverableWriteStrategy`].
+#[derive(Clone, Copy, Debug)]
+pub struct TrackedAttempt;
+
+/// An error that answered a tracked attempt (wraps the transport error), for
+/// [`RecoverableWriteStrategy`].
+#[derive(Debug, thiserror::Error)]
+#[error("tracked attempt failed: {0}")]
+pub struct TrackedAttemptFailed(#[source] pub reqwest_middleware::Error);
+
+/// The send-once guard as a reqwest middleware. Put it last (innermost), right above the
+/// client. See [`crate::guard`].
+#[derive(Clone, Debug, Default)]
+pub struct SendOnceMiddleware {
+    allow_untracked: bool,
+    stats: Arc<GuardStats>,
+}
+
+impl SendOnceMiddleware {
+    /// Refuses duplicate sends of an attempt and untracked non-idempotent requests.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lets untracked writes through (duplicates of tracked attempts are still refused).
+    pub fn allow_untracked_writes(mut self, allow: bool) -> Self {
+        self.allow_untracked = allow;
+        self
+    }
+
+    /// What this guard let through and refused.
+    pub fn stats(&self) -> Arc<GuardStats> {
+        self.stats.clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Middleware for SendOnceMiddleware {
+    async fn handle(
+        &self,
+        req: reqwest::Request,
+        ext: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let token = ext.get::<AttemptToken>().cloned();
+        let refusal = match &token {
+            Some(t) if !t.take() => {
+                self.stats
+                    .refused_duplicates_counter()
+                    .fetch_add(1, Ordering::Relaxed);
+                Some(SendRefused::Duplicate {
+                    operation: t.operation().clone(),
+                    attempt: t.attempt(),
+                })
+            }
+            Some(_) => None,
+            None if !self.allow_untracked && is_tracked(&req, &Extensions::new()) => {
+                self.stats
+                    .refused_untracked_counter()
+                    .fetch_add(1, Ordering::Relaxed);
+                Some(SendRefused::Untracked {
+                    method: req.method().clone(),
+                })
+            }
+            None => None,
+        };
+        if let Some(r) = refusal {
+            tracing::warn!(%r, "send-once guard refused a send");
+            return Err(reqwest_middleware::Error::Middleware(anyhow::Error::new(r)));
+        }
+        self.stats.passed_counter().fetch_add(1, Ordering::Relaxed);
+        let result = next.run(req, ext).await;
+        if token.is_none() {
+            return result;
+        }
+        match result {
+            Ok(mut res) => {
+                res.extensions_mut().insert(TrackedAttempt);
+                Ok(res)
+            }
+            Err(e) => Err(reqwest_middleware::Error::Middleware(anyhow::Error::new(
+                TrackedAttemptFailed(e),
+            ))),
+        }
+    }
+}
+
+/// A reqwest-retry strategy that never retries a recoverable write (one marked by
+/// [`SendOnceMiddleware`]) and defers to `S` for everything else.
+///
+/// reqwest-retry decides from the status alone and retries any method on 5xx; for a write whose
+/// outcome is unknown that is the duplicate this crate exists to prevent. The recovery engine is
+/// the only retry owner for tracked writes.
+pub struct RecoverableWriteStrategy<S = reqwest_retry::DefaultRetryableStrategy>(pub S);
+
+impl RecoverableWriteStrategy {
+    /// Around reqwest-retry's default strategy.
+    pub fn new() -> Self {
+        Self(reqwest_retry::DefaultRetryableStrategy)
+    }
+}
+
+impl Default for RecoverableWriteStrategy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> RecoverableWriteStrategy<S> {
+    /// Around a custom strategy for untracked requests.
+    pub fn wrap(inner: S) -> Self {
+        Self(inner)
+    }
+}
+
+impl<S> std::fmt::Debug for RecoverableWriteStrategy<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecoverableWriteStrategy")
+    }
+}
+
+impl<S: RetryableStrategy> RetryableStrategy for RecoverableWriteStrategy<S> {
+    fn handle(
+        &self,
+        res: &Result<reqwest::Response, reqwest_middleware::Error>,
+    ) -> Option<Retryable> {
+        let tracked = match res {
+            Ok(r) => r.extensions().get::<TrackedAttempt>().is_some(),
+            Err(reqwest_middleware::Error::Middleware(e)) => {
+                e.is::<TrackedAttemptFailed>() || e.is::<SendRefused>()
+            }
+            Err(reqwest_middleware::Error::Reqwest(_)) => false,
+        };
+        if tracked {
+            match res {
+                Ok(r) if r.status().is_success() => None,
+                _ => Some(Retryable::Fatal),
+            }
+        } else {
+            self.0.handle(res)
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The reqwest-middleware adapter: same ledger, contracts and recovery engine as the tower
+//! layer, against the fake vendor over real TCP.
+#![cfg(feature = "reqwest")]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use recoverable_write::reqwest::{
+    RecoverableWriteMiddleware, RecoverableWriteStrategy, SendOnceMiddleware, client_builder,
+    error, outcome as error_outcome,
+};
+use recoverable_write::{Error, Operation, Outcome, State};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
+use reqwest_retry::RetryTransientMiddleware;
+use reqwest_retry::policies::ExponentialBackoff;
+
+fn client(
+    drill: &Drill,
+    strategy_default: bool,
+    guard: &SendOnceMiddleware,
+) -> ClientWithMiddleware {
+    let policy = ExponentialBackoff::builder()
+        .retry_bounds(Duration::from_millis(1), Duration::from_millis(5))
+        .build_with_max_retries(3);
+    let base = client_builder().build().expect("reqwest client");
+    let builder = ClientBuilder::new(base).with(RecoverableWriteMiddleware::new(&drill.layer));
+    let builder = if strategy_default {
+        // A user who kept reqwest-retry's default strategy: it WILL try to re-send.
+        builder.with(RetryTransientMiddleware::new_with_policy(policy))
+    } else {
+        builder.with(RetryTransientMiddleware::new_with_policy_and_strategy(
+            policy,
+            RecoverableWriteStrategy::new(),
+        ))
+    };
+    builder.with(guard.clone()).build()
+}
+
+async fn create(
+    client: &ClientWithMiddleware,
+    drill: &Drill,
+    op: &Operation,
+    device: &str,
+) -> reqwest_middleware::Result<reqwest::Response> {
+    client
+        .post(drill.vendor.url("/tickets"))
+        .header("content-type", "application/json")
+        .header("x-tenant", op.tenant().as_str())
+        .header("authorization", CREDENTIAL)
+        .with_extension(op.clone())
+        .body(ticket_body(op, device))
+        .send()
+        .await
+}
+
+#[tokio::test]
+async fn reqwest_write_succeeds_with_an_outcome_and_is_answered_from_the_ledger_after() {
+    let drill = Drill::start().await;
+    let guard = SendOnceMiddleware::new();
+    let client = client(&drill, false, &guard);
+    let op = new_op("reqwest-ok");
+    let res = create(&client, &drill, &op, "E17").await.expect("created");
+    assert_eq!(res.status(), 201);
+    let o = res.extensions().get::<Outcome>().cloned().expect("outcome");
+    assert_eq!(o.state, State::Succeeded);
+    assert_eq!(o.remote_ref.as_deref(), Some("W731"));
+    let body: serde_json::Value = res.json_or_text().await;
+    assert_eq!(body["id"], "W731");
+
+    // Same operation again: the stored response, nothing sent.
+    let again = create(&client, &drill, &op, "E17").await.expect("stored");
+    assert_eq!(again.status(), 201);
+    assert!(again.extensions().get::<Outcome>().unwrap().from_ledger);
+    assert_eq!(drill.vendor.posts_received(), 1);
+    // Another payload for the same operation: conflict, nothing sent.
+    let err = create(&client, &drill, &op, "E18")
+        .await
+        .expect_err("conflict");
+    assert!(
+        matches!(error(&err), Some(Error::Conflict { .. })),
+        "{err:?}"
+    );
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.record(op.id()).await.state, State::Succeeded);
+}
+
+/// The issue's test: a chain with reqwest-retry in it still produces one send at the vendor when
+/// the response is lost — with the recoverable strategy (no retry at all) and with reqwest-retry's
+/// default strategy, which re-sends on a 5xx (the guard refuses the copy locally).
+#[tokio::test]
+async fn reqwest_retry_in_the_chain_never_causes_a_second_send() {
+    for (strategy_default, gateway_error) in
+        [(false, false), (false, true), (true, false), (true, true)]
+    {
+        let case = format!("default strategy: {strategy_default}, 502: {gateway_error}");
+        let drill = Drill::start().await;
+        let guard = SendOnceMiddleware::new();
+        let stats = guard.stats();
+        let client = client(&drill, strategy_default, &guard);
+        let op = new_op("reqwest-lost");
+        if gateway_error {
+            drill
+                .vendor
+                .faults()
+                .status_after_commit(http::StatusCode::BAD_GATEWAY, 1);
+        } else {
+            drill.vendor.faults().drop_after_commit(1);
+        }
+        let err = create(&client, &drill, &op, "E17").await.expect_err(&case);
+        let o = error_outcome(&err).expect("names the operation");
+        assert_eq!(o.state, State::Unknown, "{case}");
+        assert!(o.message.contains("do not create it again"));
+        assert_eq!(drill.vendor.posts_received(), 1, "{case}");
+        assert_eq!(stats.passed(), 1, "{case}");
+        if strategy_default && gateway_error {
+            assert!(
+                stats.refused_duplicates() >= 1,
+                "reqwest-retry re-sent and was refused"
+            );
+        } else {
+            assert_eq!(stats.refused_duplicates(), 0, "{case}");
+        }
+        // The same recovery engine resolves it.
+        let row = drill
+            .recover_until(op.id(), |r| r.state == State::Succeeded)
+            .await;
+        assert_eq!(row.remote_ref.as_deref(), Some("W731"), "{case}");
+        assert_eq!(drill.vendor.tickets_created(), 1, "{case}");
+    }
+}
+
+#[tokio::test]
+async fn reqwest_connect_refused_is_not_executed_and_resent_by_the_engine() {
+    let drill = Drill::start().await;
+    let guard = SendOnceMiddleware::new();
+    let client = client(&drill, false, &guard);
+    let op = new_op("reqwest-refused");
+    drill.vendor.faults().refuse_connections(true).unwrap();
+    let err = create(&client, &drill, &op, "E17")
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(error(&err), Some(Error::RetryScheduled { .. })),
+        "a connect error proves the attempt unsent: {err:?}"
+    );
+    drill.vendor.faults().refuse_connections(false).unwrap();
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.attempts_used, 2);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn reqwest_untracked_reads_pass_and_writes_without_the_layer_are_refused() {
+    let drill = Drill::start().await;
+    let guard = SendOnceMiddleware::new();
+    let bare = ClientBuilder::new(client_builder().build().unwrap())
+        .with(guard.clone())
+        .build();
+    let res = bare
+        .get(drill.vendor.url("/tickets"))
+        .send()
+        .await
+        .expect("reads pass");
+    assert!(res.status().is_success());
+    let err = bare
+        .post(drill.vendor.url("/tickets"))
+        .header("idempotency-key", "k-1")
+        .body(r#"{"device_id":"E1"}"#)
+        .send()
+        .await
+        .expect_err("untracked write");
+    assert!(err.to_string().contains("untracked"), "{err}");
+    assert_eq!(drill.vendor.posts_received(), 0);
+    let _ = Arc::clone(&guard.stats());
+}
+
+trait JsonOrText {
+    async fn json_or_text(self) -> serde_json::Value;
+}
+
+impl JsonOrText for reqwest::Response {
+    async fn json_or_text(self) -> serde_json::Value {
+        let bytes = self.bytes().await.expect("body");
+        serde_json::from_slice(&bytes).expect("json body")
+    }
+}
