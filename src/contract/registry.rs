@@ -219,6 +219,8 @@ mod opt_method {
 struct Route {
     target: Target,
     contract: Arc<Contract>,
+    /// Computed once: hashing the canonical JSON per request would sit on the hot path.
+    reference: ContractRef,
 }
 
 /// The contracts of a client, chosen per request by [`Target`]; a default covers the rest.
@@ -237,6 +239,7 @@ struct Route {
 #[derive(Clone, Debug)]
 pub struct Contracts {
     default: Arc<Contract>,
+    default_reference: ContractRef,
     routes: Vec<Route>,
 }
 
@@ -244,6 +247,7 @@ impl Contracts {
     /// A registry where every request gets `default`.
     pub fn new(default: Contract) -> Self {
         Self {
+            default_reference: default.reference(),
             default: Arc::new(default),
             routes: Vec::new(),
         }
@@ -252,10 +256,18 @@ impl Contracts {
     /// Uses `contract` for requests matching `target`. Registering an equal target again
     /// replaces the earlier contract.
     pub fn route(mut self, target: Target, contract: Contract) -> Self {
+        let reference = contract.reference();
         let contract = Arc::new(contract);
         match self.routes.iter_mut().find(|r| r.target == target) {
-            Some(route) => route.contract = contract,
-            None => self.routes.push(Route { target, contract }),
+            Some(route) => {
+                route.contract = contract;
+                route.reference = reference;
+            }
+            None => self.routes.push(Route {
+                target,
+                contract,
+                reference,
+            }),
         }
         self
     }
@@ -264,15 +276,27 @@ impl Contracts {
     /// over wildcard, then the longest path prefix, then a given method; the first registered on
     /// a tie); with no match, the default.
     pub fn select(&self, method: &Method, uri: &Uri) -> &Arc<Contract> {
-        let mut best: Option<(Rank, &Arc<Contract>)> = None;
+        self.select_with_reference(method, uri).0
+    }
+
+    /// [`select`](Self::select), with the contract's [`reference`](Contract::reference)
+    /// computed once at registration instead of per request.
+    pub fn select_with_reference(
+        &self,
+        method: &Method,
+        uri: &Uri,
+    ) -> (&Arc<Contract>, &ContractRef) {
+        let mut best: Option<(Rank, &Route)> = None;
         for route in &self.routes {
             if let Some(rank) = route.target.specificity(method, uri)
                 && best.as_ref().is_none_or(|(b, _)| rank > *b)
             {
-                best = Some((rank, &route.contract));
+                best = Some((rank, route));
             }
         }
-        best.map_or(&self.default, |(_, c)| c)
+        best.map_or((&self.default, &self.default_reference), |(_, r)| {
+            (&r.contract, &r.reference)
+        })
     }
 
     /// The contract with this name: the default first, then routes in registration order.
@@ -283,9 +307,10 @@ impl Contracts {
     /// The contract an operation was frozen with: same name and same content hash. `None` when
     /// the configuration no longer holds that exact contract.
     pub fn find(&self, reference: &ContractRef) -> Option<&Arc<Contract>> {
-        self.all()
-            .filter(|c| c.name == reference.name)
-            .find(|c| c.reference().hash == reference.hash)
+        std::iter::once((&self.default, &self.default_reference))
+            .chain(self.routes.iter().map(|r| (&r.contract, &r.reference)))
+            .find(|(_, r)| *r == reference)
+            .map(|(c, _)| c)
     }
 
     /// The default contract.

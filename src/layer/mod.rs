@@ -389,7 +389,10 @@ where
         Err(source) => return Err(Error::BodyRead { source }),
     };
 
-    let contract = shared.contracts.select(&parts.method, &parts.uri).clone();
+    let (contract, contract_ref) = shared
+        .contracts
+        .select_with_reference(&parts.method, &parts.uri);
+    let (contract, contract_ref) = (contract.clone(), contract_ref.clone());
     let frozen = FrozenRequest::freeze(
         &parts.method,
         &parts.uri,
@@ -414,7 +417,7 @@ where
             idempotency_key: IdempotencyKey::generate(),
             payload_hash: payload_hash.clone(),
             request: frozen,
-            contract: contract.reference(),
+            contract: contract_ref,
             policy: shared.policy.clone(),
             now_ms: engine::now_ms(),
         })
