@@ -80,7 +80,7 @@ impl AttemptToken {
     }
 
     /// Marks the token sent; `false` if it already was.
-    pub(crate) fn take(&self) -> bool {
+    fn take(&self) -> bool {
         !self.sent.swap(true, Ordering::AcqRel)
     }
 }
@@ -142,21 +142,6 @@ impl GuardStats {
     /// Untracked writes refused.
     pub fn refused_untracked(&self) -> u64 {
         self.refused_untracked.load(Ordering::Relaxed)
-    }
-
-    #[cfg(feature = "reqwest")]
-    pub(crate) fn passed_counter(&self) -> &AtomicU64 {
-        &self.passed
-    }
-
-    #[cfg(feature = "reqwest")]
-    pub(crate) fn refused_duplicates_counter(&self) -> &AtomicU64 {
-        &self.refused_duplicates
-    }
-
-    #[cfg(feature = "reqwest")]
-    pub(crate) fn refused_untracked_counter(&self) -> &AtomicU64 {
-        &self.refused_untracked
     }
 }
 
@@ -228,6 +213,42 @@ impl<S> SendOnceGuard<S> {
     }
 }
 
+/// The guard's decision, shared by the tower guard and the reqwest middleware: lets a token
+/// through once, refuses its copies, and refuses untracked non-idempotent requests unless
+/// allowed. Counts every decision.
+pub(crate) fn admit(
+    token: Option<&AttemptToken>,
+    method: &Method,
+    allow_untracked: bool,
+    stats: &GuardStats,
+) -> Result<(), SendRefused> {
+    match token {
+        Some(token) if !token.take() => {
+            stats.refused_duplicates.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                operation = %token.operation,
+                attempt = %token.attempt,
+                "send-once guard refused an inner retry"
+            );
+            Err(SendRefused::Duplicate {
+                operation: token.operation.clone(),
+                attempt: token.attempt,
+            })
+        }
+        None if !allow_untracked && !is_idempotent(method) => {
+            stats.refused_untracked.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%method, "send-once guard refused an untracked write");
+            Err(SendRefused::Untracked {
+                method: method.clone(),
+            })
+        }
+        _ => {
+            stats.passed.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+}
+
 fn is_idempotent(method: &Method) -> bool {
     matches!(
         *method,
@@ -249,43 +270,16 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let refusal = match req.extensions().get::<AttemptToken>() {
-            Some(token) if !token.take() => {
-                self.stats
-                    .refused_duplicates
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    operation = %token.operation,
-                    attempt = %token.attempt,
-                    "send-once guard refused an inner retry"
-                );
-                Some(SendRefused::Duplicate {
-                    operation: token.operation.clone(),
-                    attempt: token.attempt,
-                })
-            }
-            Some(_) => None,
-            None if !self.allow_untracked && !is_idempotent(req.method()) => {
-                self.stats.refused_untracked.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(method = %req.method(), "send-once guard refused an untracked write");
-                Some(SendRefused::Untracked {
-                    method: req.method().clone(),
-                })
-            }
-            None => None,
-        };
-        match refusal {
-            Some(err) => ResponseFuture {
+        let token = req.extensions().get::<AttemptToken>();
+        match admit(token, req.method(), self.allow_untracked, &self.stats) {
+            Err(err) => ResponseFuture {
                 state: GuardState::Refused { err: Some(err) },
             },
-            None => {
-                self.stats.passed.fetch_add(1, Ordering::Relaxed);
-                ResponseFuture {
-                    state: GuardState::Called {
-                        fut: self.inner.call(req),
-                    },
-                }
-            }
+            Ok(()) => ResponseFuture {
+                state: GuardState::Called {
+                    fut: self.inner.call(req),
+                },
+            },
         }
     }
 }

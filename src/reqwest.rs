@@ -49,7 +49,6 @@
 //!   `hyper-util` or any tower client stack with [`SendOnceGuardLayer`](crate::SendOnceGuardLayer).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http::Extensions;
@@ -58,7 +57,7 @@ use reqwest_middleware::{Middleware, Next};
 use reqwest_retry::{Retryable, RetryableStrategy};
 
 use crate::BoxError;
-use crate::guard::{AttemptToken, GuardStats, SendRefused};
+use crate::guard::{AttemptToken, GuardStats, SendRefused, admit};
 use crate::layer::{
     Error, Observed, Outcome, RecoverableWriteLayer, Shared, Step, await_resolution, prepare_inner,
     record_attempt,
@@ -119,11 +118,7 @@ fn wrap(e: Error) -> reqwest_middleware::Error {
 async fn to_reqwest(res: http::Response<Full<Bytes>>, url: &reqwest::Url) -> reqwest::Response {
     use reqwest::ResponseBuilderExt;
     let (parts, body) = res.into_parts();
-    let bytes = body
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
+    let bytes = into_bytes(body).await;
     let mut out = http::Response::builder()
         .url(url.clone())
         .body(reqwest::Body::from(bytes))
@@ -133,6 +128,14 @@ async fn to_reqwest(res: http::Response<Full<Bytes>>, url: &reqwest::Url) -> req
     *out.headers_mut() = parts.headers;
     out.extensions_mut().extend(parts.extensions);
     reqwest::Response::from(out)
+}
+
+/// The bytes of a buffered body (ready at once; it cannot fail).
+async fn into_bytes(body: Full<Bytes>) -> Bytes {
+    body.collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default()
 }
 
 /// Unwraps the chain's error into what the contract classifies: the transport error itself, or
@@ -196,11 +199,7 @@ impl Middleware for RecoverableWriteMiddleware {
 
         // The attempt is registered; send exactly these bytes with the key in place.
         let (parts, body) = send.into_parts();
-        let bytes = body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
+        let bytes = into_bytes(body).await;
         let mut out = reqwest::Request::new(parts.method, url.clone());
         *out.headers_mut() = parts.headers;
         *out.version_mut() = parts.version;
@@ -276,32 +275,14 @@ impl Middleware for SendOnceMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
         let token = ext.get::<AttemptToken>().cloned();
-        let refusal = match &token {
-            Some(t) if !t.take() => {
-                self.stats
-                    .refused_duplicates_counter()
-                    .fetch_add(1, Ordering::Relaxed);
-                Some(SendRefused::Duplicate {
-                    operation: t.operation().clone(),
-                    attempt: t.attempt(),
-                })
-            }
-            Some(_) => None,
-            None if !self.allow_untracked && is_tracked(&req, &Extensions::new()) => {
-                self.stats
-                    .refused_untracked_counter()
-                    .fetch_add(1, Ordering::Relaxed);
-                Some(SendRefused::Untracked {
-                    method: req.method().clone(),
-                })
-            }
-            None => None,
-        };
-        if let Some(r) = refusal {
-            tracing::warn!(%r, "send-once guard refused a send");
+        if let Err(r) = admit(
+            token.as_ref(),
+            req.method(),
+            self.allow_untracked,
+            &self.stats,
+        ) {
             return Err(reqwest_middleware::Error::Middleware(anyhow::Error::new(r)));
         }
-        self.stats.passed_counter().fetch_add(1, Ordering::Relaxed);
         let result = next.run(req, ext).await;
         if token.is_none() {
             return result;
