@@ -230,6 +230,38 @@ impl Operation {
         }
     }
 
+    /// Like [`new`](Self::new), with an operation id derived from `(tenant, action, intent_ref)`
+    /// (`op-` and 32 hex digits of a SHA-256), so a caller that must put the operation id into
+    /// the request body (as seed 000's ticket API does) builds the same body on every call for
+    /// the same intent. The id is opaque and reveals nothing of the intent reference.
+    ///
+    /// ```
+    /// use recoverable_write::Operation;
+    /// let a = Operation::for_intent("tenant-a", "create_ticket", "sr-1001");
+    /// let b = Operation::for_intent("tenant-a", "create_ticket", "sr-1001");
+    /// assert_eq!(a.id(), b.id());
+    /// assert_ne!(a.id(), Operation::for_intent("tenant-b", "create_ticket", "sr-1001").id());
+    /// ```
+    pub fn for_intent(
+        tenant: impl Into<String>,
+        action: impl Into<String>,
+        intent_ref: impl Into<String>,
+    ) -> Self {
+        let (tenant, action, intent_ref) = (tenant.into(), action.into(), intent_ref.into());
+        let mut h = Sha256::new();
+        for part in [&tenant, &action, &intent_ref] {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+        let digest = hex(&h.finalize());
+        Self {
+            tenant: Tenant::new(tenant),
+            id: OperationId::new(format!("op-{}", &digest[..32])),
+            action,
+            intent_ref,
+        }
+    }
+
     /// Names an existing (or caller-identified) operation by its id, e.g. to resume `op-204`.
     /// If no such operation exists, one is created with `intent_ref` equal to the id.
     pub fn resume(tenant: impl Into<String>, id: OperationId) -> Self {

@@ -45,6 +45,13 @@ pub struct Outcome {
     pub message: String,
 }
 
+impl From<&OperationRecord> for Outcome {
+    /// Where a ledger row stands, as told to a caller (`from_ledger` is set: nothing was sent).
+    fn from(r: &OperationRecord) -> Self {
+        Self::from_record(r, None, true)
+    }
+}
+
 impl Outcome {
     /// An outcome with the standard message for `state`.
     pub fn new(tenant: Tenant, operation_id: OperationId, state: State) -> Self {

@@ -1452,6 +1452,8 @@ pub async fn lifecycle_lost_response_recovered_by_lookup<L: Ledger>(ledger: L) {
         lease_until_ms: None,
         next_check_ms: None,
         remote_ref: Some("W731".to_owned()),
+        // Success clears the reason the operation was unknown for.
+        reason: None,
         updated_ms: t4,
         ..recovering.clone()
     };

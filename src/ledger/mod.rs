@@ -387,7 +387,12 @@ impl OperationRecord {
                 next_check_ms: t.next_check_ms,
                 deadline_ms: t.deadline_ms,
                 remote_ref: t.remote_ref.clone().or_else(|| self.remote_ref.clone()),
-                reason: t.reason.clone().or_else(|| self.reason.clone()),
+                // A success closes the story: earlier reasons (a lost response) would mislead.
+                reason: if t.to == State::Succeeded {
+                    t.reason.clone()
+                } else {
+                    t.reason.clone().or_else(|| self.reason.clone())
+                },
                 response: response.or_else(|| self.response.clone()),
                 now_ms,
             },
