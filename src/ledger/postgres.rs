@@ -1,75 +1,5 @@
-//! The shared ledger for many workers on many machines: PostgreSQL over sqlx.
-//!
-//! # When to use it
-//!
-//! Several processes (or machines) send writes and run [`Recoverer`](crate::Recoverer)s against
-//! one set of operations; or the application already keeps its business rows in PostgreSQL and
-//! wants the operation to commit or roll back with them (the outbox, [`PostgresLedger::create_in`]).
-//! For one process, [`SqliteLedger`](super::SqliteLedger) is simpler.
-//!
-//! # Compare-and-swap in the store
-//!
-//! Every state change is **one** conditional statement, never a read-compare-write in Rust:
-//!
-//! - [`Ledger::apply`] is `UPDATE ... WHERE state = $s AND generation = $g AND version = $v
-//!   AND NOT (<attempt-level REJECTED after a possible apply>) RETURNING ...`, with the evidence
-//!   row inserted by a data-modifying CTE that reads the `UPDATE`'s output: if the precondition
-//!   fails, no row is returned and no evidence is written, in the same statement. Under
-//!   `READ COMMITTED`, a concurrent writer that changed the row first makes PostgreSQL re-check
-//!   the `WHERE` against the new row version, so exactly one of two racing updates wins.
-//! - [`Ledger::claim_due`] selects due rows `FOR UPDATE SKIP LOCKED` in a CTE and bumps their
-//!   generation and lease in the same statement: concurrent workers never claim the same row
-//!   and never wait for each other. The `recovery_claimed` entries are inserted in the same
-//!   transaction.
-//! - [`Ledger::sweep_expired`] does the same for `IN_FLIGHT` rows whose lease ran out.
-//!
-//! # Clock
-//!
-//! Leases and due times decide who may act, so every worker must read them on one clock. By
-//! default ([`ClockSource::Database`]) the store compares and stamps times with the database's
-//! clock, `(extract(epoch from clock_timestamp()) * 1000)::bigint`, and ignores the workers'
-//! clocks:
-//!
-//! - `claim_due` and `sweep_expired` compare with the database clock and set leases from it (the
-//!   `now_ms` argument is ignored; `lease_ms` is a duration and is used as is);
-//! - `create_or_get` stamps `created_ms`/`updated_ms` with it; `append_evidence` stamps `at_ms`;
-//! - `apply` stamps `updated_ms` with it and **translates** the absolute times the caller
-//!   computed (`lease_until_ms`, `next_check_ms`, `deadline_ms`, the evidence's `at_ms`) as
-//!   offsets from [`Changes::now_ms`] onto the database clock: a lease "15 s from now" computed on
-//!   a worker whose clock is an hour fast is stored as 15 s from the database's now. A time equal
-//!   to the row's current value is kept as stored (it was carried over, not computed).
-//!
-//! [`ClockSource::Caller`] uses the times passed in verbatim, exactly like the other backends
-//! (the conformance suite runs with it, on synthetic times). Use it only when every worker's
-//! clock is trusted to agree.
-//!
-//! # Schema and migrations
-//!
-//! Everything lives in one schema ([`PostgresLedgerOptions::schema`], default `public`): the
-//! tables `rw_operations`, `rw_evidence` and the migration bookkeeping `rw_schema_migrations`,
-//! so the ledger can share a database with the application's own sqlx migrations. The migrations
-//! are embedded in the crate (`migrations/postgres/`) and run at connect inside one transaction
-//! holding `pg_advisory_xact_lock` on a key derived from the schema name: processes that start
-//! at once queue on the lock, and the later ones find the work done. Every statement is
-//! schema-qualified; the schema name is validated (`^[a-z_][a-z0-9_]{0,62}$`, not `pg_*`), never
-//! spliced from untrusted input.
-//!
-//! # Indexes
-//!
-//! Two partial indexes hold only live work: `rw_operations_due (next_check_ms, seq) WHERE state
-//! IN ('UNKNOWN','PROCESSING')` and `rw_operations_in_flight_lease (lease_until_ms) WHERE state =
-//! 'IN_FLIGHT'`. The claim reads the first in order and stops after `limit` claimable rows; the
-//! sweep reads only expired leases. Finished operations, the bulk of the table, are never read.
-//!
-//! # Errors
-//!
-//! Connection, statement and commit failures are [`LedgerError::Unavailable`] (nothing was
-//! changed). A row that cannot be decoded is [`LedgerError::Corrupt`], never a panic. A bad
-//! schema name, or migrations that do not match the database's history, is
-//! [`LedgerError::Config`].
-//!
-//! Free text the database cannot hold (a NUL character in a reason, note or remote reference) is
-//! stored with U+FFFD in its place, so a vendor's odd answer never makes a result unrecordable.
+//! The shared ledger for many workers on many machines: PostgreSQL over sqlx. See
+//! [`PostgresLedger`].
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -82,7 +12,86 @@ use sqlx::{AssertSqlSafe, Row};
 use super::store_entries;
 use super::*;
 
-/// The PostgreSQL [`Ledger`]. Cloning gives another handle to the same pool.
+/// The PostgreSQL [`Ledger`]: many workers on many machines, and the outbox. Cloning gives
+/// another handle to the same pool.
+///
+/// # When to use it
+///
+/// Several processes (or machines) send writes and run [`Recoverer`](crate::Recoverer)s against
+/// one set of operations; or the application already keeps its business rows in PostgreSQL and
+/// wants the operation to commit or roll back with them (the outbox, [`PostgresLedger::create_in`]).
+/// For one process, the embedded `SqliteLedger` is simpler.
+///
+/// # Compare-and-swap in the store
+///
+/// Every state change is **one** conditional statement, never a read-compare-write in Rust:
+///
+/// - [`Ledger::apply`] is `UPDATE ... WHERE state = $s AND generation = $g AND version = $v
+///   AND NOT (<attempt-level REJECTED after a possible apply>) RETURNING ...`, with the evidence
+///   row inserted by a data-modifying CTE that reads the `UPDATE`'s output: if the precondition
+///   fails, no row is returned and no evidence is written, in the same statement. Under
+///   `READ COMMITTED`, a concurrent writer that changed the row first makes PostgreSQL re-check
+///   the `WHERE` against the new row version, so exactly one of two racing updates wins.
+/// - [`Ledger::claim_due`] selects due rows `FOR UPDATE SKIP LOCKED` in a CTE and bumps their
+///   generation and lease in the same statement: concurrent workers never claim the same row
+///   and never wait for each other. The `recovery_claimed` entries are inserted in the same
+///   transaction.
+/// - [`Ledger::sweep_expired`] does the same for `IN_FLIGHT` rows whose lease ran out.
+///
+/// # Clock
+///
+/// Leases and due times decide who may act, so every worker must read them on one clock. By
+/// default ([`ClockSource::Database`]) the store compares and stamps times with the database's
+/// clock, `(extract(epoch from clock_timestamp()) * 1000)::bigint`, and ignores the workers'
+/// clocks:
+///
+/// - `claim_due` and `sweep_expired` compare with the database clock and set leases from it (the
+///   `now_ms` argument is ignored; `lease_ms` is a duration and is used as is);
+/// - `create_or_get` stamps `created_ms`/`updated_ms` with it; `append_evidence` stamps `at_ms`;
+/// - `apply` stamps `updated_ms` with it and **translates** the absolute times the caller
+///   computed (`lease_until_ms`, `next_check_ms`, `deadline_ms`, the evidence's `at_ms`) as
+///   offsets from [`Changes::now_ms`] onto the database clock: a lease "15 s from now" computed on
+///   a worker whose clock is an hour fast is stored as 15 s from the database's now. A time equal
+///   to the row's current value is kept as stored (it was carried over, not computed).
+///
+/// [`ClockSource::Caller`] uses the times passed in verbatim, exactly like the other backends
+/// (the conformance suite runs with it, on synthetic times). Use it only when every worker's
+/// clock is trusted to agree.
+///
+/// The store only decides who may act and when. Decisions the state machine takes in the worker
+/// (is the recovery window over? is a `Retry-After` past the deadline?) still compare the
+/// worker's clock with the stored deadline, so keep workers' clocks synchronized (NTP) all the
+/// same: a skewed worker can escalate early or late, but never breaks a lease or a fence.
+///
+/// # Schema and migrations
+///
+/// Everything lives in one schema ([`PostgresLedgerOptions::schema`], default `public`): the
+/// tables `rw_operations`, `rw_evidence` and the migration bookkeeping `rw_schema_migrations`,
+/// so the ledger can share a database with the application's own sqlx migrations. The migrations
+/// are embedded in the crate (`migrations/postgres/`) and run at connect inside one transaction
+/// holding `pg_advisory_xact_lock` on a key derived from the schema name: processes that start
+/// at once queue on the lock, and the later ones find the work done. Every statement is
+/// schema-qualified; the schema name is validated (`^[a-z_][a-z0-9_]{0,62}$`, not `pg_*`), never
+/// spliced from untrusted input.
+///
+/// # Indexes
+///
+/// Two partial indexes hold only live work: `rw_operations_due (next_check_ms, seq) WHERE state
+/// IN ('UNKNOWN','PROCESSING')` and `rw_operations_in_flight_lease (lease_until_ms) WHERE state =
+/// 'IN_FLIGHT'`. The claim reads the first in order and stops after `limit` claimable rows; the
+/// sweep reads only expired leases. Finished operations, the bulk of the table, are never read.
+///
+/// # Errors
+///
+/// Connection, statement and commit failures are [`LedgerError::Unavailable`] (nothing was
+/// changed). A row that cannot be decoded is [`LedgerError::Corrupt`], never a panic. A bad
+/// schema name, or migrations that do not match the database's history, is
+/// [`LedgerError::Config`].
+///
+/// Free text the database cannot hold (a NUL character in a reason, note or remote reference) is
+/// stored with U+FFFD in its place, so a vendor's odd answer never makes a result unrecordable.
+///
+/// # Example
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), recoverable_write::ledger::LedgerError> {
@@ -107,7 +116,7 @@ pub struct PostgresLedger {
     sql: Arc<Statements>,
 }
 
-/// Whose clock leases and due times are read on. See the [module docs](self#clock).
+/// Whose clock leases and due times are read on. See [`PostgresLedger`'s docs](PostgresLedger#clock).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ClockSource {
@@ -116,8 +125,7 @@ pub enum ClockSource {
     /// offsets from [`Changes::now_ms`]. The default.
     #[default]
     Database,
-    /// The times passed by the caller, verbatim (as [`SqliteLedger`](super::SqliteLedger) and
-    /// [`MemoryLedger`] do). For tests with synthetic times, or fleets with trusted clocks.
+    /// The times passed by the caller, verbatim (as `SqliteLedger` and [`MemoryLedger`] do). For tests with synthetic times, or fleets with trusted clocks.
     Caller,
 }
 
@@ -1184,4 +1192,190 @@ fn decode_evidence(row: &PgRow, id: &OperationId) -> Result<EvidenceEntry, Ledge
             at_ms: c.get("at_ms")?,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! Query plans of the real statements. They need a server (`RW_POSTGRES_URL`, default
+    //! `postgres://postgres@127.0.0.1:5432/test`); without one they print why and pass, except
+    //! in CI (`CI=true`).
+
+    use super::*;
+    use sqlx::Connection;
+
+    const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+    async fn pg_url() -> Option<String> {
+        let url = std::env::var("RW_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+        match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&url)).await {
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+                Some(url)
+            }
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "no answer within 5 s".to_owned(),
+                };
+                assert!(
+                    std::env::var("CI").map_or(true, |v| v != "true"),
+                    "PostgreSQL not reachable ({why}); CI needs it (see .ci/run)"
+                );
+                eprintln!("skipping: PostgreSQL not reachable ({why}); set RW_POSTGRES_URL");
+                None
+            }
+        }
+    }
+
+    /// A ledger in a fresh schema, with `terminal` finished operations and a little live work:
+    /// 100 due UNKNOWN, 50 UNKNOWN due later, 20 expired IN_FLIGHT, 20 running IN_FLIGHT.
+    async fn filled(url: &str, terminal: i64) -> (PostgresLedger, String, Duration) {
+        let schema = format!("rw_plan_{}", uuid::Uuid::new_v4().simple());
+        let options = PostgresLedgerOptions::new()
+            .schema(schema.clone())
+            .expect("schema")
+            .clock(ClockSource::Caller)
+            .max_connections(2);
+        let ledger = PostgresLedger::connect_with(url, options)
+            .await
+            .expect("connect");
+        let started = std::time::Instant::now();
+        let insert = |n: i64, prefix: &str, state: &str, next: &str, lease: &str| {
+            format!(
+                "INSERT INTO \"{schema}\".rw_operations (
+                    tenant, operation_id, action, intent_ref, idempotency_key, payload_hash,
+                    request_method, request_url, request_headers, request_body,
+                    contract_name, contract_hash, budget_policy, state, last_result,
+                    generation, version, attempts_used, may_have_applied,
+                    next_check_ms, lease_until_ms, remote_ref, created_ms, updated_ms)
+                 SELECT 'tenant-a', '{prefix}-' || i, 'create_ticket', '{prefix}-' || i,
+                        md5(i::text), md5('h' || i::text), 'POST',
+                        'https://vendor.test/v1/tickets', '[]', '\\x7b7d'::bytea,
+                        'conservative', 'x', '{{}}', '{state}', '{state}', 2, 3, 1, TRUE,
+                        {next}, {lease}, 'W' || i, 1000 + i, 2000 + i
+                 FROM generate_series(1, {n}) AS i"
+            )
+        };
+        let mut conn = ledger.pool().acquire().await.expect("acquire");
+        for sql in [
+            insert(terminal, "done", "SUCCEEDED", "NULL", "NULL"),
+            insert(100, "due", "UNKNOWN", "5000 + i", "NULL"),
+            insert(50, "later", "UNKNOWN", "9000000 + i", "NULL"),
+            insert(20, "expired", "IN_FLIGHT", "NULL", "6000 + i"),
+            insert(20, "running", "IN_FLIGHT", "NULL", "9000000 + i"),
+            format!("ANALYZE \"{schema}\".rw_operations"),
+        ] {
+            sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(&mut *conn)
+                .await
+                .expect("fill");
+        }
+        (ledger, schema, started.elapsed())
+    }
+
+    async fn drop_schema(ledger: PostgresLedger, schema: &str) {
+        sqlx::query(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
+            .execute(ledger.pool())
+            .await
+            .expect("drop schema");
+        ledger.close().await;
+    }
+
+    /// `EXPLAIN [ANALYZE]` of the real claim (now 10 000, limit 32) and sweep (now 10 000)
+    /// statements, each in a transaction that is rolled back.
+    async fn plans(ledger: &PostgresLedger, analyze: bool) -> (String, String) {
+        let explain = if analyze {
+            "EXPLAIN (ANALYZE, BUFFERS, TIMING)"
+        } else {
+            "EXPLAIN"
+        };
+        let mut out = Vec::new();
+        for (sql, args) in [
+            (ledger.sql.claim_due.clone(), vec![10_000_i64, 30_000, 32]),
+            (ledger.sql.sweep_expired.clone(), vec![10_000_i64]),
+        ] {
+            let mut tx = ledger.pool().begin().await.expect("begin");
+            let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(format!("{explain} {sql}")));
+            for a in &args {
+                q = q.bind(*a);
+            }
+            if args.len() == 1 {
+                q = q.bind(store_entries::LEASE_EXPIRED_REASON);
+            }
+            let lines = q.fetch_all(&mut *tx).await.expect("explain");
+            tx.rollback().await.expect("rollback");
+            out.push(lines.join("\n"));
+        }
+        let sweep = out.pop().unwrap_or_default();
+        let claim = out.pop().unwrap_or_default();
+        (claim, sweep)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claim_and_sweep_read_only_the_partial_indexes() {
+        let Some(url) = pg_url().await else { return };
+        let (ledger, schema, _) = filled(&url, 20_000).await;
+        let (claim, sweep) = plans(&ledger, false).await;
+        drop_schema(ledger, &schema).await;
+        assert!(claim.contains("rw_operations_due"), "{claim}");
+        assert!(claim.contains("LockRows"), "{claim}");
+        assert!(!claim.contains("Seq Scan on rw_operations"), "{claim}");
+        assert!(sweep.contains("rw_operations_in_flight_lease"), "{sweep}");
+        assert!(!sweep.contains("Seq Scan on rw_operations"), "{sweep}");
+    }
+
+    /// The issue's check: 1,000,000 finished operations and a little live work. Prints the
+    /// plans with timings; run with
+    /// `cargo test --all-features --lib explain_on_a_million -- --ignored --nocapture`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "fills a table with 1,000,000 rows (tens of seconds); run by hand"]
+    async fn explain_on_a_million_terminal_rows() {
+        let Some(url) = pg_url().await else { return };
+        let (ledger, schema, fill) = filled(&url, 1_000_000).await;
+        let (claim, sweep) = plans(&ledger, true).await;
+        // For contrast: the same claim without the partial index (dropped in a transaction
+        // that is rolled back).
+        let without_index = {
+            let mut tx = ledger.pool().begin().await.expect("begin");
+            sqlx::query(AssertSqlSafe(format!(
+                "DROP INDEX \"{schema}\".rw_operations_due"
+            )))
+            .execute(&mut *tx)
+            .await
+            .expect("drop index");
+            let lines: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+                "EXPLAIN (ANALYZE, BUFFERS) {}",
+                ledger.sql.claim_due
+            )))
+            .bind(10_000_i64)
+            .bind(30_000_i64)
+            .bind(32_i64)
+            .fetch_all(&mut *tx)
+            .await
+            .expect("explain");
+            tx.rollback().await.expect("rollback");
+            lines.join("\n")
+        };
+        let claimed = ledger.claim_due(10_000, 30_000, 32).await.expect("claim");
+        let swept = ledger.sweep_expired(10_000).await.expect("sweep");
+        let started = std::time::Instant::now();
+        let again = ledger.claim_due(10_000, 30_000, 32).await.expect("claim");
+        let claim_wall = started.elapsed();
+        drop_schema(ledger, &schema).await;
+        println!("fill (1,000,000 terminal + 190 live rows, ANALYZE): {fill:?}");
+        println!("-- claim_due(limit 32)\n{claim}\n");
+        println!("-- sweep_expired\n{sweep}\n");
+        println!(
+            "-- claim_due(limit 32) WITHOUT rw_operations_due, for contrast\n{without_index}\n"
+        );
+        println!(
+            "claimed {} then {} (wall {claim_wall:?}), swept {}",
+            claimed.len(),
+            again.len(),
+            swept.len()
+        );
+        assert!(claim.contains("rw_operations_due"), "{claim}");
+        assert!(sweep.contains("rw_operations_in_flight_lease"), "{sweep}");
+        assert_eq!((claimed.len(), again.len(), swept.len()), (32, 32, 20));
+    }
 }
