@@ -40,7 +40,16 @@ async fn pg_url() -> Option<String> {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("PostgreSQL not reachable at {shown} ({why}); CI needs it (see .ci/run)");
     }
-    eprintln!("skipping: PostgreSQL not reachable at {shown} ({why}); set RW_POSTGRES_URL");
+    // Once per test binary, and past the harness's output capture, so a plain `cargo test`
+    // shows why these tests did nothing.
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping: PostgreSQL not reachable at {shown} ({why}); set RW_POSTGRES_URL"
+        );
+    });
     None
 }
 

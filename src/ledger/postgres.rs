@@ -1221,7 +1221,12 @@ mod tests {
                     std::env::var("CI").map_or(true, |v| v != "true"),
                     "PostgreSQL not reachable ({why}); CI needs it (see .ci/run)"
                 );
-                eprintln!("skipping: PostgreSQL not reachable ({why}); set RW_POSTGRES_URL");
+                use std::io::Write as _;
+                // Past the harness's output capture, so a plain `cargo test` shows it.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "skipping: PostgreSQL not reachable ({why}); set RW_POSTGRES_URL"
+                );
                 None
             }
         }
