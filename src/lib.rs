@@ -49,6 +49,7 @@
 //! # Features
 //!
 //! - `sqlite` (default): [`SqliteLedger`], the embedded durable ledger.
+//! - `postgres`: `PostgresLedger`, the shared ledger for many workers, with the outbox.
 //! - `test-util`: [`testing::FakeVendor`], the drill harness and the ledger conformance suite.
 //! - `reqwest`: the reqwest-middleware adapter ([`reqwest`](mod@crate::reqwest)).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -79,6 +80,8 @@ pub use contract::{Contract, Contracts};
 pub use evidence::{ConflictKind, Evidence};
 pub use guard::{SendOnceGuard, SendOnceGuardLayer};
 pub use layer::{Error, Outcome, RecoverableWrite, RecoverableWriteLayer};
+#[cfg(feature = "postgres")]
+pub use ledger::PostgresLedger;
 #[cfg(feature = "sqlite")]
 pub use ledger::SqliteLedger;
 pub use ledger::{Ledger, MemoryLedger};

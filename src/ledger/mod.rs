@@ -8,6 +8,7 @@
 //! Backends:
 //! - [`MemoryLedger`]: tests and examples.
 //! - [`SqliteLedger`] (feature `sqlite`, default): the embedded durable default.
+//! - `PostgresLedger` (feature `postgres`): many workers on many machines, and the outbox.
 //!
 //! Every backend runs the same conformance suite ([`conformance`], feature `test-util`).
 
@@ -32,6 +33,11 @@ pub use memory::MemoryLedger;
 mod sqlite;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteLedger, SqliteLedgerOptions, Synchronous};
+
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+pub use postgres::{ClockSource, PostgresLedger, PostgresLedgerOptions};
 
 #[cfg(feature = "test-util")]
 pub mod conformance;

@@ -1,0 +1,838 @@
+//! The PostgreSQL ledger against the real server on 127.0.0.1:5432 (or `RW_POSTGRES_URL`): the
+//! conformance suite every backend passes, plus what only PostgreSQL has: concurrent
+//! migrations, validated schema names, the database clock, the outbox, corrupt rows.
+//!
+//! Each test works in a schema of its own (`rw_test_<uuid>`, dropped at the end), so the tests
+//! run in parallel. Without a reachable server the tests print why and pass, except in CI
+//! (`CI=true`), where a missing server is a failure.
+#![cfg(feature = "postgres")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use recoverable_write::ledger::conformance::{T0, evidence_entry, keep, new_operation, update_of};
+use recoverable_write::ledger::{
+    Changes, ClockSource, Created, Ledger, LedgerError, NewEvidence, OperationRecord,
+    PostgresLedger, PostgresLedgerOptions,
+};
+use recoverable_write::state::{Clock, Event, State, transition};
+use recoverable_write::{AttemptId, Generation, OperationId, Tenant};
+use sqlx::postgres::PgConnection;
+use sqlx::{AssertSqlSafe, Connection};
+
+// ── PostgreSQL test harness (the same in tests/postgres_workers.rs) ─────────────────────────────
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// The server's URL if one answers; otherwise `None` after printing why (a panic in CI).
+async fn pg_url() -> Option<String> {
+    let url = std::env::var("RW_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let why = match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&url)).await
+    {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            return Some(url);
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "no answer within 5 s".to_owned(),
+    };
+    let shown = redact(&url);
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("PostgreSQL not reachable at {shown} ({why}); CI needs it (see .ci/run)");
+    }
+    // Once per test binary, and past the harness's output capture, so a plain `cargo test`
+    // shows why these tests did nothing.
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping: PostgreSQL not reachable at {shown} ({why}); set RW_POSTGRES_URL"
+        );
+    });
+    None
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// A schema of this test's own, dropped (with everything in it) when the guard goes.
+struct Schema {
+    url: String,
+    name: String,
+}
+
+impl Schema {
+    fn new(url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            name: format!("rw_test_{}", uuid::Uuid::new_v4().simple()),
+        }
+    }
+
+    fn options(&self) -> PostgresLedgerOptions {
+        PostgresLedgerOptions::new()
+            .schema(self.name.clone())
+            .expect("valid test schema name")
+            .max_connections(4)
+    }
+
+    async fn ledger(&self, clock: ClockSource) -> PostgresLedger {
+        PostgresLedger::connect_with(&self.url, self.options().clock(clock))
+            .await
+            .expect("connect the PostgreSQL ledger")
+    }
+
+    async fn raw(&self) -> PgConnection {
+        PgConnection::connect(&self.url)
+            .await
+            .expect("raw connection")
+    }
+
+    async fn exec(&self, sql: String) -> u64 {
+        let mut conn = self.raw().await;
+        let done = sqlx::query(AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+            .expect("raw sql");
+        let _ = conn.close().await;
+        done.rows_affected()
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        // Drop runs inside the test's runtime: the async cleanup gets a thread of its own, and
+        // the runtime keeps running meanwhile (connections returning to a pool need it).
+        let cleanup = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("cleanup runtime");
+            rt.block_on(async move {
+                let mut conn = PgConnection::connect(&url).await?;
+                sqlx::query("SET lock_timeout = '30s'")
+                    .execute(&mut conn)
+                    .await?;
+                sqlx::query(AssertSqlSafe(format!(
+                    "DROP SCHEMA IF EXISTS \"{name}\" CASCADE"
+                )))
+                .execute(&mut conn)
+                .await?;
+                conn.close().await
+            })
+        });
+        let join = move || cleanup.join();
+        let joined = match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(join)
+            }
+            _ => join(),
+        };
+        if let Ok(Err(e)) = joined {
+            eprintln!("could not drop test schema {}: {e}", self.name);
+        }
+    }
+}
+
+// ── conformance ─────────────────────────────────────────────────────────────────────────────────
+
+// The fixture `return`s from the generated test's async block when there is no server (after
+// `pg_url` printed why): the check is skipped, not failed. Synthetic times need the caller's
+// clock.
+recoverable_write::ledger_conformance_tests!(
+    postgres,
+    make_with_guard = {
+        let Some(url) = pg_url().await else {
+            return;
+        };
+        let schema = Schema::new(&url);
+        let ledger = schema.ledger(ClockSource::Caller).await;
+        std::future::ready((ledger, schema))
+    }
+);
+
+// ── helpers ─────────────────────────────────────────────────────────────────────────────────────
+
+async fn create<L: Ledger + ?Sized>(ledger: &L, id: &str) -> OperationRecord {
+    match ledger
+        .create_or_get(new_operation("tenant-a", id, &format!("intent-{id}")))
+        .await
+        .expect("create_or_get")
+    {
+        Created::New(r) => r,
+        Created::Existing(r) => panic!("unexpected existing {}", r.operation_id),
+    }
+}
+
+fn assert_unavailable<T: std::fmt::Debug>(result: Result<T, LedgerError>, what: &str) {
+    match result {
+        Err(LedgerError::Unavailable(_)) => {}
+        other => panic!("{what}: expected Unavailable, got {other:?}"),
+    }
+}
+
+fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, LedgerError>, op: &str, column: &str) {
+    match result {
+        Err(LedgerError::Corrupt { operation, detail }) => {
+            assert_eq!(operation, op);
+            assert!(
+                detail.contains(column),
+                "detail {detail:?} should name {column}"
+            );
+        }
+        other => panic!("expected Corrupt for {op}, got {other:?}"),
+    }
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+fn assert_near(actual: Option<i64>, expected: i64, what: &str) {
+    let actual = actual.unwrap_or_else(|| panic!("{what} is NULL"));
+    assert!(
+        (actual - expected).abs() < 5_000,
+        "{what}: {actual} is not within 5 s of {expected} (off by {} ms)",
+        actual - expected
+    );
+}
+
+// ── configuration and migrations ────────────────────────────────────────────────────────────────
+
+#[test]
+fn schema_names_are_validated() {
+    for good in ["public", "rw", "_x", "billing_ledger_2", &"a".repeat(63)] {
+        assert!(
+            PostgresLedgerOptions::new().schema(good).is_ok(),
+            "{good:?} should be accepted"
+        );
+    }
+    for bad in [
+        "",
+        "1abc",
+        "Public",
+        "a-b",
+        "a b",
+        "a\"b",
+        "x;drop table t",
+        "pg_catalog",
+        "pg_anything",
+        "é",
+        &"a".repeat(64),
+    ] {
+        match PostgresLedgerOptions::new().schema(bad) {
+            Err(LedgerError::Config(_)) => {}
+            other => panic!("{bad:?} should be refused, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_schema_or_pool_size_is_refused_before_connecting() {
+    // Nothing listens on port 1: a Config error proves nothing was attempted.
+    let mut options = PostgresLedgerOptions::new();
+    options.schema = "Bad-Name".to_owned();
+    let err = PostgresLedger::connect_with("postgres://nobody@127.0.0.1:1/x", options)
+        .await
+        .expect_err("invalid schema");
+    assert!(matches!(err, LedgerError::Config(_)), "{err:?}");
+    let err = PostgresLedger::connect_with(
+        "postgres://nobody@127.0.0.1:1/x",
+        PostgresLedgerOptions::new().max_connections(0),
+    )
+    .await
+    .expect_err("no connections");
+    assert!(matches!(err, LedgerError::Config(_)), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_unavailable() {
+    let err = PostgresLedger::connect_with(
+        "postgres://nobody@127.0.0.1:1/x",
+        PostgresLedgerOptions::new().acquire_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .expect_err("nothing listens on port 1");
+    assert!(matches!(err, LedgerError::Unavailable(_)), "{err:?}");
+}
+
+/// Eight processes' worth of pools start at once on a schema that does not exist yet: every one
+/// connects, the migration ran exactly once, and the ledger works from any of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Arc::new(Schema::new(&url));
+    let barrier = Arc::new(tokio::sync::Barrier::new(8));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (schema, barrier) = (schema.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let options = schema.options().max_connections(1);
+            barrier.wait().await;
+            PostgresLedger::connect_with(&schema.url, options).await
+        }));
+    }
+    let mut ledgers = Vec::new();
+    for task in tasks {
+        ledgers.push(task.await.expect("task").expect("concurrent migration"));
+    }
+    let mut conn = schema.raw().await;
+    let applied: Vec<(i64, bool)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT version, success FROM \"{}\".rw_schema_migrations ORDER BY version",
+        schema.name
+    )))
+    .fetch_all(&mut conn)
+    .await
+    .expect("migration bookkeeping in the schema");
+    assert_eq!(applied, [(1, true)]);
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
+    )
+    .bind(&schema.name)
+    .fetch_all(&mut conn)
+    .await
+    .expect("tables");
+    assert_eq!(
+        tables,
+        ["rw_evidence", "rw_operations", "rw_schema_migrations"]
+    );
+    // Nothing leaked into public.
+    let leaked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'rw\\_%'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("count");
+    assert_eq!(leaked, 0);
+    let _ = conn.close().await;
+
+    let r = create(&ledgers[0], "op-1").await;
+    for other in &ledgers[1..] {
+        assert_eq!(
+            other.get(&r.tenant, &r.operation_id).await.expect("get"),
+            Some(r.clone())
+        );
+    }
+    for ledger in &ledgers {
+        ledger.close().await;
+    }
+    // A restart migrates nothing and sees the data.
+    let again = schema.ledger(ClockSource::Database).await;
+    assert_eq!(
+        again.get(&r.tenant, &r.operation_id).await.expect("get"),
+        Some(r)
+    );
+}
+
+/// A migration whose recorded checksum differs from the shipped file is a configuration error,
+/// not a silent re-run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modified_migration_history_is_a_config_error() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Schema::new(&url);
+    schema.ledger(ClockSource::Database).await.close().await;
+    schema
+        .exec(format!(
+            "UPDATE \"{}\".rw_schema_migrations SET checksum = '\\x00'",
+            schema.name
+        ))
+        .await;
+    let err = PostgresLedger::connect_with(&url, schema.options())
+        .await
+        .expect_err("checksum mismatch");
+    assert!(matches!(err, LedgerError::Config(_)), "{err:?}");
+}
+
+// ── failures are errors, never panics ───────────────────────────────────────────────────────────
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_rows_are_errors_not_panics() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Schema::new(&url);
+    let ledger = schema.ledger(ClockSource::Caller).await;
+    let tenant = Tenant::new("tenant-a");
+    let s = &schema.name;
+
+    let cases = [
+        ("op-bogus-state", "state = 'BOGUS'", "state"),
+        (
+            "op-bad-policy",
+            "budget_policy = '{not json'",
+            "budget_policy",
+        ),
+        (
+            "op-bad-attempt",
+            "current_attempt = 'not-a-uuid'",
+            "current_attempt",
+        ),
+        (
+            "op-bad-headers",
+            "request_headers = '{\"a\":1}'",
+            "request_headers",
+        ),
+        ("op-negative", "attempts_used = -1", "attempts_used"),
+        (
+            "op-bad-status",
+            "response_status = 70000, response_headers = '[]'",
+            "response_status",
+        ),
+    ];
+    for (id, set, column) in cases {
+        create(&ledger, id).await;
+        let n = schema
+            .exec(format!(
+                "UPDATE \"{s}\".rw_operations SET {set} WHERE operation_id = '{id}'"
+            ))
+            .await;
+        assert_eq!(n, 1);
+        assert_corrupt(ledger.get(&tenant, &OperationId::new(id)).await, id, column);
+    }
+
+    let bad_log = create(&ledger, "op-bad-log").await;
+    schema
+        .exec(format!(
+            "UPDATE \"{s}\".rw_evidence SET to_state = 'NOPE' WHERE operation_id = 'op-bad-log'"
+        ))
+        .await;
+    assert_corrupt(
+        ledger.evidence(&tenant, &bad_log.operation_id).await,
+        "op-bad-log",
+        "to_state",
+    );
+
+    // A due row that cannot be decoded fails the claim as a whole: nothing is claimed.
+    let due = create(&ledger, "op-due-corrupt").await;
+    let due = ledger
+        .apply(update_of(
+            &due,
+            Changes {
+                next_check_ms: Some(T0),
+                ..keep(&due, State::Unknown, T0)
+            },
+            "setup",
+        ))
+        .await
+        .expect("apply")
+        .expect("applied");
+    schema
+        .exec(format!(
+            "UPDATE \"{s}\".rw_operations SET request_headers = 'oops' \
+             WHERE operation_id = 'op-due-corrupt'"
+        ))
+        .await;
+    assert_corrupt(
+        ledger.claim_due(T0 + 1, 1_000, 10).await,
+        "op-due-corrupt",
+        "request_headers",
+    );
+    let mut conn = schema.raw().await;
+    let (generation, version): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT generation, version FROM \"{s}\".rw_operations \
+         WHERE operation_id = 'op-due-corrupt'"
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .expect("row");
+    assert_eq!(
+        (generation, version),
+        (due.generation.0 as i64, due.version as i64),
+        "a failed claim must roll back"
+    );
+    let claimed_entries: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{s}\".rw_evidence \
+         WHERE operation_id = 'op-due-corrupt' AND kind = 'recovery_claimed'"
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .expect("count");
+    assert_eq!(claimed_entries, 0, "a failed claim must roll back");
+    let _ = conn.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_ledger_is_unavailable_for_every_call() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Schema::new(&url);
+    let ledger = schema.ledger(ClockSource::Caller).await;
+    let r = create(&ledger, "op-1").await;
+    let clone = ledger.clone();
+    assert!(!clone.is_closed());
+    ledger.close().await;
+    assert!(clone.is_closed());
+    let (tenant, id) = (r.tenant.clone(), r.operation_id.clone());
+    assert_unavailable(
+        clone
+            .create_or_get(new_operation("tenant-a", "op-new", "intent-new"))
+            .await,
+        "create_or_get",
+    );
+    assert_unavailable(clone.get(&tenant, &id).await, "get");
+    let update = update_of(&r, keep(&r, State::InFlight, T0 + 1), "x");
+    assert_unavailable(clone.apply(update).await, "apply");
+    assert_unavailable(clone.claim_due(T0, 1_000, 10).await, "claim_due");
+    assert_unavailable(clone.sweep_expired(T0).await, "sweep_expired");
+    assert_unavailable(
+        clone
+            .append_evidence(&tenant, &id, evidence_entry("note", T0))
+            .await,
+        "append_evidence",
+    );
+    assert_unavailable(clone.evidence(&tenant, &id).await, "evidence");
+    assert_unavailable(clone.database_now_ms().await, "database_now_ms");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledgers_work_behind_a_trait_object_and_nul_text_is_kept_readable() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Schema::new(&url);
+    let ledger: Arc<dyn Ledger> = Arc::new(schema.ledger(ClockSource::Caller).await);
+    let r = create(&*ledger, "op-dyn").await;
+    let changes = Changes {
+        reason: Some("vendor said \0 nothing".to_owned()),
+        ..keep(&r, State::Unknown, T0 + 1)
+    };
+    let mut update = update_of(&r, changes, "attempt_result");
+    update.evidence.note = Some("note with \0 inside".to_owned());
+    let row = ledger
+        .apply(update)
+        .await
+        .expect("NUL in free text is not an outage")
+        .expect("applied");
+    assert_eq!(row.reason.as_deref(), Some("vendor said \u{FFFD} nothing"));
+    let log = ledger
+        .evidence(&r.tenant, &r.operation_id)
+        .await
+        .expect("evidence");
+    assert_eq!(
+        log[1].entry.note.as_deref(),
+        Some("note with \u{FFFD} inside")
+    );
+}
+
+// ── the database clock ──────────────────────────────────────────────────────────────────────────
+
+/// A worker whose clock is an hour off (either way) still creates, leases, sweeps and claims on
+/// the database clock; values carried over from the row are not shifted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_and_due_times_follow_the_database_clock_when_a_worker_is_an_hour_off() {
+    let Some(url) = pg_url().await else { return };
+    for skew in [3_600_000_i64, -3_600_000] {
+        let schema = Schema::new(&url);
+        let ledger = schema.ledger(ClockSource::Database).await;
+        assert_eq!(ledger.clock_source(), ClockSource::Database);
+        let worker_now = || wall_ms() + skew;
+        let db_now = ledger.database_now_ms().await.expect("db clock");
+        assert_near(Some(db_now), wall_ms(), "database clock vs this host");
+
+        // Created: stamped on the database clock.
+        let mut new = new_operation("tenant-a", "op-1", "intent-1");
+        new.now_ms = worker_now();
+        let r = ledger
+            .create_or_get(new)
+            .await
+            .expect("create")
+            .into_record();
+        assert_near(Some(r.created_ms), db_now, "created_ms");
+        let created = ledger
+            .evidence(&r.tenant, &r.operation_id)
+            .await
+            .expect("evidence");
+        assert_eq!(created[0].entry.at_ms, r.created_ms);
+
+        // Claim send: lease and deadline computed on the worker's clock land on the database's.
+        let now = worker_now();
+        let t = transition(
+            &r.snapshot(),
+            &Event::ClaimSend,
+            Clock {
+                now_ms: now,
+                jitter: 0.0,
+            },
+        )
+        .expect("claim send");
+        let attempt = AttemptId::generate();
+        let in_flight = ledger
+            .apply(r.update_for(
+                &t,
+                Some(attempt),
+                Some(now + 200),
+                None,
+                NewEvidence {
+                    attempt_id: Some(attempt),
+                    ..evidence_entry("attempt_registered", now)
+                },
+                now,
+            ))
+            .await
+            .expect("apply")
+            .expect("claimed");
+        let db_now = ledger.database_now_ms().await.expect("db clock");
+        assert_near(in_flight.lease_until_ms, db_now + 200, "lease_until_ms");
+        assert_near(
+            in_flight.deadline_ms,
+            db_now + r.policy.window_ms as i64,
+            "deadline_ms",
+        );
+        assert_near(Some(in_flight.updated_ms), db_now, "updated_ms");
+        let log = ledger
+            .evidence(&r.tenant, &r.operation_id)
+            .await
+            .expect("evidence");
+        assert_near(Some(log[1].entry.at_ms), db_now, "evidence at_ms");
+
+        // The worker's clock says the lease is long over (or far away): the database decides.
+        if skew > 0 {
+            assert!(
+                ledger
+                    .sweep_expired(worker_now())
+                    .await
+                    .expect("sweep")
+                    .is_empty(),
+                "a fast worker must not expire a running lease"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let swept = ledger.sweep_expired(worker_now()).await.expect("sweep");
+        assert_eq!(swept.len(), 1, "the lease is over on the database clock");
+        let unknown = swept[0].clone();
+        let db_now = ledger.database_now_ms().await.expect("db clock");
+        assert_near(
+            unknown.next_check_ms,
+            db_now,
+            "next_check_ms after the sweep",
+        );
+        assert_eq!(
+            unknown.deadline_ms, in_flight.deadline_ms,
+            "the deadline is carried over"
+        );
+
+        // Due on the database clock, whatever the worker thinks; the lease is the database's.
+        let claimed = ledger
+            .claim_due(worker_now(), 10_000, 10)
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 1);
+        let db_now = ledger.database_now_ms().await.expect("db clock");
+        assert_near(claimed[0].lease_until_ms, db_now + 10_000, "recovery lease");
+
+        // A next check ten minutes away (worker's arithmetic) is ten minutes away on the
+        // database clock: not due even for a worker an hour fast. Carried-over values stay.
+        let row = claimed[0].clone();
+        let later = worker_now();
+        let changes = Changes {
+            next_check_ms: Some(later + 600_000),
+            lease_until_ms: None,
+            ..keep(&row, State::Unknown, later)
+        };
+        let waiting = ledger
+            .apply(update_of(&row, changes, "lookup"))
+            .await
+            .expect("apply")
+            .expect("applied");
+        let db_now = ledger.database_now_ms().await.expect("db clock");
+        assert_near(waiting.next_check_ms, db_now + 600_000, "next_check_ms");
+        assert_eq!(waiting.deadline_ms, row.deadline_ms, "kept, not shifted");
+        assert_eq!(waiting.lease_until_ms, None);
+        assert!(
+            ledger
+                .claim_due(wall_ms() + 3_600_000, 10_000, 10)
+                .await
+                .expect("claim")
+                .is_empty(),
+            "not due on the database clock"
+        );
+
+        // Appended evidence is stamped on the database clock too.
+        ledger
+            .append_evidence(
+                &row.tenant,
+                &row.operation_id,
+                evidence_entry("late_evidence", worker_now()),
+            )
+            .await
+            .expect("append");
+        let log = ledger
+            .evidence(&row.tenant, &row.operation_id)
+            .await
+            .expect("evidence");
+        let db_now = ledger.database_now_ms().await.expect("db clock");
+        assert_near(log.last().map(|e| e.entry.at_ms), db_now, "appended at_ms");
+    }
+}
+
+/// With the caller's clock, the same skew is taken at its word (the conformance suite's mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_caller_clock_uses_the_given_times_verbatim() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Schema::new(&url);
+    let ledger = schema.ledger(ClockSource::Caller).await;
+    let mut new = new_operation("tenant-a", "op-1", "intent-1");
+    let hour_ahead = wall_ms() + 3_600_000;
+    new.now_ms = hour_ahead;
+    let r = ledger
+        .create_or_get(new)
+        .await
+        .expect("create")
+        .into_record();
+    assert_eq!(r.created_ms, hour_ahead);
+    let changes = Changes {
+        generation: Generation(1),
+        lease_until_ms: Some(hour_ahead + 100),
+        ..keep(&r, State::InFlight, hour_ahead)
+    };
+    let r = ledger
+        .apply(update_of(&r, changes, "x"))
+        .await
+        .expect("apply")
+        .expect("applied");
+    assert_eq!(r.lease_until_ms, Some(hour_ahead + 100));
+    assert!(
+        ledger
+            .sweep_expired(wall_ms())
+            .await
+            .expect("sweep")
+            .is_empty()
+    );
+    assert_eq!(
+        ledger
+            .sweep_expired(hour_ahead + 101)
+            .await
+            .expect("sweep")
+            .len(),
+        1
+    );
+}
+
+// ── outbox ──────────────────────────────────────────────────────────────────────────────────────
+
+async fn business_rows(schema: &Schema) -> i64 {
+    let mut conn = schema.raw().await;
+    let n = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{}\".support_requests",
+        schema.name
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .expect("count");
+    let _ = conn.close().await;
+    n
+}
+
+/// The business row and the operation commit or roll back together; before the commit neither
+/// is visible to anyone else (the layer, a recoverer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_rollback_removes_both_rows_and_commit_keeps_both() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Schema::new(&url);
+    let ledger = schema.ledger(ClockSource::Database).await;
+    schema
+        .exec(format!(
+            "CREATE TABLE \"{}\".support_requests (id TEXT PRIMARY KEY, device TEXT NOT NULL)",
+            schema.name
+        ))
+        .await;
+    let insert_business = format!(
+        "INSERT INTO \"{}\".support_requests (id, device) VALUES ($1, 'E17')",
+        schema.name
+    );
+    let tenant = Tenant::new("tenant-a");
+
+    // Rolled back: neither row exists, and the evidence log is empty.
+    let mut tx = ledger.pool().begin().await.expect("begin");
+    sqlx::query(AssertSqlSafe(insert_business.clone()))
+        .bind("req-1")
+        .execute(&mut *tx)
+        .await
+        .expect("business row");
+    let created = ledger
+        .create_in(&mut tx, new_operation("tenant-a", "op-1", "req-1"))
+        .await
+        .expect("create_in");
+    assert!(matches!(created, Created::New(_)));
+    assert_eq!(
+        ledger
+            .get(&tenant, &OperationId::new("op-1"))
+            .await
+            .expect("get"),
+        None,
+        "uncommitted operations are invisible"
+    );
+    tx.rollback().await.expect("rollback");
+    assert_eq!(business_rows(&schema).await, 0);
+    assert_eq!(
+        ledger
+            .get(&tenant, &OperationId::new("op-1"))
+            .await
+            .expect("get"),
+        None
+    );
+    assert!(
+        ledger
+            .evidence(&tenant, &OperationId::new("op-1"))
+            .await
+            .expect("evidence")
+            .is_empty()
+    );
+
+    // Committed: both rows, and the operation is PREPARED with its `created` entry.
+    let mut tx = ledger.pool().begin().await.expect("begin");
+    sqlx::query(AssertSqlSafe(insert_business))
+        .bind("req-2")
+        .execute(&mut *tx)
+        .await
+        .expect("business row");
+    let new = ledger
+        .create_in(&mut tx, new_operation("tenant-a", "op-2", "req-2"))
+        .await
+        .expect("create_in")
+        .into_record();
+    // The same intent again in the same transaction is the same operation.
+    let again = ledger
+        .create_in(&mut tx, new_operation("tenant-a", "op-other", "req-2"))
+        .await
+        .expect("create_in");
+    assert_eq!(again, Created::Existing(new.clone()));
+    tx.commit().await.expect("commit");
+    assert_eq!(business_rows(&schema).await, 1);
+    let row = ledger
+        .get(&tenant, &OperationId::new("op-2"))
+        .await
+        .expect("get")
+        .expect("committed operation");
+    assert_eq!(row, new);
+    assert_eq!(row.state, State::Prepared);
+    let log = ledger
+        .evidence(&tenant, &row.operation_id)
+        .await
+        .expect("evidence");
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].entry.kind, "created");
+    // Also works on a plain pooled connection (autocommit).
+    let mut conn = ledger.pool().acquire().await.expect("acquire");
+    let third = ledger
+        .create_in(&mut conn, new_operation("tenant-a", "op-3", "req-3"))
+        .await
+        .expect("create_in");
+    assert!(matches!(third, Created::New(_)));
+}
