@@ -343,7 +343,8 @@ async fn drain(recoverer: Recoverer, url: String, schema: String) -> RecoveryRep
         total.resolved += r.resolved;
         total.pending += r.pending;
         total.escalated += r.escalated;
-        total.retry_ready += r.retry_ready;
+        total.lookups += r.lookups;
+        total.replays += r.replays;
         total.stale += r.stale;
         if r.claimed == 0 && r.swept == 0 {
             if open_work(&url, &schema).await == 0 {

@@ -52,12 +52,12 @@ CREATE TABLE rw_operations (
     UNIQUE (seq)
 );
 
--- Due recovery work: `state IN ('UNKNOWN','PROCESSING') AND next_check_ms <= now ORDER BY
+-- Due recovery work: `state IN ('UNKNOWN','PROCESSING','RETRY_READY') AND next_check_ms <= now ORDER BY
 -- next_check_ms, seq`. Partial, so finished operations (the bulk of the table) are not in it:
 -- the claim reads the index in order and stops after `limit` claimable rows.
 CREATE INDEX rw_operations_due
     ON rw_operations (next_check_ms, seq)
-    WHERE state IN ('UNKNOWN', 'PROCESSING');
+    WHERE state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY');
 
 -- Expired send leases: `state = 'IN_FLIGHT' AND lease_until_ms < now`.
 CREATE INDEX rw_operations_in_flight_lease

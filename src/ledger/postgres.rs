@@ -77,7 +77,7 @@ use super::*;
 /// # Indexes
 ///
 /// Two partial indexes hold only live work: `rw_operations_due (next_check_ms, seq) WHERE state
-/// IN ('UNKNOWN','PROCESSING')` and `rw_operations_in_flight_lease (lease_until_ms) WHERE state =
+/// IN ('UNKNOWN','PROCESSING','RETRY_READY')` and `rw_operations_in_flight_lease (lease_until_ms) WHERE state =
 /// 'IN_FLIGHT'`. The claim reads the first in order and stops after `limit` claimable rows; the
 /// sweep reads only expired leases. Finished operations, the bulk of the table, are never read.
 ///
@@ -739,7 +739,7 @@ SELECT * FROM upd",
 due AS (
     SELECT o.tenant, o.operation_id
     FROM {ops} AS o
-    WHERE o.state IN ('UNKNOWN', 'PROCESSING')
+    WHERE o.state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY')
       AND o.next_check_ms <= (SELECT now_ms FROM clock)
       AND (o.lease_until_ms IS NULL OR o.lease_until_ms <= (SELECT now_ms FROM clock))
     ORDER BY o.next_check_ms, o.seq
