@@ -1251,6 +1251,146 @@ mod tests {
         assert!(matches!(err, LedgerError::Config(_)), "{err:?}");
     }
 
+    async fn count(ledger: &SqliteLedger, sql: &'static str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(&ledger.reader)
+            .await
+            .unwrap()
+    }
+
+    /// A raw write through the writer task: inserts a bare operation row named `id`.
+    fn insert_row(
+        id: &'static str,
+    ) -> impl for<'c> FnOnce(
+        &'c mut SqliteConnection,
+    ) -> BoxFuture<'c, Result<Finish<()>, LedgerError>>
+    + Send
+    + 'static {
+        move |conn| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO rw_operations (tenant, operation_id, action, intent_ref, \
+                     idempotency_key, payload_hash, request_method, request_url, \
+                     request_headers, request_body, contract_name, contract_hash, budget_policy, \
+                     state, created_ms, updated_ms) VALUES ('t', ?1, 'a', ?1, 'k', 'h', 'POST', \
+                     'http://v/', '[]', x'', 'c', 'h', '{}', 'PREPARED', 0, 0)",
+                )
+                .bind(id)
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+                Ok(Finish::Commit(()))
+            })
+        }
+    }
+
+    /// Evidence for an operation that does not exist: a foreign key violation.
+    const ORPHAN_EVIDENCE: &str = "INSERT INTO rw_evidence (tenant, operation_id, generation, \
+         kind, at_ms) VALUES ('t', 'op-missing', 0, 'x', 0)";
+
+    /// A request whose precondition failed: nothing to keep.
+    fn refused(_: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<u8>, LedgerError>> {
+        Box::pin(async { Ok(Finish::Rollback(7)) })
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_failing_after_its_first_statement_is_undone_alone() {
+        let ledger = SqliteLedger::in_memory().await.unwrap();
+        let commits = ledger.commits();
+        // The middle request writes a row, then violates a constraint: its row must go, the
+        // others' rows stay, and all three share one commit.
+        fn failing(conn: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<()>, LedgerError>> {
+            Box::pin(async move {
+                insert_row("op-half")(&mut *conn).await?;
+                sqlx::query(ORPHAN_EVIDENCE)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(Finish::Commit(()))
+            })
+        }
+        let (a, b, c) = tokio::join!(
+            ledger.write(insert_row("op-a")),
+            ledger.write(failing),
+            ledger.write(insert_row("op-c")),
+        );
+        assert!(a.is_ok() && c.is_ok(), "{a:?} {c:?}");
+        assert!(matches!(b, Err(LedgerError::Unavailable(_))), "{b:?}");
+        assert_eq!(ledger.commits() - commits, 1);
+        assert_eq!(
+            count(&ledger, "SELECT COUNT(*) FROM rw_operations WHERE operation_id IN ('op-a', 'op-c')").await,
+            2
+        );
+        assert_eq!(
+            count(&ledger, "SELECT COUNT(*) FROM rw_operations WHERE operation_id = 'op-half'").await,
+            0
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_failed_commit_fails_every_caller_and_keeps_nothing() {
+        let ledger = SqliteLedger::in_memory().await.unwrap();
+        let commits = ledger.commits();
+        // A deferred foreign key violation passes every statement and fails the COMMIT.
+        fn poison(conn: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<()>, LedgerError>> {
+            Box::pin(async move {
+                for sql in ["PRAGMA defer_foreign_keys = ON", ORPHAN_EVIDENCE] {
+                    sqlx::query(sql)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(unavailable)?;
+                }
+                Ok(Finish::Commit(()))
+            })
+        }
+        // A request whose precondition "fails" is not reported as refused either: the refusal
+        // may rest on a change of the failed batch.
+        let (a, b, c, d) = tokio::join!(
+            ledger.write(insert_row("op-a")),
+            ledger.write(poison),
+            ledger.write(insert_row("op-c")),
+            ledger.write(refused),
+        );
+        for (name, result) in [("a", a), ("b", b), ("c", c), ("d", d.map(|_| ()))] {
+            assert!(
+                matches!(&result, Err(LedgerError::Unavailable(e)) if e.to_string().contains("not committed")),
+                "{name}: {result:?}"
+            );
+        }
+        assert_eq!(ledger.commits(), commits);
+        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_operations").await, 0);
+        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 0);
+        // The ledger keeps working afterwards.
+        ledger.write(insert_row("op-after")).await.unwrap();
+        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_operations").await, 1);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_batch_of_refusals_is_rolled_back_without_a_commit() {
+        let ledger = SqliteLedger::in_memory().await.unwrap();
+        let commits = ledger.commits();
+        let (a, b) = tokio::join!(ledger.write(refused), ledger.write(refused));
+        assert_eq!((a.unwrap(), b.unwrap()), (7, 7));
+        assert_eq!(ledger.commits(), commits, "nothing to make durable");
+    }
+
+    #[test]
+    fn a_write_after_the_writer_task_stopped_is_unavailable() {
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        // The runtime that opened the ledger, and with it the writer task, is gone.
+        let ledger = runtime().block_on(SqliteLedger::in_memory()).unwrap();
+        let result = runtime().block_on(ledger.write(insert_row("op-x")));
+        assert!(
+            matches!(&result, Err(LedgerError::Unavailable(e)) if e.to_string().contains("stopped")),
+            "{result:?}"
+        );
+    }
+
     async fn plan(ledger: &SqliteLedger, sql: &'static str) -> String {
         let rows = sqlx::query(sql)
             .bind(0_i64)
