@@ -254,7 +254,9 @@ impl SqliteLedger {
             ));
         }
         if options.max_batch == 0 {
-            return Err(LedgerError::Config("max_batch must be at least 1".to_owned()));
+            return Err(LedgerError::Config(
+                "max_batch must be at least 1".to_owned(),
+            ));
         }
         let path = path.as_ref();
         if path.as_os_str().is_empty() {
@@ -270,7 +272,12 @@ impl SqliteLedger {
         let writer_options = base
             .clone()
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal);
+            .journal_mode(SqliteJournalMode::Wal)
+            // Group commit runs every request of a batch in its own savepoint. SQLite keeps the
+            // page images a savepoint may need to restore in a statement journal, which spills
+            // to a temporary *file* after 64 KiB: with it in memory, a batch costs memcpys, not
+            // a temp file's open, writes and close (about a quarter of the writer's CPU).
+            .pragma("temp_store", "MEMORY");
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -326,7 +333,8 @@ impl SqliteLedger {
     pub async fn in_memory() -> Result<Self, LedgerError> {
         let options = SqliteConnectOptions::from_str("sqlite::memory:")
             .map_err(|e| LedgerError::Config(e.to_string()))?
-            .foreign_keys(true);
+            .foreign_keys(true)
+            .pragma("temp_store", "MEMORY");
         // The database lives as long as its connection: never let the pool recycle it.
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
@@ -534,9 +542,7 @@ async fn run_batch(
     let mut not_run: Option<Box<dyn PendingWrite>> = None;
     let mut pending = writes.drain(..);
     for w in pending.by_ref() {
-        if savepoints
-            && let Err(e) = sqlx::query("SAVEPOINT rw_write").execute(&mut *tx).await
-        {
+        if savepoints && let Err(e) = sqlx::query("SAVEPOINT rw_write").execute(&mut *tx).await {
             broken = Some(e);
             not_run = Some(w);
             break;
@@ -625,6 +631,10 @@ fn to_json<T: serde::Serialize>(what: &str, v: &T) -> Result<String, LedgerError
 // clauses of the partial indexes verbatim: SQLite only uses a partial index when the query
 // contains its condition as a term.
 
+/// Inserts a new operation and, only if the row was inserted (`changes() = 1` after the
+/// `ON CONFLICT DO NOTHING`), its `created` entry; the entry's id comes back as the one row.
+/// One round trip to the connection's thread instead of two. Parameters ?15..?22 are the
+/// evidence columns after tenant and operation id (see [`EvidenceColumns::bind`]).
 const INSERT_OPERATION: &str = "
 INSERT INTO rw_operations (
     tenant, operation_id, action, intent_ref, idempotency_key, payload_hash,
@@ -634,14 +644,20 @@ INSERT INTO rw_operations (
     created_ms, updated_ms
 ) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
           'PREPARED', 0, 0, 0, 0, 0, ?14, ?14)
-ON CONFLICT DO NOTHING
-RETURNING *";
+ON CONFLICT DO NOTHING;
+INSERT INTO rw_evidence (
+    tenant, operation_id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
+) SELECT ?1, ?2, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22 WHERE changes() = 1
+RETURNING id";
 
 const SELECT_BY_ID: &str = "SELECT * FROM rw_operations WHERE tenant = ?1 AND operation_id = ?2";
 
 const SELECT_BY_INTENT: &str =
     "SELECT * FROM rw_operations WHERE tenant = ?1 AND action = ?2 AND intent_ref = ?3";
 
+/// The compare-and-swap, and in the same round trip its evidence entry, inserted only if the
+/// row changed (`changes() = 1` after the `UPDATE`). Parameters ?24..?31 are the evidence
+/// columns after tenant and operation id (see [`EvidenceColumns::bind`]).
 const APPLY: &str = "
 UPDATE rw_operations SET
     state = ?1,
@@ -664,7 +680,10 @@ UPDATE rw_operations SET
 WHERE tenant = ?18 AND operation_id = ?19
   AND state = ?20 AND generation = ?21 AND version = ?22
   AND NOT (?1 = 'REJECTED' AND may_have_applied = 1 AND ?23 = 0)
-RETURNING *";
+RETURNING *;
+INSERT INTO rw_evidence (
+    tenant, operation_id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
+) SELECT ?18, ?19, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31 WHERE changes() = 1";
 
 const CLAIM_DUE: &str = "
 UPDATE rw_operations SET
@@ -740,6 +759,22 @@ impl EvidenceColumns {
         })
     }
 
+    /// Binds the columns after tenant and operation id, in table order (eight parameters).
+    fn bind(
+        self,
+        query: sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    ) -> sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+        query
+            .bind(self.attempt_id)
+            .bind(self.generation)
+            .bind(self.kind)
+            .bind(self.from_state)
+            .bind(self.to_state)
+            .bind(self.evidence)
+            .bind(self.note)
+            .bind(self.at_ms)
+    }
+
     async fn insert(
         self,
         sql: &'static str,
@@ -773,44 +808,43 @@ impl Ledger for SqliteLedger {
             let created = EvidenceColumns::encode(store_entries::created(new.now_ms))?;
             self.write(move |conn| {
                 Box::pin(async move {
-                    let inserted = sqlx::query(INSERT_OPERATION)
-                        .bind(new.tenant.as_str())
-                        .bind(new.operation_id.as_str())
-                        .bind(new.action.as_str())
-                        .bind(new.intent_ref.as_str())
-                        .bind(new.idempotency_key.as_str())
-                        .bind(new.payload_hash.as_str())
-                        .bind(new.request.method.as_str())
-                        .bind(new.request.url.as_str())
+                    let query = sqlx::query(INSERT_OPERATION)
+                        .bind(new.tenant.as_str().to_owned())
+                        .bind(new.operation_id.as_str().to_owned())
+                        .bind(new.action.clone())
+                        .bind(new.intent_ref.clone())
+                        .bind(new.idempotency_key.as_str().to_owned())
+                        .bind(new.payload_hash.as_str().to_owned())
+                        .bind(new.request.method.clone())
+                        .bind(new.request.url.clone())
                         .bind(headers)
-                        .bind(new.request.body.as_ref())
-                        .bind(new.contract.name.as_str())
-                        .bind(new.contract.hash.as_str())
+                        .bind(new.request.body.to_vec())
+                        .bind(new.contract.name.clone())
+                        .bind(new.contract.hash.clone())
                         .bind(policy)
-                        .bind(new.now_ms)
+                        .bind(new.now_ms);
+                    let inserted = created
+                        .bind(query)
                         .fetch_all(&mut *conn)
                         .await
                         .map_err(unavailable)?;
-                    if let Some(row) = inserted.first() {
-                        let record = decode_operation(row)?;
-                        created
-                            .insert(INSERT_EVIDENCE, conn, &new.tenant, &new.operation_id)
-                            .await?;
-                        return Ok(Finish::Commit(Created::New(record)));
+                    if !inserted.is_empty() {
+                        // The row holds exactly what was bound: no need to read it back.
+                        return Ok(Finish::Commit(Created::New(new_row(new))));
                     }
                     // A conflict: the same id first, then the same intent.
                     let by_id = sqlx::query(SELECT_BY_ID)
-                        .bind(new.tenant.as_str())
-                        .bind(new.operation_id.as_str())
+                        .bind(new.tenant.as_str().to_owned())
+                        .bind(new.operation_id.as_str().to_owned())
                         .fetch_optional(&mut *conn)
                         .await
                         .map_err(unavailable)?;
                     let existing = match by_id {
                         Some(row) => Some(row),
                         None => sqlx::query(SELECT_BY_INTENT)
-                            .bind(new.tenant.as_str())
-                            .bind(new.action.as_str())
-                            .bind(new.intent_ref.as_str())
+                            .bind(new.tenant.as_str().to_owned())
+                            .bind(new.action.clone())
+                            .bind(new.intent_ref.clone())
                             .fetch_optional(&mut *conn)
                             .await
                             .map_err(unavailable)?,
@@ -881,19 +915,18 @@ impl Ledger for SqliteLedger {
                 .bind(to_i64("generation", update.expect_generation.0)?)
                 .bind(to_i64("version", update.expect_version)?)
                 .bind(i64::from(update.operation_level));
-            let evidence = EvidenceColumns::encode(update.evidence)?;
-            let (tenant, id) = (update.tenant, update.operation_id);
+            let query = EvidenceColumns::encode(update.evidence)?.bind(query);
             self.write(move |conn| {
                 Box::pin(async move {
-                    // `fetch_all`, not `fetch_optional`: the statement runs to completion, so
+                    // `fetch_all`, not `fetch_optional`: both statements run to completion, so
                     // nothing is left in progress when the transaction commits.
                     let rows = query.fetch_all(&mut *conn).await.map_err(unavailable)?;
                     let Some(row) = rows.first() else {
                         return Ok(Finish::Rollback(None));
                     };
-                    let record = decode_operation(row)?;
-                    evidence.insert(INSERT_EVIDENCE, conn, &tenant, &id).await?;
-                    Ok(Finish::Commit(Some(record)))
+                    // A row that cannot be decoded fails this request: its update and evidence
+                    // are undone (its savepoint, or the whole transaction if it runs alone).
+                    Ok(Finish::Commit(Some(decode_operation(row)?)))
                 })
             })
             .await
@@ -1002,6 +1035,37 @@ impl Ledger for SqliteLedger {
 }
 
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
+
+/// The row [`INSERT_OPERATION`] just inserted for `new`.
+fn new_row(new: NewOperation) -> OperationRecord {
+    OperationRecord {
+        tenant: new.tenant,
+        operation_id: new.operation_id,
+        action: new.action,
+        intent_ref: new.intent_ref,
+        idempotency_key: new.idempotency_key,
+        payload_hash: new.payload_hash,
+        request: new.request,
+        contract: new.contract,
+        policy: new.policy,
+        state: State::Prepared,
+        last_result: None,
+        generation: Generation(0),
+        version: 0,
+        attempts_used: 0,
+        queries_used: 0,
+        may_have_applied: false,
+        current_attempt: None,
+        lease_until_ms: None,
+        next_check_ms: None,
+        deadline_ms: None,
+        remote_ref: None,
+        reason: None,
+        response: None,
+        created_ms: new.now_ms,
+        updated_ms: new.now_ms,
+    }
+}
 
 /// Decodes rows returned with `rowid AS rw_rowid`, each with its rowid (creation order).
 fn decode_with_rowid(rows: &[SqliteRow]) -> Result<Vec<(i64, OperationRecord)>, LedgerError> {
@@ -1216,6 +1280,12 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(fk, 1);
+        // 2 = MEMORY: savepoint journals never spill to a temporary file.
+        let temp_store: i64 = sqlx::query_scalar("PRAGMA temp_store")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(temp_store, 2);
         let reader_sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
             .fetch_one(&ledger.reader)
             .await
@@ -1318,11 +1388,19 @@ mod tests {
         assert!(matches!(b, Err(LedgerError::Unavailable(_))), "{b:?}");
         assert_eq!(ledger.commits() - commits, 1);
         assert_eq!(
-            count(&ledger, "SELECT COUNT(*) FROM rw_operations WHERE operation_id IN ('op-a', 'op-c')").await,
+            count(
+                &ledger,
+                "SELECT COUNT(*) FROM rw_operations WHERE operation_id IN ('op-a', 'op-c')"
+            )
+            .await,
             2
         );
         assert_eq!(
-            count(&ledger, "SELECT COUNT(*) FROM rw_operations WHERE operation_id = 'op-half'").await,
+            count(
+                &ledger,
+                "SELECT COUNT(*) FROM rw_operations WHERE operation_id = 'op-half'"
+            )
+            .await,
             0
         );
     }
@@ -1358,11 +1436,17 @@ mod tests {
             );
         }
         assert_eq!(ledger.commits(), commits);
-        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_operations").await, 0);
+        assert_eq!(
+            count(&ledger, "SELECT COUNT(*) FROM rw_operations").await,
+            0
+        );
         assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 0);
         // The ledger keeps working afterwards.
         ledger.write(insert_row("op-after")).await.unwrap();
-        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_operations").await, 1);
+        assert_eq!(
+            count(&ledger, "SELECT COUNT(*) FROM rw_operations").await,
+            1
+        );
     }
 
     #[tokio::test(flavor = "current_thread")]
