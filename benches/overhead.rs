@@ -15,12 +15,17 @@
 //! cargo bench --bench overhead
 //! ```
 //!
-//! After criterion's own report, a table prints for each configuration the median time per
-//! request (median over criterion's samples of the mean time per request in the sample), its
-//! throughput relative to `bare` at the same concurrency, and for SQLite the mean number of
-//! ledger writes per commit. Then the median per-request latency at concurrency 1 (every request
-//! timed on its own) and the latency each layer adds to `bare`, and which targets of issue #6 are
-//! met. Every figure comes from this one run; compare ratios, not absolute numbers across runs.
+//! Two phases, one run:
+//! 1. criterion measures each configuration in turn (15 samples, 3 s) and prints its report;
+//! 2. the ratio table: on a shared machine load comes and goes over seconds, so configurations
+//!    measured one after the other are not side by side. Ten rounds each run every
+//!    configuration for about 250 ms (sized from phase 1), in an order rotated per round. The
+//!    table gives the median time per request, the median of the per-round throughput ratios to
+//!    `bare` (and their range), for SQLite the ledger writes per commit; then the median latency
+//!    of single requests at concurrency 1 and what each layer adds to `bare` (median of the
+//!    per-round differences); then which targets of issue #6 are met.
+//!
+//! Compare ratios from one run, not absolute numbers across runs.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -47,11 +52,8 @@ use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 type Svc = BoxCloneService<Request<Full<Bytes>>, u16, BoxError>;
 
-/// Mean ns per request of every sample, keyed by (concurrency, configuration).
+/// Mean ns per request of every criterion sample, keyed by (concurrency, configuration).
 static SAMPLES: Mutex<BTreeMap<(usize, &'static str), Vec<f64>>> = Mutex::new(BTreeMap::new());
-
-/// Latency of every single request at concurrency 1 (ns), keyed by configuration.
-static LATENCIES: Mutex<BTreeMap<&'static str, Vec<f64>>> = Mutex::new(BTreeMap::new());
 
 async fn serve(listener: TcpListener) {
     loop {
@@ -188,8 +190,22 @@ struct Config {
     sqlite: Option<SqliteLedger>,
 }
 
-/// Ledger writes per commit of each (concurrency, configuration) measured on SQLite.
-type Batching = BTreeMap<(usize, &'static str), f64>;
+/// Rounds of the interleaved phase.
+const ROUNDS: usize = 10;
+/// Target duration of one configuration's turn in a round.
+const TURN: Duration = Duration::from_millis(250);
+
+/// What one round measured for one (concurrency, configuration).
+#[derive(Default)]
+struct Turns {
+    /// Mean ns per request, per round.
+    per_request: Vec<f64>,
+    /// Median of every request's own latency (ns), per round; concurrency 1 only.
+    latency: Vec<f64>,
+    /// Ledger writes and commits over all rounds (SQLite only).
+    writes: u64,
+    commits: u64,
+}
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -231,35 +247,20 @@ fn main() {
         },
     ];
 
-    let mut batching = Batching::new();
+    // Phase 1: criterion's own measurement and report, one configuration after the other.
     let mut c = Criterion::default()
         .sample_size(15)
         .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
+        .measurement_time(Duration::from_secs(3))
         .configure_from_args();
     for concurrency in [1usize, 64] {
         let mut group = c.benchmark_group(format!("post/concurrency_{concurrency}"));
         group.throughput(Throughput::Elements(1));
         for config in &configs {
             let name = config.name;
-            let counters = |l: &SqliteLedger| (l.commits(), l.committed_writes());
-            let before = config.sqlite.as_ref().map(counters);
             group.bench_function(name, |b| {
                 b.iter_custom(|iters| {
-                    let mut latencies = Vec::new();
-                    let elapsed = rt.block_on(drive(
-                        &config.svc,
-                        addr,
-                        iters,
-                        concurrency,
-                        Some(&mut latencies),
-                    ));
-                    LATENCIES
-                        .lock()
-                        .expect("latencies")
-                        .entry(name)
-                        .or_default()
-                        .extend(latencies);
+                    let elapsed = rt.block_on(drive(&config.svc, addr, iters, concurrency, None));
                     SAMPLES
                         .lock()
                         .expect("samples")
@@ -269,108 +270,157 @@ fn main() {
                     elapsed
                 })
             });
-            if let (Some(l), Some((commits, writes))) = (&config.sqlite, before) {
-                let (c1, w1) = counters(l);
-                if c1 > commits {
-                    batching.insert(
-                        (concurrency, name),
-                        (w1 - writes) as f64 / (c1 - commits) as f64,
-                    );
-                }
-            }
         }
         group.finish();
     }
     c.final_summary();
-    report(&configs, &batching);
+
+    // Phase 2: the ratio table. On a shared machine, load comes and goes over seconds, so
+    // configurations measured one after the other are not side by side. Every round runs each
+    // configuration for about TURN, in an order rotated per round; ratios are taken within a
+    // round and their median reported.
+    let mut calibrated = BTreeMap::new();
+    for ((concurrency, name), v) in SAMPLES.lock().expect("samples").iter_mut() {
+        calibrated.insert((*concurrency, *name), median(v));
+    }
+    if calibrated.is_empty() {
+        return; // criterion ran nothing (a filter, --list, --test)
+    }
+    let mut turns: BTreeMap<(usize, &'static str), Turns> = BTreeMap::new();
+    for round in 0..ROUNDS {
+        for concurrency in [1usize, 64] {
+            for k in 0..configs.len() {
+                let config = &configs[(k + round) % configs.len()];
+                let Some(ns) = calibrated.get(&(concurrency, config.name)) else {
+                    continue;
+                };
+                let n = ((TURN.as_nanos() as f64 / ns) as u64).max(20);
+                let before = config
+                    .sqlite
+                    .as_ref()
+                    .map(|l| (l.commits(), l.committed_writes()));
+                let mut latencies = Vec::with_capacity(n as usize);
+                let elapsed = rt.block_on(drive(
+                    &config.svc,
+                    addr,
+                    n,
+                    concurrency,
+                    Some(&mut latencies),
+                ));
+                let t = turns.entry((concurrency, config.name)).or_default();
+                t.per_request.push(elapsed.as_nanos() as f64 / n as f64);
+                if !latencies.is_empty() {
+                    t.latency.push(median(&mut latencies));
+                }
+                if let (Some(l), Some((c0, w0))) = (&config.sqlite, before) {
+                    t.commits += l.commits() - c0;
+                    t.writes += l.committed_writes() - w0;
+                }
+            }
+        }
+    }
+    report(&configs, &turns);
 }
 
-fn report(configs: &[Config], batching: &Batching) {
-    let mut samples = SAMPLES.lock().expect("samples");
-    if samples.is_empty() {
-        return;
-    }
+/// Median over rounds of `f(round)`, for rounds where it is defined.
+fn median_over(rounds: usize, f: impl Fn(usize) -> Option<f64>) -> Option<f64> {
+    let mut v: Vec<f64> = (0..rounds).filter_map(f).collect();
+    (!v.is_empty()).then(|| median(&mut v))
+}
+
+fn report(configs: &[Config], turns: &BTreeMap<(usize, &'static str), Turns>) {
     println!(
-        "\nrecoverable-write overhead (median time per request; throughput relative to bare; one run)"
+        "\nrecoverable-write overhead: {ROUNDS} interleaved rounds, ~{} ms per configuration per round",
+        TURN.as_millis()
     );
     println!(
-        "{:<12} {:<26} {:>12} {:>10} {:>9} {:>14}",
-        "concurrency", "configuration", "us/request", "req/s", "vs bare", "writes/commit"
+        "(us/request: median over rounds; vs bare: median of the per-round throughput ratios)"
     );
-    let mut ratio = BTreeMap::new();
+    println!(
+        "{:<12} {:<26} {:>11} {:>9} {:>9} {:>15} {:>14}",
+        "concurrency", "configuration", "us/request", "req/s", "vs bare", "range", "writes/commit"
+    );
+    let mut ratios = BTreeMap::new();
     for concurrency in [1usize, 64] {
-        let Some(mut base) = samples.get_mut(&(concurrency, "bare")).map(|v| v.clone()) else {
+        let Some(bare) = turns.get(&(concurrency, "bare")) else {
             continue;
         };
-        let base = median(&mut base);
         for config in configs {
-            let Some(v) = samples.get_mut(&(concurrency, config.name)) else {
+            let Some(t) = turns.get(&(concurrency, config.name)) else {
                 continue;
             };
-            let m = median(v);
-            ratio.insert((concurrency, config.name), base / m);
-            let per_commit = batching
-                .get(&(concurrency, config.name))
-                .map_or_else(String::new, |w| format!("{w:.1}"));
+            let rounds = t.per_request.len().min(bare.per_request.len());
+            let mut per_round: Vec<f64> = (0..rounds)
+                .map(|r| bare.per_request[r] / t.per_request[r])
+                .collect();
+            let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = per_round.iter().copied().fold(0.0, f64::max);
+            let ratio = median(&mut per_round);
+            ratios.insert((concurrency, config.name), ratio);
+            let m = median(&mut t.per_request.clone());
+            let per_commit = if t.commits > 0 {
+                format!("{:.1}", t.writes as f64 / t.commits as f64)
+            } else {
+                String::new()
+            };
             println!(
-                "{:<12} {:<26} {:>12.1} {:>10.0} {:>8.1}% {:>14}",
+                "{:<12} {:<26} {:>11.1} {:>9.0} {:>8.1}% {:>15} {:>14}",
                 concurrency,
                 config.name,
                 m / 1000.0,
                 1e9 / m,
-                100.0 * base / m,
+                100.0 * ratio,
+                format!("{:.0}-{:.0}%", 100.0 * lo, 100.0 * hi),
                 per_commit
             );
         }
         println!(
-            "{:<12} {:<26} {:>12} {:>10} {:>9} {:>14}",
-            concurrency, "reqwest (+layer)", "n/a", "n/a", "n/a", "(no reqwest adapter yet)"
+            "{:<12} {:<26} {:>11} {:>9} {:>9} {:>15} {:>14}",
+            concurrency, "reqwest (+layer)", "n/a", "n/a", "n/a", "", "no adapter yet"
         );
     }
 
-    let mut latencies = LATENCIES.lock().expect("latencies");
-    let mut medians = BTreeMap::new();
-    for config in configs {
-        if let Some(v) = latencies.get_mut(config.name).filter(|v| !v.is_empty()) {
-            medians.insert(config.name, (median(v), v.len()));
-        }
-    }
-    if let Some(&(bare, _)) = medians.get("bare") {
-        println!("\nlatency at concurrency 1 (median of every request's own latency)");
+    let mut added = BTreeMap::new();
+    if let Some(bare) = turns.get(&(1, "bare")) {
+        println!("\nlatency at concurrency 1 (median of every request's own latency, per round)");
         println!(
-            "{:<26} {:>10} {:>12} {:>10}",
-            "configuration", "requests", "median us", "added us"
+            "{:<26} {:>12} {:>22}",
+            "configuration", "median us", "added us (vs bare)"
         );
         for config in configs {
-            if let Some(&(m, n)) = medians.get(config.name) {
-                println!(
-                    "{:<26} {:>10} {:>12.1} {:>10.1}",
-                    config.name,
-                    n,
-                    m / 1000.0,
-                    (m - bare) / 1000.0
-                );
-            }
+            let Some(t) = turns.get(&(1, config.name)) else {
+                continue;
+            };
+            let m = median(&mut t.latency.clone());
+            let rounds = t.latency.len().min(bare.latency.len());
+            let add = median_over(rounds, |r| Some(t.latency[r] - bare.latency[r])).unwrap_or(0.0);
+            added.insert(config.name, add);
+            println!(
+                "{:<26} {:>12.1} {:>22.1}",
+                config.name,
+                m / 1000.0,
+                add / 1000.0
+            );
         }
     }
 
     println!("\ntargets (issue #6)");
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
-    if let Some(r) = ratio.get(&(64, "layer_memory")) {
+    if let Some(r) = ratios.get(&(64, "layer_memory")) {
         println!(
             "  layer_memory throughput at concurrency 64 >= 95% of bare: {:.1}% -> {}",
             100.0 * r,
             verdict(*r >= 0.95)
         );
     }
-    if let (Some(&(b, _)), Some(&(m, _))) = (medians.get("bare"), medians.get("layer_memory")) {
-        let added = (m - b) / 1000.0;
+    if let Some(a) = added.get("layer_memory") {
         println!(
-            "  layer_memory added median latency at concurrency 1 < 20 us: {added:.1} us -> {}",
-            verdict(added < 20.0)
+            "  layer_memory added median latency at concurrency 1 < 20 us: {:.1} us -> {}",
+            a / 1000.0,
+            verdict(*a < 20_000.0)
         );
     }
-    if let Some(r) = ratio.get(&(64, "layer_sqlite_full")) {
+    if let Some(r) = ratios.get(&(64, "layer_sqlite_full")) {
         println!(
             "  layer_sqlite_full throughput at concurrency 64 >= 50% of bare: {:.1}% -> {}",
             100.0 * r,
