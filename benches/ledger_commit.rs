@@ -20,10 +20,12 @@
 //!   (default) and off (`max_batch(1)`), and with group commit but `synchronous=OFF` (no fsync:
 //!   what the statements alone cost, the CPU ceiling of the write path).
 //!
-//! A table after criterion's report gives the median time per operation, and writes per commit.
+//! After criterion's report (each case measured in turn), the table comes from 12 interleaved
+//! rounds that run every case of a group for about 250 ms in rotated order (see
+//! `benches/overhead.rs` for why): the median time per operation, the median of the per-round
+//! ratios to the group's first case, and writes per commit.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -34,9 +36,6 @@ use recoverable_write::ledger::{
 };
 use recoverable_write::state::{Clock, Event, State, transition};
 use recoverable_write::{AttemptId, Generation, SqliteLedger};
-
-/// Mean ns per operation of every sample, and the writes/commit seen, keyed by benchmark.
-static SAMPLES: Mutex<BTreeMap<String, Vec<f64>>> = Mutex::new(BTreeMap::new());
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -152,22 +151,91 @@ async fn lifecycle(ledger: &SqliteLedger) {
     claimed(ledger.apply(update_of(&r, done, "attempt_result")).await);
 }
 
-fn record(name: &str, per_op_ns: f64) {
-    SAMPLES
-        .lock()
-        .expect("samples")
-        .entry(name.to_owned())
-        .or_default()
-        .push(per_op_ns);
-}
-
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
 
+/// What one benchmark does per iteration.
+#[derive(Clone, Copy)]
+enum Work {
+    CreateThenClaim,
+    CreateAndClaimOneCommit,
+    CreateOnly,
+    /// The three writes of a request, from this many tasks at once.
+    Lifecycle(u64),
+}
+
+/// One benchmark: its name, its comparison group, the ledger and the runtime it runs on.
+struct Case<'a> {
+    group: &'static str,
+    name: &'static str,
+    work: Work,
+    ledger: &'a SqliteLedger,
+    rt: &'a tokio::runtime::Runtime,
+}
+
+impl Case<'_> {
+    /// Runs `iters` operations; returns the elapsed time.
+    fn run(&self, iters: u64) -> Duration {
+        let ledger = self.ledger.clone();
+        let work = self.work;
+        self.rt.block_on(async move {
+            let start = Instant::now();
+            match work {
+                Work::CreateThenClaim => {
+                    for _ in 0..iters {
+                        create_then_claim(&ledger).await;
+                    }
+                }
+                Work::CreateAndClaimOneCommit => {
+                    for _ in 0..iters {
+                        create_and_claim_one_commit(&ledger).await;
+                    }
+                }
+                Work::CreateOnly => {
+                    for _ in 0..iters {
+                        new_row(
+                            ledger
+                                .create_or_get(fresh_operation())
+                                .await
+                                .expect("create"),
+                        );
+                    }
+                }
+                Work::Lifecycle(concurrency) => {
+                    let next = std::sync::Arc::new(AtomicU64::new(0));
+                    let mut tasks = tokio::task::JoinSet::new();
+                    for _ in 0..concurrency {
+                        let (ledger, next) = (ledger.clone(), next.clone());
+                        tasks.spawn(async move {
+                            while next.fetch_add(1, Ordering::Relaxed) < iters {
+                                lifecycle(&ledger).await;
+                            }
+                        });
+                    }
+                    while let Some(done) = tasks.join_next().await {
+                        done.expect("worker");
+                    }
+                }
+            }
+            start.elapsed()
+        })
+    }
+
+    fn id(&self) -> String {
+        format!("{}/{}", self.group, self.name)
+    }
+}
+
+/// Rounds of the interleaved phase, and the target duration of one case's turn in a round.
+const ROUNDS: usize = 12;
+const TURN: Duration = Duration::from_millis(250);
+
 fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
+    // First sends run on a current-thread runtime: both requests of the one-commit case are
+    // always queued before the writer task runs.
     let current = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -181,165 +249,169 @@ fn main() {
         rt.block_on(SqliteLedger::open_with(dir.path().join(file), options))
             .expect("open ledger")
     };
+    let first = open(&current, "first_send.db", SqliteLedgerOptions::new());
+    let group_commit = open(&multi, "lifecycle.db", SqliteLedgerOptions::new());
+    let batch1 = open(
+        &multi,
+        "lifecycle_batch1.db",
+        SqliteLedgerOptions::new().max_batch(1),
+    );
+    // No fsync at all: what the statements alone cost (the CPU ceiling of the write path).
+    let sync_off = open(
+        &multi,
+        "lifecycle_off.db",
+        SqliteLedgerOptions::new().synchronous(Synchronous::Off),
+    );
 
+    let mut cases = vec![
+        Case {
+            group: "first_send",
+            name: "create_then_claim",
+            work: Work::CreateThenClaim,
+            ledger: &first,
+            rt: &current,
+        },
+        Case {
+            group: "first_send",
+            name: "create_and_claim_one_commit",
+            work: Work::CreateAndClaimOneCommit,
+            ledger: &first,
+            rt: &current,
+        },
+        Case {
+            group: "first_send",
+            name: "create_only",
+            work: Work::CreateOnly,
+            ledger: &first,
+            rt: &current,
+        },
+    ];
+    for (group, concurrency) in [
+        ("lifecycle/concurrency_1", 1),
+        ("lifecycle/concurrency_64", 64),
+    ] {
+        for (name, ledger) in [
+            ("batch1", &batch1),
+            ("group_commit", &group_commit),
+            ("group_commit_sync_off", &sync_off),
+        ] {
+            cases.push(Case {
+                group,
+                name,
+                work: Work::Lifecycle(concurrency),
+                ledger,
+                rt: &multi,
+            });
+        }
+    }
+
+    // Phase 1: criterion, one case after the other.
     let mut c = Criterion::default()
         .sample_size(15)
         .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
+        .measurement_time(Duration::from_secs(3))
         .configure_from_args();
-    let mut per_commit: BTreeMap<String, f64> = BTreeMap::new();
-
-    // ── first send: two commits or one ──
-    let first = open(&current, "first_send.db", SqliteLedgerOptions::new());
-    {
-        let mut group = c.benchmark_group("first_send");
-        let cases: [(&str, u8); 3] = [
-            ("create_then_claim", 0),
-            ("create_and_claim_one_commit", 1),
-            ("create_only", 2),
-        ];
-        for (name, case) in cases {
-            let (c0, w0) = (first.commits(), first.committed_writes());
-            group.bench_function(name, |b| {
-                b.iter_custom(|iters| {
-                    let elapsed = current.block_on(async {
-                        let start = Instant::now();
-                        for _ in 0..iters {
-                            match case {
-                                0 => create_then_claim(&first).await,
-                                1 => create_and_claim_one_commit(&first).await,
-                                _ => {
-                                    new_row(
-                                        first
-                                            .create_or_get(fresh_operation())
-                                            .await
-                                            .expect("create"),
-                                    );
-                                }
-                            }
-                        }
-                        start.elapsed()
-                    });
-                    record(
-                        &format!("first_send/{name}"),
-                        elapsed.as_nanos() as f64 / iters.max(1) as f64,
-                    );
-                    elapsed
-                })
-            });
-            let (c1, w1) = (first.commits(), first.committed_writes());
-            per_commit.insert(
-                format!("first_send/{name}"),
-                (w1 - w0) as f64 / (c1 - c0).max(1) as f64,
-            );
-        }
+    let mut calibrated: BTreeMap<String, f64> = BTreeMap::new();
+    for case in &cases {
+        let mut group = c.benchmark_group(case.group);
+        let mut samples = Vec::new();
+        group.bench_function(case.name, |b| {
+            b.iter_custom(|iters| {
+                let elapsed = case.run(iters);
+                samples.push(elapsed.as_nanos() as f64 / iters.max(1) as f64);
+                elapsed
+            })
+        });
         group.finish();
-    }
-
-    // ── the three writes of a request, 1 or 64 at a time, batched or not ──
-    let ledgers = [
-        (
-            "group_commit",
-            open(&multi, "lifecycle.db", SqliteLedgerOptions::new()),
-        ),
-        (
-            "batch1",
-            open(
-                &multi,
-                "lifecycle_batch1.db",
-                SqliteLedgerOptions::new().max_batch(1),
-            ),
-        ),
-        // No fsync at all: what the statements alone cost (the CPU ceiling).
-        (
-            "group_commit_sync_off",
-            open(
-                &multi,
-                "lifecycle_off.db",
-                SqliteLedgerOptions::new().synchronous(Synchronous::Off),
-            ),
-        ),
-    ];
-    for concurrency in [1_u64, 64] {
-        let mut group = c.benchmark_group(format!("lifecycle/concurrency_{concurrency}"));
-        for (name, ledger) in &ledgers {
-            let (c0, w0) = (ledger.commits(), ledger.committed_writes());
-            group.bench_function(*name, |b| {
-                b.iter_custom(|iters| {
-                    let elapsed = multi.block_on(async {
-                        let next = std::sync::Arc::new(AtomicU64::new(0));
-                        let start = Instant::now();
-                        let mut tasks = tokio::task::JoinSet::new();
-                        for _ in 0..concurrency {
-                            let (ledger, next) = (ledger.clone(), next.clone());
-                            tasks.spawn(async move {
-                                while next.fetch_add(1, Ordering::Relaxed) < iters {
-                                    lifecycle(&ledger).await;
-                                }
-                            });
-                        }
-                        while let Some(done) = tasks.join_next().await {
-                            done.expect("worker");
-                        }
-                        start.elapsed()
-                    });
-                    record(
-                        &format!("lifecycle/concurrency_{concurrency}/{name}"),
-                        elapsed.as_nanos() as f64 / iters.max(1) as f64,
-                    );
-                    elapsed
-                })
-            });
-            let (c1, w1) = (ledger.commits(), ledger.committed_writes());
-            per_commit.insert(
-                format!("lifecycle/concurrency_{concurrency}/{name}"),
-                (w1 - w0) as f64 / (c1 - c0).max(1) as f64,
-            );
+        if !samples.is_empty() {
+            calibrated.insert(case.id(), median(&mut samples));
         }
-        group.finish();
     }
     c.final_summary();
+    if calibrated.is_empty() {
+        return; // criterion ran nothing (a filter, --list, --test)
+    }
 
-    let mut samples = SAMPLES.lock().expect("samples");
-    if samples.is_empty() {
-        return;
+    // Phase 2: the table, from interleaved rounds (see benches/overhead.rs for why).
+    cases.retain(|case| calibrated.contains_key(&case.id()));
+    let mut per_op: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut counts: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let groups: Vec<&str> = {
+        let mut g: Vec<&str> = cases.iter().map(|c| c.group).collect();
+        g.dedup();
+        g
+    };
+    for round in 0..ROUNDS {
+        for group in &groups {
+            let members: Vec<&Case> = cases.iter().filter(|c| c.group == *group).collect();
+            for k in 0..members.len() {
+                let case = members[(k + round) % members.len()];
+                let n = ((TURN.as_nanos() as f64 / calibrated[&case.id()]) as u64).max(10);
+                let (c0, w0) = (case.ledger.commits(), case.ledger.committed_writes());
+                let elapsed = case.run(n);
+                per_op
+                    .entry(case.id())
+                    .or_default()
+                    .push(elapsed.as_nanos() as f64 / n as f64);
+                let e = counts.entry(case.id()).or_default();
+                e.0 += case.ledger.commits() - c0;
+                e.1 += case.ledger.committed_writes() - w0;
+            }
+        }
     }
-    println!("\nSQLite ledger, synchronous=FULL (median time per operation; one run)");
+
     println!(
-        "{:<52} {:>12} {:>10} {:>14}",
-        "benchmark", "us/op", "ops/s", "writes/commit"
+        "\nSQLite ledger alone: {ROUNDS} interleaved rounds, ~{} ms per case per round",
+        TURN.as_millis()
     );
-    let mut medians = BTreeMap::new();
-    for (name, v) in samples.iter_mut() {
-        let m = median(v);
-        medians.insert(name.clone(), m);
-        println!(
-            "{:<52} {:>12.1} {:>10.0} {:>14.1}",
-            name,
-            m / 1000.0,
-            1e9 / m,
-            per_commit.get(name).copied().unwrap_or(f64::NAN)
-        );
+    println!(
+        "(us/op: median over rounds; vs first: median of per-round ratios of time per op to the \
+         group's first case)"
+    );
+    println!(
+        "{:<26} {:<28} {:>10} {:>9} {:>9} {:>14}",
+        "group", "case", "us/op", "ops/s", "vs first", "writes/commit"
+    );
+    let mut ratio = BTreeMap::new();
+    for group in &groups {
+        let members: Vec<&Case> = cases.iter().filter(|c| c.group == *group).collect();
+        let base = &per_op[&members[0].id()];
+        for case in members {
+            let v = &per_op[&case.id()];
+            let mut r: Vec<f64> = v.iter().zip(base).map(|(t, b)| t / b).collect();
+            let r = median(&mut r);
+            ratio.insert(case.id(), r);
+            let m = median(&mut v.clone());
+            let (commits, writes) = counts[&case.id()];
+            println!(
+                "{:<26} {:<28} {:>10.1} {:>9.0} {:>8.2}x {:>14.1}",
+                group,
+                case.name,
+                m / 1000.0,
+                1e9 / m,
+                r,
+                writes as f64 / commits.max(1) as f64
+            );
+        }
     }
-    if let (Some(two), Some(one)) = (
-        medians.get("first_send/create_then_claim"),
-        medians.get("first_send/create_and_claim_one_commit"),
+    if let (Some(one), Some(alone)) = (
+        ratio.get("first_send/create_and_claim_one_commit"),
+        ratio.get("first_send/create_only"),
     ) {
         println!(
-            "create + claim in one commit at concurrency 1: saves {:.1} us of {:.1} us ({:.0}%) before the first byte leaves",
-            (two - one) / 1000.0,
-            two / 1000.0,
-            100.0 * (two - one) / two
+            "first send at concurrency 1: create + claim queued into one commit take {:.0}% of the \
+             time of two commits; a single create (one commit, the floor for a combined \
+             create_and_claim method) takes {:.0}%",
+            100.0 * one,
+            100.0 * alone
         );
     }
     for concurrency in [1, 64] {
-        if let (Some(gc), Some(b1)) = (
-            medians.get(&format!("lifecycle/concurrency_{concurrency}/group_commit")),
-            medians.get(&format!("lifecycle/concurrency_{concurrency}/batch1")),
-        ) {
+        let group = format!("lifecycle/concurrency_{concurrency}");
+        if let Some(gc) = ratio.get(&format!("{group}/group_commit")) {
             println!(
                 "group commit at concurrency {concurrency}: {:.2}x the throughput of one commit per write",
-                b1 / gc
+                1.0 / gc
             );
         }
     }
