@@ -1,0 +1,677 @@
+//! Cost growth (issue #6): the recoverer's due-work scan and the sweeper as finished operations
+//! pile up, and the memory an operation costs while it is in flight.
+//!
+//! ```text
+//! cargo bench --bench recovery_scan
+//! ```
+//!
+//! # Scans: 1,000 vs 1,000,000 terminal rows
+//!
+//! Two SQLite ledger files are filled with 1,000 and 1,000,000 finished operations
+//! (`SUCCEEDED`, one in ten `REJECTED`; realistic column sizes, no evidence rows: the scans never
+//! read the evidence table) by one `INSERT ... SELECT` over a recursive CTE in one transaction.
+//! Setup takes about 10-30 s for the large file on a 2-core machine (printed). Each file also
+//! holds 10 `UNKNOWN` rows (the due work) and 10 rows the sweep benchmark puts back in flight
+//! before every timed call.
+//!
+//! - `claim_due/nothing_due`: `claim_due` when nothing is due (the recoverer's idle poll);
+//! - `claim_due/10_due`: `claim_due(limit 10)` claiming the same 10 rows every time (each call
+//!   moves the clock past the previous call's lease);
+//! - `sweep_expired/nothing_expired`: the sweeper with nothing in flight;
+//! - `sweep_expired/10_expired`: the sweeper moving 10 expired in-flight rows to `UNKNOWN` (the
+//!   rows are put back in flight through the ledger, untimed, before every call).
+//!
+//! The ledgers run with `synchronous=OFF` here: a commit's fsync (milliseconds, and very noisy on
+//! a shared disk) would swamp the query costs this benchmark is about. The table prints each
+//! time at both sizes and the ratio, against the target "flat within 2x".
+//!
+//! # Memory per in-flight operation
+//!
+//! A counting global allocator (this binary only) tracks live heap bytes. A TCP server that
+//! reads each request and never answers holds N requests in flight; the live bytes they add,
+//! divided by N, is the memory per in-flight operation. Measured for the bare hyper-util client
+//! (the floor: a connection, its buffers, the task), and for the layer over SQLite and over
+//! memory; "added by the layer" is the difference to bare. Bodies are 36-byte static slices
+//! the layer does not copy, so the figure is in effect "excluding the body". SQLite's own memory
+//! (page cache, allocated by SQLite's allocator, bounded, not per operation) is not counted;
+//! MemoryLedger keeps every row in the process by design, so its figure includes the row.
+//!
+//! # Allocations per request
+//!
+//! With the same allocator: heap allocations and bytes allocated per completed request at
+//! concurrency 1, bare client vs layer over memory vs layer over SQLite, against a server that
+//! answers `201 {"id":"W1"}`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::Criterion;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use recoverable_write::ledger::conformance::{keep, update_of};
+use recoverable_write::ledger::{Changes, Ledger, SqliteLedgerOptions, Synchronous};
+use recoverable_write::{
+    BudgetPolicy, MemoryLedger, OperationId, RecoverableWriteLayer, SendOnceGuardLayer,
+    SqliteLedger, State, Tenant,
+};
+use sqlx::Connection;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+use tower::util::BoxCloneService;
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+
+// ── counting allocator ──────────────────────────────────────────────────────────────────────────
+
+/// The system allocator, counting live bytes, allocations and bytes allocated.
+struct Counting;
+
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the counters
+// are plain atomics and never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            counted_alloc(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            counted_alloc(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as is.
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            LIVE_BYTES.fetch_add(
+                new_size as isize - layout.size() as isize,
+                Ordering::Relaxed,
+            );
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            ALLOCATED_BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+fn counted_alloc(size: usize) {
+    LIVE_BYTES.fetch_add(size as isize, Ordering::Relaxed);
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    ALLOCATED_BYTES.fetch_add(size as u64, Ordering::Relaxed);
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+// ── scans ───────────────────────────────────────────────────────────────────────────────────────
+
+const SIZES: [u64; 2] = [1_000, 1_000_000];
+/// Next check of the 10 due rows: `claim_due` at an earlier time finds nothing due.
+const DUE_AT: i64 = 1_000;
+
+/// Fills `rows` finished operations, 10 due `UNKNOWN` rows (`op-due-*`) and 10 rows the sweep
+/// benchmark uses (`op-sweep-*`, finished until it resets them).
+const FILL: &str = "
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+INSERT INTO rw_operations (
+    tenant, operation_id, action, intent_ref, idempotency_key, payload_hash,
+    request_method, request_url, request_headers, request_body,
+    contract_name, contract_hash, budget_policy,
+    state, last_result, generation, version, attempts_used, queries_used, may_have_applied,
+    current_attempt, lease_until_ms, next_check_ms, deadline_ms, remote_ref, reason,
+    response_status, response_headers, response_body, created_ms, updated_ms
+)
+SELECT 'tenant-a', printf('op-%08d', i), 'create_ticket', printf('intent-%08d', i),
+       printf('%08d-0000-4000-8000-000000000000', i),
+       printf('%064d', i),
+       'POST', 'http://vendor.test/tickets',
+       '[[\"content-type\",\"application/json\"]]',
+       CAST('{\"device_id\":\"E17\",\"priority\":\"P2\"}' AS BLOB),
+       'default', printf('%064d', 0), ?2,
+       CASE WHEN i % 10 = 0 THEN 'REJECTED' ELSE 'SUCCEEDED' END,
+       CASE WHEN i % 10 = 0 THEN 'REJECTED' ELSE 'SUCCEEDED' END,
+       1, 2, 1, 0, CASE WHEN i % 10 = 0 THEN 0 ELSE 1 END,
+       NULL, NULL, NULL, 1700000060000 + i, printf('W%d', i), NULL,
+       CASE WHEN i % 10 = 0 THEN 400 ELSE 201 END,
+       '[[\"content-type\",\"application/json\"]]', CAST('{\"id\":\"W1\"}' AS BLOB),
+       1700000000000 + i, 1700000000000 + i
+FROM n";
+
+const MAKE_DUE: &str = "
+UPDATE rw_operations SET state = 'UNKNOWN', last_result = NULL, next_check_ms = ?1,
+       lease_until_ms = NULL, operation_id = 'op-due-' || operation_id
+WHERE operation_id IN (SELECT operation_id FROM rw_operations ORDER BY rowid LIMIT 10)";
+
+const MAKE_SWEEPABLE: &str = "
+UPDATE rw_operations SET operation_id = 'op-sweep-' || operation_id
+WHERE operation_id IN (SELECT operation_id FROM rw_operations
+                       WHERE operation_id NOT LIKE 'op-due-%' ORDER BY rowid LIMIT 10)";
+
+async fn raw(path: &std::path::Path) -> SqliteConnection {
+    SqliteConnection::connect_with(
+        &SqliteConnectOptions::new()
+            .filename(path)
+            .synchronous(sqlx::sqlite::SqliteSynchronous::Off),
+    )
+    .await
+    .expect("raw connection")
+}
+
+/// A ledger file with `rows` finished operations: the ledger, the ids of the rows the sweep
+/// benchmark uses, and the setup time.
+async fn filled(dir: &std::path::Path, rows: u64) -> (SqliteLedger, Vec<OperationId>, Duration) {
+    let path = dir.join(format!("scan-{rows}.db"));
+    let start = Instant::now();
+    let options = SqliteLedgerOptions::new().synchronous(Synchronous::Off);
+    // Opening runs the migrations; the rows go in through a raw connection in one transaction.
+    SqliteLedger::open_with(&path, options.clone())
+        .await
+        .expect("create ledger")
+        .close()
+        .await;
+    let policy = serde_json::to_string(&BudgetPolicy::default()).expect("policy json");
+    let mut conn = raw(&path).await;
+    let mut tx = conn.begin().await.expect("begin");
+    sqlx::query(FILL)
+        .bind(rows as i64 + 20)
+        .bind(policy)
+        .execute(&mut *tx)
+        .await
+        .expect("fill");
+    sqlx::query(MAKE_DUE)
+        .bind(DUE_AT)
+        .execute(&mut *tx)
+        .await
+        .expect("due rows");
+    sqlx::query(MAKE_SWEEPABLE)
+        .execute(&mut *tx)
+        .await
+        .expect("sweepable rows");
+    tx.commit().await.expect("commit");
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(&mut conn)
+        .await
+        .expect("checkpoint");
+    sqlx::query("ANALYZE")
+        .execute(&mut conn)
+        .await
+        .expect("analyze");
+    let sweepable: Vec<String> = sqlx::query_scalar(
+        "SELECT operation_id FROM rw_operations WHERE operation_id LIKE 'op-sweep-%'",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("sweepable ids");
+    conn.close().await.expect("close");
+    let ledger = SqliteLedger::open_with(&path, options)
+        .await
+        .expect("open ledger");
+    let ids = sweepable.into_iter().map(OperationId::new).collect();
+    (ledger, ids, start.elapsed())
+}
+
+/// Puts the sweep benchmark's rows back in flight with an expired lease, through the ledger's
+/// own writer (another connection writing would make SQLite drop the writer's page cache, which
+/// production never does), all in one batch.
+async fn reset_sweepable(ledger: &SqliteLedger, ids: &[OperationId]) {
+    let tenant = Tenant::new("tenant-a");
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in ids {
+        let r = ledger
+            .get(&tenant, id)
+            .await
+            .expect("get")
+            .expect("sweepable row");
+        let changes = Changes {
+            lease_until_ms: Some(0),
+            next_check_ms: None,
+            ..keep(&r, State::InFlight, 0)
+        };
+        let ledger = ledger.clone();
+        tasks.spawn(async move { ledger.apply(update_of(&r, changes, "bench_reset")).await });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("reset task")
+            .expect("reset")
+            .expect("reset precondition holds");
+    }
+}
+
+/// Mean ns per call of every sample, keyed by (benchmark, rows).
+type Samples = BTreeMap<(&'static str, u64), Vec<f64>>;
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn scans(c: &mut Criterion, dir: &std::path::Path) -> Samples {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let samples = Mutex::new(Samples::new());
+    let record = |name: &'static str, rows: u64, ns: f64| {
+        samples
+            .lock()
+            .expect("samples")
+            .entry((name, rows))
+            .or_default()
+            .push(ns);
+    };
+    let mut files = Vec::new();
+    for rows in SIZES {
+        let (ledger, path, setup) = rt.block_on(filled(dir, rows));
+        println!(
+            "setup: {rows} terminal rows in {:.1} s",
+            setup.as_secs_f64()
+        );
+        files.push((rows, ledger, path));
+    }
+    let clock = AtomicU64::new(10_000);
+
+    // Each benchmark runs on both files back to back, so the pair compared shares the machine's
+    // conditions as closely as a shared machine allows.
+    let mut group = c.benchmark_group("claim_due");
+    for (rows, ledger, _) in &files {
+        group.bench_function(format!("nothing_due/{rows}"), |b| {
+            b.iter_custom(|iters| {
+                let elapsed = rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let claimed = ledger.claim_due(DUE_AT - 1, 1, 10).await.expect("claim");
+                        assert!(claimed.is_empty());
+                    }
+                    start.elapsed()
+                });
+                record("claim_due/nothing_due", *rows, per_call(elapsed, iters));
+                elapsed
+            })
+        });
+    }
+    for (rows, ledger, _) in &files {
+        group.bench_function(format!("10_due/{rows}"), |b| {
+            b.iter_custom(|iters| {
+                let elapsed = rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        // Past the previous call's 1 ms lease: the same 10 rows are due again.
+                        let now = clock.fetch_add(2, Ordering::Relaxed) as i64;
+                        let claimed = ledger.claim_due(now, 1, 10).await.expect("claim");
+                        assert_eq!(claimed.len(), 10);
+                    }
+                    start.elapsed()
+                });
+                record("claim_due/10_due", *rows, per_call(elapsed, iters));
+                elapsed
+            })
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("sweep_expired");
+    for (rows, ledger, _) in &files {
+        group.bench_function(format!("nothing_expired/{rows}"), |b| {
+            b.iter_custom(|iters| {
+                let elapsed = rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let swept = ledger.sweep_expired(1).await.expect("sweep");
+                        assert!(swept.is_empty());
+                    }
+                    start.elapsed()
+                });
+                record(
+                    "sweep_expired/nothing_expired",
+                    *rows,
+                    per_call(elapsed, iters),
+                );
+                elapsed
+            })
+        });
+    }
+    for (rows, ledger, sweepable) in &files {
+        group.bench_function(format!("10_expired/{rows}"), |b| {
+            b.iter_custom(|iters| {
+                let elapsed = rt.block_on(async {
+                    let mut timed = Duration::ZERO;
+                    for _ in 0..iters {
+                        reset_sweepable(ledger, sweepable).await;
+                        let start = Instant::now();
+                        let swept = ledger.sweep_expired(1).await.expect("sweep");
+                        timed += start.elapsed();
+                        assert_eq!(swept.len(), 10);
+                    }
+                    timed
+                });
+                record("sweep_expired/10_expired", *rows, per_call(elapsed, iters));
+                elapsed
+            })
+        });
+    }
+    group.finish();
+    samples.into_inner().expect("samples")
+}
+
+fn per_call(elapsed: Duration, iters: u64) -> f64 {
+    elapsed.as_nanos() as f64 / iters.max(1) as f64
+}
+
+// ── memory ──────────────────────────────────────────────────────────────────────────────────────
+
+type Svc = BoxCloneService<Request<Full<Bytes>>, u16, BoxError>;
+
+/// A budget whose lease outlives the measurement.
+fn patient_policy() -> BudgetPolicy {
+    BudgetPolicy {
+        attempt_timeout_ms: 120_000,
+        window_ms: 600_000,
+        ..BudgetPolicy::default()
+    }
+}
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .retry_canceled_requests(false)
+        .pool_max_idle_per_host(128)
+        .build(connector)
+}
+
+fn bare() -> Svc {
+    BoxCloneService::new(client().map_err(BoxError::from).and_then(
+        |res: Response<Incoming>| async move {
+            let status = res.status().as_u16();
+            res.into_body().collect().await?;
+            Ok(status)
+        },
+    ))
+}
+
+fn layered(ledger: Arc<dyn Ledger>) -> Svc {
+    let svc = ServiceBuilder::new()
+        .layer(RecoverableWriteLayer::from_arc(ledger).budget(patient_policy()))
+        .layer(SendOnceGuardLayer::new())
+        .service(client());
+    BoxCloneService::new(
+        svc.map_err(BoxError::from)
+            .and_then(|res: Response<_>| async move {
+                let status = res.status().as_u16();
+                let _ = BodyExt::collect(res.into_body()).await;
+                Ok(status)
+            }),
+    )
+}
+
+fn request(url: &str) -> Request<Full<Bytes>> {
+    Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(
+            br#"{"device_id":"E17","priority":"P2"}"#,
+        )))
+        .expect("request")
+}
+
+/// Accepts connections, reads each request, never answers. Counts requests received. Runs on
+/// a plain thread and allocates nothing per connection (the streams go into a preallocated
+/// vector), so the counted heap is the client's.
+fn silent_server(received: Arc<AtomicUsize>, capacity: usize) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut held = Vec::with_capacity(capacity);
+        let mut buf = [0_u8; 4096];
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            if matches!(stream.read(&mut buf), Ok(n) if n > 0) {
+                received.fetch_add(1, Ordering::SeqCst);
+            }
+            if held.len() == held.capacity() {
+                held.clear(); // a previous round's connections: let them go
+            }
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+/// Live heap bytes added per operation while `n` requests through `svc` are in flight.
+fn in_flight_bytes(rt: &tokio::runtime::Runtime, svc: &Svc, n: usize) -> f64 {
+    let received = Arc::new(AtomicUsize::new(0));
+    let addr = silent_server(received.clone(), 4 * n);
+    let url = format!("http://{addr}/tickets");
+    let round = |count: usize| -> isize {
+        rt.block_on(async {
+            let base = received.load(Ordering::SeqCst);
+            let mut tasks = Vec::with_capacity(count);
+            // Settle: let earlier rounds' frees land before the baseline.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let before = LIVE_BYTES.load(Ordering::SeqCst);
+            for _ in 0..count {
+                let mut svc = svc.clone();
+                let req = request(&url);
+                tasks.push(tokio::spawn(async move {
+                    let _ = svc.ready().await.expect("ready").call(req).await;
+                }));
+            }
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while received.load(Ordering::SeqCst) < base + count {
+                assert!(
+                    Instant::now() < deadline,
+                    "requests never reached the server"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // Let the last sends finish their bookkeeping.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let after = LIVE_BYTES.load(Ordering::SeqCst);
+            for t in &tasks {
+                t.abort();
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+            after - before
+        })
+    };
+    // A warm-up round (lazy statics, pools, statement caches), then the measured one.
+    round(n / 4);
+    round(n) as f64 / n as f64
+}
+
+async fn serve_201(listener: tokio::net::TcpListener) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let svc = service_fn(|req: Request<Incoming>| async move {
+                let _ = req.into_body().collect().await;
+                Ok::<_, Infallible>(
+                    Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from_static(br#"{"id":"W1"}"#)))
+                        .expect("response"),
+                )
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+/// (allocations, bytes allocated, live bytes retained) per completed request at concurrency 1.
+/// The server runs in this process too; its share is the same for every configuration and is
+/// in `bare`.
+fn allocations_per_request(
+    rt: &tokio::runtime::Runtime,
+    svc: &Svc,
+    addr: SocketAddr,
+    n: u64,
+) -> (f64, f64, f64) {
+    let url = format!("http://{addr}/tickets");
+    rt.block_on(async {
+        let mut svc = svc.clone();
+        for _ in 0..50 {
+            let status = svc.ready().await.expect("ready").call(request(&url)).await;
+            assert_eq!(status.expect("request"), 201);
+        }
+        let (a0, b0, l0) = (
+            ALLOCATIONS.load(Ordering::SeqCst),
+            ALLOCATED_BYTES.load(Ordering::SeqCst),
+            LIVE_BYTES.load(Ordering::SeqCst),
+        );
+        for _ in 0..n {
+            let status = svc.ready().await.expect("ready").call(request(&url)).await;
+            assert_eq!(status.expect("request"), 201);
+        }
+        (
+            (ALLOCATIONS.load(Ordering::SeqCst) - a0) as f64 / n as f64,
+            (ALLOCATED_BYTES.load(Ordering::SeqCst) - b0) as f64 / n as f64,
+            (LIVE_BYTES.load(Ordering::SeqCst) - l0) as f64 / n as f64,
+        )
+    })
+}
+
+fn memory(dir: &std::path::Path) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let sqlite = |file: &str| -> Arc<dyn Ledger> {
+        Arc::new(
+            rt.block_on(SqliteLedger::open(dir.join(file)))
+                .expect("sqlite ledger"),
+        )
+    };
+    let configs: Vec<(&str, Svc)> = vec![
+        ("bare", bare()),
+        ("layer_sqlite_full", layered(sqlite("in-flight.db"))),
+        ("layer_memory", layered(Arc::new(MemoryLedger::new()))),
+    ];
+    const N: usize = 1_000;
+    println!("\nmemory per in-flight operation ({N} in flight, live heap bytes / {N})");
+    println!(
+        "{:<22} {:>14} {:>18}",
+        "configuration", "bytes/op", "added by layer"
+    );
+    let mut bare_bytes = None;
+    for (name, svc) in &configs {
+        let bytes = in_flight_bytes(&rt, svc, N);
+        let base = *bare_bytes.get_or_insert(bytes);
+        let added = if *name == "bare" {
+            String::new()
+        } else {
+            format!("{:.0}", bytes - base)
+        };
+        println!("{name:<22} {bytes:>14.0} {added:>18}");
+    }
+
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    rt.spawn(serve_201(listener));
+    let alloc_configs: Vec<(&str, Svc)> = vec![
+        ("bare", bare()),
+        ("layer_memory", layered(Arc::new(MemoryLedger::new()))),
+        ("layer_sqlite_full", layered(sqlite("allocs.db"))),
+    ];
+    println!("\nheap allocations per request at concurrency 1 (client and server in one process)");
+    println!(
+        "{:<22} {:>11} {:>10} {:>13} {:>12} {:>15}",
+        "configuration", "allocs/req", "bytes/req", "added allocs", "added bytes", "retained/req"
+    );
+    let mut base = None;
+    for (name, svc) in &alloc_configs {
+        let (allocs, bytes, retained) = allocations_per_request(&rt, svc, addr, 2_000);
+        let (ba, bb) = *base.get_or_insert((allocs, bytes));
+        println!(
+            "{name:<22} {allocs:>11.1} {bytes:>10.0} {:>13.1} {:>12.0} {retained:>15.0}",
+            allocs - ba,
+            bytes - bb
+        );
+    }
+    println!(
+        "(retained/req: live heap left behind by each finished request; MemoryLedger keeps its \
+         rows, SQLite keeps them on disk)"
+    );
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = Criterion::default()
+        .sample_size(15)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    let mut samples = scans(&mut c, dir.path());
+    c.final_summary();
+
+    if !samples.is_empty() {
+        println!(
+            "\nrecovery scans, SQLite (synchronous=OFF), median time per call; target: flat within 2x"
+        );
+        println!(
+            "{:<32} {:>14} {:>14} {:>8} {:>8}",
+            "benchmark", "1k rows us", "1M rows us", "ratio", "target"
+        );
+        let names: Vec<&'static str> = samples.keys().map(|(n, _)| *n).collect();
+        let mut seen = std::collections::BTreeSet::new();
+        for name in names {
+            if !seen.insert(name) {
+                continue;
+            }
+            let (Some(mut small), Some(mut large)) = (
+                samples.get_mut(&(name, SIZES[0])).map(|v| v.clone()),
+                samples.get_mut(&(name, SIZES[1])).map(|v| v.clone()),
+            ) else {
+                continue;
+            };
+            let (s, l) = (median(&mut small), median(&mut large));
+            let ratio = l / s;
+            println!(
+                "{:<32} {:>14.1} {:>14.1} {:>7.2}x {:>8}",
+                name,
+                s / 1000.0,
+                l / 1000.0,
+                ratio,
+                if ratio <= 2.0 { "met" } else { "NOT met" }
+            );
+        }
+    }
+    memory(dir.path());
+}
