@@ -12,7 +12,7 @@
 //! A reqwest row is not possible yet: the crate has no reqwest adapter (feature `reqwest`).
 //!
 //! ```text
-//! cargo bench --bench overhead
+//! cargo bench --all-features --bench overhead   # the reqwest rows need --all-features
 //! ```
 //!
 //! Two phases, one run:
@@ -110,6 +110,65 @@ fn layered(ledger: Arc<dyn Ledger>) -> Svc {
                 Ok(status)
             }),
     )
+}
+
+/// reqwest as users run it today: reqwest-middleware with reqwest-retry (not safe, but the bar
+/// users compare against).
+#[cfg(feature = "reqwest")]
+fn reqwest_retry() -> Svc {
+    use reqwest_retry::RetryTransientMiddleware;
+    use reqwest_retry::policies::ExponentialBackoff;
+    let client = reqwest_middleware::ClientBuilder::new(
+        recoverable_write::reqwest::client_builder()
+            .build()
+            .expect("reqwest client"),
+    )
+    .with(RetryTransientMiddleware::new_with_policy(
+        ExponentialBackoff::builder().build_with_max_retries(3),
+    ))
+    .build();
+    reqwest_service(client)
+}
+
+/// The same reqwest client with this crate's middleware (MemoryLedger) and the send-once
+/// middleware, reqwest-retry kept with the recoverable strategy.
+#[cfg(feature = "reqwest")]
+fn reqwest_layer_memory() -> Svc {
+    use recoverable_write::reqwest::{
+        RecoverableWriteMiddleware, RecoverableWriteStrategy, SendOnceMiddleware, client_builder,
+    };
+    use reqwest_retry::RetryTransientMiddleware;
+    use reqwest_retry::policies::ExponentialBackoff;
+    let layer = RecoverableWriteLayer::new(MemoryLedger::new());
+    let client = reqwest_middleware::ClientBuilder::new(client_builder().build().expect("client"))
+        .with(RecoverableWriteMiddleware::new(&layer))
+        .with(RetryTransientMiddleware::new_with_policy_and_strategy(
+            ExponentialBackoff::builder().build_with_max_retries(3),
+            RecoverableWriteStrategy::new(),
+        ))
+        .with(SendOnceMiddleware::new())
+        .build();
+    reqwest_service(client)
+}
+
+#[cfg(feature = "reqwest")]
+fn reqwest_service(client: reqwest_middleware::ClientWithMiddleware) -> Svc {
+    BoxCloneService::new(tower::service_fn(move |req: Request<Full<Bytes>>| {
+        let client = client.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = body.collect().await?.to_bytes();
+            let res = client
+                .request(parts.method, parts.uri.to_string())
+                .headers(parts.headers)
+                .body(body)
+                .send()
+                .await?;
+            let status = res.status().as_u16();
+            res.bytes().await?;
+            Ok::<_, BoxError>(status)
+        }
+    }))
 }
 
 /// Sends `n` POSTs with `concurrency` in flight; returns the elapsed time. At concurrency 1,
@@ -245,6 +304,18 @@ fn main() {
             svc: layered(Arc::new(batch1.clone())),
             sqlite: Some(batch1),
         },
+        #[cfg(feature = "reqwest")]
+        Config {
+            name: "reqwest_retry",
+            svc: reqwest_retry(),
+            sqlite: None,
+        },
+        #[cfg(feature = "reqwest")]
+        Config {
+            name: "reqwest_layer_memory",
+            svc: reqwest_layer_memory(),
+            sqlite: None,
+        },
     ];
 
     // Phase 1: criterion's own measurement and report, one configuration after the other.
@@ -374,10 +445,25 @@ fn report(configs: &[Config], turns: &BTreeMap<(usize, &'static str), Turns>) {
                 per_commit
             );
         }
-        println!(
-            "{:<12} {:<26} {:>11} {:>9} {:>9} {:>15} {:>14}",
-            concurrency, "reqwest (+layer)", "n/a", "n/a", "n/a", "", "no adapter yet"
-        );
+        if let (Some(base), Some(ours)) = (
+            turns.get(&(concurrency, "reqwest_retry")),
+            turns.get(&(concurrency, "reqwest_layer_memory")),
+        ) {
+            let rounds = base.per_request.len().min(ours.per_request.len());
+            let mut per_round: Vec<f64> = (0..rounds)
+                .map(|r| base.per_request[r] / ours.per_request[r])
+                .collect();
+            let r = median(&mut per_round);
+            ratios.insert((concurrency, "reqwest_vs_retry"), r);
+            println!(
+                "{:<12} {:<26} {:>11} {:>9} {:>8.1}%   (reqwest_layer_memory vs reqwest_retry)",
+                concurrency,
+                "",
+                "",
+                "",
+                100.0 * r
+            );
+        }
     }
 
     let mut added = BTreeMap::new();
@@ -418,6 +504,13 @@ fn report(configs: &[Config], turns: &BTreeMap<(usize, &'static str), Turns>) {
             "  layer_memory added median latency at concurrency 1 < 20 us: {:.1} us -> {}",
             a / 1000.0,
             verdict(*a < 20_000.0)
+        );
+    }
+    if let Some(r) = ratios.get(&(64, "reqwest_vs_retry")) {
+        println!(
+            "  reqwest + this middleware (memory) within 10% of reqwest-retry at concurrency 64: {:.1}% -> {}",
+            100.0 * r,
+            verdict(*r >= 0.9)
         );
     }
     if let Some(r) = ratios.get(&(64, "layer_sqlite_full")) {

@@ -682,7 +682,9 @@ where
                         .map(|v| (k.as_str().to_owned(), v.to_owned()))
                 })
                 .collect(),
-            body: res.body().slice(..res.body().len().min(shared.stored_body)),
+            // A copy, not a slice: a slice would pin the client's whole read buffer for as long
+            // as the ledger keeps the row.
+            body: Bytes::copy_from_slice(&res.body()[..res.body().len().min(shared.stored_body)]),
         }),
         _ => None,
     };
