@@ -26,6 +26,8 @@ use crate::operation::{
 };
 use crate::state::State;
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod decode;
 mod memory;
 pub use memory::MemoryLedger;
 

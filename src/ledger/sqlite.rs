@@ -1078,66 +1078,9 @@ fn decode_with_rowid(rows: &[SqliteRow]) -> Result<Vec<(i64, OperationRecord)>, 
         .collect()
 }
 
-/// Typed column access that reports any failure as [`LedgerError::Corrupt`].
-struct Columns<'r> {
-    row: &'r SqliteRow,
-    operation: String,
-}
+super::decode::row_decoder!(SqliteRow, sqlx::Sqlite);
 
-impl<'r> Columns<'r> {
-    fn new(row: &'r SqliteRow, operation: &str) -> Self {
-        Self {
-            row,
-            operation: operation.to_owned(),
-        }
-    }
-
-    fn corrupt(&self, detail: impl Into<String>) -> LedgerError {
-        LedgerError::Corrupt {
-            operation: self.operation.clone(),
-            detail: detail.into(),
-        }
-    }
-
-    fn get<T>(&self, column: &str) -> Result<T, LedgerError>
-    where
-        T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
-    {
-        self.row
-            .try_get::<T, _>(column)
-            .map_err(|e| self.corrupt(format!("column {column}: {e}")))
-    }
-
-    fn text(&self, column: &str) -> Result<String, LedgerError> {
-        self.get::<String>(column)
-    }
-
-    fn opt_text(&self, column: &str) -> Result<Option<String>, LedgerError> {
-        self.get::<Option<String>>(column)
-    }
-
-    fn state(&self, column: &str) -> Result<State, LedgerError> {
-        let s = self.text(column)?;
-        State::from_str(&s).map_err(|e| self.corrupt(format!("column {column}: {e}")))
-    }
-
-    fn opt_state(&self, column: &str) -> Result<Option<State>, LedgerError> {
-        self.opt_text(column)?
-            .map(|s| State::from_str(&s).map_err(|e| self.corrupt(format!("column {column}: {e}"))))
-            .transpose()
-    }
-
-    fn u64(&self, column: &str) -> Result<u64, LedgerError> {
-        let v = self.get::<i64>(column)?;
-        u64::try_from(v).map_err(|_| self.corrupt(format!("column {column}: negative value {v}")))
-    }
-
-    fn u32(&self, column: &str) -> Result<u32, LedgerError> {
-        let v = self.get::<i64>(column)?;
-        u32::try_from(v)
-            .map_err(|_| self.corrupt(format!("column {column}: value {v} out of range")))
-    }
-
+impl Columns<'_> {
     fn flag(&self, column: &str) -> Result<bool, LedgerError> {
         match self.get::<i64>(column)? {
             0 => Ok(false),
@@ -1146,111 +1089,14 @@ impl<'r> Columns<'r> {
         }
     }
 
-    fn attempt(&self, column: &str) -> Result<Option<AttemptId>, LedgerError> {
-        self.opt_text(column)?
-            .map(|s| {
-                AttemptId::parse(&s)
-                    .ok_or_else(|| self.corrupt(format!("column {column}: bad attempt id {s:?}")))
+    fn status(&self, column: &str) -> Result<Option<u16>, LedgerError> {
+        self.get::<Option<i64>>(column)?
+            .map(|v| {
+                u16::try_from(v)
+                    .map_err(|_| self.corrupt(format!("column {column}: {v} out of range")))
             })
             .transpose()
     }
-
-    fn json<T: serde::de::DeserializeOwned>(&self, column: &str) -> Result<T, LedgerError> {
-        let s = self.text(column)?;
-        serde_json::from_str(&s).map_err(|e| self.corrupt(format!("column {column}: {e}")))
-    }
-
-    fn opt_json<T: serde::de::DeserializeOwned>(
-        &self,
-        column: &str,
-    ) -> Result<Option<T>, LedgerError> {
-        self.opt_text(column)?
-            .map(|s| {
-                serde_json::from_str(&s).map_err(|e| self.corrupt(format!("column {column}: {e}")))
-            })
-            .transpose()
-    }
-
-    fn blob(&self, column: &str) -> Result<Bytes, LedgerError> {
-        // An empty blob may come back as NULL from some bindings: both mean "no bytes".
-        Ok(self
-            .get::<Option<Vec<u8>>>(column)?
-            .map(Bytes::from)
-            .unwrap_or_default())
-    }
-}
-
-fn decode_operation(row: &SqliteRow) -> Result<OperationRecord, LedgerError> {
-    let operation = row
-        .try_get::<String, _>("operation_id")
-        .map_err(|e| LedgerError::Corrupt {
-            operation: "<unreadable operation id>".to_owned(),
-            detail: format!("column operation_id: {e}"),
-        })?;
-    let c = Columns::new(row, &operation);
-    let response = match c.get::<Option<i64>>("response_status")? {
-        None => None,
-        Some(status) => Some(StoredResponse {
-            status: u16::try_from(status)
-                .map_err(|_| c.corrupt(format!("column response_status: {status} out of range")))?,
-            headers: c
-                .opt_json("response_headers")?
-                .ok_or_else(|| c.corrupt("column response_headers: missing with a status"))?,
-            body: c.blob("response_body")?,
-        }),
-    };
-    Ok(OperationRecord {
-        tenant: Tenant::new(c.text("tenant")?),
-        operation_id: OperationId::new(operation.clone()),
-        action: c.text("action")?,
-        intent_ref: c.text("intent_ref")?,
-        idempotency_key: IdempotencyKey::from_stored(c.text("idempotency_key")?),
-        payload_hash: PayloadHash::from_stored(c.text("payload_hash")?),
-        request: FrozenRequest {
-            method: c.text("request_method")?,
-            url: c.text("request_url")?,
-            headers: c.json("request_headers")?,
-            body: c.blob("request_body")?,
-        },
-        contract: ContractRef {
-            name: c.text("contract_name")?,
-            hash: c.text("contract_hash")?,
-        },
-        policy: c.json("budget_policy")?,
-        state: c.state("state")?,
-        last_result: c.opt_state("last_result")?,
-        generation: Generation(c.u64("generation")?),
-        version: c.u64("version")?,
-        attempts_used: c.u32("attempts_used")?,
-        queries_used: c.u32("queries_used")?,
-        may_have_applied: c.flag("may_have_applied")?,
-        current_attempt: c.attempt("current_attempt")?,
-        lease_until_ms: c.get("lease_until_ms")?,
-        next_check_ms: c.get("next_check_ms")?,
-        deadline_ms: c.get("deadline_ms")?,
-        remote_ref: c.opt_text("remote_ref")?,
-        reason: c.opt_text("reason")?,
-        response,
-        created_ms: c.get("created_ms")?,
-        updated_ms: c.get("updated_ms")?,
-    })
-}
-
-fn decode_evidence(row: &SqliteRow, id: &OperationId) -> Result<EvidenceEntry, LedgerError> {
-    let c = Columns::new(row, id.as_str());
-    Ok(EvidenceEntry {
-        seq: c.get("id")?,
-        entry: NewEvidence {
-            attempt_id: c.attempt("attempt_id")?,
-            generation: Generation(c.u64("generation")?),
-            kind: c.text("kind")?,
-            from_state: c.opt_state("from_state")?,
-            to_state: c.opt_state("to_state")?,
-            evidence: c.opt_json("evidence")?,
-            note: c.opt_text("note")?,
-            at_ms: c.get("at_ms")?,
-        },
-    })
 }
 
 #[cfg(test)]
