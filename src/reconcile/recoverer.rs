@@ -227,6 +227,15 @@ impl Recoverer {
             .await?;
         report.claimed = claimed.len();
         for row in claimed {
+            // Rows are worked one after another; a row whose lease is too close to its end to
+            // fit a lookup is left alone (counted stale) for a later claim, rather than worked
+            // past its lease (safe thanks to fencing, but wasted).
+            if let Some(until) = row.lease_until_ms
+                && engine::now_ms() + (self.lease.as_millis() as i64) / 2 > until
+            {
+                report.stale += 1;
+                continue;
+            }
             let span = tracing::info_span!(
                 "recover",
                 operation = %row.operation_id,
