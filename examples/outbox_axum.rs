@@ -15,7 +15,6 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::State as AxumState;
 use axum::http::StatusCode;
@@ -26,12 +25,11 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use recoverable_write::layer::ResponseBody;
-use recoverable_write::ledger::{Created, Ledger, NewOperation, PostgresLedgerOptions};
-use recoverable_write::operation::{FrozenRequest, PayloadHash};
+use recoverable_write::ledger::{Created, Ledger, PostgresLedgerOptions};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
-    BudgetPolicy, Contract, Error, IdempotencyKey, Operation, Outcome, PostgresLedger,
-    RecoverableWriteLayer, SendOnceGuardLayer, State, Tenant,
+    BudgetPolicy, Contract, Error, Operation, Outcome, PostgresLedger, RecoverableWriteLayer,
+    SendOnceGuardLayer, State, Tenant,
 };
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
@@ -49,9 +47,8 @@ struct App {
     ledger: PostgresLedger,
     /// layer → send-once guard → hyper-util client (no client retries).
     writer: Writer,
-    /// What the layer freezes onto new operations; the outbox must build the same.
-    contract: Arc<Contract>,
-    policy: BudgetPolicy,
+    /// Builds the outbox operation exactly as a call through it would.
+    layer: RecoverableWriteLayer,
     vendor: String,
 }
 
@@ -59,41 +56,6 @@ struct App {
 struct NewSupportRequest {
     device_id: String,
     summary: String,
-}
-
-/// The operation record for `req`, built exactly as the layer builds it (same frozen request,
-/// same payload hash, same contract and budget), so the layer later finds this row as the same
-/// operation and sends it.
-fn new_operation_for(
-    req: &http::Request<Bytes>,
-    op: &Operation,
-    contract: &Contract,
-    policy: &BudgetPolicy,
-) -> NewOperation {
-    let frozen = FrozenRequest::freeze(
-        req.method(),
-        req.uri(),
-        req.headers(),
-        req.body().clone(),
-        &contract.secret_headers,
-    );
-    let payload_hash =
-        PayloadHash::compute(&frozen.method, &frozen.url, &frozen.body, &contract.digest);
-    NewOperation {
-        tenant: op.tenant().clone(),
-        operation_id: op.id().clone(),
-        action: op.action().to_owned(),
-        intent_ref: op.intent_ref().to_owned(),
-        idempotency_key: IdempotencyKey::generate(),
-        payload_hash,
-        request: frozen,
-        contract: contract.reference(),
-        policy: policy.clone(),
-        // With the database clock (the default) the ledger stamps its own time.
-        now_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
-    }
 }
 
 /// `POST /support-requests`: one transaction for the business row and the ticket create, then
@@ -146,10 +108,7 @@ async fn handle(
     .await?;
     let created = app
         .ledger
-        .create_in(
-            &mut tx,
-            new_operation_for(&vendor_req, &op, &app.contract, &app.policy),
-        )
+        .create_in(&mut tx, app.layer.new_operation(&op, &vendor_req))
         .await?;
     if !matches!(created, Created::New(_)) {
         return Err("a fresh support request must create a fresh operation".into());
@@ -241,7 +200,7 @@ async fn run(ledger: &PostgresLedger) -> Result<(), BoxError> {
         .retry_canceled_requests(false) // one retry owner: the recovery engine
         .build_http::<Full<Bytes>>();
     let stack = ServiceBuilder::new()
-        .layer(layer)
+        .layer(layer.clone())
         .layer(SendOnceGuardLayer::new())
         .service(client);
     let writer: Writer = BoxCloneSyncService::new(stack.and_then(
@@ -258,8 +217,7 @@ async fn run(ledger: &PostgresLedger) -> Result<(), BoxError> {
     let app = App {
         ledger: ledger.clone(),
         writer,
-        contract,
-        policy,
+        layer,
         vendor: vendor.base_url(),
     };
     let router = Router::new()

@@ -90,6 +90,36 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The operation row for a write: contract chosen per target, request frozen without
+    /// credentials, payload hashed with the contract's digest, budget frozen. The one place this
+    /// is decided, for the layer and for callers that create operations themselves (outbox).
+    pub(crate) fn new_operation(
+        &self,
+        op: &Operation,
+        method: &Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        body: Bytes,
+    ) -> (NewOperation, Arc<Contract>) {
+        let (contract, contract_ref) = self.contracts.select_with_reference(method, uri);
+        let frozen = FrozenRequest::freeze(method, uri, headers, body, &contract.secret_headers);
+        let payload_hash =
+            PayloadHash::compute(&frozen.method, &frozen.url, &frozen.body, &contract.digest);
+        let new = NewOperation {
+            tenant: op.tenant().clone(),
+            operation_id: op.id().clone(),
+            action: op.action().to_owned(),
+            intent_ref: op.intent_ref().to_owned(),
+            idempotency_key: IdempotencyKey::generate(),
+            payload_hash,
+            request: frozen,
+            contract: contract_ref.clone(),
+            policy: self.policy.clone(),
+            now_ms: engine::now_ms(),
+        };
+        (new, contract.clone())
+    }
+
     pub(crate) fn new(ledger: Arc<dyn Ledger>) -> Self {
         Self {
             ledger,
@@ -190,6 +220,23 @@ impl RecoverableWriteLayer {
     /// 250 ms for engines in other processes); it never polls the vendor itself.
     pub fn wait_for_resolution(self, bound: Duration) -> Self {
         self.edit(|s| s.wait = Some(bound))
+    }
+
+    /// The operation row this layer would create for `req` under `op`, with the same contract
+    /// choice, freezing, payload hash and budget as a call through the layer. Create it yourself
+    /// (e.g. inside your own database transaction: `PostgresLedger::create_in`, the outbox) and a
+    /// later call through the layer with the same operation and request finds it `PREPARED` and
+    /// sends it.
+    pub fn new_operation(&self, op: &Operation, req: &Request<Bytes>) -> NewOperation {
+        self.shared
+            .new_operation(
+                op,
+                req.method(),
+                req.uri(),
+                req.headers(),
+                req.body().clone(),
+            )
+            .0
     }
 
     /// Review operations (handoff package, claim, resolve) sharing this layer's ledger,
@@ -389,40 +436,20 @@ where
         Err(source) => return Err(Error::BodyRead { source }),
     };
 
-    let (contract, contract_ref) = shared
-        .contracts
-        .select_with_reference(&parts.method, &parts.uri);
-    let (contract, contract_ref) = (contract.clone(), contract_ref.clone());
-    let frozen = FrozenRequest::freeze(
+    let (new, contract) = shared.new_operation(
+        &op,
         &parts.method,
         &parts.uri,
         &parts.headers,
         bytes.clone(),
-        &contract.secret_headers,
     );
-    let payload_hash =
-        PayloadHash::compute(&frozen.method, &frozen.url, &frozen.body, &contract.digest);
+    let payload_hash = new.payload_hash.clone();
     let ledger_err = |source| Error::Ledger {
         operation: Some(op.id().clone()),
         source,
     };
 
-    let created = shared
-        .ledger
-        .create_or_get(NewOperation {
-            tenant: op.tenant().clone(),
-            operation_id: op.id().clone(),
-            action: op.action().to_owned(),
-            intent_ref: op.intent_ref().to_owned(),
-            idempotency_key: IdempotencyKey::generate(),
-            payload_hash: payload_hash.clone(),
-            request: frozen,
-            contract: contract_ref,
-            policy: shared.policy.clone(),
-            now_ms: engine::now_ms(),
-        })
-        .await
-        .map_err(ledger_err)?;
+    let created = shared.ledger.create_or_get(new).await.map_err(ledger_err)?;
     let mut record = match created {
         Created::New(r) => r,
         Created::Existing(r) => {
