@@ -122,33 +122,7 @@ impl MemoryLedger {
                 return Ok(Created::Existing(row.record.clone()));
             }
         }
-        let record = OperationRecord {
-            tenant: new.tenant,
-            operation_id: new.operation_id,
-            action: new.action,
-            intent_ref: new.intent_ref,
-            idempotency_key: new.idempotency_key,
-            payload_hash: new.payload_hash,
-            request: new.request,
-            contract: new.contract,
-            policy: new.policy,
-            state: State::Prepared,
-            last_result: None,
-            generation: Generation(0),
-            version: 0,
-            attempts_used: 0,
-            queries_used: 0,
-            may_have_applied: false,
-            current_attempt: None,
-            lease_until_ms: None,
-            next_check_ms: None,
-            deadline_ms: None,
-            remote_ref: None,
-            reason: None,
-            response: None,
-            created_ms: new.now_ms,
-            updated_ms: new.now_ms,
-        };
+        let record = new.into_prepared();
         let created_seq = t.next_row;
         t.next_row += 1;
         t.intents.insert(intent, key.1.clone());
@@ -159,7 +133,7 @@ impl MemoryLedger {
                 record: record.clone(),
             },
         );
-        t.push_evidence(&key, store_entries::created(new.now_ms));
+        t.push_evidence(&key, store_entries::created(record.created_ms));
         Ok(Created::New(record))
     }
 

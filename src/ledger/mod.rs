@@ -344,6 +344,40 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>>;
 }
 
+impl NewOperation {
+    /// The row a backend stores for this operation: `PREPARED`, generation 0, version 0, no
+    /// attempt, no lease, created and updated at `now_ms`.
+    pub fn into_prepared(self) -> OperationRecord {
+        OperationRecord {
+            tenant: self.tenant,
+            operation_id: self.operation_id,
+            action: self.action,
+            intent_ref: self.intent_ref,
+            idempotency_key: self.idempotency_key,
+            payload_hash: self.payload_hash,
+            request: self.request,
+            contract: self.contract,
+            policy: self.policy,
+            state: State::Prepared,
+            last_result: None,
+            generation: Generation(0),
+            version: 0,
+            attempts_used: 0,
+            queries_used: 0,
+            may_have_applied: false,
+            current_attempt: None,
+            lease_until_ms: None,
+            next_check_ms: None,
+            deadline_ms: None,
+            remote_ref: None,
+            reason: None,
+            response: None,
+            created_ms: self.now_ms,
+            updated_ms: self.now_ms,
+        }
+    }
+}
+
 impl OperationRecord {
     /// The state-machine view of this row.
     pub fn snapshot(&self) -> crate::state::Snapshot<'_> {

@@ -830,7 +830,7 @@ impl Ledger for SqliteLedger {
                         .map_err(unavailable)?;
                     if !inserted.is_empty() {
                         // The row holds exactly what was bound: no need to read it back.
-                        return Ok(Finish::Commit(Created::New(new_row(new))));
+                        return Ok(Finish::Commit(Created::New(new.into_prepared())));
                     }
                     // A conflict: the same id first, then the same intent.
                     let by_id = sqlx::query(SELECT_BY_ID)
@@ -1035,37 +1035,6 @@ impl Ledger for SqliteLedger {
 }
 
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
-
-/// The row [`INSERT_OPERATION`] just inserted for `new`.
-fn new_row(new: NewOperation) -> OperationRecord {
-    OperationRecord {
-        tenant: new.tenant,
-        operation_id: new.operation_id,
-        action: new.action,
-        intent_ref: new.intent_ref,
-        idempotency_key: new.idempotency_key,
-        payload_hash: new.payload_hash,
-        request: new.request,
-        contract: new.contract,
-        policy: new.policy,
-        state: State::Prepared,
-        last_result: None,
-        generation: Generation(0),
-        version: 0,
-        attempts_used: 0,
-        queries_used: 0,
-        may_have_applied: false,
-        current_attempt: None,
-        lease_until_ms: None,
-        next_check_ms: None,
-        deadline_ms: None,
-        remote_ref: None,
-        reason: None,
-        response: None,
-        created_ms: new.now_ms,
-        updated_ms: new.now_ms,
-    }
-}
 
 /// Decodes rows returned with `rowid AS rw_rowid`, each with its rowid (creation order).
 fn decode_with_rowid(rows: &[SqliteRow]) -> Result<Vec<(i64, OperationRecord)>, LedgerError> {
