@@ -30,12 +30,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
+
+#[path = "support/mod.rs"]
+mod support;
 use recoverable_write::ledger::conformance::{evidence_entry, keep, new_operation, update_of};
 use recoverable_write::ledger::{
     Created, Ledger, NewOperation, OperationRecord, SqliteLedgerOptions, Synchronous, Update,
 };
 use recoverable_write::state::{Clock, Event, State, transition};
-use recoverable_write::{AttemptId, Generation, SqliteLedger};
+use recoverable_write::{AttemptId, SqliteLedger};
+use support::median;
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -56,33 +60,7 @@ fn fresh_operation() -> NewOperation {
 
 /// The row `create_or_get(new)` inserts, without asking the ledger.
 fn predicted_row(new: &NewOperation) -> OperationRecord {
-    OperationRecord {
-        tenant: new.tenant.clone(),
-        operation_id: new.operation_id.clone(),
-        action: new.action.clone(),
-        intent_ref: new.intent_ref.clone(),
-        idempotency_key: new.idempotency_key.clone(),
-        payload_hash: new.payload_hash.clone(),
-        request: new.request.clone(),
-        contract: new.contract.clone(),
-        policy: new.policy.clone(),
-        state: State::Prepared,
-        last_result: None,
-        generation: Generation(0),
-        version: 0,
-        attempts_used: 0,
-        queries_used: 0,
-        may_have_applied: false,
-        current_attempt: None,
-        lease_until_ms: None,
-        next_check_ms: None,
-        deadline_ms: None,
-        remote_ref: None,
-        reason: None,
-        response: None,
-        created_ms: new.now_ms,
-        updated_ms: new.now_ms,
-    }
+    new.clone().into_prepared()
 }
 
 /// The claim of send rights on `r`, as the layer builds it.
@@ -149,11 +127,6 @@ async fn lifecycle(ledger: &SqliteLedger) {
     let r = claimed(ledger.apply(claim(&r)).await);
     let done = keep(&r, State::Succeeded, now_ms());
     claimed(ledger.apply(update_of(&r, done, "attempt_result")).await);
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// What one benchmark does per iteration.

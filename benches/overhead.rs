@@ -28,147 +28,95 @@
 //! Compare ratios from one run, not absolute numbers across runs.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use criterion::{Criterion, Throughput};
-use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use recoverable_write::ledger::{Ledger, SqliteLedgerOptions};
-use recoverable_write::{MemoryLedger, RecoverableWriteLayer, SendOnceGuardLayer, SqliteLedger};
+use recoverable_write::ledger::SqliteLedgerOptions;
+use recoverable_write::{BudgetPolicy, MemoryLedger, SqliteLedger};
 use tokio::net::TcpListener;
-use tower::util::BoxCloneService;
-use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceExt};
 
-type Svc = BoxCloneService<Request<Full<Bytes>>, u16, BoxError>;
+#[path = "support/mod.rs"]
+mod support;
+#[cfg(feature = "reqwest")]
+use reqwest_rows::{reqwest_layer_memory, reqwest_retry};
+use support::{Svc, bare, layered, median, request, serve_201};
 
 /// Mean ns per request of every criterion sample, keyed by (concurrency, configuration).
 static SAMPLES: Mutex<BTreeMap<(usize, &'static str), Vec<f64>>> = Mutex::new(BTreeMap::new());
 
-async fn serve(listener: TcpListener) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        tokio::spawn(async move {
-            let svc = service_fn(|req: Request<Incoming>| async move {
-                let _ = req.into_body().collect().await;
-                Ok::<_, Infallible>(
-                    Response::builder()
-                        .status(201)
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from_static(br#"{"id":"W1"}"#)))
-                        .expect("response"),
-                )
-            });
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
-    }
-}
-
-fn client() -> Client<HttpConnector, Full<Bytes>> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .retry_canceled_requests(false)
-        .pool_max_idle_per_host(128)
-        .build(connector)
-}
-
-fn bare() -> Svc {
-    BoxCloneService::new(client().map_err(BoxError::from).and_then(
-        |res: Response<Incoming>| async move {
-            let status = res.status().as_u16();
-            res.into_body().collect().await?;
-            Ok(status)
-        },
-    ))
-}
-
-fn layered(ledger: Arc<dyn Ledger>) -> Svc {
-    let svc = ServiceBuilder::new()
-        .layer(RecoverableWriteLayer::from_arc(ledger))
-        .layer(SendOnceGuardLayer::new())
-        .service(client());
-    BoxCloneService::new(
-        svc.map_err(BoxError::from)
-            .and_then(|res: Response<_>| async move {
-                let status = res.status().as_u16();
-                let _ = BodyExt::collect(res.into_body()).await;
-                Ok(status)
-            }),
-    )
-}
-
-/// reqwest as users run it today: reqwest-middleware with reqwest-retry (not safe, but the bar
-/// users compare against).
+/// The reqwest rows (feature `reqwest`).
 #[cfg(feature = "reqwest")]
-fn reqwest_retry() -> Svc {
-    use reqwest_retry::RetryTransientMiddleware;
-    use reqwest_retry::policies::ExponentialBackoff;
-    let client = reqwest_middleware::ClientBuilder::new(
-        recoverable_write::reqwest::client_builder()
-            .build()
-            .expect("reqwest client"),
-    )
-    .with(RetryTransientMiddleware::new_with_policy(
-        ExponentialBackoff::builder().build_with_max_retries(3),
-    ))
-    .build();
-    reqwest_service(client)
-}
+mod reqwest_rows {
+    use bytes::Bytes;
+    use http::Request;
+    use http_body_util::{BodyExt, Full};
+    use recoverable_write::{MemoryLedger, RecoverableWriteLayer};
+    use tower::BoxError;
+    use tower::util::BoxCloneService;
 
-/// The same reqwest client with this crate's middleware (MemoryLedger) and the send-once
-/// middleware, reqwest-retry kept with the recoverable strategy.
-#[cfg(feature = "reqwest")]
-fn reqwest_layer_memory() -> Svc {
-    use recoverable_write::reqwest::{
-        RecoverableWriteMiddleware, RecoverableWriteStrategy, SendOnceMiddleware, client_builder,
-    };
-    use reqwest_retry::RetryTransientMiddleware;
-    use reqwest_retry::policies::ExponentialBackoff;
-    let layer = RecoverableWriteLayer::new(MemoryLedger::new());
-    let client = reqwest_middleware::ClientBuilder::new(client_builder().build().expect("client"))
-        .with(RecoverableWriteMiddleware::new(&layer))
-        .with(RetryTransientMiddleware::new_with_policy_and_strategy(
+    use super::Svc;
+
+    /// reqwest as users run it today: reqwest-middleware with reqwest-retry (not safe, but the bar
+    /// users compare against).
+    pub(super) fn reqwest_retry() -> Svc {
+        use reqwest_retry::RetryTransientMiddleware;
+        use reqwest_retry::policies::ExponentialBackoff;
+        let client = reqwest_middleware::ClientBuilder::new(
+            recoverable_write::reqwest::client_builder()
+                .build()
+                .expect("reqwest client"),
+        )
+        .with(RetryTransientMiddleware::new_with_policy(
             ExponentialBackoff::builder().build_with_max_retries(3),
-            RecoverableWriteStrategy::new(),
         ))
-        .with(SendOnceMiddleware::new())
         .build();
-    reqwest_service(client)
-}
+        reqwest_service(client)
+    }
 
-#[cfg(feature = "reqwest")]
-fn reqwest_service(client: reqwest_middleware::ClientWithMiddleware) -> Svc {
-    BoxCloneService::new(tower::service_fn(move |req: Request<Full<Bytes>>| {
-        let client = client.clone();
-        async move {
-            let (parts, body) = req.into_parts();
-            let body = body.collect().await?.to_bytes();
-            let res = client
-                .request(parts.method, parts.uri.to_string())
-                .headers(parts.headers)
-                .body(body)
-                .send()
-                .await?;
-            let status = res.status().as_u16();
-            res.bytes().await?;
-            Ok::<_, BoxError>(status)
-        }
-    }))
+    /// The same reqwest client with this crate's middleware (MemoryLedger) and the send-once
+    /// middleware, reqwest-retry kept with the recoverable strategy.
+    pub(super) fn reqwest_layer_memory() -> Svc {
+        use recoverable_write::reqwest::{
+            RecoverableWriteMiddleware, RecoverableWriteStrategy, SendOnceMiddleware,
+            client_builder,
+        };
+        use reqwest_retry::RetryTransientMiddleware;
+        use reqwest_retry::policies::ExponentialBackoff;
+        let layer = RecoverableWriteLayer::new(MemoryLedger::new());
+        let client =
+            reqwest_middleware::ClientBuilder::new(client_builder().build().expect("client"))
+                .with(RecoverableWriteMiddleware::new(&layer))
+                .with(RetryTransientMiddleware::new_with_policy_and_strategy(
+                    ExponentialBackoff::builder().build_with_max_retries(3),
+                    RecoverableWriteStrategy::new(),
+                ))
+                .with(SendOnceMiddleware::new())
+                .build();
+        reqwest_service(client)
+    }
+
+    fn reqwest_service(client: reqwest_middleware::ClientWithMiddleware) -> Svc {
+        BoxCloneService::new(tower::service_fn(move |req: Request<Full<Bytes>>| {
+            let client = client.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = body.collect().await?.to_bytes();
+                let res = client
+                    .request(parts.method, parts.uri.to_string())
+                    .headers(parts.headers)
+                    .body(body)
+                    .send()
+                    .await?;
+                let status = res.status().as_u16();
+                res.bytes().await?;
+                Ok::<_, BoxError>(status)
+            }
+        }))
+    }
 }
 
 /// Sends `n` POSTs with `concurrency` in flight; returns the elapsed time. At concurrency 1,
@@ -227,20 +175,6 @@ async fn drive(
     start.elapsed()
 }
 
-fn request(url: &str) -> Request<Full<Bytes>> {
-    Request::post(url)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(
-            br#"{"device_id":"E17","priority":"P2"}"#,
-        )))
-        .expect("request")
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 /// One configuration of the comparison.
 struct Config {
     name: &'static str,
@@ -274,7 +208,7 @@ fn main() {
         .expect("runtime");
     let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
     let addr = listener.local_addr().expect("addr");
-    rt.spawn(serve(listener));
+    rt.spawn(serve_201(listener));
     let dir = tempfile::tempdir().expect("temp dir");
     let sqlite = |file: &str, options: SqliteLedgerOptions| {
         rt.block_on(SqliteLedger::open_with(dir.path().join(file), options))
@@ -291,17 +225,17 @@ fn main() {
         },
         Config {
             name: "layer_memory",
-            svc: layered(Arc::new(MemoryLedger::new())),
+            svc: layered(Arc::new(MemoryLedger::new()), BudgetPolicy::default()),
             sqlite: None,
         },
         Config {
             name: "layer_sqlite_full",
-            svc: layered(Arc::new(full.clone())),
+            svc: layered(Arc::new(full.clone()), BudgetPolicy::default()),
             sqlite: Some(full),
         },
         Config {
             name: "layer_sqlite_full_batch1",
-            svc: layered(Arc::new(batch1.clone())),
+            svc: layered(Arc::new(batch1.clone()), BudgetPolicy::default()),
             sqlite: Some(batch1),
         },
         #[cfg(feature = "reqwest")]

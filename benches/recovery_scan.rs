@@ -44,33 +44,19 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use criterion::Criterion;
-use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use recoverable_write::ledger::conformance::{keep, update_of};
 use recoverable_write::ledger::{Changes, Ledger, SqliteLedgerOptions, Synchronous};
-use recoverable_write::{
-    BudgetPolicy, MemoryLedger, OperationId, RecoverableWriteLayer, SendOnceGuardLayer,
-    SqliteLedger, State, Tenant,
-};
+use recoverable_write::{BudgetPolicy, MemoryLedger, OperationId, SqliteLedger, State, Tenant};
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
-use tower::util::BoxCloneService;
-use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceExt};
 
 // ── counting allocator ──────────────────────────────────────────────────────────────────────────
 
@@ -269,11 +255,6 @@ async fn reset_sweepable(ledger: &SqliteLedger, ids: &[OperationId]) {
 /// Mean ns per call of every sample, keyed by (benchmark, rows).
 type Samples = BTreeMap<(&'static str, u64), Vec<f64>>;
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 fn scans(c: &mut Criterion, dir: &std::path::Path) -> Samples {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -388,7 +369,9 @@ fn per_call(elapsed: Duration, iters: u64) -> f64 {
 
 // ── memory ──────────────────────────────────────────────────────────────────────────────────────
 
-type Svc = BoxCloneService<Request<Full<Bytes>>, u16, BoxError>;
+#[path = "support/mod.rs"]
+mod support;
+use support::{Svc, bare, layered, median, request, serve_201};
 
 /// A budget whose lease outlives the measurement.
 fn patient_policy() -> BudgetPolicy {
@@ -397,49 +380,6 @@ fn patient_policy() -> BudgetPolicy {
         window_ms: 600_000,
         ..BudgetPolicy::default()
     }
-}
-
-fn client() -> Client<HttpConnector, Full<Bytes>> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .retry_canceled_requests(false)
-        .pool_max_idle_per_host(128)
-        .build(connector)
-}
-
-fn bare() -> Svc {
-    BoxCloneService::new(client().map_err(BoxError::from).and_then(
-        |res: Response<Incoming>| async move {
-            let status = res.status().as_u16();
-            res.into_body().collect().await?;
-            Ok(status)
-        },
-    ))
-}
-
-fn layered(ledger: Arc<dyn Ledger>) -> Svc {
-    let svc = ServiceBuilder::new()
-        .layer(RecoverableWriteLayer::from_arc(ledger).budget(patient_policy()))
-        .layer(SendOnceGuardLayer::new())
-        .service(client());
-    BoxCloneService::new(
-        svc.map_err(BoxError::from)
-            .and_then(|res: Response<_>| async move {
-                let status = res.status().as_u16();
-                let _ = BodyExt::collect(res.into_body()).await;
-                Ok(status)
-            }),
-    )
-}
-
-fn request(url: &str) -> Request<Full<Bytes>> {
-    Request::post(url)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(
-            br#"{"device_id":"E17","priority":"P2"}"#,
-        )))
-        .expect("request")
 }
 
 /// Accepts connections, reads each request, never answers. Counts requests received. Runs on
@@ -509,29 +449,6 @@ fn in_flight_bytes(rt: &tokio::runtime::Runtime, svc: &Svc, n: usize) -> f64 {
     round(n) as f64 / n as f64
 }
 
-async fn serve_201(listener: tokio::net::TcpListener) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        tokio::spawn(async move {
-            let svc = service_fn(|req: Request<Incoming>| async move {
-                let _ = req.into_body().collect().await;
-                Ok::<_, Infallible>(
-                    Response::builder()
-                        .status(201)
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from_static(br#"{"id":"W1"}"#)))
-                        .expect("response"),
-                )
-            });
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
-    }
-}
-
 /// (allocations, bytes allocated, live bytes retained) per completed request at concurrency 1.
 /// The server runs in this process too; its share is the same for every configuration and is
 /// in `bare`.
@@ -579,8 +496,14 @@ fn memory(dir: &std::path::Path) {
     };
     let configs: Vec<(&str, Svc)> = vec![
         ("bare", bare()),
-        ("layer_sqlite_full", layered(sqlite("in-flight.db"))),
-        ("layer_memory", layered(Arc::new(MemoryLedger::new()))),
+        (
+            "layer_sqlite_full",
+            layered(sqlite("in-flight.db"), patient_policy()),
+        ),
+        (
+            "layer_memory",
+            layered(Arc::new(MemoryLedger::new()), patient_policy()),
+        ),
     ];
     const N: usize = 1_000;
     println!("\nmemory per in-flight operation ({N} in flight, live heap bytes / {N})");
@@ -607,8 +530,14 @@ fn memory(dir: &std::path::Path) {
     rt.spawn(serve_201(listener));
     let alloc_configs: Vec<(&str, Svc)> = vec![
         ("bare", bare()),
-        ("layer_memory", layered(Arc::new(MemoryLedger::new()))),
-        ("layer_sqlite_full", layered(sqlite("allocs.db"))),
+        (
+            "layer_memory",
+            layered(Arc::new(MemoryLedger::new()), patient_policy()),
+        ),
+        (
+            "layer_sqlite_full",
+            layered(sqlite("allocs.db"), patient_policy()),
+        ),
     ];
     println!("\nheap allocations per request at concurrency 1 (client and server in one process)");
     println!(

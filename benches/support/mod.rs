@@ -1,0 +1,101 @@
+//! Pieces shared by the bench binaries: the loopback server, the client, the layered stack, the
+//! request, and the median. Included with `#[path = "support/mod.rs"] mod support;`.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use recoverable_write::ledger::Ledger;
+use recoverable_write::{BudgetPolicy, RecoverableWriteLayer, SendOnceGuardLayer};
+use tokio::net::TcpListener;
+use tower::util::BoxCloneService;
+use tower::{BoxError, ServiceBuilder, ServiceExt};
+
+/// A client stack reduced to "send this request, give me the status".
+pub type Svc = BoxCloneService<Request<Full<Bytes>>, u16, BoxError>;
+
+/// A loopback server answering every request `201 {"id":"W1"}` after reading its body.
+pub async fn serve_201(listener: TcpListener) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let svc = service_fn(|req: Request<Incoming>| async move {
+                let _ = req.into_body().collect().await;
+                Ok::<_, Infallible>(
+                    Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from_static(br#"{"id":"W1"}"#)))
+                        .expect("response"),
+                )
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+/// The hyper-util client every configuration uses: no client retries, nodelay, a large pool.
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .retry_canceled_requests(false)
+        .pool_max_idle_per_host(128)
+        .build(connector)
+}
+
+/// The bare client: the baseline.
+pub fn bare() -> Svc {
+    BoxCloneService::new(client().map_err(BoxError::from).and_then(
+        |res: Response<Incoming>| async move {
+            let status = res.status().as_u16();
+            res.into_body().collect().await?;
+            Ok(status)
+        },
+    ))
+}
+
+/// The layer (with `policy`) and the send-once guard over the same client.
+pub fn layered(ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> Svc {
+    let svc = ServiceBuilder::new()
+        .layer(RecoverableWriteLayer::from_arc(ledger).budget(policy))
+        .layer(SendOnceGuardLayer::new())
+        .service(client());
+    BoxCloneService::new(
+        svc.map_err(BoxError::from)
+            .and_then(|res: Response<_>| async move {
+                let status = res.status().as_u16();
+                let _ = BodyExt::collect(res.into_body()).await;
+                Ok(status)
+            }),
+    )
+}
+
+/// The write every bench sends.
+pub fn request(url: &str) -> Request<Full<Bytes>> {
+    Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(
+            br#"{"device_id":"E17","priority":"P2"}"#,
+        )))
+        .expect("request")
+}
+
+/// The median (sorts `v`).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
