@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::store_entries;
 use super::*;
+use super::{check_first_update, store_entries};
 
 /// An in-memory [`Ledger`]. Cloning gives another handle to the same data.
 ///
@@ -40,7 +40,6 @@ struct Tables {
     operations: HashMap<Key, Row>,
     /// `(tenant, action, intent_ref)` → operation id: the uniqueness of an approved intent.
     intents: HashMap<(Tenant, String, String), OperationId>,
-    evidence: HashMap<Key, Vec<EvidenceEntry>>,
     /// Creation counter, the equivalent of SQLite's rowid: breaks ties in claim order.
     next_row: u64,
     /// Evidence sequence, global and increasing like an autoincrement id.
@@ -53,6 +52,9 @@ type Key = (Tenant, OperationId);
 struct Row {
     created_seq: u64,
     record: OperationRecord,
+    /// The operation's evidence log, oldest first (kept with the row: one map lookup per
+    /// change instead of two).
+    evidence: Vec<EvidenceEntry>,
 }
 
 /// The error behind `LedgerError::Unavailable` while an outage is simulated.
@@ -107,75 +109,52 @@ impl MemoryLedger {
 
     fn create_or_get_now(&self, new: NewOperation) -> Result<Created, LedgerError> {
         let mut t = self.tables()?;
-        let key = (new.tenant.clone(), new.operation_id.clone());
-        if let Some(row) = t.operations.get(&key) {
-            return Ok(Created::Existing(row.record.clone()));
-        }
-        let intent = (
-            new.tenant.clone(),
-            new.action.clone(),
-            new.intent_ref.clone(),
-        );
-        if let Some(id) = t.intents.get(&intent) {
-            let existing = (new.tenant.clone(), id.clone());
-            if let Some(row) = t.operations.get(&existing) {
-                return Ok(Created::Existing(row.record.clone()));
-            }
+        if let Some(existing) = t.existing(&new) {
+            return Ok(Created::Existing(existing.clone()));
         }
         let record = new.into_prepared();
-        let created_seq = t.next_row;
-        t.next_row += 1;
-        t.intents.insert(intent, key.1.clone());
-        t.operations.insert(
-            key.clone(),
-            Row {
-                created_seq,
-                record: record.clone(),
-            },
-        );
-        t.push_evidence(&key, store_entries::created(record.created_ms));
+        t.insert(record.clone());
         Ok(Created::New(record))
+    }
+
+    fn create_and_apply_now(
+        &self,
+        new: NewOperation,
+        first: Update,
+    ) -> Result<Created, LedgerError> {
+        check_first_update(&new, &first)?;
+        let mut t = self.tables()?;
+        if let Some(existing) = t.existing(&new) {
+            return Ok(Created::Existing(existing.clone()));
+        }
+        // The `created` entry takes the next sequence number; `first`'s entry the one after.
+        let seq = t.next_seq + 1;
+        let row = t.insert(new.into_prepared());
+        match apply_to(row, first, seq) {
+            Some(record) => {
+                let record = record.clone();
+                t.next_seq += 1;
+                Ok(Created::New(record))
+            }
+            // Unreachable with a checked first update, kept total: the row stays `PREPARED`.
+            None => Ok(Created::New(row.record.clone())),
+        }
     }
 
     fn apply_now(&self, update: Update) -> Result<Option<OperationRecord>, LedgerError> {
         let mut t = self.tables()?;
-        let key = (update.tenant.clone(), update.operation_id.clone());
-        let Some(row) = t.operations.get_mut(&key) else {
+        let seq = t.next_seq;
+        let Some(row) = t
+            .operations
+            .get_mut(&(update.tenant.clone(), update.operation_id.clone()))
+        else {
             return Ok(None);
         };
-        let r = &mut row.record;
-        if r.state != update.expect_state
-            || r.generation != update.expect_generation
-            || r.version != update.expect_version
-        {
+        let Some(record) = apply_to(row, update, seq) else {
             return Ok(None);
-        }
-        let c = update.changes;
-        // Once any attempt may have applied, only evidence about the operation itself rejects it.
-        if c.state == State::Rejected && r.may_have_applied && !update.operation_level {
-            return Ok(None);
-        }
-        r.state = c.state;
-        r.last_result = c.last_result;
-        r.generation = c.generation;
-        r.version += 1;
-        r.attempts_used = c.attempts_used;
-        r.queries_used = c.queries_used;
-        r.may_have_applied = if c.reset_may_have_applied {
-            c.may_have_applied
-        } else {
-            r.may_have_applied || c.may_have_applied
         };
-        r.current_attempt = c.current_attempt;
-        r.lease_until_ms = c.lease_until_ms;
-        r.next_check_ms = c.next_check_ms;
-        r.deadline_ms = c.deadline_ms;
-        r.remote_ref = c.remote_ref;
-        r.reason = c.reason;
-        r.response = c.response;
-        r.updated_ms = c.now_ms;
-        let out = r.clone();
-        t.push_evidence(&key, update.evidence);
+        let out = record.clone();
+        t.next_seq += 1;
         Ok(Some(out))
     }
 
@@ -211,7 +190,12 @@ impl MemoryLedger {
             r.lease_until_ms = Some(lease_until);
             r.updated_ms = now_ms;
             let out = r.clone();
-            t.push_evidence(&key, store_entries::recovery_claimed(&out, now_ms));
+            let entry = store_entries::recovery_claimed(&out, now_ms);
+            t.next_seq += 1;
+            let seq = t.next_seq;
+            if let Some(row) = t.operations.get_mut(&key) {
+                row.evidence.push(EvidenceEntry { seq, entry });
+            }
             claimed.push(out);
         }
         Ok(claimed)
@@ -244,7 +228,12 @@ impl MemoryLedger {
             r.reason = Some(store_entries::LEASE_EXPIRED_REASON.to_owned());
             r.updated_ms = now_ms;
             let out = r.clone();
-            t.push_evidence(&key, store_entries::lease_expired(&out, now_ms));
+            let entry = store_entries::lease_expired(&out, now_ms);
+            t.next_seq += 1;
+            let seq = t.next_seq;
+            if let Some(row) = t.operations.get_mut(&key) {
+                row.evidence.push(EvidenceEntry { seq, entry });
+            }
             swept.push(out);
         }
         Ok(swept)
@@ -257,28 +246,121 @@ impl MemoryLedger {
         entry: NewEvidence,
     ) -> Result<(), LedgerError> {
         let mut t = self.tables()?;
-        let key = (tenant.clone(), id.clone());
-        if t.operations.contains_key(&key) {
-            t.push_evidence(&key, entry);
+        let seq = t.next_seq + 1;
+        if let Some(row) = t.operations.get_mut(&(tenant.clone(), id.clone())) {
+            row.evidence.push(EvidenceEntry { seq, entry });
+            t.next_seq = seq;
         }
         Ok(())
     }
 }
 
 impl Tables {
-    fn push_evidence(&mut self, key: &Key, entry: NewEvidence) {
-        self.next_seq += 1;
-        let seq = self.next_seq;
-        self.evidence
-            .entry(key.clone())
-            .or_default()
-            .push(EvidenceEntry { seq, entry });
+    /// The stored operation with `new`'s id, or else with its intent.
+    fn existing(&self, new: &NewOperation) -> Option<&OperationRecord> {
+        if let Some(row) = self
+            .operations
+            .get(&(new.tenant.clone(), new.operation_id.clone()))
+        {
+            return Some(&row.record);
+        }
+        let intent = (
+            new.tenant.clone(),
+            new.action.clone(),
+            new.intent_ref.clone(),
+        );
+        let id = self.intents.get(&intent)?;
+        self.operations
+            .get(&(new.tenant.clone(), id.clone()))
+            .map(|row| &row.record)
     }
+
+    /// Stores a fresh row with its `created` entry.
+    fn insert(&mut self, record: OperationRecord) -> &mut Row {
+        let created_seq = self.next_row;
+        self.next_row += 1;
+        self.next_seq += 1;
+        let created = EvidenceEntry {
+            seq: self.next_seq,
+            entry: store_entries::created(record.created_ms),
+        };
+        self.intents.insert(
+            (
+                record.tenant.clone(),
+                record.action.clone(),
+                record.intent_ref.clone(),
+            ),
+            record.operation_id.clone(),
+        );
+        let key = (record.tenant.clone(), record.operation_id.clone());
+        let row = Row {
+            created_seq,
+            record,
+            evidence: vec![created],
+        };
+        match self.operations.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut slot) => {
+                slot.insert(row);
+                slot.into_mut()
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => slot.insert(row),
+        }
+    }
+}
+
+/// The compare-and-swap of [`Ledger::apply`] on one row: applies `update` and appends its
+/// evidence as entry `seq + 1` if the precondition holds. The caller advances the evidence
+/// sequence when this returns the row.
+fn apply_to(row: &mut Row, update: Update, seq: i64) -> Option<&OperationRecord> {
+    let r = &mut row.record;
+    if r.state != update.expect_state
+        || r.generation != update.expect_generation
+        || r.version != update.expect_version
+    {
+        return None;
+    }
+    let c = update.changes;
+    // Once any attempt may have applied, only evidence about the operation itself rejects it.
+    if c.state == State::Rejected && r.may_have_applied && !update.operation_level {
+        return None;
+    }
+    r.state = c.state;
+    r.last_result = c.last_result;
+    r.generation = c.generation;
+    r.version += 1;
+    r.attempts_used = c.attempts_used;
+    r.queries_used = c.queries_used;
+    r.may_have_applied = if c.reset_may_have_applied {
+        c.may_have_applied
+    } else {
+        r.may_have_applied || c.may_have_applied
+    };
+    r.current_attempt = c.current_attempt;
+    r.lease_until_ms = c.lease_until_ms;
+    r.next_check_ms = c.next_check_ms;
+    r.deadline_ms = c.deadline_ms;
+    r.remote_ref = c.remote_ref;
+    r.reason = c.reason;
+    r.response = c.response;
+    r.updated_ms = c.now_ms;
+    row.evidence.push(EvidenceEntry {
+        seq: seq + 1,
+        entry: update.evidence,
+    });
+    Some(&row.record)
 }
 
 impl Ledger for MemoryLedger {
     fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
         Box::pin(async move { self.create_or_get_now(new) })
+    }
+
+    fn create_and_apply(
+        &self,
+        new: NewOperation,
+        first: Update,
+    ) -> BoxFuture<'_, Result<Created, LedgerError>> {
+        Box::pin(async move { self.create_and_apply_now(new, first) })
     }
 
     fn get<'a>(
@@ -330,9 +412,9 @@ impl Ledger for MemoryLedger {
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
         Box::pin(async move {
             let t = self.tables()?;
-            Ok(t.evidence
+            Ok(t.operations
                 .get(&(tenant.clone(), id.clone()))
-                .cloned()
+                .map(|row| row.evidence.clone())
                 .unwrap_or_default())
         })
     }

@@ -294,6 +294,51 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// calls for one intent yield one row.
     fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>>;
 
+    /// Inserts a `PREPARED` operation and applies `first` to it in one atomic step; or, when the
+    /// operation already exists (the same `(tenant, operation_id)` or the same
+    /// `(tenant, action, intent_ref)`), returns it untouched as [`Created::Existing`] without
+    /// applying `first`.
+    ///
+    /// `first` names the new operation and expects the fresh row (`PREPARED`, generation 0,
+    /// version 0); build it with [`NewOperation::first_update`]. The layer claims a write's
+    /// first send this way: one ledger round trip (one transaction, one fsync) instead of two.
+    /// [`Created::New`] holds the row after `first`; the evidence log holds the `created` entry,
+    /// then `first`'s entry.
+    ///
+    /// The provided implementation calls [`create_or_get`](Self::create_or_get), then
+    /// [`apply`](Self::apply): the same result, in two steps. If another caller moves the row
+    /// between the two, the row as it then is comes back as [`Created::Existing`]. The bundled
+    /// backends do both in one transaction.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Config`] if `first` names another operation or does not expect a fresh
+    /// row; nothing is written then. Otherwise as [`create_or_get`](Self::create_or_get) and
+    /// [`apply`](Self::apply).
+    fn create_and_apply(
+        &self,
+        new: NewOperation,
+        first: Update,
+    ) -> BoxFuture<'_, Result<Created, LedgerError>> {
+        Box::pin(async move {
+            check_first_update(&new, &first)?;
+            let (tenant, id) = (new.tenant.clone(), new.operation_id.clone());
+            match self.create_or_get(new).await? {
+                Created::New(_) => match self.apply(first).await? {
+                    Some(row) => Ok(Created::New(row)),
+                    None => match self.get(&tenant, &id).await? {
+                        Some(row) => Ok(Created::Existing(row)),
+                        None => Err(LedgerError::Corrupt {
+                            operation: id.to_string(),
+                            detail: "operation vanished right after it was created".into(),
+                        }),
+                    },
+                },
+                existing => Ok(existing),
+            }
+        })
+    }
+
     /// Reads one operation.
     fn get<'a>(
         &'a self,
@@ -374,6 +419,90 @@ impl NewOperation {
             response: None,
             created_ms: self.now_ms,
             updated_ms: self.now_ms,
+        }
+    }
+}
+
+/// Checks that `first` is an update of the fresh row `new` (see [`Ledger::create_and_apply`]).
+pub(crate) fn check_first_update(new: &NewOperation, first: &Update) -> Result<(), LedgerError> {
+    if first.tenant != new.tenant || first.operation_id != new.operation_id {
+        return Err(LedgerError::Config(format!(
+            "create_and_apply: the first update names operation {} of tenant {:?}, not the new \
+             operation {} of tenant {:?}",
+            first.operation_id, first.tenant, new.operation_id, new.tenant
+        )));
+    }
+    if first.expect_state != State::Prepared
+        || first.expect_generation != Generation(0)
+        || first.expect_version != 0
+    {
+        return Err(LedgerError::Config(format!(
+            "create_and_apply: the first update of {} must expect the fresh row (PREPARED, \
+             generation 0, version 0)",
+            new.operation_id
+        )));
+    }
+    Ok(())
+}
+
+impl NewOperation {
+    /// The state-machine view of the row this operation will be once stored (`PREPARED`,
+    /// nothing used yet).
+    pub fn snapshot(&self) -> crate::state::Snapshot<'_> {
+        crate::state::Snapshot {
+            state: State::Prepared,
+            may_have_applied: false,
+            attempts_used: 0,
+            queries_used: 0,
+            deadline_ms: None,
+            policy: &self.policy,
+        }
+    }
+
+    /// The conditional update that applies `t` to the fresh row of this operation: what
+    /// [`OperationRecord::update_for`] gives on [`into_prepared`](Self::into_prepared)'s row,
+    /// without building that row. The `first` argument of [`Ledger::create_and_apply`].
+    pub fn first_update(
+        &self,
+        t: &crate::state::Transition,
+        attempt: Option<AttemptId>,
+        lease_until_ms: Option<i64>,
+        mut evidence: NewEvidence,
+        now_ms: i64,
+    ) -> Update {
+        let generation = if t.bump_generation {
+            Generation(1)
+        } else {
+            Generation(0)
+        };
+        evidence.generation = generation;
+        evidence.from_state.get_or_insert(State::Prepared);
+        evidence.to_state.get_or_insert(t.to);
+        Update {
+            tenant: self.tenant.clone(),
+            operation_id: self.operation_id.clone(),
+            expect_state: State::Prepared,
+            expect_generation: Generation(0),
+            expect_version: 0,
+            operation_level: t.operation_level,
+            changes: Changes {
+                state: t.to,
+                last_result: t.last_result,
+                generation,
+                attempts_used: t.attempts_used,
+                queries_used: t.queries_used,
+                may_have_applied: t.may_have_applied,
+                reset_may_have_applied: t.operation_level && !t.may_have_applied,
+                current_attempt: attempt,
+                lease_until_ms,
+                next_check_ms: t.next_check_ms,
+                deadline_ms: t.deadline_ms,
+                remote_ref: t.remote_ref.clone(),
+                reason: t.reason.clone(),
+                response: None,
+                now_ms,
+            },
+            evidence,
         }
     }
 }
