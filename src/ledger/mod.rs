@@ -445,6 +445,32 @@ pub(crate) fn check_first_update(new: &NewOperation, first: &Update) -> Result<(
     Ok(())
 }
 
+/// The row [`Ledger::create_and_apply`] stores for `new` and its checked `first` update: the
+/// `PREPARED` row with `first`'s changes applied (version 1), and `first`'s evidence entry. For
+/// backends that insert the claimed row directly instead of inserting then updating; a fresh
+/// row has no sticky fact, so the `REJECTED` guard of [`Ledger::apply`] cannot refuse it.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn first_applied(new: NewOperation, first: Update) -> (OperationRecord, NewEvidence) {
+    let c = first.changes;
+    let mut r = new.into_prepared();
+    r.state = c.state;
+    r.last_result = c.last_result;
+    r.generation = c.generation;
+    r.version = 1;
+    r.attempts_used = c.attempts_used;
+    r.queries_used = c.queries_used;
+    r.may_have_applied = c.may_have_applied;
+    r.current_attempt = c.current_attempt;
+    r.lease_until_ms = c.lease_until_ms;
+    r.next_check_ms = c.next_check_ms;
+    r.deadline_ms = c.deadline_ms;
+    r.remote_ref = c.remote_ref;
+    r.reason = c.reason;
+    r.response = c.response;
+    r.updated_ms = c.now_ms;
+    (r, first.evidence)
+}
+
 impl NewOperation {
     /// The state-machine view of the row this operation will be once stored (`PREPARED`,
     /// nothing used yet).
