@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::*;
-use super::{check_first_update, store_entries};
+use super::{check_first_update, first_applied, store_entries};
 
 /// An in-memory [`Ledger`]. Cloning gives another handle to the same data.
 ///
@@ -127,18 +127,15 @@ impl MemoryLedger {
         if let Some(existing) = t.existing(&new) {
             return Ok(Created::Existing(existing.clone()));
         }
-        // The `created` entry takes the next sequence number; `first`'s entry the one after.
-        let seq = t.next_seq + 1;
-        let row = t.insert(new.into_prepared());
-        match apply_to(row, first, seq) {
-            Some(record) => {
-                let record = record.clone();
-                t.next_seq += 1;
-                Ok(Created::New(record))
-            }
-            // Unreachable with a checked first update, kept total: the row stays `PREPARED`.
-            None => Ok(Created::New(row.record.clone())),
-        }
+        // The claimed row goes in directly; the `created` entry takes the next sequence number,
+        // `first`'s entry the one after.
+        let (record, entry) = first_applied(new, first);
+        let seq = t.next_seq + 2;
+        let row = t.insert(record);
+        row.evidence.push(EvidenceEntry { seq, entry });
+        let out = row.record.clone();
+        t.next_seq = seq;
+        Ok(Created::New(out))
     }
 
     fn apply_now(&self, update: Update) -> Result<Option<OperationRecord>, LedgerError> {

@@ -449,7 +449,6 @@ pub(crate) fn check_first_update(new: &NewOperation, first: &Update) -> Result<(
 /// `PREPARED` row with `first`'s changes applied (version 1), and `first`'s evidence entry. For
 /// backends that insert the claimed row directly instead of inserting then updating; a fresh
 /// row has no sticky fact, so the `REJECTED` guard of [`Ledger::apply`] cannot refuse it.
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn first_applied(new: NewOperation, first: Update) -> (OperationRecord, NewEvidence) {
     let c = first.changes;
     let mut r = new.into_prepared();
