@@ -89,6 +89,11 @@ impl SharedAuthorizer {
         Self(Some(std::sync::Arc::new(a)))
     }
 
+    /// Whether no authorizer is set: every access is allowed without a call.
+    pub(crate) fn is_open(&self) -> bool {
+        self.0.is_none()
+    }
+
     // A plain fn returning a boxed future (not an `async fn`): keeps the callers' futures
     // `Send` for every lifetime, which `tokio::spawn` needs.
     pub(crate) fn check<'a>(

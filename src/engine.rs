@@ -4,9 +4,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::evidence::Evidence;
 use crate::layer::{Outcome, Shared};
-use crate::ledger::{LedgerError, NewEvidence, OperationRecord, StoredResponse};
+use crate::ledger::{
+    LedgerError, NewEvidence, NewOperation, OperationRecord, StoredResponse, Update,
+};
 use crate::notify::Notice;
-use crate::operation::AttemptId;
+use crate::operation::{AttemptId, Generation};
 use crate::state::{Clock, Event, Refused, State, transition};
 
 /// Milliseconds since the Unix epoch, from the wall clock.
@@ -90,6 +92,33 @@ pub(crate) async fn apply_event(
         None => Applied::Stale,
     })
 }
+
+/// The claim of a new operation's first send (`PREPARED` → `IN_FLIGHT` under `attempt`, with
+/// its lease), as the `first` update of [`Ledger::create_and_apply`](crate::ledger::Ledger::create_and_apply).
+/// `None` if the state machine would not move a fresh row to `IN_FLIGHT` (a budget that allows
+/// no attempt): the caller takes the two-step path, which records why.
+pub(crate) fn first_claim(new: &NewOperation, attempt: AttemptId) -> Option<Update> {
+    let clock = clock();
+    let t = transition(&new.snapshot(), &Event::ClaimSend, clock).ok()?;
+    if t.to != State::InFlight {
+        return None;
+    }
+    let lease_until = clock.now_ms + new.policy.lease().as_millis() as i64;
+    let entry = NewEvidence {
+        attempt_id: Some(attempt),
+        generation: Generation(0),
+        kind: CLAIM_KIND.to_owned(),
+        from_state: None,
+        to_state: None,
+        evidence: None,
+        note: t.reason.clone(),
+        at_ms: clock.now_ms,
+    };
+    Some(new.first_update(&t, Some(attempt), Some(lease_until), entry, clock.now_ms))
+}
+
+/// Evidence kind of a send claim.
+pub(crate) const CLAIM_KIND: &str = "attempt_registered";
 
 /// Tells waiting callers and reviewers where an operation now stands.
 pub(crate) fn publish(shared: &Shared, row: &OperationRecord) {

@@ -449,8 +449,21 @@ where
         source,
     };
 
-    let created = shared.ledger.create_or_get(new).await.map_err(ledger_err)?;
-    let mut record = match created {
+    // Without an authorizer, a new operation is created and its first send claimed in one
+    // ledger call. With one, permission is checked on the PREPARED row before send rights are
+    // claimed: a refusal leaves the operation PREPARED (never sent) for a caller with permission.
+    let attempt = AttemptId::generate();
+    let first = if shared.authorizer.is_open() {
+        engine::first_claim(&new, attempt)
+    } else {
+        None
+    };
+    let created = match first {
+        Some(first) => shared.ledger.create_and_apply(new, first).await,
+        None => shared.ledger.create_or_get(new).await,
+    }
+    .map_err(ledger_err)?;
+    let record = match created {
         Created::New(r) => r,
         Created::Existing(r) => {
             if r.payload_hash != payload_hash {
@@ -473,64 +486,26 @@ where
         }
     };
 
-    // Permission is checked before send rights are claimed: a refusal leaves the operation
-    // PREPARED (never sent) for a caller with permission.
-    if record.state == State::Prepared
-        && let Err(denied) = shared.authorizer.check(&record, Access::Write).await
-    {
-        tracing::warn!(operation = %record.operation_id, %denied, "write not authorized; nothing sent");
-        return Err(Error::Denied {
-            operation: record.operation_id,
-            source: denied,
-        });
-    }
-
-    // Claim send rights. Only PREPARED (first send) is claimed here; every other state belongs
-    // to the recovery engine or is resolved.
-    let attempt = AttemptId::generate();
-    loop {
-        match record.state {
-            State::Prepared => {}
-            State::Succeeded | State::Rejected => return Ok(Step::Done(stored_result(&record))),
-            _ => return Err(Error::for_state(&record, None, None, None)),
+    let record = if record.state == State::InFlight && record.current_attempt == Some(attempt) {
+        // Created and claimed in one step.
+        engine::publish(&shared, &record);
+        record
+    } else {
+        if record.state == State::Prepared
+            && let Err(denied) = shared.authorizer.check(&record, Access::Write).await
+        {
+            tracing::warn!(operation = %record.operation_id, %denied, "write not authorized; nothing sent");
+            return Err(Error::Denied {
+                operation: record.operation_id,
+                source: denied,
+            });
         }
-        let lease_until = engine::now_ms() + record.policy.lease().as_millis() as i64;
-        let applied = engine::apply_event(
-            &shared,
-            &record,
-            Event::ClaimSend,
-            "attempt_registered",
-            Extras {
-                attempt: Some(attempt),
-                lease_until_ms: Some(lease_until),
-                ..Extras::default()
-            },
-        )
-        .await
-        .map_err(ledger_err)?;
-        match applied {
-            Applied::Done(r) if r.state == State::InFlight => {
-                record = *r;
-                break;
-            }
-            // The claim escalated (budget or window spent).
-            Applied::Done(r) => return Err(Error::for_state(&r, None, None, None)),
-            Applied::Refused(_) | Applied::Stale => {
-                // Someone else moved it first (a concurrent caller for the same operation).
-                record = shared
-                    .ledger
-                    .get(&record.tenant, &record.operation_id)
-                    .await
-                    .map_err(ledger_err)?
-                    .ok_or_else(|| {
-                        ledger_err(crate::ledger::LedgerError::Corrupt {
-                            operation: op.id().to_string(),
-                            detail: "operation vanished during claim".into(),
-                        })
-                    })?;
-            }
+        match claim_send(&shared, record, attempt).await {
+            Ok(Ok(record)) => record,
+            Ok(Err(done)) => return Ok(Step::Done(done)),
+            Err(e) => return Err(e),
         }
-    }
+    };
 
     // The attempt is durable. Build the bytes to send: same key, same frozen body.
     let body = contract
@@ -557,6 +532,68 @@ where
             deadline: tokio::time::Instant::now() + timeout,
         }),
     ))
+}
+
+/// Claims send rights on an existing operation (two-step path). Only PREPARED (first send) is
+/// claimed here; every other state belongs to the recovery engine or is resolved (its stored
+/// result comes back as `Ok(Err(response))`).
+async fn claim_send(
+    shared: &Shared,
+    mut record: OperationRecord,
+    attempt: AttemptId,
+) -> Result<Result<OperationRecord, Response<Full<Bytes>>>, Error> {
+    let id = record.operation_id.clone();
+    let ledger_err = |source| Error::Ledger {
+        operation: Some(id.clone()),
+        source,
+    };
+    // Claim send rights. Only PREPARED (first send) is claimed here; every other state belongs
+    // to the recovery engine or is resolved.
+    loop {
+        match record.state {
+            State::Prepared => {}
+            State::Succeeded | State::Rejected => return Ok(Err(stored_result(&record))),
+            _ => return Err(Error::for_state(&record, None, None, None)),
+        }
+        let lease_until = engine::now_ms() + record.policy.lease().as_millis() as i64;
+        let applied = engine::apply_event(
+            shared,
+            &record,
+            Event::ClaimSend,
+            engine::CLAIM_KIND,
+            Extras {
+                attempt: Some(attempt),
+                lease_until_ms: Some(lease_until),
+                ..Extras::default()
+            },
+        )
+        .await
+        .map_err(ledger_err)?;
+        match applied {
+            Applied::Done(r) if r.state == State::InFlight => {
+                record = *r;
+                break;
+            }
+            // The claim escalated (budget or window spent).
+            Applied::Done(r) => return Err(Error::for_state(&r, None, None, None)),
+            Applied::Refused(_) | Applied::Stale => {
+                // Someone else moved it first (a concurrent caller for the same operation).
+                record = shared
+                    .ledger
+                    .get(&record.tenant, &record.operation_id)
+                    .await
+                    .map_err(ledger_err)?
+                    .ok_or_else(|| {
+                        ledger_err(crate::ledger::LedgerError::Corrupt {
+                            operation: id.to_string(),
+                            detail: "operation vanished during claim".into(),
+                        })
+                    })?;
+            }
+        }
+    }
+
+    Ok(Ok(record))
 }
 
 /// The answer for a caller naming a resolved operation: the stored response, or a small JSON
