@@ -295,7 +295,7 @@ async fn run() -> Result<(), BoxError> {
     // 3. What the same search says about look-alikes: never a success, never "not executed".
     println!("\nthe search on look-alike operations:");
     let mut other_device = row.clone();
-    other_device.request.body = Bytes::from(
+    std::sync::Arc::make_mut(&mut other_device.request).body = Bytes::from(
         json!({ "operation_id": op.id(), "device_id": "E18", "priority": "P2" }).to_string(),
     );
     let mut never_sent = row.clone();

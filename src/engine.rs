@@ -122,13 +122,18 @@ pub(crate) const CLAIM_KIND: &str = "attempt_registered";
 
 /// Tells waiting callers and reviewers where an operation now stands.
 pub(crate) fn publish(shared: &Shared, row: &OperationRecord) {
-    let outcome = Outcome::from_record(row, None, true);
     if row.state == State::ManualReview {
         metrics::counter!(
             "recoverable_write_escalations_total",
             "target" => target_of(row),
         )
         .increment(1);
+    }
+    if !shared.notifier.has_subscribers() {
+        return;
+    }
+    let outcome = Outcome::from_record(row, None, true);
+    if row.state == State::ManualReview {
         shared.notifier.publish(Notice::Escalated {
             reason: row.reason.clone().unwrap_or_default(),
             outcome,

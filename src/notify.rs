@@ -72,6 +72,12 @@ impl Notifier {
         self.tx.subscribe()
     }
 
+    /// Whether anyone listens now. Publishers skip building notices nobody would receive; a
+    /// subscriber that comes later reads the ledger first, as it must anyway.
+    pub(crate) fn has_subscribers(&self) -> bool {
+        self.tx.receiver_count() > 0
+    }
+
     /// Publishes a notice (dropped when nobody listens).
     pub fn publish(&self, notice: Notice) {
         let _ = self.tx.send(notice);

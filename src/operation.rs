@@ -17,6 +17,7 @@
 //! sent.
 
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method, Uri};
@@ -30,7 +31,7 @@ use uuid::Uuid;
 /// that do not name a tenant belong to [`Tenant::DEFAULT`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Tenant(String);
+pub struct Tenant(Arc<str>);
 
 impl Tenant {
     /// The tenant of writes that do not name one.
@@ -38,7 +39,7 @@ impl Tenant {
 
     /// Creates a tenant from its name.
     pub fn new(name: impl Into<String>) -> Self {
-        Self(name.into())
+        Self(name.into().into())
     }
 
     /// The tenant's name.
@@ -49,7 +50,7 @@ impl Tenant {
 
 impl Default for Tenant {
     fn default() -> Self {
-        Self(Self::DEFAULT.to_owned())
+        Self(Self::DEFAULT.into())
     }
 }
 
@@ -65,17 +66,22 @@ impl fmt::Display for Tenant {
 /// operation id again gets that operation's state or its stored result, never a second create.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct OperationId(String);
+pub struct OperationId(Arc<str>);
 
 impl OperationId {
     /// Generates a new operation id of the form `op-<32 hex digits>`.
     pub fn generate() -> Self {
-        Self(format!("op-{}", Uuid::new_v4().simple()))
+        // Built on the stack, one allocation for the shared string. ASCII throughout, so the
+        // lossy conversion never replaces anything.
+        let mut buf = [0u8; 35];
+        buf[..3].copy_from_slice(b"op-");
+        let hex = Uuid::new_v4().simple().encode_lower(&mut buf[3..]).len();
+        Self(Arc::from(&*String::from_utf8_lossy(&buf[..3 + hex])))
     }
 
     /// Uses a caller-chosen id, such as the id of an approved intent in the caller's database.
     pub fn new(id: impl Into<String>) -> Self {
-        Self(id.into())
+        Self(id.into().into())
     }
 
     /// The id as a string.
@@ -97,17 +103,20 @@ impl fmt::Display for OperationId {
 /// existing operation: changing the key would bypass the vendor's deduplication.
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct IdempotencyKey(String);
+pub struct IdempotencyKey(Arc<str>);
 
 impl IdempotencyKey {
     /// Makes a fresh random key (UUID v4, hyphenated, 36 characters).
     pub fn generate() -> Self {
-        Self(Uuid::new_v4().hyphenated().to_string())
+        let mut buf = [0u8; 36];
+        Self(Arc::from(
+            &*Uuid::new_v4().hyphenated().encode_lower(&mut buf),
+        ))
     }
 
     /// Restores a key read back from a ledger.
     pub fn from_stored(key: impl Into<String>) -> Self {
-        Self(key.into())
+        Self(key.into().into())
     }
 
     /// The key as sent on the wire (before any contract-specific quoting).
@@ -413,7 +422,7 @@ pub enum PayloadDigest {
 /// SHA-256 over the canonical form of a payload, lower-case hex.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct PayloadHash(String);
+pub struct PayloadHash(Arc<str>);
 
 impl PayloadHash {
     /// Computes the hash of `method`, the normalized `url` and the canonical `body`.
@@ -422,10 +431,38 @@ impl PayloadHash {
     /// [`PayloadDigest::Fields`] only the named fields count (a missing field hashes as absent).
     /// Other bodies are hashed byte for byte.
     pub fn compute(method: &str, url: &str, body: &[u8], digest: &PayloadDigest) -> Self {
+        let normalized = match url.parse::<Uri>() {
+            Ok(uri) => normalize_uri(&uri),
+            Err(_) => url.to_owned(),
+        };
+        Self::digest(&method.to_ascii_uppercase(), &normalized, body, digest)
+    }
+
+    /// [`compute`](Self::compute) from the request's parsed method and URI (the layer's path:
+    /// no re-parse of the URL). The same value as `compute(method.as_str(), &uri.to_string(),
+    /// ..)`.
+    pub(crate) fn compute_for(
+        method: &Method,
+        uri: &Uri,
+        body: &[u8],
+        digest: &PayloadDigest,
+    ) -> Self {
+        // Methods are case-sensitive tokens; the standard ones are upper case already.
+        let upper;
+        let method = if method.as_str().bytes().any(|b| b.is_ascii_lowercase()) {
+            upper = method.as_str().to_ascii_uppercase();
+            upper.as_str()
+        } else {
+            method.as_str()
+        };
+        Self::digest(method, &normalize_uri(uri), body, digest)
+    }
+
+    fn digest(method: &str, normalized_url: &str, body: &[u8], digest: &PayloadDigest) -> Self {
         let mut h = Sha256::new();
-        h.update(method.to_ascii_uppercase().as_bytes());
+        h.update(method.as_bytes());
         h.update(b"\n");
-        h.update(normalize_url(url).as_bytes());
+        h.update(normalized_url.as_bytes());
         h.update(b"\n");
         match serde_json::from_slice::<serde_json::Value>(body) {
             Ok(value) if !body.is_empty() => {
@@ -450,12 +487,12 @@ impl PayloadHash {
                 h.update(body);
             }
         }
-        Self(hex(&h.finalize()))
+        Self(hex(&h.finalize()).into())
     }
 
     /// Restores a hash read back from a ledger.
     pub fn from_stored(s: impl Into<String>) -> Self {
-        Self(s.into())
+        Self(s.into().into())
     }
 
     /// The hash as lower-case hex.
@@ -472,49 +509,49 @@ impl fmt::Display for PayloadHash {
 
 /// Lower-cases scheme and host and drops a default port; path and query are kept as given
 /// (their case and order can be significant to the vendor).
-fn normalize_url(url: &str) -> String {
-    let Ok(uri) = url.parse::<Uri>() else {
-        return url.to_owned();
-    };
-    let scheme = uri.scheme_str().map(str::to_ascii_lowercase);
-    let host = uri.host().map(str::to_ascii_lowercase);
+fn normalize_uri(uri: &Uri) -> String {
+    let scheme = uri.scheme_str();
     let port = uri.port_u16().filter(|p| {
         !matches!(
-            (scheme.as_deref(), *p),
+            (scheme.map(str::to_ascii_lowercase).as_deref(), *p),
             (Some("http"), 80) | (Some("https"), 443)
         )
     });
-    let mut out = String::with_capacity(url.len());
-    if let Some(s) = &scheme {
-        out.push_str(s);
+    let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let mut out = String::with_capacity(
+        scheme.map_or(0, |s| s.len() + 3) + uri.host().map_or(0, str::len) + 6 + path.len(),
+    );
+    if let Some(s) = scheme {
+        out.extend(s.chars().map(|c| c.to_ascii_lowercase()));
         out.push_str("://");
     }
-    if let Some(h) = &host {
-        out.push_str(h);
+    if let Some(h) = uri.host() {
+        out.extend(h.chars().map(|c| c.to_ascii_lowercase()));
     }
     if let Some(p) = port {
-        out.push(':');
-        out.push_str(&p.to_string());
+        use std::fmt::Write as _;
+        let _ = write!(out, ":{p}");
     }
-    out.push_str(uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/"));
+    out.push_str(path);
     out
 }
 
-/// Writes a JSON value in canonical form: object keys sorted, no whitespace.
+/// Writes a JSON value in canonical form: object keys sorted, no whitespace. Keys and scalars
+/// are written with serde_json's own escaping straight into the hasher (no string per token).
 fn write_canonical(value: &serde_json::Value, h: &mut Sha256) {
     use serde_json::Value;
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
             h.update(b"{");
-            for (i, k) in keys.into_iter().enumerate() {
+            for (i, (k, v)) in members.into_iter().enumerate() {
                 if i > 0 {
                     h.update(b",");
                 }
-                h.update(serde_json::to_string(k).unwrap_or_default().as_bytes());
+                write_json(k, h);
                 h.update(b":");
-                write_canonical(&map[k], h);
+                write_canonical(v, h);
             }
             h.update(b"}");
         }
@@ -528,8 +565,14 @@ fn write_canonical(value: &serde_json::Value, h: &mut Sha256) {
             }
             h.update(b"]");
         }
-        scalar => h.update(serde_json::to_string(scalar).unwrap_or_default().as_bytes()),
+        scalar => write_json(scalar, h),
     }
+}
+
+/// Serializes `v` as compact JSON into the hasher (`Sha256` is an `io::Write`).
+fn write_json<T: Serialize + ?Sized>(v: &T, h: &mut Sha256) {
+    // Writing into a hasher cannot fail, and these values always serialize.
+    let _ = serde_json::to_writer(h, v);
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -624,5 +667,78 @@ mod tests {
             vec![("content-type".to_owned(), "application/json".to_owned())]
         );
         assert!(!format!("{f:?}").contains("sk_live"));
+    }
+}
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// Inputs whose hashes are pinned: a stored operation's payload hash is compared with a
+    /// recomputed one after upgrades, so the canonical form must never change.
+    pub(super) fn cases() -> Vec<(&'static str, &'static str, &'static [u8], PayloadDigest)> {
+        vec![
+            (
+                "post",
+                "HTTPS://Vendor.Test:443/v1/tickets?b=2&a=1",
+                br#"{"z":1,"a":{"y":[1,2.5,-3e2,true,null],"x":"\u00e9\"\n"},"m":"\ud83d\ude00"}"#,
+                PayloadDigest::Full,
+            ),
+            (
+                "POST",
+                "http://vendor.test:8080/t",
+                b" { \"b\" : 18446744073709551615 , \"a\" : -1.0e-7 } ",
+                PayloadDigest::Full,
+            ),
+            (
+                "PUT",
+                "http://vendor.test/t",
+                br#"{"amount":100,"memo":"hi","nested":{"k":"v"}}"#,
+                PayloadDigest::Fields(vec!["/amount".into(), "/nested".into(), "/missing".into()]),
+            ),
+            (
+                "POST",
+                "/relative/path",
+                b"not json at all \xff\x00",
+                PayloadDigest::Full,
+            ),
+            ("POST", "http://vendor.test", b"", PayloadDigest::Full),
+            (
+                "PATCH",
+                "http://vendor.test/x",
+                b"[{\"b\":[],\"a\":{}},\"s\",0]",
+                PayloadDigest::Full,
+            ),
+        ]
+    }
+
+    /// The hashes the canonical form gave when it was first written (v0.1): they must never
+    /// change, or every stored operation would conflict with its own retry.
+    const PINNED: [&str; 6] = [
+        "f6cc26b69a269ded865fc1e60abc449099691d16be1c7757f22ca9c5fc118793",
+        "d3f4e8c0e3e9d4e4f3d14f96deb38055ffba1cc5c05a856efe53aae04a7d81b0",
+        "5d888fc326865adc0355665fd0b4efa0388dd4d61c3a5008e48a0962dce8a896",
+        "9f17ef9cf89338e4960a8e1130579934f1bb09adb688393cbc3e58fa682d8ea7",
+        "392830e2b46710a9d9d4cd6cdc1deb2b09ad90589075d298f8433d0d3cc43e2c",
+        "1c2d304326c8b8549fff000ecdec9ad3ad52fefd3e90d20b71209f220574522b",
+    ];
+
+    #[test]
+    fn payload_hashes_never_change() {
+        for ((m, u, b, d), pinned) in cases().into_iter().zip(PINNED) {
+            assert_eq!(
+                PayloadHash::compute(m, u, b, &d).as_str(),
+                pinned,
+                "{m} {u}"
+            );
+            if let Ok(uri) = u.parse::<Uri>() {
+                let method = Method::from_bytes(m.to_ascii_uppercase().as_bytes()).unwrap();
+                assert_eq!(
+                    PayloadHash::compute_for(&method, &uri, b, &d).as_str(),
+                    pinned,
+                    "{m} {u} from the parsed request"
+                );
+            }
+        }
     }
 }

@@ -300,7 +300,7 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
                 intent_ref: op.intent_ref().to_owned(),
                 idempotency_key: recoverable_write::IdempotencyKey::generate(),
                 payload_hash: hash,
-                request: frozen,
+                request: frozen.into(),
                 contract: recoverable_write::Contract::conservative().reference(),
                 policy: fast_policy(),
                 now_ms: now_ms(),

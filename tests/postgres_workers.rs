@@ -850,7 +850,7 @@ async fn d18_eight_senders_race_for_each_outbox_operation_and_exactly_one_sends(
                     intent_ref: o.intent_ref().to_owned(),
                     idempotency_key: IdempotencyKey::generate(),
                     payload_hash: hash,
-                    request: frozen,
+                    request: frozen.into(),
                     contract: contract.reference(),
                     policy: fast_policy(),
                     now_ms: 0,

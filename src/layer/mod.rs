@@ -103,8 +103,7 @@ impl Shared {
     ) -> (NewOperation, Arc<Contract>) {
         let (contract, contract_ref) = self.contracts.select_with_reference(method, uri);
         let frozen = FrozenRequest::freeze(method, uri, headers, body, &contract.secret_headers);
-        let payload_hash =
-            PayloadHash::compute(&frozen.method, &frozen.url, &frozen.body, &contract.digest);
+        let payload_hash = PayloadHash::compute_for(method, uri, &frozen.body, &contract.digest);
         let new = NewOperation {
             tenant: op.tenant().clone(),
             operation_id: op.id().clone(),
@@ -112,7 +111,7 @@ impl Shared {
             intent_ref: op.intent_ref().to_owned(),
             idempotency_key: IdempotencyKey::generate(),
             payload_hash,
-            request: frozen,
+            request: Arc::new(frozen),
             contract: contract_ref.clone(),
             policy: self.policy.clone(),
             now_ms: engine::now_ms(),

@@ -177,7 +177,7 @@ pub fn new_operation(tenant: &str, operation_id: &str, intent_ref: &str) -> NewO
         intent_ref: intent_ref.to_owned(),
         idempotency_key: IdempotencyKey::generate(),
         payload_hash: PayloadHash::compute("POST", url, &body, &PayloadDigest::Full),
-        request: FrozenRequest {
+        request: Arc::new(FrozenRequest {
             method: "POST".to_owned(),
             url: url.to_owned(),
             headers: vec![
@@ -187,7 +187,7 @@ pub fn new_operation(tenant: &str, operation_id: &str, intent_ref: &str) -> NewO
                 ("x-unicode".to_owned(), "déjà vu".to_owned()),
             ],
             body,
-        },
+        }),
         contract: ContractRef {
             name: "stripe-v1".to_owned(),
             hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned(),
@@ -374,9 +374,10 @@ pub async fn create_then_get_round_trips_every_field<L: Ledger>(ledger: L) {
 /// An empty body and no headers are stored as such (not as NULL, not as a failure).
 pub async fn empty_body_and_no_headers_round_trip<L: Ledger>(ledger: L) {
     let mut new = new_operation("tenant-a", "op-empty", "intent-empty");
-    new.request.body = Bytes::new();
-    new.request.headers.clear();
-    new.request.method = "PUT".to_owned();
+    let request = Arc::make_mut(&mut new.request);
+    request.body = Bytes::new();
+    request.headers.clear();
+    request.method = "PUT".to_owned();
     let created = create(&ledger, new.clone()).await;
     assert_new_row(&created, &new);
     assert_eq!(get(&ledger, &created).await, created);
@@ -405,7 +406,7 @@ pub async fn get_of_an_unknown_operation_is_none<L: Ledger>(ledger: L) {
 pub async fn create_or_get_is_idempotent_by_operation_id<L: Ledger>(ledger: L) {
     let first = create(&ledger, new_operation("tenant-a", "op-204", "intent-1")).await;
     let mut again = new_operation("tenant-a", "op-204", "intent-2");
-    again.request.body = Bytes::from_static(b"{\"device\":\"E18\"}");
+    Arc::make_mut(&mut again.request).body = Bytes::from_static(b"{\"device\":\"E18\"}");
     again.payload_hash = PayloadHash::from_stored("another-hash");
     again.now_ms = T0 + 500;
     match must(ledger.create_or_get(again).await, "create_or_get") {

@@ -134,12 +134,12 @@ macro_rules! row_decoder {
                 intent_ref: c.text("intent_ref")?,
                 idempotency_key: IdempotencyKey::from_stored(c.text("idempotency_key")?),
                 payload_hash: PayloadHash::from_stored(c.text("payload_hash")?),
-                request: FrozenRequest {
+                request: std::sync::Arc::new(FrozenRequest {
                     method: c.text("request_method")?,
                     url: c.text("request_url")?,
                     headers: c.json("request_headers")?,
                     body: c.blob("request_body")?,
-                },
+                }),
                 contract: ContractRef {
                     name: c.text("contract_name")?,
                     hash: c.text("contract_hash")?,

@@ -15,6 +15,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -82,8 +83,8 @@ pub struct NewOperation {
     pub idempotency_key: IdempotencyKey,
     /// Hash of the frozen payload.
     pub payload_hash: PayloadHash,
-    /// The frozen request.
-    pub request: FrozenRequest,
+    /// The frozen request (shared: rows are cloned often, the request never changes).
+    pub request: Arc<FrozenRequest>,
     /// The contract frozen on the row.
     pub contract: ContractRef,
     /// The budget frozen on the row.
@@ -107,8 +108,8 @@ pub struct OperationRecord {
     pub idempotency_key: IdempotencyKey,
     /// Hash of the frozen payload.
     pub payload_hash: PayloadHash,
-    /// The frozen request (credentials never included).
-    pub request: FrozenRequest,
+    /// The frozen request (credentials never included; shared, it never changes).
+    pub request: Arc<FrozenRequest>,
     /// The contract the operation started with.
     pub contract: ContractRef,
     /// The budget the operation started with.
