@@ -420,6 +420,72 @@ async fn ledgers_work_behind_a_trait_object_and_nul_text_is_kept_readable() {
 
 // ── the database clock ──────────────────────────────────────────────────────────────────────────
 
+/// `create_and_apply` from a worker an hour off (either way): the row is created and claimed on
+/// the database clock in one statement; lease and deadline keep their length; the two entries
+/// are in order, `created` at the creation time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_and_apply_follows_the_database_clock_when_a_worker_is_an_hour_off() {
+    let Some(url) = pg_url().await else { return };
+    for skew in [3_600_000_i64, -3_600_000] {
+        let schema = Schema::new(&url);
+        let ledger = schema.ledger(ClockSource::Database).await;
+        let now = wall_ms() + skew;
+        let mut new = new_operation("tenant-a", "op-1", "intent-1");
+        new.now_ms = now;
+        let t = transition(
+            &new.snapshot(),
+            &Event::ClaimSend,
+            Clock {
+                now_ms: now,
+                jitter: 0.0,
+            },
+        )
+        .expect("claim send");
+        let attempt = AttemptId::generate();
+        let first = new.first_update(
+            &t,
+            Some(attempt),
+            Some(now + 200),
+            NewEvidence {
+                attempt_id: Some(attempt),
+                ..evidence_entry("attempt_registered", now)
+            },
+            now,
+        );
+        let row = match ledger.create_and_apply(new, first).await.expect("create") {
+            Created::New(r) => r,
+            Created::Existing(r) => panic!("unexpected existing {}", r.operation_id),
+        };
+        let db_now = ledger.database_now_ms().await.expect("db clock");
+        assert_eq!(row.state, State::InFlight);
+        assert_eq!(row.version, 1);
+        assert_near(Some(row.created_ms), db_now, "created_ms");
+        assert_near(Some(row.updated_ms), db_now, "updated_ms");
+        assert_eq!(
+            row.lease_until_ms,
+            Some(row.created_ms + 200),
+            "lease length kept"
+        );
+        assert_eq!(
+            row.deadline_ms,
+            Some(row.created_ms + row.policy.window_ms as i64),
+            "window length kept"
+        );
+        let log = ledger
+            .evidence(&row.tenant, &row.operation_id)
+            .await
+            .expect("evidence");
+        assert_eq!(log.len(), 2);
+        assert_eq!(log[0].entry.kind, "created");
+        assert_eq!(log[0].entry.at_ms, row.created_ms);
+        assert_eq!(log[1].entry.kind, "attempt_registered");
+        assert_eq!(log[1].entry.at_ms, row.created_ms);
+        assert_eq!(log[1].entry.attempt_id, Some(attempt));
+        assert!(log[0].seq < log[1].seq);
+        ledger.close().await;
+    }
+}
+
 /// A worker whose clock is an hour off (either way) still creates, leases, sweeps and claims on
 /// the database clock; values carried over from the row are not shifted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,8 +9,8 @@ use sha2::{Digest, Sha256};
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
-use super::store_entries;
 use super::*;
+use super::{check_first_update, first_applied, store_entries};
 
 /// The PostgreSQL [`Ledger`]: many workers on many machines, and the outbox. Cloning gives
 /// another handle to the same pool.
@@ -381,20 +381,38 @@ impl PostgresLedger {
         if let Some(row) = rows.first() {
             return Ok(Created::New(decode_operation(row)?));
         }
-        // A conflict (the insert waited for the other writer to commit): the same id first, then
-        // the same intent.
+        self.existing(
+            conn,
+            &new.tenant,
+            &new.operation_id,
+            &new.action,
+            &new.intent_ref,
+        )
+        .await
+    }
+
+    /// After an insert conflicted (waiting for the other writer to commit): the row with the same
+    /// id first, then the one with the same intent.
+    async fn existing(
+        &self,
+        conn: &mut PgConnection,
+        tenant: &Tenant,
+        id: &OperationId,
+        action: &str,
+        intent_ref: &str,
+    ) -> Result<Created, LedgerError> {
         let by_id = sqlx::query(AssertSqlSafe(self.sql.select_by_id.clone()))
-            .bind(new.tenant.as_str())
-            .bind(new.operation_id.as_str())
+            .bind(tenant.as_str())
+            .bind(id.as_str())
             .fetch_optional(&mut *conn)
             .await
             .map_err(unavailable)?;
         let existing = match by_id {
             Some(row) => Some(row),
             None => sqlx::query(AssertSqlSafe(self.sql.select_by_intent.clone()))
-                .bind(new.tenant.as_str())
-                .bind(new.action.as_str())
-                .bind(new.intent_ref.as_str())
+                .bind(tenant.as_str())
+                .bind(action)
+                .bind(intent_ref)
                 .fetch_optional(&mut *conn)
                 .await
                 .map_err(unavailable)?,
@@ -402,7 +420,7 @@ impl PostgresLedger {
         match existing {
             Some(row) => Ok(Created::Existing(decode_operation(&row)?)),
             None => Err(LedgerError::Corrupt {
-                operation: new.operation_id.to_string(),
+                operation: id.to_string(),
                 detail: "insert conflicted but no row has this id or intent".into(),
             }),
         }
@@ -636,6 +654,7 @@ const DB_NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::big
 #[derive(Debug)]
 struct Statements {
     insert_operation: Arc<str>,
+    insert_claimed: Arc<str>,
     select_by_id: Arc<str>,
     select_by_intent: Arc<str>,
     apply: Arc<str>,
@@ -686,6 +705,45 @@ ev AS (
     INSERT INTO {ev} ({ev_columns})
     SELECT ins.tenant, ins.operation_id, $15, $16, $17, $18, $19, $20, $21, ins.created_ms
     FROM ins
+)
+SELECT * FROM ins"
+        );
+        // The claimed row of `create_and_apply` in one statement. Caller-computed times are moved
+        // onto the statement's clock as offsets from the caller's creation time ($2), like
+        // `apply` does; the two entries get increasing ids in `ord` order.
+        let insert_claimed = format!(
+            "WITH {CLOCK_CTE},
+ins AS (
+    INSERT INTO {ops} (
+        tenant, operation_id, action, intent_ref, idempotency_key, payload_hash,
+        request_method, request_url, request_headers, request_body,
+        contract_name, contract_hash, budget_policy,
+        state, last_result, generation, version, attempts_used, queries_used, may_have_applied,
+        current_attempt, lease_until_ms, next_check_ms, deadline_ms, remote_ref, reason,
+        response_status, response_headers, response_body,
+        created_ms, updated_ms
+    )
+    SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+           $16::text, $17::text, $18::bigint, 1, $19::bigint, $20::bigint, $21::boolean,
+           $22::text, clock.now_ms + ($23::bigint - $2::bigint),
+           clock.now_ms + ($24::bigint - $2::bigint), clock.now_ms + ($25::bigint - $2::bigint),
+           $26::text, $27::text, $28::integer, $29::text, $30::bytea,
+           clock.now_ms, clock.now_ms + ($31::bigint - $2::bigint)
+    FROM clock
+    ON CONFLICT DO NOTHING
+    RETURNING *
+),
+ev AS (
+    INSERT INTO {ev} ({ev_columns})
+    SELECT ins.tenant, ins.operation_id, e.attempt_id, e.generation, e.kind, e.from_state,
+           e.to_state, e.evidence, e.note, ins.created_ms + (e.at_ms - $2::bigint)
+    FROM ins, (VALUES
+        (1, $32::text, $33::bigint, $34::text, $35::text, $36::text, $37::text, $38::text,
+         $39::bigint),
+        (2, $40::text, $41::bigint, $42::text, $43::text, $44::text, $45::text, $46::text,
+         $47::bigint)
+    ) AS e(ord, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms)
+    ORDER BY e.ord
 )
 SELECT * FROM ins"
         );
@@ -793,6 +851,7 @@ WHERE EXISTS (SELECT 1 FROM {ops} WHERE tenant = $2::text AND operation_id = $3:
         );
         Self {
             insert_operation: insert_operation.into(),
+            insert_claimed: insert_claimed.into(),
             select_by_id: select_by_id.into(),
             select_by_intent: select_by_intent.into(),
             apply: apply.into(),
@@ -873,6 +932,96 @@ impl Ledger for PostgresLedger {
             // Outside a transaction each statement commits on its own: the insert and its
             // `created` entry are one statement.
             self.create_in(&mut conn, new).await
+        })
+    }
+
+    fn create_and_apply(
+        &self,
+        new: NewOperation,
+        first: Update,
+    ) -> BoxFuture<'_, Result<Created, LedgerError>> {
+        Box::pin(async move {
+            check_first_update(&new, &first)?;
+            let created_at = new.now_ms;
+            let created = EvidenceColumns::encode(store_entries::created(created_at))?;
+            let headers = to_json("request headers", &new.request.headers)?;
+            let policy = to_json("budget policy", &new.policy)?;
+            let (row, entry) = first_applied(new, first);
+            let claimed = EvidenceColumns::encode(entry)?;
+            let (response_status, response_headers, response_body) = match &row.response {
+                Some(r) => (
+                    Some(i32::from(r.status)),
+                    Some(to_json("response headers", &r.headers)?),
+                    Some(r.body.to_vec()),
+                ),
+                None => (None, None, None),
+            };
+            let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+            // One statement: the row and both entries commit together, or not at all.
+            let rows = sqlx::query(AssertSqlSafe(self.sql.insert_claimed.clone()))
+                .bind(self.caller_now(created_at))
+                .bind(created_at)
+                .bind(row.tenant.as_str())
+                .bind(row.operation_id.as_str())
+                .bind(row.action.as_str())
+                .bind(row.intent_ref.as_str())
+                .bind(row.idempotency_key.as_str())
+                .bind(row.payload_hash.as_str())
+                .bind(row.request.method.as_str())
+                .bind(row.request.url.as_str())
+                .bind(headers)
+                .bind(row.request.body.as_ref())
+                .bind(row.contract.name.as_str())
+                .bind(row.contract.hash.as_str())
+                .bind(policy)
+                .bind(row.state.as_str())
+                .bind(row.last_result.map(State::as_str))
+                .bind(to_i64("generation", row.generation.0)?)
+                .bind(i64::from(row.attempts_used))
+                .bind(i64::from(row.queries_used))
+                .bind(row.may_have_applied)
+                .bind(row.current_attempt.map(|a| a.to_stored()))
+                .bind(row.lease_until_ms)
+                .bind(row.next_check_ms)
+                .bind(row.deadline_ms)
+                .bind(pg_text(row.remote_ref.as_deref()))
+                .bind(pg_text(row.reason.as_deref()))
+                .bind(response_status)
+                .bind(response_headers)
+                .bind(response_body)
+                .bind(row.updated_ms)
+                .bind(created.attempt_id)
+                .bind(created.generation)
+                .bind(created.kind)
+                .bind(created.from_state)
+                .bind(created.to_state)
+                .bind(created.evidence)
+                .bind(created.note)
+                .bind(created.at_ms)
+                .bind(claimed.attempt_id)
+                .bind(claimed.generation)
+                .bind(claimed.kind)
+                .bind(claimed.from_state)
+                .bind(claimed.to_state)
+                .bind(claimed.evidence)
+                .bind(claimed.note)
+                .bind(claimed.at_ms)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            match rows.first() {
+                Some(inserted) => Ok(Created::New(decode_operation(inserted)?)),
+                None => {
+                    self.existing(
+                        &mut conn,
+                        &row.tenant,
+                        &row.operation_id,
+                        &row.action,
+                        &row.intent_ref,
+                    )
+                    .await
+                }
+            }
         })
     }
 
