@@ -7,12 +7,17 @@
 //! - `layer_sqlite_full`: the same over SqliteLedger with `synchronous=FULL` (a file in a temp
 //!   dir), group commit on (the default, up to 64 writes per commit);
 //! - `layer_sqlite_full_batch1`: the same with group commit off (`max_batch(1)`: one
-//!   transaction, one fsync, per ledger write), to show what batching buys.
-//!
-//! A reqwest row is not possible yet: the crate has no reqwest adapter (feature `reqwest`).
+//!   transaction, one fsync, per ledger write), to show what batching buys;
+//! - `layer_postgres` (feature `postgres`, and a server at `RW_POSTGRES_URL`, default
+//!   `postgres://postgres@127.0.0.1:5432/test`): the same over PostgresLedger with a pool of 8,
+//!   in a schema of its own (`rw_bench_overhead`, emptied first); skipped with a message when no
+//!   server answers;
+//! - `reqwest_retry` and `reqwest_layer_memory` (feature `reqwest`): the same reqwest client
+//!   with reqwest-middleware and reqwest-retry (what users run today), and with this crate's
+//!   middleware (MemoryLedger) in front of reqwest-retry.
 //!
 //! ```text
-//! cargo bench --all-features --bench overhead   # the reqwest rows need --all-features
+//! cargo bench --all-features --bench overhead -- --noplot
 //! ```
 //!
 //! Two phases, one run:
@@ -119,6 +124,32 @@ mod reqwest_rows {
     }
 }
 
+/// A PostgresLedger with a pool of 8 in the schema `rw_bench_overhead`, emptied; `None` (with a
+/// message) when no server answers.
+#[cfg(feature = "postgres")]
+async fn postgres_ledger() -> Option<recoverable_write::ledger::PostgresLedger> {
+    use recoverable_write::ledger::{PostgresLedger, PostgresLedgerOptions};
+    let url = std::env::var("RW_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let options = PostgresLedgerOptions::new()
+        .schema("rw_bench_overhead")
+        .expect("schema name")
+        .max_connections(8)
+        .acquire_timeout(Duration::from_secs(3));
+    let ledger = match PostgresLedger::connect_with(&url, options).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("layer_postgres skipped: no PostgreSQL at RW_POSTGRES_URL ({e})");
+            return None;
+        }
+    };
+    sqlx::query("TRUNCATE rw_bench_overhead.rw_evidence, rw_bench_overhead.rw_operations")
+        .execute(ledger.pool())
+        .await
+        .expect("empty the bench schema");
+    Some(ledger)
+}
+
 /// Sends `n` POSTs with `concurrency` in flight; returns the elapsed time. At concurrency 1,
 /// every request's own latency is added to `latencies`.
 async fn drive(
@@ -217,7 +248,8 @@ fn main() {
     let full = sqlite("bench.db", SqliteLedgerOptions::new());
     let batch1 = sqlite("batch1.db", SqliteLedgerOptions::new().max_batch(1));
 
-    let configs = vec![
+    #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
+    let mut configs = vec![
         Config {
             name: "bare",
             svc: bare(),
@@ -251,6 +283,15 @@ fn main() {
             sqlite: None,
         },
     ];
+
+    #[cfg(feature = "postgres")]
+    if let Some(ledger) = rt.block_on(postgres_ledger()) {
+        configs.push(Config {
+            name: "layer_postgres",
+            svc: layered(Arc::new(ledger), BudgetPolicy::default()),
+            sqlite: None,
+        });
+    }
 
     // Phase 1: criterion's own measurement and report, one configuration after the other.
     let mut c = Criterion::default()
@@ -445,6 +486,13 @@ fn report(configs: &[Config], turns: &BTreeMap<(usize, &'static str), Turns>) {
             "  reqwest + this middleware (memory) within 10% of reqwest-retry at concurrency 64: {:.1}% -> {}",
             100.0 * r,
             verdict(*r >= 0.9)
+        );
+    }
+    if let Some(r) = ratios.get(&(64, "layer_postgres")) {
+        println!(
+            "  layer_postgres (pool of 8) throughput at concurrency 64 >= 30% of bare: {:.1}% -> {}",
+            100.0 * r,
+            verdict(*r >= 0.3)
         );
     }
     if let Some(r) = ratios.get(&(64, "layer_sqlite_full")) {
