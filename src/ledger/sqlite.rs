@@ -86,8 +86,8 @@ use sqlx::sqlite::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::store_entries;
 use super::*;
+use super::{check_first_update, first_applied, store_entries};
 
 /// The SQLite [`Ledger`]. Cloning gives another handle to the same pools.
 ///
@@ -650,6 +650,35 @@ INSERT INTO rw_evidence (
 ) SELECT ?1, ?2, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22 WHERE changes() = 1
 RETURNING id";
 
+/// [`Ledger::create_and_apply`]: inserts the claimed row whole and, only if it was inserted, the
+/// `created` entry and then `first`'s entry, each guarded by `changes() = 1` of the statement
+/// before it. The last entry's id comes back as the one row iff the operation was created.
+///
+/// Parameters: ?1 tenant, ?2 operation id, ?3..?10 the `created` entry and ?11..?18 `first`'s
+/// entry (see [`EvidenceColumns::bind`]), ?19..?47 the other columns of the row (see
+/// [`bind_operation`]). The entries come first on purpose: sqlx binds a statement's *unused*
+/// parameter slots below its highest one from a running counter, and stops binding (leaving
+/// NULLs) once that counter passes the number of arguments; small gaps keep it in range.
+const INSERT_CLAIMED: &str = "
+INSERT INTO rw_operations (
+    tenant, operation_id, action, intent_ref, idempotency_key, payload_hash,
+    request_method, request_url, request_headers, request_body,
+    contract_name, contract_hash, budget_policy,
+    state, last_result, generation, version, attempts_used, queries_used, may_have_applied,
+    current_attempt, lease_until_ms, next_check_ms, deadline_ms, remote_ref, reason,
+    response_status, response_headers, response_body,
+    created_ms, updated_ms
+) VALUES (?1, ?2, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
+          ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47)
+ON CONFLICT DO NOTHING;
+INSERT INTO rw_evidence (
+    tenant, operation_id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
+) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE changes() = 1;
+INSERT INTO rw_evidence (
+    tenant, operation_id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
+) SELECT ?1, ?2, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18 WHERE changes() = 1
+RETURNING id";
+
 const SELECT_BY_ID: &str = "SELECT * FROM rw_operations WHERE tenant = ?1 AND operation_id = ?2";
 
 const SELECT_BY_INTENT: &str =
@@ -832,32 +861,56 @@ impl Ledger for SqliteLedger {
                         // The row holds exactly what was bound: no need to read it back.
                         return Ok(Finish::Commit(Created::New(new.into_prepared())));
                     }
-                    // A conflict: the same id first, then the same intent.
-                    let by_id = sqlx::query(SELECT_BY_ID)
-                        .bind(new.tenant.as_str().to_owned())
-                        .bind(new.operation_id.as_str().to_owned())
-                        .fetch_optional(&mut *conn)
-                        .await
-                        .map_err(unavailable)?;
-                    let existing = match by_id {
-                        Some(row) => Some(row),
-                        None => sqlx::query(SELECT_BY_INTENT)
-                            .bind(new.tenant.as_str().to_owned())
-                            .bind(new.action.clone())
-                            .bind(new.intent_ref.clone())
-                            .fetch_optional(&mut *conn)
-                            .await
-                            .map_err(unavailable)?,
-                    };
-                    match existing {
-                        Some(row) => {
-                            Ok(Finish::Rollback(Created::Existing(decode_operation(&row)?)))
-                        }
-                        None => Err(LedgerError::Corrupt {
-                            operation: new.operation_id.to_string(),
-                            detail: "insert conflicted but no row has this id or intent".into(),
-                        }),
+                    Ok(Finish::Rollback(Created::Existing(
+                        existing(
+                            conn,
+                            &new.tenant,
+                            &new.operation_id,
+                            &new.action,
+                            &new.intent_ref,
+                        )
+                        .await?,
+                    )))
+                })
+            })
+            .await
+        })
+    }
+
+    fn create_and_apply(
+        &self,
+        new: NewOperation,
+        first: Update,
+    ) -> BoxFuture<'_, Result<Created, LedgerError>> {
+        Box::pin(async move {
+            check_first_update(&new, &first)?;
+            let created = EvidenceColumns::encode(store_entries::created(new.now_ms))?;
+            // The claimed row goes in directly (one INSERT, no UPDATE), then the `created`
+            // entry and `first`'s entry, in that order: both only if the row was inserted.
+            let (row, entry) = first_applied(new, first);
+            let query = sqlx::query(INSERT_CLAIMED)
+                .bind(row.tenant.as_str().to_owned())
+                .bind(row.operation_id.as_str().to_owned());
+            let query = EvidenceColumns::encode(entry)?.bind(created.bind(query));
+            let query = bind_operation(query, &row)?;
+            self.write(move |conn| {
+                Box::pin(async move {
+                    let inserted = query.fetch_all(&mut *conn).await.map_err(unavailable)?;
+                    if !inserted.is_empty() {
+                        // The row holds exactly what was bound: no need to read it back.
+                        return Ok(Finish::Commit(Created::New(row)));
                     }
+                    // A conflict: nothing was inserted, `first` is not applied.
+                    Ok(Finish::Rollback(Created::Existing(
+                        existing(
+                            conn,
+                            &row.tenant,
+                            &row.operation_id,
+                            &row.action,
+                            &row.intent_ref,
+                        )
+                        .await?,
+                    )))
                 })
             })
             .await
@@ -1032,6 +1085,86 @@ impl Ledger for SqliteLedger {
             rows.iter().map(|row| decode_evidence(row, id)).collect()
         })
     }
+}
+
+/// The row an insert of `(tenant, operation_id)` for `(action, intent_ref)` conflicted with:
+/// the same id first, then the same intent.
+async fn existing(
+    conn: &mut SqliteConnection,
+    tenant: &Tenant,
+    id: &OperationId,
+    action: &str,
+    intent_ref: &str,
+) -> Result<OperationRecord, LedgerError> {
+    let by_id = sqlx::query(SELECT_BY_ID)
+        .bind(tenant.as_str().to_owned())
+        .bind(id.as_str().to_owned())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    let row = match by_id {
+        Some(row) => Some(row),
+        None => sqlx::query(SELECT_BY_INTENT)
+            .bind(tenant.as_str().to_owned())
+            .bind(action.to_owned())
+            .bind(intent_ref.to_owned())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?,
+    };
+    match row {
+        Some(row) => decode_operation(&row),
+        None => Err(LedgerError::Corrupt {
+            operation: id.to_string(),
+            detail: "insert conflicted but no row has this id or intent".into(),
+        }),
+    }
+}
+
+/// Binds the columns of `r` after tenant and operation id, in table order (29 parameters, see
+/// [`INSERT_CLAIMED`]).
+fn bind_operation(
+    query: sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    r: &OperationRecord,
+) -> Result<sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>, LedgerError> {
+    let (response_status, response_headers, response_body) = match &r.response {
+        Some(resp) => (
+            Some(i64::from(resp.status)),
+            Some(to_json("response headers", &resp.headers)?),
+            Some(resp.body.to_vec()),
+        ),
+        None => (None, None, None),
+    };
+    Ok(query
+        .bind(r.action.clone())
+        .bind(r.intent_ref.clone())
+        .bind(r.idempotency_key.as_str().to_owned())
+        .bind(r.payload_hash.as_str().to_owned())
+        .bind(r.request.method.clone())
+        .bind(r.request.url.clone())
+        .bind(to_json("request headers", &r.request.headers)?)
+        .bind(r.request.body.to_vec())
+        .bind(r.contract.name.clone())
+        .bind(r.contract.hash.clone())
+        .bind(to_json("budget policy", &r.policy)?)
+        .bind(r.state.as_str())
+        .bind(r.last_result.map(State::as_str))
+        .bind(to_i64("generation", r.generation.0)?)
+        .bind(to_i64("version", r.version)?)
+        .bind(i64::from(r.attempts_used))
+        .bind(i64::from(r.queries_used))
+        .bind(i64::from(r.may_have_applied))
+        .bind(r.current_attempt.map(|a| a.to_stored()))
+        .bind(r.lease_until_ms)
+        .bind(r.next_check_ms)
+        .bind(r.deadline_ms)
+        .bind(r.remote_ref.clone())
+        .bind(r.reason.clone())
+        .bind(response_status)
+        .bind(response_headers)
+        .bind(response_body)
+        .bind(r.created_ms)
+        .bind(r.updated_ms))
 }
 
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
@@ -1271,6 +1404,61 @@ mod tests {
         let (a, b) = tokio::join!(ledger.write(refused), ledger.write(refused));
         assert_eq!((a.unwrap(), b.unwrap()), (7, 7));
         assert_eq!(ledger.commits(), commits, "nothing to make durable");
+    }
+
+    /// The claim of send rights on the fresh row of `new`, as the layer builds it.
+    #[cfg(feature = "test-util")]
+    fn first_claim(new: &NewOperation) -> Update {
+        use crate::state::{Clock, Event, transition};
+        let now = new.now_ms;
+        let clock = Clock {
+            now_ms: now,
+            jitter: 0.0,
+        };
+        let t = transition(&new.snapshot(), &Event::ClaimSend, clock).unwrap();
+        new.first_update(
+            &t,
+            Some(AttemptId::generate()),
+            Some(now + 30_000),
+            super::super::conformance::evidence_entry("attempt_registered", now),
+            now,
+        )
+    }
+
+    #[cfg(feature = "test-util")]
+    #[tokio::test]
+    async fn create_and_apply_is_one_write_and_one_commit() {
+        use super::super::conformance::new_operation;
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = SqliteLedger::open(dir.path().join("ledger.db"))
+            .await
+            .unwrap();
+        let new = new_operation("t", "op-1", "intent-1");
+        let (commits, writes) = (ledger.commits(), ledger.committed_writes());
+        let created = ledger
+            .create_and_apply(new.clone(), first_claim(&new))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&created, Created::New(r) if r.state == State::InFlight),
+            "{created:?}"
+        );
+        assert_eq!(
+            (
+                ledger.commits() - commits,
+                ledger.committed_writes() - writes
+            ),
+            (1, 1)
+        );
+        // A second call for the same intent changes nothing: no commit at all.
+        let again = new_operation("t", "op-2", "intent-1");
+        let existing = ledger
+            .create_and_apply(again.clone(), first_claim(&again))
+            .await
+            .unwrap();
+        assert_eq!(existing, Created::Existing(created.into_record()));
+        assert_eq!(ledger.commits() - commits, 1);
+        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 2);
     }
 
     #[test]
