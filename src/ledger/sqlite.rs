@@ -83,11 +83,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sqlx::Row;
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
     SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
+use sqlx::{Connection, Row, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 
 use super::*;
@@ -304,14 +305,16 @@ impl SqliteLedger {
             .connect_with(base)
             .await
             .map_err(unavailable)?;
-        Self::start(writer, reader, options.max_batch)
+        Self::start(writer, reader, options.max_batch, true)
     }
 
-    /// Starts the writer task on the current Tokio runtime.
+    /// Starts the writer task on the current Tokio runtime. `keep_connection`: whether the task
+    /// may keep the writer pool's connection between batches (not when readers share it).
     fn start(
         writer: SqlitePool,
         reader: SqlitePool,
         max_batch: usize,
+        keep_connection: bool,
     ) -> Result<Self, LedgerError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
             LedgerError::Config(format!(
@@ -324,6 +327,7 @@ impl SqliteLedger {
             writer.clone(),
             pending,
             max_batch,
+            keep_connection,
             stats.clone(),
         ));
         Ok(Self {
@@ -352,7 +356,13 @@ impl SqliteLedger {
             .await
             .map_err(unavailable)?;
         migrate(&pool).await?;
-        Self::start(pool.clone(), pool, SqliteLedgerOptions::DEFAULT_MAX_BATCH)
+        // Readers share the one connection: the writer task must give it back after each batch.
+        Self::start(
+            pool.clone(),
+            pool,
+            SqliteLedgerOptions::DEFAULT_MAX_BATCH,
+            false,
+        )
     }
 
     /// Closes both pools, waiting for connections in use to be returned. Afterwards every call
@@ -517,17 +527,62 @@ fn batch_failed(e: &Arc<sqlx::Error>) -> LedgerError {
 
 /// The writer task: takes what is queued (never waiting for more), commits it as one
 /// transaction, answers, repeats. Ends when every ledger handle is gone.
+///
+/// With `keep_connection`, it keeps the pool's one connection between batches: giving it back
+/// costs a spawned task and a ping (a round trip to the connection's thread) that the next
+/// batch would wait for. It gives it back when the pool is closed (so [`SqliteLedger::close`]
+/// completes and later writes fail) and after a batch that failed as a whole (so the pool
+/// checks the connection).
 async fn run_writer(
     pool: SqlitePool,
     mut queue: mpsc::UnboundedReceiver<Box<dyn PendingWrite>>,
     max_batch: usize,
+    keep_connection: bool,
     stats: Arc<WriterStats>,
 ) {
     let mut batch: Vec<Box<dyn PendingWrite>> = Vec::with_capacity(max_batch);
-    while queue.recv_many(&mut batch, max_batch).await > 0 {
+    let mut conn: Option<PoolConnection<Sqlite>> = None;
+    let mut closed = std::pin::pin!(pool.close_event());
+    let mut pool_closed = false;
+    loop {
+        let received = if conn.is_some() && !pool_closed {
+            tokio::select! {
+                biased;
+                () = &mut closed => {
+                    pool_closed = true;
+                    conn = None;
+                    continue;
+                }
+                received = queue.recv_many(&mut batch, max_batch) => received,
+            }
+        } else {
+            queue.recv_many(&mut batch, max_batch).await
+        };
+        if received == 0 {
+            break;
+        }
         batch.retain(|w| !w.abandoned());
-        if !batch.is_empty() {
-            run_batch(&pool, &mut batch, &stats).await;
+        if batch.is_empty() {
+            continue;
+        }
+        if pool.is_closed() {
+            conn = None;
+        }
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => match pool.acquire().await {
+                Ok(c) => conn.insert(c),
+                Err(e) => {
+                    let e = Arc::new(e);
+                    for w in batch.drain(..) {
+                        w.answer(Some(batch_failed(&e)));
+                    }
+                    continue;
+                }
+            },
+        };
+        if !run_batch(c, &mut batch, &stats).await || !keep_connection {
+            conn = None;
         }
         batch.clear();
     }
@@ -541,14 +596,16 @@ async fn run_writer(
 /// is rolled back and the batch runs again without the failed write, which gets its own error.
 /// A refused precondition changed nothing and needs no undo. Every write is answered only after
 /// the transaction that holds its final run was committed.
+///
+/// Returns `false` if the batch failed as a whole (`BEGIN`, `ROLLBACK` or `COMMIT` failed).
 async fn run_batch(
-    pool: &SqlitePool,
+    conn: &mut SqliteConnection,
     writes: &mut Vec<Box<dyn PendingWrite>>,
     stats: &WriterStats,
-) {
+) -> bool {
     let mut failed: Vec<Box<dyn PendingWrite>> = Vec::new();
     let finished = loop {
-        let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
+        let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
             Ok(tx) => tx,
             Err(e) => break Err(e),
         };
@@ -592,6 +649,7 @@ async fn run_batch(
             for w in writes.drain(..).chain(failed) {
                 w.answer(None);
             }
+            true
         }
         Err(e) => {
             // Dropping an unfinished transaction rolls it back. Not even a failed write gets its
@@ -600,6 +658,7 @@ async fn run_batch(
             for w in writes.drain(..).chain(failed) {
                 w.answer(Some(batch_failed(&e)));
             }
+            false
         }
     }
 }
