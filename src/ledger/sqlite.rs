@@ -27,12 +27,16 @@
 //! - The writer task takes what is queued *now* and commits it: there is no timer waiting for a
 //!   batch to fill, so a lone caller pays one commit, exactly as without batching, while
 //!   callers arriving during a commit share the next one.
-//! - Each request in a batch of more than one runs inside its own `SAVEPOINT`. A request whose
-//!   precondition fails (a conditional `UPDATE` that matched nothing) or whose statements fail
-//!   (a constraint, a corrupt row) is rolled back to its savepoint and answered with its own
-//!   result; the other requests in the batch are unaffected. Later requests in a batch see the
-//!   changes of earlier ones, exactly as if they had committed one after the other, in queue
-//!   order.
+//! - The requests of a batch run one after the other in one transaction, in queue order: later
+//!   requests see the changes of earlier ones, exactly as if they had committed one after the
+//!   other. A request whose precondition fails (a conditional `UPDATE` that matched nothing, an
+//!   insert that conflicted) changed nothing and is answered with its own result.
+//! - A request whose statements fail (a constraint, a corrupt row) may have changed something
+//!   before failing. Instead of a `SAVEPOINT` per request (a round trip to the connection's
+//!   thread each, for a rare case), the whole transaction is rolled back and the batch runs
+//!   again without that request, which is answered with its own error: the others are
+//!   neither failed nor lost, and nothing is half-applied. Every request does the same thing
+//!   each time it runs.
 //! - Every caller is released only after the batch's `COMMIT` returned, i.e. after the fsync:
 //!   the "register, then send" rule holds for each claim in the batch. If the `COMMIT` itself
 //!   fails, every caller in the batch gets [`LedgerError::Unavailable`] (nothing is reported as
@@ -79,15 +83,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sqlx::Row;
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
+    SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
+use sqlx::{Connection, Row, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 
-use super::store_entries;
 use super::*;
+use super::{check_first_update, first_applied, store_entries};
 
 /// The SQLite [`Ledger`]. Cloning gives another handle to the same pools.
 ///
@@ -227,12 +232,14 @@ impl SqliteLedgerOptions {
     }
 }
 
-/// How a write transaction ends.
+/// What a write did, inside its batch's transaction.
 enum Finish<T> {
-    /// Commit and return the value.
+    /// It changed the database: keep the changes (commit) and return the value.
     Commit(T),
-    /// Roll back (the precondition failed) and return the value.
-    Rollback(T),
+    /// It changed nothing (a precondition refused it: an `UPDATE` that matched no row, an
+    /// `INSERT ... ON CONFLICT DO NOTHING` that conflicted): return the value. There is nothing
+    /// to undo, so a write that did change something must never return this.
+    Unchanged(T),
 }
 
 impl SqliteLedger {
@@ -273,10 +280,10 @@ impl SqliteLedger {
             .clone()
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            // Group commit runs every request of a batch in its own savepoint. SQLite keeps the
-            // page images a savepoint may need to restore in a statement journal, which spills
-            // to a temporary *file* after 64 KiB: with it in memory, a batch costs memcpys, not
-            // a temp file's open, writes and close (about a quarter of the writer's CPU).
+            // SQLite keeps the page images a statement may need to restore on an error inside a
+            // transaction in a statement journal, which spills to a temporary *file* after
+            // 64 KiB: with it in memory, a batch costs memcpys, not a temp file's open, writes
+            // and close.
             .pragma("temp_store", "MEMORY");
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
@@ -298,14 +305,16 @@ impl SqliteLedger {
             .connect_with(base)
             .await
             .map_err(unavailable)?;
-        Self::start(writer, reader, options.max_batch)
+        Self::start(writer, reader, options.max_batch, true)
     }
 
-    /// Starts the writer task on the current Tokio runtime.
+    /// Starts the writer task on the current Tokio runtime. `keep_connection`: whether the task
+    /// may keep the writer pool's connection between batches (not when readers share it).
     fn start(
         writer: SqlitePool,
         reader: SqlitePool,
         max_batch: usize,
+        keep_connection: bool,
     ) -> Result<Self, LedgerError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
             LedgerError::Config(format!(
@@ -318,6 +327,7 @@ impl SqliteLedger {
             writer.clone(),
             pending,
             max_batch,
+            keep_connection,
             stats.clone(),
         ));
         Ok(Self {
@@ -346,7 +356,13 @@ impl SqliteLedger {
             .await
             .map_err(unavailable)?;
         migrate(&pool).await?;
-        Self::start(pool.clone(), pool, SqliteLedgerOptions::DEFAULT_MAX_BATCH)
+        // Readers share the one connection: the writer task must give it back after each batch.
+        Self::start(
+            pool.clone(),
+            pool,
+            SqliteLedgerOptions::DEFAULT_MAX_BATCH,
+            false,
+        )
     }
 
     /// Closes both pools, waiting for connections in use to be returned. Afterwards every call
@@ -378,22 +394,25 @@ impl SqliteLedger {
 
     /// Queues `op` for the writer task and waits until its batch is committed.
     ///
-    /// Every write goes through here. `op` runs inside the batch's transaction (in its own
-    /// savepoint when the batch holds more than one request); what it returns is handed back
-    /// only after the `COMMIT` succeeded. `Finish::Rollback` undoes what `op` did and still
-    /// returns its value; an error undoes it and returns the error.
+    /// Every write goes through here. `op` runs inside the batch's transaction; what it returns
+    /// is handed back only after the `COMMIT` succeeded. An error fails this write alone: the
+    /// batch is rolled back and the other writes run again without it. So `op` may run more
+    /// than once (each time in a fresh transaction, never twice in one): it must do the same
+    /// thing every time it is called.
     async fn write<T, F>(&self, op: F) -> Result<T, LedgerError>
     where
         T: Send + 'static,
-        F: for<'c> FnOnce(
-                &'c mut SqliteConnection,
-            ) -> BoxFuture<'c, Result<Finish<T>, LedgerError>>
+        F: for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<T>, LedgerError>>
             + Send
             + 'static,
     {
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send(Box::new(Queued { op, reply }))
+            .send(Box::new(Queued {
+                op,
+                result: None,
+                reply,
+            }))
             .map_err(|_| writer_stopped())?;
         answer.await.map_err(|_| writer_stopped())?
     }
@@ -421,33 +440,38 @@ trait PendingWrite: Send {
     /// it was not started yet.
     fn abandoned(&self) -> bool;
 
-    /// Runs the caller's statements inside the batch's transaction. The caller is not answered
-    /// yet: that waits for the commit.
-    fn run<'c>(self: Box<Self>, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran>;
+    /// Runs the caller's statements inside the batch's transaction and keeps the result for
+    /// [`answer`](Self::answer) (replacing that of an earlier run, undone since). The caller is
+    /// not answered yet: that waits for the commit.
+    fn run<'c>(&'c mut self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran>;
 
-    /// Answers the caller with `error` without running anything.
-    fn fail(self: Box<Self>, error: LedgerError);
+    /// Answers the caller: with the result of the last run, or with `batch_failed` if given
+    /// (also when it never ran).
+    fn answer(self: Box<Self>, batch_failed: Option<LedgerError>);
 }
 
-/// A request that ran, waiting for its batch to commit.
-struct Ran {
-    /// Its changes stay (`Finish::Commit`); otherwise they are undone (precondition failed, or
-    /// an error).
-    keep: bool,
-    /// Answers the caller: with its own result, or with the batch's failure if given.
-    reply: Box<dyn FnOnce(Option<LedgerError>) + Send>,
+/// What one run of a write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ran {
+    /// It changed the database (`Finish::Commit`).
+    Changed,
+    /// It changed nothing (`Finish::Unchanged`).
+    Unchanged,
+    /// It failed: what it did must be undone, with the whole transaction.
+    Failed,
 }
 
 /// A typed request: the statements to run and where its answer goes.
 struct Queued<T, F> {
     op: F,
+    result: Option<Result<T, LedgerError>>,
     reply: oneshot::Sender<Result<T, LedgerError>>,
 }
 
 impl<T, F> PendingWrite for Queued<T, F>
 where
     T: Send + 'static,
-    F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<T>, LedgerError>>
+    F: for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<T>, LedgerError>>
         + Send
         + 'static,
 {
@@ -455,29 +479,30 @@ where
         self.reply.is_closed()
     }
 
-    fn run<'c>(self: Box<Self>, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran> {
-        let Queued { op, reply } = *self;
+    fn run<'c>(&'c mut self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran> {
         Box::pin(async move {
-            let (keep, result) = match op(conn).await {
-                Ok(Finish::Commit(value)) => (true, Ok(value)),
-                Ok(Finish::Rollback(value)) => (false, Ok(value)),
-                Err(e) => (false, Err(e)),
+            let (ran, result) = match (self.op)(conn).await {
+                Ok(Finish::Commit(value)) => (Ran::Changed, Ok(value)),
+                Ok(Finish::Unchanged(value)) => (Ran::Unchanged, Ok(value)),
+                Err(e) => (Ran::Failed, Err(e)),
             };
-            Ran {
-                keep,
-                reply: Box::new(move |batch_failed: Option<LedgerError>| {
-                    // A caller that stopped waiting is not an error.
-                    let _ = reply.send(match batch_failed {
-                        Some(e) => Err(e),
-                        None => result,
-                    });
-                }),
-            }
+            self.result = Some(result);
+            ran
         })
     }
 
-    fn fail(self: Box<Self>, error: LedgerError) {
-        let _ = self.reply.send(Err(error));
+    fn answer(self: Box<Self>, batch_failed: Option<LedgerError>) {
+        let Queued { op, result, reply } = *self;
+        // Whatever the write shares with its caller is released before the caller wakes.
+        drop(op);
+        let result = match (batch_failed, result) {
+            (Some(e), _) => Err(e),
+            (None, Some(result)) => result,
+            // Unreachable: a write is answered without an error only after it ran.
+            (None, None) => Err(writer_stopped()),
+        };
+        // A caller that stopped waiting is not an error.
+        let _ = reply.send(result);
     }
 }
 
@@ -502,92 +527,138 @@ fn batch_failed(e: &Arc<sqlx::Error>) -> LedgerError {
 
 /// The writer task: takes what is queued (never waiting for more), commits it as one
 /// transaction, answers, repeats. Ends when every ledger handle is gone.
+///
+/// With `keep_connection`, it keeps the pool's one connection between batches: giving it back
+/// costs a spawned task and a ping (a round trip to the connection's thread) that the next
+/// batch would wait for. It gives it back when the pool is closed (so [`SqliteLedger::close`]
+/// completes and later writes fail) and after a batch that failed as a whole (so the pool
+/// checks the connection).
 async fn run_writer(
     pool: SqlitePool,
     mut queue: mpsc::UnboundedReceiver<Box<dyn PendingWrite>>,
     max_batch: usize,
+    keep_connection: bool,
     stats: Arc<WriterStats>,
 ) {
     let mut batch: Vec<Box<dyn PendingWrite>> = Vec::with_capacity(max_batch);
-    while queue.recv_many(&mut batch, max_batch).await > 0 {
+    let mut conn: Option<PoolConnection<Sqlite>> = None;
+    let mut closed = std::pin::pin!(pool.close_event());
+    let mut pool_closed = false;
+    loop {
+        let received = if conn.is_some() && !pool_closed {
+            tokio::select! {
+                biased;
+                () = &mut closed => {
+                    pool_closed = true;
+                    conn = None;
+                    continue;
+                }
+                received = queue.recv_many(&mut batch, max_batch) => received,
+            }
+        } else {
+            queue.recv_many(&mut batch, max_batch).await
+        };
+        if received == 0 {
+            break;
+        }
         batch.retain(|w| !w.abandoned());
-        if !batch.is_empty() {
-            run_batch(&pool, &mut batch, &stats).await;
+        if batch.is_empty() {
+            continue;
+        }
+        if pool.is_closed() {
+            conn = None;
+        }
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => match pool.acquire().await {
+                Ok(c) => conn.insert(c),
+                Err(e) => {
+                    let e = Arc::new(e);
+                    for w in batch.drain(..) {
+                        w.answer(Some(batch_failed(&e)));
+                    }
+                    continue;
+                }
+            },
+        };
+        if !run_batch(c, &mut batch, &stats).await || !keep_connection {
+            conn = None;
         }
         batch.clear();
     }
 }
 
 /// Runs `writes` in one transaction and answers each caller after the commit.
+///
+/// A write that fails (a statement error, a row that cannot be decoded) may have changed
+/// something before it failed, and SQLite can only undo it with everything after the last
+/// savepoint. Rather than paying a savepoint round trip for every write, the whole transaction
+/// is rolled back and the batch runs again without the failed write, which gets its own error.
+/// A refused precondition changed nothing and needs no undo. Every write is answered only after
+/// the transaction that holds its final run was committed.
+///
+/// Returns `false` if the batch failed as a whole (`BEGIN`, `ROLLBACK` or `COMMIT` failed).
 async fn run_batch(
-    pool: &SqlitePool,
+    conn: &mut SqliteConnection,
     writes: &mut Vec<Box<dyn PendingWrite>>,
     stats: &WriterStats,
-) {
-    let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
-        Ok(tx) => tx,
-        Err(e) => {
-            let e = Arc::new(e);
-            for w in writes.drain(..) {
-                w.fail(batch_failed(&e));
+) -> bool {
+    let mut failed: Vec<Box<dyn PendingWrite>> = Vec::new();
+    let finished = loop {
+        let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
+            Ok(tx) => tx,
+            Err(e) => break Err(e),
+        };
+        let mut changed = false;
+        let mut failure = None;
+        for (i, w) in writes.iter_mut().enumerate() {
+            match w.run(&mut tx).await {
+                Ran::Changed => changed = true,
+                Ran::Unchanged => {}
+                Ran::Failed => {
+                    failure = Some(i);
+                    break;
+                }
             }
-            return;
         }
-    };
-    // A lone request needs no savepoint: the transaction is its unit of undo.
-    let savepoints = writes.len() > 1;
-    let mut ran: Vec<Ran> = Vec::with_capacity(writes.len());
-    let mut kept = 0_u64;
-    let mut broken: Option<sqlx::Error> = None;
-    let mut not_run: Option<Box<dyn PendingWrite>> = None;
-    let mut pending = writes.drain(..);
-    for w in pending.by_ref() {
-        if savepoints && let Err(e) = sqlx::query("SAVEPOINT rw_write").execute(&mut *tx).await {
-            broken = Some(e);
-            not_run = Some(w);
-            break;
+        match failure {
+            None if changed => break tx.commit().await.map(|()| true),
+            // Nothing to keep: no commit, no fsync.
+            None => break tx.rollback().await.map(|()| false),
+            Some(i) => {
+                // Undo the failed write and everything before it; if even that fails (SQLite
+                // already rolled back after an I/O error, say), the batch is lost as a whole.
+                if let Err(e) = tx.rollback().await {
+                    break Err(e);
+                }
+                failed.push(writes.remove(i));
+                if writes.is_empty() {
+                    break Ok(false);
+                }
+            }
         }
-        let r = w.run(&mut tx).await;
-        if r.keep {
-            kept += 1;
-        } else if savepoints
-            && let Err(e) = sqlx::query("ROLLBACK TO rw_write").execute(&mut *tx).await
-        {
-            // The savepoint is gone: SQLite rolled the whole transaction back after the
-            // request's error (e.g. SQLITE_FULL). Nothing of the batch is left to commit.
-            ran.push(r);
-            broken = Some(e);
-            break;
-        }
-        ran.push(r);
-    }
-    let finished = match broken {
-        Some(e) => Err(e),
-        // Nothing to keep: no commit, no fsync.
-        None if kept == 0 => tx.rollback().await,
-        None => tx.commit().await,
     };
     match finished {
-        Ok(()) => {
-            if kept > 0 {
+        Ok(committed) => {
+            if committed {
                 stats.commits.fetch_add(1, Ordering::Relaxed);
                 stats
                     .committed_requests
-                    .fetch_add(ran.len() as u64, Ordering::Relaxed);
+                    .fetch_add((writes.len() + failed.len()) as u64, Ordering::Relaxed);
             }
-            for r in ran {
-                (r.reply)(None);
+            for w in writes.drain(..).chain(failed) {
+                w.answer(None);
             }
+            true
         }
         Err(e) => {
-            // Dropping an unfinished transaction rolls it back.
+            // Dropping an unfinished transaction rolls it back. Not even a failed write gets its
+            // own error: it may rest on a change of the lost batch.
             let e = Arc::new(e);
-            for r in ran {
-                (r.reply)(Some(batch_failed(&e)));
+            for w in writes.drain(..).chain(failed) {
+                w.answer(Some(batch_failed(&e)));
             }
-            for w in not_run.into_iter().chain(pending) {
-                w.fail(batch_failed(&e));
-            }
+            false
         }
     }
 }
@@ -648,6 +719,35 @@ ON CONFLICT DO NOTHING;
 INSERT INTO rw_evidence (
     tenant, operation_id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
 ) SELECT ?1, ?2, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22 WHERE changes() = 1
+RETURNING id";
+
+/// [`Ledger::create_and_apply`]: inserts the claimed row whole and, only if it was inserted, the
+/// `created` entry and then `first`'s entry, each guarded by `changes() = 1` of the statement
+/// before it. The last entry's id comes back as the one row iff the operation was created.
+///
+/// Parameters: ?1 tenant, ?2 operation id, ?3..?10 the `created` entry and ?11..?18 `first`'s
+/// entry (see [`EvidenceColumns::bind`]), ?19..?47 the other columns of the row (see
+/// [`bind_operation`]). The entries come first on purpose: sqlx binds a statement's *unused*
+/// parameter slots below its highest one from a running counter, and stops binding (leaving
+/// NULLs) once that counter passes the number of arguments; small gaps keep it in range.
+const INSERT_CLAIMED: &str = "
+INSERT INTO rw_operations (
+    tenant, operation_id, action, intent_ref, idempotency_key, payload_hash,
+    request_method, request_url, request_headers, request_body,
+    contract_name, contract_hash, budget_policy,
+    state, last_result, generation, version, attempts_used, queries_used, may_have_applied,
+    current_attempt, lease_until_ms, next_check_ms, deadline_ms, remote_ref, reason,
+    response_status, response_headers, response_body,
+    created_ms, updated_ms
+) VALUES (?1, ?2, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
+          ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47)
+ON CONFLICT DO NOTHING;
+INSERT INTO rw_evidence (
+    tenant, operation_id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
+) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE changes() = 1;
+INSERT INTO rw_evidence (
+    tenant, operation_id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
+) SELECT ?1, ?2, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18 WHERE changes() = 1
 RETURNING id";
 
 const SELECT_BY_ID: &str = "SELECT * FROM rw_operations WHERE tenant = ?1 AND operation_id = ?2";
@@ -760,10 +860,7 @@ impl EvidenceColumns {
     }
 
     /// Binds the columns after tenant and operation id, in table order (eight parameters).
-    fn bind(
-        self,
-        query: sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
-    ) -> sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+    fn bind(self, query: SqliteQuery) -> SqliteQuery {
         query
             .bind(self.attempt_id)
             .bind(self.generation)
@@ -806,9 +903,9 @@ impl Ledger for SqliteLedger {
             let headers = to_json("request headers", &new.request.headers)?;
             let policy = to_json("budget policy", &new.policy)?;
             let created = EvidenceColumns::encode(store_entries::created(new.now_ms))?;
-            self.write(move |conn| {
-                Box::pin(async move {
-                    let query = sqlx::query(INSERT_OPERATION)
+            let insert = Statement::new(INSERT_OPERATION, |query| {
+                created.bind(
+                    query
                         .bind(new.tenant.as_str().to_owned())
                         .bind(new.operation_id.as_str().to_owned())
                         .bind(new.action.clone())
@@ -822,45 +919,33 @@ impl Ledger for SqliteLedger {
                         .bind(new.contract.name.clone())
                         .bind(new.contract.hash.clone())
                         .bind(policy)
-                        .bind(new.now_ms);
-                    let inserted = created
-                        .bind(query)
-                        .fetch_all(&mut *conn)
-                        .await
-                        .map_err(unavailable)?;
-                    if !inserted.is_empty() {
-                        // The row holds exactly what was bound: no need to read it back.
-                        return Ok(Finish::Commit(Created::New(new.into_prepared())));
-                    }
-                    // A conflict: the same id first, then the same intent.
-                    let by_id = sqlx::query(SELECT_BY_ID)
-                        .bind(new.tenant.as_str().to_owned())
-                        .bind(new.operation_id.as_str().to_owned())
-                        .fetch_optional(&mut *conn)
-                        .await
-                        .map_err(unavailable)?;
-                    let existing = match by_id {
-                        Some(row) => Some(row),
-                        None => sqlx::query(SELECT_BY_INTENT)
-                            .bind(new.tenant.as_str().to_owned())
-                            .bind(new.action.clone())
-                            .bind(new.intent_ref.clone())
-                            .fetch_optional(&mut *conn)
-                            .await
-                            .map_err(unavailable)?,
-                    };
-                    match existing {
-                        Some(row) => {
-                            Ok(Finish::Rollback(Created::Existing(decode_operation(&row)?)))
-                        }
-                        None => Err(LedgerError::Corrupt {
-                            operation: new.operation_id.to_string(),
-                            detail: "insert conflicted but no row has this id or intent".into(),
-                        }),
-                    }
-                })
-            })
-            .await
+                        .bind(new.now_ms),
+                )
+            })?;
+            // The row holds exactly what is bound: no need to read it back.
+            self.insert_or_get(insert, new.into_prepared()).await
+        })
+    }
+
+    fn create_and_apply(
+        &self,
+        new: NewOperation,
+        first: Update,
+    ) -> BoxFuture<'_, Result<Created, LedgerError>> {
+        Box::pin(async move {
+            check_first_update(&new, &first)?;
+            let created = EvidenceColumns::encode(store_entries::created(new.now_ms))?;
+            // The claimed row goes in directly (one INSERT, no UPDATE), then the `created`
+            // entry and `first`'s entry, in that order: both only if the row was inserted.
+            let (row, entry) = first_applied(new, first);
+            let entry = EvidenceColumns::encode(entry)?;
+            let insert = Statement::try_new(INSERT_CLAIMED, |query| {
+                let query = query
+                    .bind(row.tenant.as_str().to_owned())
+                    .bind(row.operation_id.as_str().to_owned());
+                bind_operation(entry.bind(created.bind(query)), &row)
+            })?;
+            self.insert_or_get(insert, row).await
         })
     }
 
@@ -891,41 +976,46 @@ impl Ledger for SqliteLedger {
                 ),
                 None => (None, None, None),
             };
-            let query = sqlx::query(APPLY)
-                .bind(c.state.as_str())
-                .bind(c.last_result.map(State::as_str))
-                .bind(to_i64("generation", c.generation.0)?)
-                .bind(i64::from(c.attempts_used))
-                .bind(i64::from(c.queries_used))
-                .bind(i64::from(c.reset_may_have_applied))
-                .bind(i64::from(c.may_have_applied))
-                .bind(c.current_attempt.map(|a| a.to_stored()))
-                .bind(c.lease_until_ms)
-                .bind(c.next_check_ms)
-                .bind(c.deadline_ms)
-                .bind(c.remote_ref.clone())
-                .bind(c.reason.clone())
-                .bind(response_status)
-                .bind(response_headers)
-                .bind(response_body)
-                .bind(c.now_ms)
-                .bind(update.tenant.as_str())
-                .bind(update.operation_id.as_str())
-                .bind(update.expect_state.as_str())
-                .bind(to_i64("generation", update.expect_generation.0)?)
-                .bind(to_i64("version", update.expect_version)?)
-                .bind(i64::from(update.operation_level));
-            let query = EvidenceColumns::encode(update.evidence)?.bind(query);
+            let evidence = EvidenceColumns::encode(update.evidence)?;
+            let apply = Statement::try_new(APPLY, |query| {
+                let query = query
+                    .bind(c.state.as_str())
+                    .bind(c.last_result.map(State::as_str))
+                    .bind(to_i64("generation", c.generation.0)?)
+                    .bind(i64::from(c.attempts_used))
+                    .bind(i64::from(c.queries_used))
+                    .bind(i64::from(c.reset_may_have_applied))
+                    .bind(i64::from(c.may_have_applied))
+                    .bind(c.current_attempt.map(|a| a.to_stored()))
+                    .bind(c.lease_until_ms)
+                    .bind(c.next_check_ms)
+                    .bind(c.deadline_ms)
+                    .bind(c.remote_ref.clone())
+                    .bind(c.reason.clone())
+                    .bind(response_status)
+                    .bind(response_headers)
+                    .bind(response_body)
+                    .bind(c.now_ms)
+                    .bind(update.tenant.as_str())
+                    .bind(update.operation_id.as_str())
+                    .bind(update.expect_state.as_str())
+                    .bind(to_i64("generation", update.expect_generation.0)?)
+                    .bind(to_i64("version", update.expect_version)?)
+                    .bind(i64::from(update.operation_level));
+                Ok(evidence.bind(query))
+            })?;
             self.write(move |conn| {
+                let query = apply.query();
                 Box::pin(async move {
                     // `fetch_all`, not `fetch_optional`: both statements run to completion, so
                     // nothing is left in progress when the transaction commits.
                     let rows = query.fetch_all(&mut *conn).await.map_err(unavailable)?;
                     let Some(row) = rows.first() else {
-                        return Ok(Finish::Rollback(None));
+                        return Ok(Finish::Unchanged(None));
                     };
                     // A row that cannot be decoded fails this request: its update and evidence
-                    // are undone (its savepoint, or the whole transaction if it runs alone).
+                    // are undone with the batch's transaction, and the batch runs again
+                    // without it.
                     Ok(Finish::Commit(Some(decode_operation(row)?)))
                 })
             })
@@ -1006,10 +1096,17 @@ impl Ledger for SqliteLedger {
     ) -> BoxFuture<'a, Result<(), LedgerError>> {
         Box::pin(async move {
             let entry = EvidenceColumns::encode(entry)?;
-            let (tenant, id) = (tenant.clone(), id.clone());
+            let append = Statement::new(APPEND_EVIDENCE, |query| {
+                entry.bind(
+                    query
+                        .bind(tenant.as_str().to_owned())
+                        .bind(id.as_str().to_owned()),
+                )
+            })?;
             self.write(move |conn| {
+                let query = append.query();
                 Box::pin(async move {
-                    entry.insert(APPEND_EVIDENCE, conn, &tenant, &id).await?;
+                    query.execute(&mut *conn).await.map_err(unavailable)?;
                     Ok(Finish::Commit(()))
                 })
             })
@@ -1032,6 +1129,158 @@ impl Ledger for SqliteLedger {
             rows.iter().map(|row| decode_evidence(row, id)).collect()
         })
     }
+}
+
+impl SqliteLedger {
+    /// Runs `insert` (a row, then its evidence, see [`INSERT_OPERATION`] and
+    /// [`INSERT_CLAIMED`]) as one write: [`Created::New`] with `row`, the row it inserts, or
+    /// [`Created::Existing`] with the row it conflicted with (then it inserted nothing).
+    async fn insert_or_get(
+        &self,
+        insert: Statement,
+        row: OperationRecord,
+    ) -> Result<Created, LedgerError> {
+        // Shared with the write, which may run more than once and needs the keys on a conflict.
+        let row = Arc::new(row);
+        let key = row.clone();
+        let existing = self
+            .write(move |conn| {
+                let (query, key) = (insert.query(), key.clone());
+                Box::pin(async move {
+                    let inserted = query.fetch_all(&mut *conn).await.map_err(unavailable)?;
+                    if !inserted.is_empty() {
+                        return Ok(Finish::Commit(None));
+                    }
+                    let r = &*key;
+                    let found =
+                        existing(conn, &r.tenant, &r.operation_id, &r.action, &r.intent_ref)
+                            .await?;
+                    Ok(Finish::Unchanged(Some(found)))
+                })
+            })
+            .await?;
+        Ok(match existing {
+            Some(found) => Created::Existing(found),
+            None => Created::New(Arc::try_unwrap(row).unwrap_or_else(|row| (*row).clone())),
+        })
+    }
+}
+
+/// A statement with its arguments, kept so that its write can run again (a write runs once
+/// more for every failed write before it in its batch, see [`run_batch`]).
+struct Statement {
+    sql: &'static str,
+    arguments: SqliteArguments,
+}
+
+impl Statement {
+    /// `sql` with the arguments `bind` gives it.
+    fn new(
+        sql: &'static str,
+        bind: impl FnOnce(SqliteQuery) -> SqliteQuery,
+    ) -> Result<Self, LedgerError> {
+        Self::try_new(sql, |query| Ok(bind(query)))
+    }
+
+    /// `sql` with the arguments `bind` gives it, if it can.
+    fn try_new(
+        sql: &'static str,
+        bind: impl FnOnce(SqliteQuery) -> Result<SqliteQuery, LedgerError>,
+    ) -> Result<Self, LedgerError> {
+        let mut query = bind(sqlx::query(sql))?;
+        let arguments = sqlx::Execute::take_arguments(&mut query)
+            .map_err(LedgerError::Unavailable)?
+            .unwrap_or_default();
+        Ok(Self { sql, arguments })
+    }
+
+    /// The query, ready to run (the arguments are reference counted: cloning them is cheap).
+    fn query(&self) -> SqliteQuery {
+        sqlx::query_with(self.sql, self.arguments.clone())
+    }
+}
+
+/// A query with owned arguments.
+type SqliteQuery = sqlx::query::Query<'static, sqlx::Sqlite, SqliteArguments>;
+
+/// The row an insert of `(tenant, operation_id)` for `(action, intent_ref)` conflicted with:
+/// the same id first, then the same intent.
+async fn existing(
+    conn: &mut SqliteConnection,
+    tenant: &Tenant,
+    id: &OperationId,
+    action: &str,
+    intent_ref: &str,
+) -> Result<OperationRecord, LedgerError> {
+    let by_id = sqlx::query(SELECT_BY_ID)
+        .bind(tenant.as_str().to_owned())
+        .bind(id.as_str().to_owned())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    let row = match by_id {
+        Some(row) => Some(row),
+        None => sqlx::query(SELECT_BY_INTENT)
+            .bind(tenant.as_str().to_owned())
+            .bind(action.to_owned())
+            .bind(intent_ref.to_owned())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?,
+    };
+    match row {
+        Some(row) => decode_operation(&row),
+        None => Err(LedgerError::Corrupt {
+            operation: id.to_string(),
+            detail: "insert conflicted but no row has this id or intent".into(),
+        }),
+    }
+}
+
+/// Binds the columns of `r` after tenant and operation id, in table order (29 parameters, see
+/// [`INSERT_CLAIMED`]).
+fn bind_operation(
+    query: sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    r: &OperationRecord,
+) -> Result<sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>, LedgerError> {
+    let (response_status, response_headers, response_body) = match &r.response {
+        Some(resp) => (
+            Some(i64::from(resp.status)),
+            Some(to_json("response headers", &resp.headers)?),
+            Some(resp.body.to_vec()),
+        ),
+        None => (None, None, None),
+    };
+    Ok(query
+        .bind(r.action.clone())
+        .bind(r.intent_ref.clone())
+        .bind(r.idempotency_key.as_str().to_owned())
+        .bind(r.payload_hash.as_str().to_owned())
+        .bind(r.request.method.clone())
+        .bind(r.request.url.clone())
+        .bind(to_json("request headers", &r.request.headers)?)
+        .bind(r.request.body.to_vec())
+        .bind(r.contract.name.clone())
+        .bind(r.contract.hash.clone())
+        .bind(to_json("budget policy", &r.policy)?)
+        .bind(r.state.as_str())
+        .bind(r.last_result.map(State::as_str))
+        .bind(to_i64("generation", r.generation.0)?)
+        .bind(to_i64("version", r.version)?)
+        .bind(i64::from(r.attempts_used))
+        .bind(i64::from(r.queries_used))
+        .bind(i64::from(r.may_have_applied))
+        .bind(r.current_attempt.map(|a| a.to_stored()))
+        .bind(r.lease_until_ms)
+        .bind(r.next_check_ms)
+        .bind(r.deadline_ms)
+        .bind(r.remote_ref.clone())
+        .bind(r.reason.clone())
+        .bind(response_status)
+        .bind(response_headers)
+        .bind(response_body)
+        .bind(r.created_ms)
+        .bind(r.updated_ms))
 }
 
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
@@ -1095,7 +1344,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(fk, 1);
-        // 2 = MEMORY: savepoint journals never spill to a temporary file.
+        // 2 = MEMORY: statement journals never spill to a temporary file.
         let temp_store: i64 = sqlx::query_scalar("PRAGMA temp_store")
             .fetch_one(pool)
             .await
@@ -1146,9 +1395,7 @@ mod tests {
     /// A raw write through the writer task: inserts a bare operation row named `id`.
     fn insert_row(
         id: &'static str,
-    ) -> impl for<'c> FnOnce(
-        &'c mut SqliteConnection,
-    ) -> BoxFuture<'c, Result<Finish<()>, LedgerError>>
+    ) -> impl for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<()>, LedgerError>>
     + Send
     + 'static {
         move |conn| {
@@ -1175,7 +1422,7 @@ mod tests {
 
     /// A request whose precondition failed: nothing to keep.
     fn refused(_: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<u8>, LedgerError>> {
-        Box::pin(async { Ok(Finish::Rollback(7)) })
+        Box::pin(async { Ok(Finish::Unchanged(7)) })
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -1218,6 +1465,94 @@ mod tests {
             .await,
             0
         );
+    }
+
+    /// Evidence for `op-a`: fails (foreign key) unless `op-a` exists in this transaction.
+    fn evidence_for_a(
+        conn: &mut SqliteConnection,
+    ) -> BoxFuture<'_, Result<Finish<()>, LedgerError>> {
+        Box::pin(async move {
+            sqlx::query(
+                "INSERT INTO rw_evidence (tenant, operation_id, generation, kind, at_ms) \
+                 VALUES ('t', 'op-a', 0, 'x', 0)",
+            )
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            Ok(Finish::Commit(()))
+        })
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn failed_writes_are_dropped_and_the_others_kept_exactly_once() {
+        let ledger = SqliteLedger::in_memory().await.unwrap();
+        let (commits, writes) = (ledger.commits(), ledger.committed_writes());
+        // Each failing write inserts a row, then violates a constraint.
+        fn failing(
+            id: &'static str,
+        ) -> impl for<'c> Fn(
+            &'c mut SqliteConnection,
+        ) -> BoxFuture<'c, Result<Finish<()>, LedgerError>>
+        + Send
+        + 'static {
+            move |conn| {
+                Box::pin(async move {
+                    insert_row(id)(&mut *conn).await?;
+                    sqlx::query(ORPHAN_EVIDENCE)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(unavailable)?;
+                    Ok(Finish::Commit(()))
+                })
+            }
+        }
+        // `b` needs `a`'s row, so it must run after `a` in the transaction that commits; `a`
+        // and `c` are plain inserts, which would fail if they ran twice in it.
+        let (a, f1, b, f2, c) = tokio::join!(
+            ledger.write(insert_row("op-a")),
+            ledger.write(failing("op-half-1")),
+            ledger.write(evidence_for_a),
+            ledger.write(failing("op-half-2")),
+            ledger.write(insert_row("op-c")),
+        );
+        assert!(a.is_ok() && b.is_ok() && c.is_ok(), "{a:?} {b:?} {c:?}");
+        for failed in [f1, f2] {
+            assert!(
+                matches!(&failed, Err(LedgerError::Unavailable(e)) if e.to_string().contains("FOREIGN KEY")),
+                "{failed:?}"
+            );
+        }
+        assert_eq!(ledger.commits() - commits, 1);
+        assert_eq!(ledger.committed_writes() - writes, 5);
+        assert_eq!(
+            count(
+                &ledger,
+                "SELECT COUNT(*) FROM rw_operations WHERE operation_id IN ('op-a', 'op-c')"
+            )
+            .await,
+            2
+        );
+        assert_eq!(
+            count(&ledger, "SELECT COUNT(*) FROM rw_operations").await,
+            2,
+            "nothing of a failed write is kept"
+        );
+        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 1);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_batch_of_only_failed_writes_commits_nothing() {
+        let ledger = SqliteLedger::in_memory().await.unwrap();
+        let commits = ledger.commits();
+        // No `op-a`: both fail, alone or after the other was dropped.
+        let (x, y) = tokio::join!(ledger.write(evidence_for_a), ledger.write(evidence_for_a));
+        assert!(x.is_err() && y.is_err(), "{x:?} {y:?}");
+        assert_eq!(ledger.commits(), commits);
+        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 0);
+        // The ledger keeps working afterwards.
+        ledger.write(insert_row("op-a")).await.unwrap();
+        ledger.write(evidence_for_a).await.unwrap();
+        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 1);
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -1271,6 +1606,61 @@ mod tests {
         let (a, b) = tokio::join!(ledger.write(refused), ledger.write(refused));
         assert_eq!((a.unwrap(), b.unwrap()), (7, 7));
         assert_eq!(ledger.commits(), commits, "nothing to make durable");
+    }
+
+    /// The claim of send rights on the fresh row of `new`, as the layer builds it.
+    #[cfg(feature = "test-util")]
+    fn first_claim(new: &NewOperation) -> Update {
+        use crate::state::{Clock, Event, transition};
+        let now = new.now_ms;
+        let clock = Clock {
+            now_ms: now,
+            jitter: 0.0,
+        };
+        let t = transition(&new.snapshot(), &Event::ClaimSend, clock).unwrap();
+        new.first_update(
+            &t,
+            Some(AttemptId::generate()),
+            Some(now + 30_000),
+            super::super::conformance::evidence_entry("attempt_registered", now),
+            now,
+        )
+    }
+
+    #[cfg(feature = "test-util")]
+    #[tokio::test]
+    async fn create_and_apply_is_one_write_and_one_commit() {
+        use super::super::conformance::new_operation;
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = SqliteLedger::open(dir.path().join("ledger.db"))
+            .await
+            .unwrap();
+        let new = new_operation("t", "op-1", "intent-1");
+        let (commits, writes) = (ledger.commits(), ledger.committed_writes());
+        let created = ledger
+            .create_and_apply(new.clone(), first_claim(&new))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&created, Created::New(r) if r.state == State::InFlight),
+            "{created:?}"
+        );
+        assert_eq!(
+            (
+                ledger.commits() - commits,
+                ledger.committed_writes() - writes
+            ),
+            (1, 1)
+        );
+        // A second call for the same intent changes nothing: no commit at all.
+        let again = new_operation("t", "op-2", "intent-1");
+        let existing = ledger
+            .create_and_apply(again.clone(), first_claim(&again))
+            .await
+            .unwrap();
+        assert_eq!(existing, Created::Existing(created.into_record()));
+        assert_eq!(ledger.commits() - commits, 1);
+        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 2);
     }
 
     #[test]
