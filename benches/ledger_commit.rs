@@ -1,5 +1,5 @@
 //! The SQLite ledger alone (no HTTP): what a commit costs, what group commit buys, and what
-//! creating and claiming an operation in one transaction would save.
+//! creating and claiming an operation in one transaction (`create_and_apply`) saves.
 //!
 //! ```text
 //! cargo bench --bench ledger_commit
@@ -7,16 +7,14 @@
 //!
 //! Every ledger is a file in a temp dir with `synchronous=FULL` (the default). Benchmarks:
 //!
-//! - `first_send/create_then_claim`: what the layer does today before the first byte leaves:
-//!   `create_or_get`, then `apply` (the claim) once the row is back. Two commits, two fsyncs.
-//! - `first_send/create_and_claim_one_commit`: the same two requests queued together, so the
-//!   writer task runs them in one transaction (the claim is built from the row the create will
-//!   insert: `PREPARED`, generation 0, version 0). One commit: what a combined
-//!   `create_and_claim` ledger method would cost. Run on a current-thread runtime so both are
-//!   always queued before the writer task runs (the table checks writes/commit).
-//! - `first_send/create_only`: one commit, for reference.
-//! - `lifecycle/concurrency_{1,64}/{group_commit,batch1}`: create, claim, record (the three
-//!   writes of one request through the layer) from 1 or 64 tasks, with group commit on
+//! - `first_send/create_then_claim`: the two-step path before the first byte leaves (the layer
+//!   takes it when an authorizer is set): `create_or_get`, then `apply` (the claim) once the row
+//!   is back. Two commits, two fsyncs.
+//! - `first_send/create_and_apply`: what the layer does otherwise: one `create_and_apply` call,
+//!   one commit.
+//! - `first_send/create_only`: one commit of a plain create, for reference.
+//! - `lifecycle/concurrency_{1,64}/{group_commit,batch1}`: `create_and_apply` then `apply` (the
+//!   two writes of one request through the layer) from 1 or 64 tasks, with group commit on
 //!   (default) and off (`max_batch(1)`), and with group commit but `synchronous=OFF` (no fsync:
 //!   what the statements alone cost, the CPU ceiling of the write path).
 //!
@@ -56,11 +54,6 @@ fn fresh_operation() -> NewOperation {
     let mut new = new_operation("tenant-a", &id, &format!("intent-{n:010}"));
     new.now_ms = now_ms();
     new
-}
-
-/// The row `create_or_get(new)` inserts, without asking the ledger.
-fn predicted_row(new: &NewOperation) -> OperationRecord {
-    new.clone().into_prepared()
 }
 
 /// The claim of send rights on `r`, as the layer builds it.
@@ -108,23 +101,38 @@ async fn create_then_claim(ledger: &SqliteLedger) {
     claimed(ledger.apply(claim(&r)).await);
 }
 
-async fn create_and_claim_one_commit(ledger: &SqliteLedger) {
-    let new = fresh_operation();
-    let update = claim(&predicted_row(&new));
-    let (created, applied) = tokio::join!(ledger.create_or_get(new), ledger.apply(update));
-    new_row(created.expect("create"));
-    claimed(applied);
+/// The first send's claim of a new operation, as the layer builds it.
+fn first_claim(new: &NewOperation) -> Update {
+    let now = now_ms();
+    let t = transition(
+        &new.snapshot(),
+        &Event::ClaimSend,
+        Clock {
+            now_ms: now,
+            jitter: 0.0,
+        },
+    )
+    .expect("claim from PREPARED");
+    new.first_update(
+        &t,
+        Some(AttemptId::generate()),
+        Some(now + new.policy.lease().as_millis() as i64),
+        evidence_entry("attempt_registered", now),
+        now,
+    )
 }
 
-/// The three writes of one request through the layer: create, claim, record the result.
+async fn create_and_apply(ledger: &SqliteLedger) -> OperationRecord {
+    let new = fresh_operation();
+    let first = first_claim(&new);
+    let r = new_row(ledger.create_and_apply(new, first).await.expect("create"));
+    assert_eq!(r.state, State::InFlight);
+    r
+}
+
+/// The two writes of one request through the layer: create and claim, record the result.
 async fn lifecycle(ledger: &SqliteLedger) {
-    let r = new_row(
-        ledger
-            .create_or_get(fresh_operation())
-            .await
-            .expect("create"),
-    );
-    let r = claimed(ledger.apply(claim(&r)).await);
+    let r = create_and_apply(ledger).await;
     let done = keep(&r, State::Succeeded, now_ms());
     claimed(ledger.apply(update_of(&r, done, "attempt_result")).await);
 }
@@ -133,9 +141,9 @@ async fn lifecycle(ledger: &SqliteLedger) {
 #[derive(Clone, Copy)]
 enum Work {
     CreateThenClaim,
-    CreateAndClaimOneCommit,
+    CreateAndApply,
     CreateOnly,
-    /// The three writes of a request, from this many tasks at once.
+    /// The two writes of a request, from this many tasks at once.
     Lifecycle(u64),
 }
 
@@ -161,9 +169,9 @@ impl Case<'_> {
                         create_then_claim(&ledger).await;
                     }
                 }
-                Work::CreateAndClaimOneCommit => {
+                Work::CreateAndApply => {
                     for _ in 0..iters {
-                        create_and_claim_one_commit(&ledger).await;
+                        create_and_apply(&ledger).await;
                     }
                 }
                 Work::CreateOnly => {
@@ -207,8 +215,7 @@ const TURN: Duration = Duration::from_millis(250);
 
 fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
-    // First sends run on a current-thread runtime: both requests of the one-commit case are
-    // always queued before the writer task runs.
+    // First sends run one at a time, on a current-thread runtime.
     let current = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -246,8 +253,8 @@ fn main() {
         },
         Case {
             group: "first_send",
-            name: "create_and_claim_one_commit",
-            work: Work::CreateAndClaimOneCommit,
+            name: "create_and_apply",
+            work: Work::CreateAndApply,
             ledger: &first,
             rt: &current,
         },
@@ -368,13 +375,12 @@ fn main() {
         }
     }
     if let (Some(one), Some(alone)) = (
-        ratio.get("first_send/create_and_claim_one_commit"),
+        ratio.get("first_send/create_and_apply"),
         ratio.get("first_send/create_only"),
     ) {
         println!(
-            "first send at concurrency 1: create + claim queued into one commit take {:.0}% of the \
-             time of two commits; a single create (one commit, the floor for a combined \
-             create_and_claim method) takes {:.0}%",
+            "first send at concurrency 1: create_and_apply (one commit) takes {:.0}% of the time \
+             of create then claim (two commits); a plain create takes {:.0}%",
             100.0 * one,
             100.0 * alone
         );
