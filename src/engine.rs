@@ -44,6 +44,9 @@ pub(crate) struct Extras {
     pub(crate) lease_until_ms: Option<i64>,
     pub(crate) response: Option<StoredResponse>,
     pub(crate) note: Option<String>,
+    /// The change records an attempt's result after its bytes left: it goes through
+    /// [`Ledger::record`](crate::ledger::Ledger::record), which need not wait for durability.
+    pub(crate) after_send: bool,
 }
 
 /// Runs the transition function on `record` and applies the result with a compare-and-swap.
@@ -82,7 +85,12 @@ pub(crate) async fn apply_event(
         entry,
         clock.now_ms,
     );
-    Ok(match shared.ledger.apply(update).await? {
+    let written = if extras.after_send {
+        shared.ledger.record(update).await?
+    } else {
+        shared.ledger.apply(update).await?
+    };
+    Ok(match written {
         Some(row) => {
             if row.state != record.state {
                 publish(shared, &row);

@@ -790,3 +790,61 @@ async fn outbox_rollback_removes_both_rows_and_commit_keeps_both() {
         .expect("create_in");
     assert!(matches!(third, Created::New(_)));
 }
+
+// ── connections the server dropped ──────────────────────────────────────────────────────────────
+
+/// Without a ping before each use (the default), a connection the server terminated fails the
+/// next statement with `Unavailable` (a write before a send then sends nothing) and is
+/// discarded: the statement after it runs on a new connection. With the ping on, the dead
+/// connection is replaced before use and no statement fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_the_server_dropped_fails_one_statement_then_is_replaced() {
+    let Some(url) = pg_url().await else { return };
+    for ping in [false, true] {
+        let schema = Schema::new(&url);
+        let ledger = PostgresLedger::connect_with(
+            &url,
+            schema
+                .options()
+                .clock(ClockSource::Caller)
+                .max_connections(1)
+                .test_before_acquire(ping),
+        )
+        .await
+        .expect("connect");
+        let new = new_operation("tenant-a", "op-1", "intent-1");
+        let r = ledger
+            .create_or_get(new.clone())
+            .await
+            .expect("create")
+            .into_record();
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(ledger.pool())
+            .await
+            .expect("backend pid");
+        let mut admin = sqlx::PgConnection::connect(&url).await.expect("admin");
+        let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(&mut admin)
+            .await
+            .expect("terminate");
+        assert!(terminated);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        let first = ledger.get(&r.tenant, &r.operation_id).await;
+        if ping {
+            assert_eq!(first.expect("replaced before use"), Some(r.clone()));
+        } else {
+            assert!(
+                matches!(first, Err(LedgerError::Unavailable(_))),
+                "the dead connection fails its statement: {first:?}"
+            );
+        }
+        let again = ledger
+            .get(&r.tenant, &r.operation_id)
+            .await
+            .expect("a new connection");
+        assert_eq!(again, Some(r));
+        ledger.close().await;
+    }
+}

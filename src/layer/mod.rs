@@ -762,6 +762,7 @@ where
             lease_until_ms: None,
             response: stored,
             note: None,
+            after_send: true,
         },
     )
     .await;

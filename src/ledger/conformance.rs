@@ -112,6 +112,7 @@ macro_rules! ledger_conformance_tests {
                 create_and_apply_returns_an_existing_operation_untouched,
                 create_and_apply_refuses_an_update_of_another_operation,
                 concurrent_create_and_apply_of_one_intent_has_one_sender,
+                record_is_the_same_compare_and_swap_as_apply,
                 lifecycle_lost_response_recovered_by_lookup,
             );
         }
@@ -1504,6 +1505,46 @@ pub async fn concurrent_create_and_apply_of_one_intent_has_one_sender<L: Ledger>
     assert_eq!(
         kinds(&log(&*ledger, &row).await),
         ["created", "attempt_registered"]
+    );
+}
+
+/// `record` (an attempt's result, written after the send) is the same compare-and-swap as
+/// `apply`: a stale version changes nothing; a current one writes the row and its entry.
+pub async fn record_is_the_same_compare_and_swap_as_apply<L: Ledger>(ledger: L) {
+    let new = new_operation("tenant-a", "op-record", "intent-record");
+    let (_, first) = first_claim(&new, T0 + 10, "claim");
+    let claimed = match must(
+        ledger.create_and_apply(new, first).await,
+        "create_and_apply",
+    ) {
+        Created::New(r) => r,
+        Created::Existing(r) => panic!("unexpected existing {}", r.operation_id),
+    };
+    let done = Changes {
+        remote_ref: Some("W731".to_owned()),
+        ..keep(&claimed, State::Succeeded, T0 + 20)
+    };
+    let mut stale = update_of(&claimed, done.clone(), "attempt_result");
+    stale.expect_version += 1;
+    assert_eq!(must(ledger.record(stale).await, "record"), None);
+    assert_eq!(get(&ledger, &claimed).await, claimed);
+
+    let row = match must(
+        ledger
+            .record(update_of(&claimed, done, "attempt_result"))
+            .await,
+        "record",
+    ) {
+        Some(r) => r,
+        None => panic!("record refused a current update"),
+    };
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.version, claimed.version + 1);
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(get(&ledger, &claimed).await, row);
+    assert_eq!(
+        kinds(&log(&ledger, &claimed).await),
+        ["created", "attempt_registered", "attempt_result"]
     );
 }
 

@@ -351,6 +351,22 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// precondition failed and nothing changed.
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>>;
 
+    /// [`apply`](Self::apply) for what an attempt produced, written after its bytes left: the
+    /// same compare-and-swap, but the backend may answer before the change is durable.
+    ///
+    /// Only the claim must be durable before a byte is sent. If a recorded result is lost in a
+    /// crash, the row is still `IN_FLIGHT` under its lease; the sweeper moves it to `UNKNOWN`
+    /// and the recovery engine asks the vendor: the loss costs a lookup, never a duplicate.
+    /// `PostgresLedger` commits these without waiting for the WAL flush
+    /// (`synchronous_commit = off` for that transaction); the provided implementation, and the
+    /// other bundled backends, call [`apply`](Self::apply).
+    fn record(
+        &self,
+        update: Update,
+    ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+        self.apply(update)
+    }
+
     /// Claims up to `limit` operations in `UNKNOWN`, `PROCESSING` or `RETRY_READY` whose next
     /// check is due and
     /// whose lease (if any) has expired: increments each one's generation and version, sets

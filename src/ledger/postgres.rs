@@ -159,6 +159,12 @@ pub struct PostgresLedgerOptions {
     /// [`LedgerError::Unavailable`] ([`connect_with`](PostgresLedger::connect_with) only).
     /// Default 5 s.
     pub acquire_timeout: Duration,
+    /// Ping a pooled connection before every use ([`connect_with`](PostgresLedger::connect_with)
+    /// only). Default `false`: a ping is a round trip before every ledger statement (it doubled
+    /// the round trips of a write). Without it, a connection the server dropped fails its next
+    /// statement with [`LedgerError::Unavailable`] and is discarded; before a send, that write
+    /// fails with nothing sent, exactly as when the database is down.
+    pub test_before_acquire: bool,
 }
 
 impl Default for PostgresLedgerOptions {
@@ -168,12 +174,14 @@ impl Default for PostgresLedgerOptions {
             clock: ClockSource::Database,
             max_connections: 8,
             acquire_timeout: Duration::from_secs(5),
+            test_before_acquire: false,
         }
     }
 }
 
 impl PostgresLedgerOptions {
-    /// The defaults: schema `public`, the database clock, 8 connections, a 5 s acquire timeout.
+    /// The defaults: schema `public`, the database clock, 8 connections, a 5 s acquire timeout,
+    /// no ping before each use.
     pub fn new() -> Self {
         Self::default()
     }
@@ -202,6 +210,13 @@ impl PostgresLedgerOptions {
     /// Sets how long a call waits for a free connection.
     pub fn acquire_timeout(mut self, acquire_timeout: Duration) -> Self {
         self.acquire_timeout = acquire_timeout;
+        self
+    }
+
+    /// Sets whether a pooled connection is pinged before every use (see
+    /// [`test_before_acquire`](Self::test_before_acquire)).
+    pub fn test_before_acquire(mut self, test: bool) -> Self {
+        self.test_before_acquire = test;
         self
     }
 }
@@ -250,6 +265,7 @@ impl PostgresLedger {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
+            .test_before_acquire(options.test_before_acquire)
             .connect(url)
             .await
             .map_err(unavailable)?;
@@ -424,6 +440,62 @@ impl PostgresLedger {
                 detail: "insert conflicted but no row has this id or intent".into(),
             }),
         }
+    }
+
+    /// The compare-and-swap of `apply`, with `sql`: the plain statement, or the one that commits
+    /// without waiting for the WAL flush (`record`).
+    async fn apply_with(
+        &self,
+        sql: Arc<str>,
+        update: Update,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        let c = &update.changes;
+        let (response_status, response_headers, response_body) = match &c.response {
+            Some(r) => (
+                Some(i32::from(r.status)),
+                Some(to_json("response headers", &r.headers)?),
+                Some(r.body.to_vec()),
+            ),
+            None => (None, None, None),
+        };
+        let evidence = EvidenceColumns::encode(update.evidence.clone())?;
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(self.caller_now(c.now_ms))
+            .bind(c.now_ms)
+            .bind(c.state.as_str())
+            .bind(c.last_result.map(State::as_str))
+            .bind(to_i64("generation", c.generation.0)?)
+            .bind(i64::from(c.attempts_used))
+            .bind(i64::from(c.queries_used))
+            .bind(c.reset_may_have_applied)
+            .bind(c.may_have_applied)
+            .bind(c.current_attempt.map(|a| a.to_stored()))
+            .bind(c.lease_until_ms)
+            .bind(c.next_check_ms)
+            .bind(c.deadline_ms)
+            .bind(pg_text(c.remote_ref.as_deref()))
+            .bind(pg_text(c.reason.as_deref()))
+            .bind(response_status)
+            .bind(response_headers)
+            .bind(response_body)
+            .bind(update.tenant.as_str())
+            .bind(update.operation_id.as_str())
+            .bind(update.expect_state.as_str())
+            .bind(to_i64("generation", update.expect_generation.0)?)
+            .bind(to_i64("version", update.expect_version)?)
+            .bind(update.operation_level)
+            .bind(evidence.attempt_id)
+            .bind(evidence.generation)
+            .bind(evidence.kind)
+            .bind(evidence.from_state)
+            .bind(evidence.to_state)
+            .bind(evidence.evidence)
+            .bind(evidence.note)
+            .bind(evidence.at_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        rows.first().map(decode_operation).transpose()
     }
 
     /// The caller's time, or `None` to let the statement read the database clock.
@@ -658,6 +730,7 @@ struct Statements {
     select_by_id: Arc<str>,
     select_by_intent: Arc<str>,
     apply: Arc<str>,
+    apply_after_send: Arc<str>,
     claim_due: Arc<str>,
     sweep_expired: Arc<str>,
     insert_evidence_batch: Arc<str>,
@@ -789,6 +862,24 @@ SELECT * FROM upd",
             next_check = translated("$12", "next_check_ms"),
             deadline = translated("$13", "deadline_ms"),
         );
+        // `record`: the same statement in a transaction that commits without waiting for the
+        // WAL flush. `set_config(.., true)` lasts until the end of the statement's own
+        // (implicit) transaction; the term in the WHERE clause makes sure it is evaluated.
+        let apply_after_send = apply
+            .replacen(
+                CLOCK_CTE,
+                "clock AS (
+    SELECT COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now_ms,
+           set_config('synchronous_commit', 'off', true) AS relaxed
+)",
+                1,
+            )
+            .replacen(
+                "      AND NOT ($3::text = 'REJECTED'",
+                "      AND clock.relaxed = 'off'
+      AND NOT ($3::text = 'REJECTED'",
+                1,
+            );
         // The `state IN (...)` / `state = 'IN_FLIGHT'` terms repeat the partial indexes' WHERE
         // clauses, and the clock is an InitPlan (`(SELECT now_ms FROM clock)`), so the bound is
         // an index condition.
@@ -855,6 +946,7 @@ WHERE EXISTS (SELECT 1 FROM {ops} WHERE tenant = $2::text AND operation_id = $3:
             select_by_id: select_by_id.into(),
             select_by_intent: select_by_intent.into(),
             apply: apply.into(),
+            apply_after_send: apply_after_send.into(),
             claim_due: claim_due.into(),
             sweep_expired: sweep_expired.into(),
             insert_evidence_batch: insert_evidence_batch.into(),
@@ -1042,55 +1134,14 @@ impl Ledger for PostgresLedger {
     }
 
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(async move {
-            let c = &update.changes;
-            let (response_status, response_headers, response_body) = match &c.response {
-                Some(r) => (
-                    Some(i32::from(r.status)),
-                    Some(to_json("response headers", &r.headers)?),
-                    Some(r.body.to_vec()),
-                ),
-                None => (None, None, None),
-            };
-            let evidence = EvidenceColumns::encode(update.evidence.clone())?;
-            let rows = sqlx::query(AssertSqlSafe(self.sql.apply.clone()))
-                .bind(self.caller_now(c.now_ms))
-                .bind(c.now_ms)
-                .bind(c.state.as_str())
-                .bind(c.last_result.map(State::as_str))
-                .bind(to_i64("generation", c.generation.0)?)
-                .bind(i64::from(c.attempts_used))
-                .bind(i64::from(c.queries_used))
-                .bind(c.reset_may_have_applied)
-                .bind(c.may_have_applied)
-                .bind(c.current_attempt.map(|a| a.to_stored()))
-                .bind(c.lease_until_ms)
-                .bind(c.next_check_ms)
-                .bind(c.deadline_ms)
-                .bind(pg_text(c.remote_ref.as_deref()))
-                .bind(pg_text(c.reason.as_deref()))
-                .bind(response_status)
-                .bind(response_headers)
-                .bind(response_body)
-                .bind(update.tenant.as_str())
-                .bind(update.operation_id.as_str())
-                .bind(update.expect_state.as_str())
-                .bind(to_i64("generation", update.expect_generation.0)?)
-                .bind(to_i64("version", update.expect_version)?)
-                .bind(update.operation_level)
-                .bind(evidence.attempt_id)
-                .bind(evidence.generation)
-                .bind(evidence.kind)
-                .bind(evidence.from_state)
-                .bind(evidence.to_state)
-                .bind(evidence.evidence)
-                .bind(evidence.note)
-                .bind(evidence.at_ms)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(unavailable)?;
-            rows.first().map(decode_operation).transpose()
-        })
+        Box::pin(self.apply_with(self.sql.apply.clone(), update))
+    }
+
+    fn record(
+        &self,
+        update: Update,
+    ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.apply_with(self.sql.apply_after_send.clone(), update))
     }
 
     fn claim_due(
