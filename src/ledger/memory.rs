@@ -316,30 +316,11 @@ fn apply_to(row: &mut Row, update: Update, seq: i64) -> Option<&OperationRecord>
     {
         return None;
     }
-    let c = update.changes;
     // Once any attempt may have applied, only evidence about the operation itself rejects it.
-    if c.state == State::Rejected && r.may_have_applied && !update.operation_level {
+    if update.changes.state == State::Rejected && r.may_have_applied && !update.operation_level {
         return None;
     }
-    r.state = c.state;
-    r.last_result = c.last_result;
-    r.generation = c.generation;
-    r.version += 1;
-    r.attempts_used = c.attempts_used;
-    r.queries_used = c.queries_used;
-    r.may_have_applied = if c.reset_may_have_applied {
-        c.may_have_applied
-    } else {
-        r.may_have_applied || c.may_have_applied
-    };
-    r.current_attempt = c.current_attempt;
-    r.lease_until_ms = c.lease_until_ms;
-    r.next_check_ms = c.next_check_ms;
-    r.deadline_ms = c.deadline_ms;
-    r.remote_ref = c.remote_ref;
-    r.reason = c.reason;
-    r.response = c.response;
-    r.updated_ms = c.now_ms;
+    r.set_changes(update.changes);
     row.evidence.push(EvidenceEntry {
         seq: seq + 1,
         entry: update.evidence,

@@ -467,23 +467,8 @@ pub(crate) fn check_first_update(new: &NewOperation, first: &Update) -> Result<(
 /// backends that insert the claimed row directly instead of inserting then updating; a fresh
 /// row has no sticky fact, so the `REJECTED` guard of [`Ledger::apply`] cannot refuse it.
 pub(crate) fn first_applied(new: NewOperation, first: Update) -> (OperationRecord, NewEvidence) {
-    let c = first.changes;
     let mut r = new.into_prepared();
-    r.state = c.state;
-    r.last_result = c.last_result;
-    r.generation = c.generation;
-    r.version = 1;
-    r.attempts_used = c.attempts_used;
-    r.queries_used = c.queries_used;
-    r.may_have_applied = c.may_have_applied;
-    r.current_attempt = c.current_attempt;
-    r.lease_until_ms = c.lease_until_ms;
-    r.next_check_ms = c.next_check_ms;
-    r.deadline_ms = c.deadline_ms;
-    r.remote_ref = c.remote_ref;
-    r.reason = c.reason;
-    r.response = c.response;
-    r.updated_ms = c.now_ms;
+    r.set_changes(first.changes);
     (r, first.evidence)
 }
 
@@ -550,6 +535,30 @@ impl NewOperation {
 }
 
 impl OperationRecord {
+    /// Writes `c` into this row as a successful compare-and-swap does: the version goes up by
+    /// one and "may have applied" stays sticky unless `c` resets it.
+    pub(crate) fn set_changes(&mut self, c: Changes) {
+        self.state = c.state;
+        self.last_result = c.last_result;
+        self.generation = c.generation;
+        self.version += 1;
+        self.attempts_used = c.attempts_used;
+        self.queries_used = c.queries_used;
+        self.may_have_applied = if c.reset_may_have_applied {
+            c.may_have_applied
+        } else {
+            self.may_have_applied || c.may_have_applied
+        };
+        self.current_attempt = c.current_attempt;
+        self.lease_until_ms = c.lease_until_ms;
+        self.next_check_ms = c.next_check_ms;
+        self.deadline_ms = c.deadline_ms;
+        self.remote_ref = c.remote_ref;
+        self.reason = c.reason;
+        self.response = c.response;
+        self.updated_ms = c.now_ms;
+    }
+
     /// The state-machine view of this row.
     pub fn snapshot(&self) -> crate::state::Snapshot<'_> {
         crate::state::Snapshot {
