@@ -848,3 +848,25 @@ async fn a_connection_the_server_dropped_fails_one_statement_then_is_replaced() 
         ledger.close().await;
     }
 }
+
+/// The ledger's own pool plans every statement for its actual key (no generic plan made while
+/// the table was empty); a URL that does not parse is a configuration error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_pool_forces_custom_plans_and_rejects_a_bad_url() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Schema::new(&url);
+    let ledger = schema.ledger(ClockSource::Caller).await;
+    let mode: String = sqlx::query_scalar("SHOW plan_cache_mode")
+        .fetch_one(ledger.pool())
+        .await
+        .expect("show");
+    assert_eq!(mode, "force_custom_plan");
+    ledger.close().await;
+    match PostgresLedger::connect_with("not a url", schema.options()).await {
+        Err(LedgerError::Config(msg)) => assert!(msg.contains("URL"), "{msg}"),
+        other => panic!(
+            "expected a configuration error, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+}
