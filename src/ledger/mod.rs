@@ -494,43 +494,29 @@ impl NewOperation {
         t: &crate::state::Transition,
         attempt: Option<AttemptId>,
         lease_until_ms: Option<i64>,
-        mut evidence: NewEvidence,
+        evidence: NewEvidence,
         now_ms: i64,
     ) -> Update {
-        let generation = if t.bump_generation {
-            Generation(1)
-        } else {
-            Generation(0)
-        };
-        evidence.generation = generation;
-        evidence.from_state.get_or_insert(State::Prepared);
-        evidence.to_state.get_or_insert(t.to);
-        Update {
-            tenant: self.tenant.clone(),
-            operation_id: self.operation_id.clone(),
-            expect_state: State::Prepared,
-            expect_generation: Generation(0),
-            expect_version: 0,
-            operation_level: t.operation_level,
-            changes: Changes {
-                state: t.to,
-                last_result: t.last_result,
-                generation,
-                attempts_used: t.attempts_used,
-                queries_used: t.queries_used,
-                may_have_applied: t.may_have_applied,
-                reset_may_have_applied: t.operation_level && !t.may_have_applied,
-                current_attempt: attempt,
-                lease_until_ms,
-                next_check_ms: t.next_check_ms,
-                deadline_ms: t.deadline_ms,
-                remote_ref: t.remote_ref.clone(),
-                reason: t.reason.clone(),
+        build_update(
+            Base {
+                tenant: &self.tenant,
+                operation_id: &self.operation_id,
+                state: State::Prepared,
+                generation: Generation(0),
+                version: 0,
+                last_result: None,
+                current_attempt: None,
+                remote_ref: None,
+                reason: None,
                 response: None,
-                now_ms,
             },
+            t,
+            attempt,
+            lease_until_ms,
+            None,
             evidence,
-        }
+            now_ms,
+        )
     }
 }
 
@@ -578,48 +564,96 @@ impl OperationRecord {
         attempt: Option<AttemptId>,
         lease_until_ms: Option<i64>,
         response: Option<StoredResponse>,
-        mut evidence: NewEvidence,
+        evidence: NewEvidence,
         now_ms: i64,
     ) -> Update {
-        let generation = if t.bump_generation {
-            self.generation.next()
-        } else {
-            self.generation
-        };
-        evidence.generation = generation;
-        evidence.from_state.get_or_insert(self.state);
-        evidence.to_state.get_or_insert(t.to);
-        Update {
-            tenant: self.tenant.clone(),
-            operation_id: self.operation_id.clone(),
-            expect_state: self.state,
-            expect_generation: self.generation,
-            expect_version: self.version,
-            operation_level: t.operation_level,
-            changes: Changes {
-                state: t.to,
-                last_result: t.last_result.or(self.last_result),
-                generation,
-                attempts_used: t.attempts_used,
-                queries_used: t.queries_used,
-                may_have_applied: t.may_have_applied,
-                reset_may_have_applied: t.operation_level && !t.may_have_applied,
-                current_attempt: attempt.or(self.current_attempt),
-                lease_until_ms,
-                next_check_ms: t.next_check_ms,
-                deadline_ms: t.deadline_ms,
-                remote_ref: t.remote_ref.clone().or_else(|| self.remote_ref.clone()),
-                // A success closes the story: earlier reasons (a lost response) would mislead.
-                reason: if t.to == State::Succeeded {
-                    t.reason.clone()
-                } else {
-                    t.reason.clone().or_else(|| self.reason.clone())
-                },
-                response: response.or_else(|| self.response.clone()),
-                now_ms,
+        build_update(
+            Base {
+                tenant: &self.tenant,
+                operation_id: &self.operation_id,
+                state: self.state,
+                generation: self.generation,
+                version: self.version,
+                last_result: self.last_result,
+                current_attempt: self.current_attempt,
+                remote_ref: self.remote_ref.as_ref(),
+                reason: self.reason.as_ref(),
+                response: self.response.as_ref(),
             },
+            t,
+            attempt,
+            lease_until_ms,
+            response,
             evidence,
-        }
+            now_ms,
+        )
+    }
+}
+
+/// The columns a conditional update starts from: a stored row's, or those of the fresh row a
+/// new operation will be.
+struct Base<'a> {
+    tenant: &'a Tenant,
+    operation_id: &'a OperationId,
+    state: State,
+    generation: Generation,
+    version: u64,
+    last_result: Option<State>,
+    current_attempt: Option<AttemptId>,
+    remote_ref: Option<&'a String>,
+    reason: Option<&'a String>,
+    response: Option<&'a StoredResponse>,
+}
+
+/// The conditional update that applies `t` to `base`, with `evidence` appended: the one
+/// construction behind [`OperationRecord::update_for`] and [`NewOperation::first_update`].
+fn build_update(
+    base: Base<'_>,
+    t: &crate::state::Transition,
+    attempt: Option<AttemptId>,
+    lease_until_ms: Option<i64>,
+    response: Option<StoredResponse>,
+    mut evidence: NewEvidence,
+    now_ms: i64,
+) -> Update {
+    let generation = if t.bump_generation {
+        base.generation.next()
+    } else {
+        base.generation
+    };
+    evidence.generation = generation;
+    evidence.from_state.get_or_insert(base.state);
+    evidence.to_state.get_or_insert(t.to);
+    Update {
+        tenant: base.tenant.clone(),
+        operation_id: base.operation_id.clone(),
+        expect_state: base.state,
+        expect_generation: base.generation,
+        expect_version: base.version,
+        operation_level: t.operation_level,
+        changes: Changes {
+            state: t.to,
+            last_result: t.last_result.or(base.last_result),
+            generation,
+            attempts_used: t.attempts_used,
+            queries_used: t.queries_used,
+            may_have_applied: t.may_have_applied,
+            reset_may_have_applied: t.operation_level && !t.may_have_applied,
+            current_attempt: attempt.or(base.current_attempt),
+            lease_until_ms,
+            next_check_ms: t.next_check_ms,
+            deadline_ms: t.deadline_ms,
+            remote_ref: t.remote_ref.clone().or_else(|| base.remote_ref.cloned()),
+            // A success closes the story: earlier reasons (a lost response) would mislead.
+            reason: if t.to == State::Succeeded {
+                t.reason.clone()
+            } else {
+                t.reason.clone().or_else(|| base.reason.cloned())
+            },
+            response: response.or_else(|| base.response.cloned()),
+            now_ms,
+        },
+        evidence,
     }
 }
 
