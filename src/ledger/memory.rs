@@ -112,9 +112,7 @@ impl MemoryLedger {
         if let Some(existing) = t.existing(&new) {
             return Ok(Created::Existing(existing.clone()));
         }
-        let record = new.into_prepared();
-        t.insert(record.clone());
-        Ok(Created::New(record))
+        Ok(Created::New(t.insert(new.into_prepared(), None)))
     }
 
     fn create_and_apply_now(
@@ -127,32 +125,21 @@ impl MemoryLedger {
         if let Some(existing) = t.existing(&new) {
             return Ok(Created::Existing(existing.clone()));
         }
-        // The claimed row goes in directly; the `created` entry takes the next sequence number,
-        // `first`'s entry the one after.
+        // The claimed row goes in directly, logged `created` then `first`'s entry.
         let (record, entry) = first_applied(new, first);
-        let seq = t.next_seq + 2;
-        let row = t.insert(record);
-        row.evidence.push(EvidenceEntry { seq, entry });
-        let out = row.record.clone();
-        t.next_seq = seq;
-        Ok(Created::New(out))
+        Ok(Created::New(t.insert(record, Some(entry))))
     }
 
     fn apply_now(&self, update: Update) -> Result<Option<OperationRecord>, LedgerError> {
-        let mut t = self.tables()?;
-        let seq = t.next_seq;
+        let mut guard = self.tables()?;
+        let t = &mut *guard;
         let Some(row) = t
             .operations
             .get_mut(&(update.tenant.clone(), update.operation_id.clone()))
         else {
             return Ok(None);
         };
-        let Some(record) = apply_to(row, update, seq) else {
-            return Ok(None);
-        };
-        let out = record.clone();
-        t.next_seq += 1;
-        Ok(Some(out))
+        Ok(apply_to(row, update, &mut t.next_seq).cloned())
     }
 
     fn claim_due_now(
@@ -161,7 +148,8 @@ impl MemoryLedger {
         lease_ms: i64,
         limit: u32,
     ) -> Result<Vec<OperationRecord>, LedgerError> {
-        let mut t = self.tables()?;
+        let mut guard = self.tables()?;
+        let t = &mut *guard;
         let mut due: Vec<(i64, u64, Key)> = t
             .operations
             .iter()
@@ -187,19 +175,18 @@ impl MemoryLedger {
             r.lease_until_ms = Some(lease_until);
             r.updated_ms = now_ms;
             let out = r.clone();
-            let entry = store_entries::recovery_claimed(&out, now_ms);
-            t.next_seq += 1;
-            let seq = t.next_seq;
-            if let Some(row) = t.operations.get_mut(&key) {
-                row.evidence.push(EvidenceEntry { seq, entry });
-            }
+            row.log(
+                &mut t.next_seq,
+                store_entries::recovery_claimed(&out, now_ms),
+            );
             claimed.push(out);
         }
         Ok(claimed)
     }
 
     fn sweep_expired_now(&self, now_ms: i64) -> Result<Vec<OperationRecord>, LedgerError> {
-        let mut t = self.tables()?;
+        let mut guard = self.tables()?;
+        let t = &mut *guard;
         let mut expired: Vec<(u64, Key)> = t
             .operations
             .iter()
@@ -225,12 +212,7 @@ impl MemoryLedger {
             r.reason = Some(store_entries::LEASE_EXPIRED_REASON.to_owned());
             r.updated_ms = now_ms;
             let out = r.clone();
-            let entry = store_entries::lease_expired(&out, now_ms);
-            t.next_seq += 1;
-            let seq = t.next_seq;
-            if let Some(row) = t.operations.get_mut(&key) {
-                row.evidence.push(EvidenceEntry { seq, entry });
-            }
+            row.log(&mut t.next_seq, store_entries::lease_expired(&out, now_ms));
             swept.push(out);
         }
         Ok(swept)
@@ -242,11 +224,10 @@ impl MemoryLedger {
         id: &OperationId,
         entry: NewEvidence,
     ) -> Result<(), LedgerError> {
-        let mut t = self.tables()?;
-        let seq = t.next_seq + 1;
+        let mut guard = self.tables()?;
+        let t = &mut *guard;
         if let Some(row) = t.operations.get_mut(&(tenant.clone(), id.clone())) {
-            row.evidence.push(EvidenceEntry { seq, entry });
-            t.next_seq = seq;
+            row.log(&mut t.next_seq, entry);
         }
         Ok(())
     }
@@ -272,15 +253,10 @@ impl Tables {
             .map(|row| &row.record)
     }
 
-    /// Stores a fresh row with its `created` entry.
-    fn insert(&mut self, record: OperationRecord) -> &mut Row {
+    /// Stores a fresh row, logged `created` (then `first`, if given); returns a copy of it.
+    fn insert(&mut self, record: OperationRecord, first: Option<NewEvidence>) -> OperationRecord {
         let created_seq = self.next_row;
         self.next_row += 1;
-        self.next_seq += 1;
-        let created = EvidenceEntry {
-            seq: self.next_seq,
-            entry: store_entries::created(record.created_ms),
-        };
         self.intents.insert(
             (
                 record.tenant.clone(),
@@ -290,26 +266,44 @@ impl Tables {
             record.operation_id.clone(),
         );
         let key = (record.tenant.clone(), record.operation_id.clone());
-        let row = Row {
+        let mut row = Row {
             created_seq,
+            evidence: Vec::with_capacity(4),
             record,
-            evidence: vec![created],
         };
-        match self.operations.entry(key) {
-            std::collections::hash_map::Entry::Occupied(mut slot) => {
-                slot.insert(row);
-                slot.into_mut()
-            }
-            std::collections::hash_map::Entry::Vacant(slot) => slot.insert(row),
+        row.log(
+            &mut self.next_seq,
+            store_entries::created(row.record.created_ms),
+        );
+        if let Some(entry) = first {
+            row.log(&mut self.next_seq, entry);
         }
+        let out = row.record.clone();
+        self.operations.insert(key, row);
+        out
     }
 }
 
-/// The compare-and-swap of [`Ledger::apply`] on one row: applies `update` and appends its
-/// evidence as entry `seq + 1` if the precondition holds. The caller advances the evidence
-/// sequence when this returns the row.
-fn apply_to(row: &mut Row, update: Update, seq: i64) -> Option<&OperationRecord> {
-    let r = &mut row.record;
+impl Row {
+    /// Appends `entry` to this operation's log under the next number of the ledger-wide
+    /// evidence sequence.
+    fn log(&mut self, next_seq: &mut i64, entry: NewEvidence) {
+        *next_seq += 1;
+        self.evidence.push(EvidenceEntry {
+            seq: *next_seq,
+            entry,
+        });
+    }
+}
+
+/// The compare-and-swap of [`Ledger::apply`] on one row: applies `update` and logs its
+/// evidence if the precondition holds.
+fn apply_to<'r>(
+    row: &'r mut Row,
+    update: Update,
+    next_seq: &mut i64,
+) -> Option<&'r OperationRecord> {
+    let r = &row.record;
     if r.state != update.expect_state
         || r.generation != update.expect_generation
         || r.version != update.expect_version
@@ -320,11 +314,8 @@ fn apply_to(row: &mut Row, update: Update, seq: i64) -> Option<&OperationRecord>
     if update.changes.state == State::Rejected && r.may_have_applied && !update.operation_level {
         return None;
     }
-    r.set_changes(update.changes);
-    row.evidence.push(EvidenceEntry {
-        seq: seq + 1,
-        entry: update.evidence,
-    });
+    row.record.set_changes(update.changes);
+    row.log(next_seq, update.evidence);
     Some(&row.record)
 }
 
