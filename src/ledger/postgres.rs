@@ -837,8 +837,12 @@ SELECT * FROM ins"
         let select_by_id = format!("SELECT * FROM {ops} WHERE tenant = $1 AND operation_id = $2");
         let select_by_intent =
             format!("SELECT * FROM {ops} WHERE tenant = $1 AND action = $2 AND intent_ref = $3");
-        let apply = format!(
-            "WITH {CLOCK_CTE},
+        // `apply`, and `record`'s variant: the same statement in a transaction that commits
+        // without waiting for the WAL flush. `set_config(.., true)` lasts until the end of the
+        // statement's own (implicit) transaction; the WHERE term makes sure it is evaluated.
+        let apply_statement = |clock: &str, clock_term: &str| {
+            format!(
+                "WITH {clock},
 upd AS (
     UPDATE {ops} AS o SET
         state = $3::text,
@@ -861,7 +865,7 @@ upd AS (
         version = o.version + 1
     FROM clock
     WHERE o.tenant = $19::text AND o.operation_id = $20::text
-      AND o.state = $21::text AND o.generation = $22::bigint AND o.version = $23::bigint
+      AND o.state = $21::text AND o.generation = $22::bigint AND o.version = $23::bigint{clock_term}
       AND NOT ($3::text = 'REJECTED' AND o.may_have_applied AND NOT $24::boolean)
     RETURNING o.*, clock.now_ms AS rw_now
 ),
@@ -872,28 +876,19 @@ ev AS (
     FROM upd
 )
 SELECT * FROM upd",
-            lease = translated("$11", "lease_until_ms"),
-            next_check = translated("$12", "next_check_ms"),
-            deadline = translated("$13", "deadline_ms"),
-        );
-        // `record`: the same statement in a transaction that commits without waiting for the
-        // WAL flush. `set_config(.., true)` lasts until the end of the statement's own
-        // (implicit) transaction; the term in the WHERE clause makes sure it is evaluated.
-        let apply_after_send = apply
-            .replacen(
-                CLOCK_CTE,
-                "clock AS (
+                lease = translated("$11", "lease_until_ms"),
+                next_check = translated("$12", "next_check_ms"),
+                deadline = translated("$13", "deadline_ms"),
+            )
+        };
+        let apply = apply_statement(CLOCK_CTE, "");
+        let apply_after_send = apply_statement(
+            "clock AS (
     SELECT COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now_ms,
            set_config('synchronous_commit', 'off', true) AS relaxed
 )",
-                1,
-            )
-            .replacen(
-                "      AND NOT ($3::text = 'REJECTED'",
-                "      AND clock.relaxed = 'off'
-      AND NOT ($3::text = 'REJECTED'",
-                1,
-            );
+            "\n      AND clock.relaxed = 'off'",
+        );
         // The `state IN (...)` / `state = 'IN_FLIGHT'` terms repeat the partial indexes' WHERE
         // clauses, and the clock is an InitPlan (`(SELECT now_ms FROM clock)`), so the bound is
         // an index condition.
