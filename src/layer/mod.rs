@@ -45,6 +45,7 @@ pub use self::future::ResponseFuture;
 use crate::BoxError;
 use crate::authorize::{Access, Authorizer, SharedAuthorizer};
 use crate::budget::BudgetPolicy;
+use crate::clock::{Clock, SharedClock};
 use crate::contract::{Contract, Contracts};
 use crate::engine::{self, Applied, Extras};
 use crate::guard::AttemptToken;
@@ -87,6 +88,7 @@ pub(crate) struct Shared {
     pub(crate) authorizer: SharedAuthorizer,
     pub(crate) notifier: Notifier,
     pub(crate) wait: Option<Duration>,
+    pub(crate) clock: SharedClock,
 }
 
 impl Shared {
@@ -114,7 +116,7 @@ impl Shared {
             request: Arc::new(frozen),
             contract: contract_ref.clone(),
             policy: self.policy.clone(),
-            now_ms: engine::now_ms(),
+            now_ms: self.clock.now_ms(),
         };
         (new, contract.clone())
     }
@@ -130,6 +132,7 @@ impl Shared {
             authorizer: SharedAuthorizer::default(),
             notifier: Notifier::default(),
             wait: None,
+            clock: SharedClock::default(),
         }
     }
 }
@@ -145,6 +148,7 @@ impl std::fmt::Debug for Shared {
             .field("stored_body", &self.stored_body)
             .field("authorizer", &self.authorizer)
             .field("wait", &self.wait)
+            .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
 }
@@ -248,6 +252,14 @@ impl RecoverableWriteLayer {
     /// it a [`Reconciler`](crate::Reconciler) and the stack below the layer to replay through.
     pub fn recoverer(&self) -> crate::Recoverer {
         crate::Recoverer::from_shared(self.shared.clone())
+    }
+
+    /// The clock leases, due times and windows are read on (default [`ProcessClock`](crate::clock::ProcessClock):
+    /// the wall clock read once, advanced monotonically). Shared with the recoverer and the
+    /// reviews built from this layer. See [`clock`](crate::clock) for what it guarantees.
+    pub fn clock(self, clock: impl Clock) -> Self {
+        let c = SharedClock::new(clock);
+        self.edit(|s| s.clock = c)
     }
 
     /// The contracts chosen per target (default: the conservative contract for every target).
@@ -453,7 +465,7 @@ where
     // claimed: a refusal leaves the operation PREPARED (never sent) for a caller with permission.
     let attempt = AttemptId::generate();
     let first = if shared.authorizer.is_open() {
-        engine::first_claim(&new, attempt)
+        engine::first_claim(&shared, &new, attempt)
     } else {
         None
     };
@@ -554,7 +566,7 @@ async fn claim_send(
             State::Succeeded | State::Rejected => return Ok(Err(stored_result(&record))),
             _ => return Err(Error::for_state(&record, None, None, None)),
         }
-        let lease_until = engine::now_ms() + record.policy.lease().as_millis() as i64;
+        let lease_until = shared.clock.now_ms() + record.policy.lease().as_millis() as i64;
         let applied = engine::apply_event(
             shared,
             &record,
@@ -664,7 +676,7 @@ where
         token,
         deadline,
     } = *ctx;
-    let now = std::time::SystemTime::now();
+    let now = shared.clock.system_time();
     let mut source = None;
     let (evidence, response) = match observed {
         Observed::Response(res) => {

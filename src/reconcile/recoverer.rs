@@ -194,6 +194,13 @@ impl Recoverer {
         self
     }
 
+    /// The clock this recoverer reads (default: the layer's; see [`clock`](crate::clock)). A
+    /// worker with another clock is how clock skew between workers is tested.
+    pub fn clock(mut self, clock: impl crate::clock::Clock) -> Self {
+        Arc::make_mut(&mut self.shared).clock = crate::clock::SharedClock::new(clock);
+        self
+    }
+
     /// Clock-skew margin between this machine and the vendor, kept free at the end of the
     /// vendor's key retention before a same-key replay is considered safe (default 5 s).
     pub fn skew_margin(mut self, margin: Duration) -> Self {
@@ -208,7 +215,7 @@ impl Recoverer {
     /// One pass: sweep, claim, reconcile, replay, record.
     pub async fn run_once(&self) -> Result<RecoveryReport, LedgerError> {
         let mut report = RecoveryReport::default();
-        let now = engine::now_ms();
+        let now = self.shared.clock.now_ms();
         let swept = self.ledger().sweep_expired(now).await?;
         for row in &swept {
             tracing::info!(
@@ -221,6 +228,12 @@ impl Recoverer {
         }
         report.swept = swept.len();
 
+        // Taken before the claim: the store sets each lease from a reading taken after this
+        // one (its own clock, with PostgreSQL's database clock), so `claimed_at + lease` never
+        // ends later than the stored lease. Leases are compared on this monotonic clock, never
+        // on the worker's wall clock against the ledger's (a worker clock ahead of the
+        // database's would otherwise see every lease it just took as nearly spent).
+        let claimed_at = tokio::time::Instant::now();
         let claimed = self
             .ledger()
             .claim_due(now, self.lease.as_millis() as i64, self.batch)
@@ -230,9 +243,7 @@ impl Recoverer {
             // Rows are worked one after another; a row whose lease is too close to its end to
             // fit a lookup is left alone (counted stale) for a later claim, rather than worked
             // past its lease (safe thanks to fencing, but wasted).
-            if let Some(until) = row.lease_until_ms
-                && engine::now_ms() + (self.lease.as_millis() as i64) / 2 > until
-            {
+            if claimed_at.elapsed() > self.lease / 2 {
                 report.stale += 1;
                 continue;
             }
@@ -254,7 +265,7 @@ impl Recoverer {
                             "from" => before.as_str(),
                             "to" => r.state.as_str(),
                         )
-                        .record((engine::now_ms() - t0).max(0) as f64 / 1000.0);
+                        .record((self.shared.clock.now_ms() - t0).max(0) as f64 / 1000.0);
                     }
                 }
                 Some(r) if r.state == State::ManualReview => report.escalated += 1,
@@ -275,8 +286,11 @@ impl Recoverer {
             return self.replay(row, report).await;
         }
         // Budget and window first: the pure function says whether recovery may go on.
-        if let Ok(t) = transition(&row.snapshot(), &Event::ClaimRecovery, engine::clock())
-            && t.to == State::ManualReview
+        if let Ok(t) = transition(
+            &row.snapshot(),
+            &Event::ClaimRecovery,
+            engine::clock(&self.shared),
+        ) && t.to == State::ManualReview
         {
             let reason = t.reason.unwrap_or_else(|| "recovery budget spent".into());
             return self.escalate(&row, reason).await;
@@ -388,7 +402,7 @@ impl Recoverer {
         // Unknown retention: not safe (the key may already be pruned and the replay run anew).
         let retention_ms = contract.retention_secs? as i64 * 1000;
         let first_sent = first_sent_ms(row)?;
-        let must_finish_by = engine::now_ms()
+        let must_finish_by = self.shared.clock.now_ms()
             + row.policy.attempt_timeout_ms as i64
             + self.skew_margin.as_millis() as i64;
         if must_finish_by >= first_sent + retention_ms {
@@ -437,7 +451,7 @@ impl Recoverer {
         };
 
         let attempt = AttemptId::generate();
-        let lease_until = engine::now_ms() + row.policy.lease().as_millis() as i64;
+        let lease_until = self.shared.clock.now_ms() + row.policy.lease().as_millis() as i64;
         let applied = engine::apply_event(
             &self.shared,
             &row,
@@ -513,7 +527,7 @@ impl Recoverer {
         row: &OperationRecord,
         why: &str,
     ) -> Result<Option<OperationRecord>, LedgerError> {
-        let now = engine::now_ms();
+        let now = self.shared.clock.now_ms();
         let fits = row
             .deadline_ms
             .is_none_or(|d| d - now >= row.policy.attempt_timeout_ms as i64);
@@ -525,7 +539,7 @@ impl Recoverer {
         let next = now
             + row
                 .policy
-                .query_delay(row.queries_used, None, rand::random::<f64>())
+                .query_delay(row.queries_used, None, self.shared.clock.jitter())
                 .max(Duration::from_millis(row.policy.query_backoff_base_ms))
                 .as_millis() as i64;
         let t = Transition {
@@ -540,6 +554,7 @@ impl Recoverer {
             remote_ref: None,
             reason: None,
             operation_level: false,
+            keep_lease: false,
         };
         let entry = crate::ledger::NewEvidence {
             attempt_id: None,
