@@ -41,6 +41,7 @@ use http_body_util::{BodyExt, Either, Full, Limited};
 use tower_layer::Layer;
 use tower_service::Service;
 
+pub(crate) use self::error::Short;
 pub use self::error::{Error, Outcome};
 pub use self::future::ResponseFuture;
 use crate::BoxError;

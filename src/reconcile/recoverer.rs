@@ -336,8 +336,13 @@ impl Recoverer {
             }
         }
 
-        // Still unknown. Path (b): a same-key replay the contract makes safe.
-        if let (Some(reason), Some(_)) = (self.replay_safe(&row, contract.as_deref()), &self.replay)
+        // Still unknown. Path (b): a same-key replay the contract makes safe. Only from
+        // UNKNOWN: the vendor said a PROCESSING write was accepted, so resending it proves
+        // nothing (and the state machine refuses it: offering it every pass would append a
+        // refusal to the log every lease period).
+        if row.state == State::Unknown
+            && let (Some(reason), Some(_)) =
+                (self.replay_safe(&row, contract.as_deref()), &self.replay)
         {
             match self.shared.authorizer.check(&row, Access::Write).await {
                 Ok(()) => {
@@ -641,12 +646,33 @@ impl Recoverer {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
-            match self.run_once().await {
-                Ok(report) if report != RecoveryReport::default() => {
+            // Each pass runs as its own task, so a panic in it (a reconciler's bug, say) is
+            // caught, reported and counted, and the next pass runs: a recovery engine that died
+            // silently would leave every unknown operation unowned.
+            let pass = tokio::spawn({
+                let this = self.clone();
+                async move { this.run_once().await }
+            });
+            match pass.await {
+                Ok(Ok(report)) if report != RecoveryReport::default() => {
                     tracing::debug!(?report, "recovery pass");
                 }
-                Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "recovery pass failed; retrying"),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "recovery pass failed; retrying"),
+                Err(e) if e.is_panic() => {
+                    let panic = e.into_panic();
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a non-string panic payload".into());
+                    metrics::counter!("recoverable_write_recovery_panics_total").increment(1);
+                    tracing::error!(
+                        panic = %crate::layer::Short(&what),
+                        "recovery pass panicked; the rows it held are retried after their lease"
+                    );
+                }
+                Err(e) => tracing::error!(error = %e, "recovery pass was cancelled"),
             }
             tokio::select! {
                 _ = &mut shutdown => return,
