@@ -106,14 +106,7 @@ impl Shared {
         body: Bytes,
     ) -> (NewOperation, Arc<Contract>) {
         let (contract, contract_ref) = self.contracts.select_with_reference(method, uri);
-        let frozen = FrozenRequest::freeze(
-            method,
-            uri,
-            headers,
-            body,
-            &contract.secret_headers,
-            &contract.secret_query_params,
-        );
+        let frozen = FrozenRequest::freeze(method, uri, headers, body, contract.secrets());
         // Over the URL without credentials: rotating an API key in the query is not another
         // payload.
         let redacted = crate::operation::redacted_uri(uri, &contract.secret_query_params);
@@ -460,8 +453,13 @@ where
         Err(source) => return Err(Error::BodyRead { source }),
     };
 
-    let (new, contract) =
-        shared.new_operation(&op, &parts.method, &parts.uri, &parts.headers, bytes);
+    let (new, contract) = shared.new_operation(
+        &op,
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        bytes.clone(),
+    );
     let payload_hash = new.payload_hash.clone();
     let ledger_err = |source| Error::Ledger {
         operation: Some(op.id().clone()),
@@ -469,7 +467,7 @@ where
     };
     // The exact request is built, key placed, before anything is written: a request the
     // contract cannot place its key in leaves nothing behind.
-    let carried = outgoing::Carried::take(&mut parts, &contract);
+    let carried = outgoing::Carried::take(&mut parts, &contract).with_body(&contract, &bytes);
     let fresh = outgoing::build(&new.request, &contract, &new.idempotency_key, carried)
         .map_err(|e| build_error(op.id(), e))?;
 
@@ -526,7 +524,8 @@ where
                     contract: r.contract.name,
                 });
             };
-            let carried = outgoing::Carried::take(&mut fresh_parts(fresh), &frozen_contract);
+            let carried = outgoing::Carried::take(&mut fresh_parts(fresh), &frozen_contract)
+                .with_body(&frozen_contract, &bytes);
             let request =
                 outgoing::build(&r.request, &frozen_contract, &r.idempotency_key, carried)
                     .map_err(|e| build_error(&r.operation_id, e))?;
@@ -587,6 +586,9 @@ fn fresh_parts(req: Request<Bytes>) -> http::request::Parts {
 fn build_error(operation: &crate::OperationId, e: outgoing::BuildError) -> Error {
     match e {
         outgoing::BuildError::Key(source) => Error::KeyPlacement { source },
+        outgoing::BuildError::Secrets => Error::SecretsUnavailable {
+            operation: operation.clone(),
+        },
         outgoing::BuildError::Frozen(detail) => Error::Ledger {
             operation: Some(operation.clone()),
             source: crate::ledger::LedgerError::Corrupt {
