@@ -40,6 +40,18 @@
 //! # }
 //! ```
 //!
+//! # Redirects must be off
+//!
+//! reqwest follows redirects by default, below this middleware and below the send-once guard: a
+//! 307 or 308 makes the client send the write again, to another URL, and neither the guard nor
+//! the ledger sees that second send. Build the client with [`client_builder`] (redirects off,
+//! reqwest's own retries off) or set `redirect(reqwest::redirect::Policy::none())` yourself.
+//! reqwest does not expose a built client's policy, so this cannot be checked when the
+//! middleware is built; it is detected per attempt instead: when the response comes from
+//! another URL than the one the attempt was sent to, the attempt is recorded as `Unknown`
+//! ([`RedirectFollowed`]; the write may have been applied at either URL), a warning is logged,
+//! and the recovery engine reconciles it. The redirected answer is never taken as success.
+//!
 //! # Differences from the tower layer
 //!
 //! - The operation is named with `RequestBuilder::with_extension(Operation::new(..))`.
@@ -80,7 +92,13 @@ pub struct RecoverableWriteMiddleware {
 }
 
 impl RecoverableWriteMiddleware {
-    /// Shares `layer`'s ledger, contracts, budget, authorizer and notifier.
+    /// Shares `layer`'s ledger, contracts, budget, authorizer, notifier and tracking choice.
+    ///
+    /// **The client below must not follow redirects**: build it with [`client_builder`] or
+    /// `redirect(reqwest::redirect::Policy::none())`. reqwest's default policy re-sends a POST
+    /// on 307/308 to another URL, a second send nothing below this middleware can refuse.
+    /// reqwest does not let this be checked here; a followed redirect is detected per attempt
+    /// and recorded as `Unknown` (see [`RedirectFollowed`]).
     pub fn new(layer: &RecoverableWriteLayer) -> Self {
         Self {
             shared: layer.shared().clone(),
@@ -213,7 +231,20 @@ impl Middleware for RecoverableWriteMiddleware {
         }
 
         let deadline = ctx.deadline;
+        let sent_to = out.url().clone();
         let observed = match tokio::time::timeout_at(deadline, next.run(out, ext)).await {
+            // The client followed a redirect: the write was sent again, to another URL, below
+            // the guard. Never a success from the redirected answer.
+            Ok(Ok(res)) if *res.url() != sent_to => {
+                let followed = RedirectFollowed::new(res.url());
+                tracing::warn!(
+                    operation = %ctx.record.operation_id,
+                    attempt = %ctx.attempt,
+                    to = %followed.to,
+                    "the reqwest client followed a redirect for a recoverable write; its outcome is unknown. Disable redirects: build the client with recoverable_write::reqwest::client_builder() or .redirect(reqwest::redirect::Policy::none())"
+                );
+                Observed::Failed(Box::new(followed))
+            }
             Ok(Ok(res)) => Observed::Response(http::Response::<reqwest::Body>::from(res)),
             Ok(Err(e)) => Observed::Failed(unpack(e)),
             Err(_) => Observed::TimedOut,
@@ -227,6 +258,37 @@ impl Middleware for RecoverableWriteMiddleware {
             Ok(res) => Ok(to_reqwest(res, &url).await),
             Err(e) => Err(wrap(e)),
         }
+    }
+}
+
+/// The reqwest client below [`RecoverableWriteMiddleware`] followed a redirect: the write was
+/// sent to the redirect's target too (307 and 308 keep the method and body), so it may have been
+/// applied at either URL. The attempt is recorded as [`Evidence::Unknown`](crate::Evidence) and
+/// reconciled; the redirected answer is never taken as success.
+///
+/// Build the client with [`client_builder`] (or `redirect(reqwest::redirect::Policy::none())`).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "the client followed a redirect, so the write may have applied at either URL; build it with client_builder() or redirect::Policy::none(); it ended at {to}"
+)]
+pub struct RedirectFollowed {
+    /// Scheme, authority and path of the final URL: no userinfo, no query (may hold secrets).
+    to: String,
+}
+
+impl RedirectFollowed {
+    fn new(url: &reqwest::Url) -> Self {
+        let host = url.host_str().unwrap_or("?");
+        let to = match url.port() {
+            Some(port) => format!("{}://{host}:{port}{}", url.scheme(), url.path()),
+            None => format!("{}://{host}{}", url.scheme(), url.path()),
+        };
+        Self { to }
+    }
+
+    /// Scheme, host and path the client ended at (userinfo and query left out).
+    pub fn final_url(&self) -> &str {
+        &self.to
     }
 }
 
@@ -352,6 +414,27 @@ impl<S: RetryableStrategy> RetryableStrategy for RecoverableWriteStrategy<S> {
             }
         } else {
             self.0.handle(res)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_followed_redirect_is_unknown_never_proof_of_non_execution() {
+        let url = reqwest::Url::parse("https://user:pw@vendor.test:8443/v2/tickets?api_key=s3cr3t")
+            .expect("url");
+        let followed = RedirectFollowed::new(&url);
+        assert_eq!(followed.final_url(), "https://vendor.test:8443/v2/tickets");
+        let evidence = crate::Contract::conservative().classify_error(&followed);
+        match evidence {
+            crate::Evidence::Unknown { why, .. } => {
+                assert!(why.contains("redirect"), "{why}");
+                assert!(!why.contains("s3cr3t") && !why.contains("pw"), "{why}");
+            }
+            other => panic!("a followed redirect may have applied the write: {other:?}"),
         }
     }
 }

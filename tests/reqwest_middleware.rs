@@ -179,6 +179,82 @@ async fn reqwest_untracked_reads_pass_and_writes_without_the_layer_are_refused()
     let _ = Arc::clone(&guard.stats());
 }
 
+/// A server on 127.0.0.1 that answers every `POST /old/tickets` with a 307 to `target`.
+async fn redirecting_to(target: String) -> String {
+    let app = axum::Router::new().route(
+        "/old/tickets",
+        axum::routing::post(move || {
+            let target = target.clone();
+            async move {
+                (
+                    http::StatusCode::TEMPORARY_REDIRECT,
+                    [(http::header::LOCATION, target)],
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/old/tickets")
+}
+
+/// Issue 10 item 5: a client keeping reqwest's default redirect policy re-sends the POST to the
+/// 307's target below the middleware. The write happened (at the other URL); the attempt is
+/// recorded UNKNOWN, never SUCCEEDED from the redirected response, and reconciliation settles it.
+#[tokio::test]
+async fn reqwest_client_following_a_307_records_unknown_not_succeeded() {
+    let drill = Drill::start().await;
+    let old = redirecting_to(drill.vendor.url("/tickets")).await;
+    let guard = SendOnceMiddleware::new();
+    let client = ClientBuilder::new(reqwest::Client::new()) // default policy: follows redirects
+        .with(RecoverableWriteMiddleware::new(&drill.layer))
+        .with(guard.clone())
+        .build();
+    let op = new_op("reqwest-redirect");
+    let res = client
+        .post(&old)
+        .header("content-type", "application/json")
+        .header("x-tenant", op.tenant().as_str())
+        .with_extension(op.clone())
+        .body(ticket_body(&op, "E17"))
+        .send()
+        .await;
+    let err = res
+        .map(|r| r.status())
+        .expect_err("a followed redirect is not a success");
+    let o = error_outcome(&err).expect("names the operation");
+    assert_eq!(o.state, State::Unknown);
+    assert!(
+        o.message.contains("do not create it again"),
+        "{}",
+        o.message
+    );
+
+    // The vendor did create the ticket, at the redirect's target.
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    assert_eq!(guard.stats().passed(), 1);
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::Unknown);
+    assert!(row.remote_ref.is_none());
+    let log = format!("{:?}", drill.evidence(op.id()).await);
+    assert!(
+        log.contains("redirect"),
+        "the evidence names the redirect: {log}"
+    );
+
+    // The lookup finds the ticket: one side effect, resolved without a second send.
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
 trait JsonOrText {
     async fn json_or_text(self) -> serde_json::Value;
 }
