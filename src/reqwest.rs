@@ -69,7 +69,7 @@ use reqwest_middleware::{Middleware, Next};
 use reqwest_retry::{Retryable, RetryableStrategy};
 
 use crate::BoxError;
-use crate::guard::{AttemptToken, GuardStats, SendRefused, admit};
+use crate::guard::{AttemptToken, GuardStats, SendRefused, Untracked, admit};
 use crate::layer::{
     Error, Observed, Outcome, RecoverableWriteLayer, Shared, Step, await_resolution, prepare_inner,
     record_attempt,
@@ -119,12 +119,17 @@ pub fn outcome(err: &reqwest_middleware::Error) -> Option<&Outcome> {
     error(err).and_then(Error::outcome)
 }
 
-fn is_tracked(req: &reqwest::Request, ext: &Extensions) -> bool {
-    ext.get::<Operation>().is_some()
-        || !matches!(
-            *req.method(),
-            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS | http::Method::TRACE
-        )
+/// Same rule as the tower layer's: an [`Operation`] is tracked; any other write only with
+/// [`RecoverableWriteLayer::track_all_writes`].
+fn is_tracked(req: &reqwest::Request, ext: &Extensions, track_all_writes: bool) -> bool {
+    ext.get::<Operation>().is_some() || (track_all_writes && !is_idempotent(req.method()))
+}
+
+fn is_idempotent(method: &http::Method) -> bool {
+    matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS | http::Method::TRACE
+    )
 }
 
 fn wrap(e: Error) -> reqwest_middleware::Error {
@@ -179,7 +184,11 @@ impl Middleware for RecoverableWriteMiddleware {
         ext: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
-        if !is_tracked(&req, ext) {
+        if !is_tracked(&req, ext, self.shared.track_all_writes) {
+            // Not recoverable by choice: tell the send-once guard below to let it through.
+            if !is_idempotent(req.method()) {
+                ext.insert(Untracked);
+            }
             return next.run(req, ext).await;
         }
         let url = req.url().clone();
@@ -311,12 +320,15 @@ pub struct SendOnceMiddleware {
 }
 
 impl SendOnceMiddleware {
-    /// Refuses duplicate sends of an attempt and untracked non-idempotent requests.
+    /// Refuses duplicate sends of an attempt, and non-idempotent requests that carry neither a
+    /// token nor the [`Untracked`] mark [`RecoverableWriteMiddleware`] puts on writes it chose
+    /// not to track (see [`crate::guard`]).
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Lets untracked writes through (duplicates of tracked attempts are still refused).
+    /// Lets every write without a token through, marked [`Untracked`] or not (duplicates of
+    /// tracked attempts are still refused; a tracked write that lost its token is not caught).
     pub fn allow_untracked_writes(mut self, allow: bool) -> Self {
         self.allow_untracked = allow;
         self
@@ -336,17 +348,12 @@ impl Middleware for SendOnceMiddleware {
         ext: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
-        let token = ext.get::<AttemptToken>().cloned();
-        if let Err(r) = admit(
-            token.as_ref(),
-            req.method(),
-            self.allow_untracked,
-            &self.stats,
-        ) {
+        if let Err(r) = admit(ext, req.method(), self.allow_untracked, &self.stats) {
             return Err(reqwest_middleware::Error::Middleware(anyhow::Error::new(r)));
         }
+        let tracked = ext.get::<AttemptToken>().is_some();
         let result = next.run(req, ext).await;
-        if token.is_none() {
+        if !tracked {
             return result;
         }
         match result {

@@ -179,6 +179,51 @@ async fn reqwest_untracked_reads_pass_and_writes_without_the_layer_are_refused()
     let _ = Arc::clone(&guard.stats());
 }
 
+/// Issue 10 item 15, through reqwest: a write without an `Operation` is neither stored nor
+/// refused by the strict guard, and is sent once; `track_all_writes(true)` tracks it.
+#[tokio::test]
+async fn reqwest_write_without_an_operation_is_not_stored_unless_opted_in() {
+    let vendor = recoverable_write::testing::FakeVendor::start().await;
+    let ledger = recoverable_write::MemoryLedger::new();
+    let guard = SendOnceMiddleware::new();
+    let stats = guard.stats();
+    let send = |layer: recoverable_write::RecoverableWriteLayer| {
+        let client = ClientBuilder::new(client_builder().build().expect("client"))
+            .with(RecoverableWriteMiddleware::new(&layer))
+            .with(guard.clone())
+            .build();
+        let url = vendor.url("/tickets");
+        async move {
+            client
+                .post(url)
+                .header("content-type", "application/json")
+                .header("idempotency-key", "k-app-wide")
+                .body(r#"{"device_id":"E1","client_secret":"cs_live_s3cr3t"}"#)
+                .send()
+                .await
+        }
+    };
+
+    let layer = recoverable_write::RecoverableWriteLayer::new(ledger.clone());
+    let res = send(layer).await.expect("an untracked write is sent");
+    assert_eq!(res.status(), 201);
+    assert!(res.extensions().get::<Outcome>().is_none());
+    assert!(ledger.is_empty(), "nothing stored");
+    assert_eq!(vendor.posts_received(), 1);
+    assert_eq!(vendor.tickets_created(), 1);
+    assert_eq!((stats.passed(), stats.refused_untracked()), (1, 0));
+
+    let layer =
+        recoverable_write::RecoverableWriteLayer::new(ledger.clone()).track_all_writes(true);
+    let res = send(layer).await.expect("a tracked write is sent");
+    let o = res.extensions().get::<Outcome>().cloned().expect("tracked");
+    assert_eq!(o.state, State::Succeeded);
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(vendor.posts_received(), 2);
+    assert_eq!(vendor.tickets_created(), 2);
+    assert_eq!((stats.passed(), stats.refused_untracked()), (2, 0));
+}
+
 /// A server on 127.0.0.1 that answers every `POST /old/tickets` with a 307 to `target`.
 async fn redirecting_to(target: String) -> String {
     let app = axum::Router::new().route(
