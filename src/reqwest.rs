@@ -50,11 +50,15 @@
 //! middleware is built; it is detected per attempt instead: when the response comes from
 //! another URL than the one the attempt was sent to, the attempt is recorded as `Unknown`
 //! ([`RedirectFollowed`]; the write may have been applied at either URL), a warning is logged,
-//! and the recovery engine reconciles it. The redirected answer is never taken as success.
+//! and the recovery engine reconciles it. The redirected answer is never taken as success. A
+//! redirect back to the very same URL leaves no such trace: only the client's policy prevents it.
 //!
 //! # Differences from the tower layer
 //!
-//! - The operation is named with `RequestBuilder::with_extension(Operation::new(..))`.
+//! - The operation is named with `RequestBuilder::with_extension(Operation::new(..))`. As with
+//!   the layer, only requests naming one are tracked, unless the layer was built with
+//!   [`track_all_writes`](RecoverableWriteLayer::track_all_writes); other writes pass through
+//!   marked [`Untracked`], which [`SendOnceMiddleware`] lets through.
 //! - Errors come back as `reqwest_middleware::Error::Middleware` wrapping a
 //!   [`crate::Error`]; use [`error`] / [`outcome`] to get at it.
 //! - Replays by the [`Recoverer`](crate::Recoverer) go through a tower service; give it
