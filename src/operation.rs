@@ -322,7 +322,10 @@ impl Operation {
 }
 
 /// Headers that are never stored: credentials are applied by the stack below the layer at send
-/// time. Contracts may name more.
+/// time. Contracts may name more. Lower case (header names compare lower-cased).
+///
+/// Beyond the standard ones, the names common vendors use for API keys and tokens (GitLab's
+/// `private-token`, AWS's session token, Google's and Azure's API keys, Datadog's keys, ...).
 pub const DEFAULT_SECRET_HEADERS: &[&str] = &[
     "authorization",
     "proxy-authorization",
@@ -330,6 +333,22 @@ pub const DEFAULT_SECRET_HEADERS: &[&str] = &[
     "set-cookie",
     "x-api-key",
     "api-key",
+    "apikey",
+    "x-auth-token",
+    "x-access-token",
+    "access-token",
+    "private-token",
+    "x-private-token",
+    "x-amz-security-token",
+    "x-goog-api-key",
+    "ocp-apim-subscription-key",
+    "x-vault-token",
+    "x-csrf-token",
+    "x-xsrf-token",
+    "x-client-secret",
+    "x-refresh-token",
+    "dd-api-key",
+    "dd-application-key",
 ];
 
 /// Query parameters that are never stored (credentials some vendors take in the URL), compared
@@ -1031,5 +1050,30 @@ mod golden {
                 );
             }
         }
+    }
+
+    #[test]
+    fn no_default_secret_header_is_frozen() {
+        let mut headers = HeaderMap::new();
+        for name in DEFAULT_SECRET_HEADERS {
+            // Lower case, or `is_secret` (which compares the lower-cased name) would miss it.
+            assert_eq!(*name, name.to_ascii_lowercase());
+            headers.insert(
+                HeaderName::from_static(name),
+                http::HeaderValue::from_static("s3cr3t-value"),
+            );
+        }
+        for name in ["x-api-key", "x-auth-token", "private-token", "api-key"] {
+            assert!(DEFAULT_SECRET_HEADERS.contains(&name), "{name}");
+        }
+        headers.insert("x-request-id", http::HeaderValue::from_static("r-1"));
+        let uri: Uri = "https://vendor.test/tickets".parse().unwrap();
+        let frozen = FrozenRequest::freeze(&Method::POST, &uri, &headers, Bytes::new(), &[], &[]);
+        let names: Vec<_> = frozen.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["x-request-id"],
+            "only the non-secret header is frozen"
+        );
     }
 }
