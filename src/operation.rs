@@ -1068,7 +1068,13 @@ mod golden {
         }
         headers.insert("x-request-id", http::HeaderValue::from_static("r-1"));
         let uri: Uri = "https://vendor.test/tickets".parse().unwrap();
-        let frozen = FrozenRequest::freeze(&Method::POST, &uri, &headers, Bytes::new(), &[], &[]);
+        let frozen = FrozenRequest::freeze(
+            &Method::POST,
+            &uri,
+            &headers,
+            Bytes::new(),
+            SecretNames::default(),
+        );
         let names: Vec<_> = frozen.headers.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
