@@ -393,3 +393,52 @@ async fn a_replay_without_its_secret_body_fields_is_refused() {
         "no replay without its secrets"
     );
 }
+
+/// Issue 11 (honest answers): a caller's own idempotency key, where the contract places keys,
+/// is adopted for a new operation, and a later call carrying another key for the same operation
+/// is refused: never silently replaced.
+#[tokio::test]
+async fn a_callers_own_key_is_adopted_and_never_silently_replaced() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-own-key");
+    let mut req = drill.ticket_request(&op, "E17");
+    req.headers_mut().insert(
+        "idempotency-key",
+        HeaderValue::from_static("caller-key-0042"),
+    );
+    send(&mut svc, req).await.expect("created");
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.idempotency_key.as_str(), "caller-key-0042");
+    assert_eq!(
+        drill.vendor.requests()[0].idempotency_key.as_deref(),
+        Some("caller-key-0042")
+    );
+
+    let mut other = drill.ticket_request(&op, "E17");
+    other
+        .headers_mut()
+        .insert("idempotency-key", HeaderValue::from_static("another-key"));
+    let err = send(&mut svc, other).await.expect_err("refused");
+    assert!(matches!(err, Error::KeyMismatch { .. }), "{err:?}");
+    assert!(err.nothing_sent());
+    // The same key, or none, gets the stored answer.
+    let mut same = drill.ticket_request(&op, "E17");
+    same.headers_mut().insert(
+        "idempotency-key",
+        HeaderValue::from_static("caller-key-0042"),
+    );
+    assert_eq!(
+        send(&mut svc, same).await.unwrap().status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        send(&mut svc, drill.ticket_request(&op, "E17"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}

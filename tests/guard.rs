@@ -204,9 +204,11 @@ async fn a_write_without_an_operation_is_not_stored_and_is_sent_once_unless_opte
     let o = res.extensions().get::<Outcome>().cloned().expect("tracked");
     assert_eq!(o.state, State::Succeeded);
     assert_eq!(ledger.len(), 1);
-    // The layer placed the operation's own key: a second ticket, as a new write should be.
+    // The request carries its own key, which the layer adopts (never silently replaces): the
+    // vendor dedupes it with the untracked send of the same key, one ticket.
+    assert_eq!(o.remote_ref.as_deref(), Some("W731"));
     assert_eq!(vendor.posts_received(), 2);
-    assert_eq!(vendor.tickets_created(), 2);
+    assert_eq!(vendor.tickets_created(), 1);
     assert_eq!((stats.passed(), stats.refused_untracked()), (2, 0));
 }
 

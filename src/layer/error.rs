@@ -159,6 +159,16 @@ pub enum Error {
         /// The id asked for.
         operation: OperationId,
     },
+    /// The request carries an idempotency key of its own (where the contract places keys) that
+    /// is not the existing operation's key. Keys are never silently replaced: send the
+    /// operation's own key, or none. Nothing was sent.
+    #[error(
+        "{operation} has another idempotency key than the one this request carries; nothing was sent"
+    )]
+    KeyMismatch {
+        /// The existing operation.
+        operation: OperationId,
+    },
     /// The operation exists with another payload (seed 000: device E18 instead of E17). Nothing
     /// was sent.
     #[error("{operation} already exists with a different payload; nothing was sent")]
@@ -259,6 +269,7 @@ impl Error {
     pub fn operation_id(&self) -> Option<&OperationId> {
         match self {
             Error::Conflict { operation }
+            | Error::KeyMismatch { operation }
             | Error::NotFound { operation, .. }
             | Error::Denied { operation, .. }
             | Error::ContractUnavailable { operation, .. }

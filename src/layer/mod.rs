@@ -122,7 +122,10 @@ impl Shared {
             operation_id: op.id().clone(),
             action: op.action().to_owned(),
             intent_ref: op.intent_ref().to_owned(),
-            idempotency_key: IdempotencyKey::generate(),
+            // The caller's own key, where the contract places keys, is adopted (and checked
+            // like any key when it is placed); otherwise a fresh opaque one.
+            idempotency_key: outgoing::caller_key(contract, uri, headers, &frozen.body)
+                .map_or_else(IdempotencyKey::generate, IdempotencyKey::from_stored),
             payload_hash,
             request: Arc::new(frozen),
             contract: contract_ref.clone(),
@@ -540,6 +543,16 @@ where
                     "conflicting payload for an existing operation; nothing sent"
                 );
                 return Err(Error::Conflict {
+                    operation: r.operation_id,
+                });
+            }
+            // A caller's own key must be the operation's: never silently replaced.
+            let row_contract = shared.contracts.find(&r.contract).unwrap_or(&contract);
+            if let Some(key) =
+                outgoing::caller_key(row_contract, &parts.uri, &parts.headers, &bytes)
+                && key != r.idempotency_key.as_str()
+            {
+                return Err(Error::KeyMismatch {
                     operation: r.operation_id,
                 });
             }

@@ -153,6 +153,50 @@ fn with_credentials(uri: &Uri, userinfo: Option<&str>, query: &[String]) -> Resu
     Uri::from_parts(parts).map_err(|e| e.to_string())
 }
 
+/// The idempotency key the caller already put where `contract` places keys, if any: a caller's
+/// own key is adopted for a new operation and must match an existing one's, never silently
+/// replaced.
+pub(crate) fn caller_key(
+    contract: &Contract,
+    uri: &Uri,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Option<String> {
+    use crate::contract::{KeyFormat, KeyPlacement};
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let pair = |list: &str, name: &str| {
+        list.split('&').find_map(|p| {
+            let (n, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(n) == name).then(|| decode(v))
+        })
+    };
+    let key = match &contract.key {
+        KeyPlacement::Header { name, format } => {
+            let raw = headers.get(name.as_str())?.to_str().ok()?.trim();
+            match format {
+                KeyFormat::Quoted => {
+                    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+                    inner.replace("\\\"", "\"").replace("\\\\", "\\")
+                }
+                _ => raw.to_owned(),
+            }
+        }
+        KeyPlacement::Query { name } => pair(uri.query()?, name)?,
+        KeyPlacement::FormBody { name } => pair(std::str::from_utf8(body).ok()?, name)?,
+        KeyPlacement::JsonBody { pointer } => serde_json::from_slice::<serde_json::Value>(body)
+            .ok()?
+            .pointer(pointer)?
+            .as_str()?
+            .to_owned(),
+        _ => return None,
+    };
+    (!key.is_empty()).then_some(key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
