@@ -190,6 +190,13 @@ async fn d13_resume_by_operation_reference_returns_the_result_without_a_create()
         .expect("resolved");
     assert_eq!(outcome(&res).remote_ref.as_deref(), Some("W731"));
     assert_eq!(drill.vendor.posts_received(), 1);
+    // Resolved by a lookup: the vendor's answer was never seen, and the crate's own answer says
+    // so instead of passing for the vendor's 201.
+    assert_eq!(res.status(), StatusCode::OK);
+    let h = res.headers();
+    assert_eq!(h[recoverable_write::layer::OUTCOME_HEADER], "synthesized");
+    assert_eq!(h[recoverable_write::layer::STATUS_CLASS_HEADER], "2xx");
+    assert_eq!(h[recoverable_write::layer::REMOTE_REF_HEADER], "W731");
 
     // The same approved intent under a freshly generated operation id is still one operation.
     // (Same approved parameters, so the same frozen body.)

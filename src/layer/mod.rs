@@ -713,8 +713,46 @@ async fn claim_send(
     Ok(Ok(record))
 }
 
-/// The answer for a caller naming a resolved operation: the stored response, or a small JSON
-/// document describing the outcome when the operation was resolved by a lookup or a human.
+/// Marks a response the crate wrote itself because the vendor's own answer was never seen (the
+/// operation was resolved by a lookup, a callback or a human): `recoverable-write-outcome:
+/// synthesized`.
+pub const OUTCOME_HEADER: &str = "recoverable-write-outcome";
+/// On a synthesized response: the vendor's status class the outcome stands for (`2xx` for
+/// `SUCCEEDED`, `4xx` for `REJECTED`).
+pub const STATUS_CLASS_HEADER: &str = "recoverable-write-status-class";
+/// On a synthesized response: the vendor's reference of the created object, when known.
+pub const REMOTE_REF_HEADER: &str = "recoverable-write-remote-ref";
+
+/// The answer when no vendor response is stored: `200 OK` for `SUCCEEDED`, `422 Unprocessable
+/// Entity` for `REJECTED`, with the [`Outcome`] as JSON and the headers above. Code that parses
+/// the vendor's body must check [`OUTCOME_HEADER`] first.
+fn synthesized(record: &OperationRecord, outcome: &Outcome) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec(outcome).unwrap_or_default();
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let (status, class) = match record.state {
+        State::Rejected => (http::StatusCode::UNPROCESSABLE_ENTITY, "4xx"),
+        _ => (http::StatusCode::OK, "2xx"),
+    };
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    h.insert(OUTCOME_HEADER, http::HeaderValue::from_static("synthesized"));
+    h.insert(STATUS_CLASS_HEADER, http::HeaderValue::from_static(class));
+    if let Some(v) = record
+        .remote_ref
+        .as_deref()
+        .and_then(|r| http::HeaderValue::from_str(r).ok())
+    {
+        h.insert(REMOTE_REF_HEADER, v);
+    }
+    r
+}
+
+/// The answer for a caller naming a resolved operation: the stored response, or a synthesized
+/// one (see [`OUTCOME_HEADER`]) when the operation was resolved by a lookup or a human.
 fn stored_result(record: &OperationRecord) -> Response<Full<Bytes>> {
     let outcome = Outcome::from_record(record, None, true);
     let mut res = match &record.response {
@@ -727,15 +765,7 @@ fn stored_result(record: &OperationRecord) -> Response<Full<Bytes>> {
         }
         None => None,
     }
-    .unwrap_or_else(|| {
-        let body = serde_json::to_vec(&outcome).unwrap_or_default();
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
-        r
-    });
+    .unwrap_or_else(|| synthesized(record, &outcome));
     res.extensions_mut().insert(outcome);
     res
 }
