@@ -41,7 +41,11 @@
 //!   the "register, then send" rule holds for each claim in the batch. If the `COMMIT` itself
 //!   fails, every caller in the batch gets [`LedgerError::Unavailable`] (nothing is reported as
 //!   done, not even a refused precondition, which may have been computed against a row another
-//!   request of the failed batch had changed).
+//!   request of the failed batch had changed). The writer task then goes on with the next
+//!   batch by itself: after a full disk or an I/O error SQLite may have ended the transaction
+//!   on its own, so a connection left with a transaction open is closed and replaced (for a
+//!   file ledger) instead of failing every later write. Once there is room again, writes
+//!   succeed on the same handle, without reopening.
 //! - A caller that stopped waiting (its future was dropped) before its request was taken is
 //!   skipped; once taken, the request completes and commits like the others (as a single
 //!   transaction would once its `COMMIT` had been sent).
@@ -417,6 +421,27 @@ impl SqliteLedger {
         answer.await.map_err(|_| writer_stopped())?
     }
 
+    /// Runs `pragma` (such as `PRAGMA max_page_count = 1`) on the writer task's connection,
+    /// between batches. A fault-injection hook for tests (a full disk without a full disk); not
+    /// part of the API.
+    #[doc(hidden)]
+    pub async fn pragma_on_writer_for_tests(
+        &self,
+        pragma: &'static str,
+    ) -> Result<(), LedgerError> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                sqlx::query(pragma)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
+                // A connection setting, not a change: nothing to commit.
+                Ok(Finish::Unchanged(()))
+            })
+        })
+        .await
+    }
+
     #[cfg(test)]
     fn writer_pool(&self) -> &SqlitePool {
         &self.writer
@@ -581,11 +606,26 @@ async fn run_writer(
                 }
             },
         };
-        if !run_batch(c, &mut batch, &stats).await || !keep_connection {
+        let committed = run_batch(c, &mut batch, &stats).await;
+        // After a failed COMMIT or ROLLBACK (a full disk, an I/O error) SQLite may have rolled
+        // the transaction back by itself while sqlx still counts it as open: every later
+        // `BEGIN` would then fail. Such a connection is closed and the pool opens a fresh one.
+        // An in-memory database lives only in its connection, so it is never closed.
+        if !committed && keep_connection && !still_usable(c).await {
+            c.close_on_drop();
+        }
+        if !committed || !keep_connection {
             conn = None;
         }
         batch.clear();
     }
+}
+
+/// Whether the writer's connection can start the next batch after one that failed as a whole:
+/// it answers, and no transaction is left open on it (the rollback sqlx queued when the failed
+/// transaction was dropped runs before the probe, in order).
+async fn still_usable(conn: &mut SqliteConnection) -> bool {
+    sqlx::raw_sql("SELECT 1").execute(&mut *conn).await.is_ok() && !conn.is_in_transaction()
 }
 
 /// Runs `writes` in one transaction and answers each caller after the commit.
