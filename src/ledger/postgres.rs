@@ -63,6 +63,27 @@ use super::{check_first_update, first_applied, store_entries};
 /// worker's clock with the stored deadline, so keep workers' clocks synchronized (NTP) all the
 /// same: a skewed worker can escalate early or late, but never breaks a lease or a fence.
 ///
+/// # Durability
+///
+/// Every statement that must be durable before a request is sent (`create_or_get`,
+/// `create_and_apply`, `create_in`'s commit, `apply`, `claim_due`, `claim_prepared`,
+/// `sweep_expired`, `append_evidence`) runs with `synchronous_commit = on`: the pool made by
+/// [`connect_with`](Self::connect_with) sets it for every session at connect time, which
+/// overrides an `ALTER ROLE` or `ALTER DATABASE ... SET synchronous_commit = off`, and
+/// [`from_pool`](Self::from_pool) refuses a pool whose sessions have it `off`. Only
+/// [`Ledger::record`], the result written after the send, commits without waiting for the WAL
+/// flush (`SET LOCAL` for its own transaction): losing it costs a lookup, never a duplicate.
+/// Connecting to a hot standby (a server in recovery) is refused with [`LedgerError::Config`].
+///
+/// What the crate guarantees is a flush on the server it talks to, before the send. Whether a
+/// commit also waits for a replica is the operator's choice (`synchronous_standby_names`, and
+/// `synchronous_commit = on` or `remote_apply` are then honoured as configured): with only
+/// asynchronous replicas, a failover to a replica that had not received the last commits can
+/// lose a claim whose request was already sent, and a replay of it may then duplicate the write.
+/// Run the ledger on a primary with at least one synchronous standby if failover must not lose
+/// claims. The `'on'` set at connect never weakens a stronger server setting (`remote_apply`
+/// differs from `on` only in read visibility on the standby, which the ledger does not use).
+///
 /// # Schema and migrations
 ///
 /// Everything lives in one schema ([`PostgresLedgerOptions::schema`], default `public`): the
@@ -90,6 +111,9 @@ use super::{check_first_update, first_applied, store_entries};
 ///
 /// Free text the database cannot hold (a NUL character in a reason, note or remote reference) is
 /// stored with U+FFFD in its place, so a vendor's odd answer never makes a result unrecordable.
+/// A NUL in a key field (tenant, operation id, action, intent, idempotency key, the request's
+/// method or URL, the contract's name or hash) is refused before any statement with a
+/// [`LedgerError::Config`] that names the field.
 ///
 /// # Example
 ///
@@ -275,7 +299,14 @@ impl PostgresLedger {
         // here with autovacuum off: 9 ms per request at concurrency 1 instead of 0.9 ms). Custom
         // plans are made for the actual key every time: a little planning per statement, no
         // cliff.
-        let connect = connect.options([("plan_cache_mode", "force_custom_plan")]);
+        //
+        // `synchronous_commit = on` in the startup packet overrides an `ALTER ROLE` or
+        // `ALTER DATABASE ... SET synchronous_commit = off`: a claim must be flushed before its
+        // bytes are sent (see "Durability" in the type's docs).
+        let connect = connect.options([
+            ("plan_cache_mode", "force_custom_plan"),
+            ("synchronous_commit", "on"),
+        ]);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -296,11 +327,21 @@ impl PostgresLedger {
 
     /// A ledger over an existing pool (the application's own, for instance). Creates the schema
     /// if needed and runs the embedded migrations; the pool-size options are not used.
+    ///
+    /// The pool's sessions must commit synchronously: build it with
+    /// `PgConnectOptions::options([("synchronous_commit", "on")])` if the role or database
+    /// defaults to `off`. See [Durability](Self#durability).
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Config`] if the server is a hot standby (in recovery) or a session of the
+    /// pool has `synchronous_commit = off`.
     pub async fn from_pool(
         pool: PgPool,
         options: PostgresLedgerOptions,
     ) -> Result<Self, LedgerError> {
         validate_schema(&options.schema)?;
+        check_durability(&pool).await?;
         migrate(&pool, &options.schema).await?;
         Ok(Self {
             sql: Arc::new(Statements::new(&options.schema)),
@@ -380,6 +421,7 @@ impl PostgresLedger {
         conn: &mut PgConnection,
         new: NewOperation,
     ) -> Result<Created, LedgerError> {
+        check_new(&new)?;
         let headers = to_json("request headers", &new.request.headers)?;
         let policy = to_json("budget policy", &new.policy)?;
         let created = EvidenceColumns::encode(store_entries::created(new.now_ms))?;
@@ -463,6 +505,7 @@ impl PostgresLedger {
         sql: Arc<str>,
         update: Update,
     ) -> Result<Option<OperationRecord>, LedgerError> {
+        check_key(&update.tenant, &update.operation_id)?;
         let c = &update.changes;
         let (response_status, response_headers, response_body) = match &c.response {
             Some(r) => (
@@ -623,6 +666,32 @@ async fn finish<T>(
     }
 }
 
+/// Refuses a server or session that cannot make a claim durable before its send: a hot
+/// standby (it cannot take writes, and a promoted one would be another question), or a session
+/// that commits without waiting for the WAL flush.
+async fn check_durability(pool: &PgPool) -> Result<(), LedgerError> {
+    let (in_recovery, synchronous_commit): (bool, String) =
+        sqlx::query_as("SELECT pg_is_in_recovery(), current_setting('synchronous_commit')")
+            .fetch_one(pool)
+            .await
+            .map_err(unavailable)?;
+    if in_recovery {
+        return Err(LedgerError::Config(
+            "the PostgreSQL server is a hot standby (in recovery): the ledger needs the primary"
+                .to_owned(),
+        ));
+    }
+    if synchronous_commit == "off" {
+        return Err(LedgerError::Config(
+            "the pool's sessions run with synchronous_commit = off, which can lose a claim \
+             after its request was sent: connect with synchronous_commit = on \
+             (PgConnectOptions::options) or use PostgresLedger::connect_with"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 // ── migrations ──────────────────────────────────────────────────────────────────────────────────
 
 /// The advisory lock key that serializes migrations of one schema: the first 8 bytes of a
@@ -715,6 +784,36 @@ fn to_i64(what: &str, v: u64) -> Result<i64, LedgerError> {
 fn to_json<T: serde::Serialize>(what: &str, v: &T) -> Result<String, LedgerError> {
     serde_json::to_string(v)
         .map_err(|e| LedgerError::Config(format!("cannot serialize {what}: {e}")))
+}
+
+/// PostgreSQL text cannot hold NUL. A key field with one could never be stored nor found, so it
+/// is refused before any statement, with an error that names the field (the server's own error
+/// would read as an outage).
+fn no_nul(field: &str, value: &str) -> Result<(), LedgerError> {
+    if value.contains('\0') {
+        return Err(LedgerError::Config(format!(
+            "{field} contains a NUL byte, which PostgreSQL text cannot store"
+        )));
+    }
+    Ok(())
+}
+
+/// [`no_nul`] for the key of an operation.
+fn check_key(tenant: &Tenant, id: &OperationId) -> Result<(), LedgerError> {
+    no_nul("tenant", tenant.as_str())?;
+    no_nul("operation id", id.as_str())
+}
+
+/// [`no_nul`] for every text column of a new operation that is not free text.
+fn check_new(new: &NewOperation) -> Result<(), LedgerError> {
+    check_key(&new.tenant, &new.operation_id)?;
+    no_nul("action", &new.action)?;
+    no_nul("intent", &new.intent_ref)?;
+    no_nul("idempotency key", new.idempotency_key.as_str())?;
+    no_nul("request method", &new.request.method)?;
+    no_nul("request URL", &new.request.url)?;
+    no_nul("contract name", &new.contract.name)?;
+    no_nul("contract hash", &new.contract.hash)
 }
 
 /// PostgreSQL text cannot hold NUL: free text keeps everything else and shows U+FFFD there.
@@ -1043,6 +1142,7 @@ impl Ledger for PostgresLedger {
     ) -> BoxFuture<'_, Result<Created, LedgerError>> {
         Box::pin(async move {
             check_first_update(&new, &first)?;
+            check_new(&new)?;
             let created_at = new.now_ms;
             let created = EvidenceColumns::encode(store_entries::created(created_at))?;
             let headers = to_json("request headers", &new.request.headers)?;
@@ -1132,6 +1232,7 @@ impl Ledger for PostgresLedger {
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(async move {
+            check_key(tenant, id)?;
             let row = sqlx::query(AssertSqlSafe(self.sql.select_by_id.clone()))
                 .bind(tenant.as_str())
                 .bind(id.as_str())
@@ -1187,6 +1288,7 @@ impl Ledger for PostgresLedger {
         entry: NewEvidence,
     ) -> BoxFuture<'a, Result<(), LedgerError>> {
         Box::pin(async move {
+            check_key(tenant, id)?;
             let at_ms = self.caller_now(entry.at_ms);
             let e = EvidenceColumns::encode(entry)?;
             sqlx::query(AssertSqlSafe(self.sql.append_evidence.clone()))
@@ -1213,6 +1315,7 @@ impl Ledger for PostgresLedger {
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
         Box::pin(async move {
+            check_key(tenant, id)?;
             let rows = sqlx::query(AssertSqlSafe(self.sql.select_evidence.clone()))
                 .bind(tenant.as_str())
                 .bind(id.as_str())
