@@ -58,6 +58,7 @@
 
 pub mod authorize;
 pub mod budget;
+pub mod clock;
 pub mod contract;
 mod engine;
 pub mod evidence;

@@ -506,6 +506,7 @@ impl NewOperation {
                 version: 0,
                 last_result: None,
                 current_attempt: None,
+                lease_until_ms: None,
                 remote_ref: None,
                 reason: None,
                 response: None,
@@ -576,6 +577,7 @@ impl OperationRecord {
                 version: self.version,
                 last_result: self.last_result,
                 current_attempt: self.current_attempt,
+                lease_until_ms: self.lease_until_ms,
                 remote_ref: self.remote_ref.as_ref(),
                 reason: self.reason.as_ref(),
                 response: self.response.as_ref(),
@@ -600,6 +602,7 @@ struct Base<'a> {
     version: u64,
     last_result: Option<State>,
     current_attempt: Option<AttemptId>,
+    lease_until_ms: Option<i64>,
     remote_ref: Option<&'a String>,
     reason: Option<&'a String>,
     response: Option<&'a StoredResponse>,
@@ -640,7 +643,13 @@ fn build_update(
             may_have_applied: t.may_have_applied,
             reset_may_have_applied: t.operation_level && !t.may_have_applied,
             current_attempt: attempt.or(base.current_attempt),
-            lease_until_ms,
+            // A new lease (a claim), or the live one kept (a human's decision: see
+            // `Transition::keep_lease`), or none.
+            lease_until_ms: lease_until_ms.or(if t.keep_lease {
+                base.lease_until_ms
+            } else {
+                None
+            }),
             next_check_ms: t.next_check_ms,
             deadline_ms: t.deadline_ms,
             remote_ref: t.remote_ref.clone().or_else(|| base.remote_ref.cloned()),
