@@ -281,8 +281,7 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
             &parts.uri,
             &parts.headers,
             body,
-            &[],
-            &[],
+            Default::default(),
         );
         let hash = recoverable_write::operation::PayloadHash::compute(
             &frozen.method,

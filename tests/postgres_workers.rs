@@ -882,8 +882,7 @@ async fn d18_eight_senders_race_for_each_outbox_operation_and_exactly_one_sends(
             &parts.uri,
             &parts.headers,
             body,
-            &contract.secret_headers,
-            &contract.secret_query_params,
+            contract.secrets(),
         );
         let hash =
             PayloadHash::compute(&frozen.method, &frozen.url, &frozen.body, &contract.digest);

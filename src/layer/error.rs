@@ -207,6 +207,16 @@ pub enum Error {
         /// The name of the contract frozen on it.
         contract: String,
     },
+    /// The operation's contract keeps secret body fields out of the ledger, and this call's body
+    /// is not the request frozen on the operation (with its secrets): the secrets cannot be
+    /// put back. Nothing was sent.
+    #[error(
+        "{operation}: this call's body is not the stored request, and its secret fields are not stored; nothing was sent"
+    )]
+    SecretsUnavailable {
+        /// The operation (left `PREPARED`).
+        operation: OperationId,
+    },
     /// The contract could not place the idempotency key. Nothing was sent.
     #[error("idempotency key could not be placed; nothing was sent")]
     KeyPlacement {
@@ -241,7 +251,8 @@ impl Error {
         match self {
             Error::Conflict { operation }
             | Error::Denied { operation, .. }
-            | Error::ContractUnavailable { operation, .. } => Some(operation),
+            | Error::ContractUnavailable { operation, .. }
+            | Error::SecretsUnavailable { operation } => Some(operation),
             Error::Ledger { operation, .. } => operation.as_ref(),
             other => other.outcome().map(|o| &o.operation_id),
         }

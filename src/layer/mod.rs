@@ -1,7 +1,8 @@
 //! [`RecoverableWriteLayer`]: makes consequential writes recoverable.
 //!
-//! For every write (any method but GET, HEAD, OPTIONS, TRACE, or any request carrying an
-//! [`Operation`] extension) the service:
+//! For every request carrying an [`Operation`] extension (and, with
+//! [`RecoverableWriteLayer::track_all_writes`], every write: any method but GET, HEAD, OPTIONS,
+//! TRACE) the service:
 //!
 //! 1. identifies the operation (the request's [`Operation`] extension, or a generated one);
 //! 2. buffers the body up to a limit and freezes the request (credentials are never stored);
@@ -18,7 +19,10 @@
 //! There is no retry loop in the request path. Unknown outcomes are left to the
 //! [`Recoverer`](crate::Recoverer), the single retry owner.
 //!
-//! Requests the layer does not track pass through untouched.
+//! Requests the layer does not track pass through untouched, except that a write is marked
+//! [`Untracked`](crate::guard::Untracked) for the send-once guard. Tracking is opt-in per request
+//! because a tracked request is stored: an app-wide client's other writes (token requests with
+//! `client_secret`, ...) must not end up in the ledger.
 //!
 //! # Differences from `tower::retry`
 //!
@@ -90,6 +94,7 @@ pub(crate) struct Shared {
     pub(crate) authorizer: SharedAuthorizer,
     pub(crate) notifier: Notifier,
     pub(crate) wait: Option<Duration>,
+    pub(crate) track_all_writes: bool,
     pub(crate) clock: SharedClock,
 }
 
@@ -106,14 +111,7 @@ impl Shared {
         body: Bytes,
     ) -> (NewOperation, Arc<Contract>) {
         let (contract, contract_ref) = self.contracts.select_with_reference(method, uri);
-        let frozen = FrozenRequest::freeze(
-            method,
-            uri,
-            headers,
-            body,
-            &contract.secret_headers,
-            &contract.secret_query_params,
-        );
+        let frozen = FrozenRequest::freeze(method, uri, headers, body, contract.secrets());
         // Over the URL without credentials: rotating an API key in the query is not another
         // payload.
         let redacted = crate::operation::redacted_uri(uri, &contract.secret_query_params);
@@ -145,6 +143,7 @@ impl Shared {
             authorizer: SharedAuthorizer::default(),
             notifier: Notifier::default(),
             wait: None,
+            track_all_writes: false,
             clock: SharedClock::default(),
         }
     }
@@ -161,6 +160,7 @@ impl std::fmt::Debug for Shared {
             .field("stored_body", &self.stored_body)
             .field("authorizer", &self.authorizer)
             .field("wait", &self.wait)
+            .field("track_all_writes", &self.track_all_writes)
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
@@ -236,6 +236,16 @@ impl RecoverableWriteLayer {
     /// 250 ms for engines in other processes); it never polls the vendor itself.
     pub fn wait_for_resolution(self, bound: Duration) -> Self {
         self.edit(|s| s.wait = Some(bound))
+    }
+
+    /// Tracks every write (any method but GET, HEAD, OPTIONS, TRACE), not only requests that
+    /// carry an [`Operation`]; a write without one gets a generated operation. Off by default,
+    /// for privacy: a tracked write's body and non-secret headers are stored in the ledger, and
+    /// an app-wide client also sends writes that are not business intents, such as an OAuth
+    /// token request whose body holds `client_secret`. Untracked writes pass through marked
+    /// [`Untracked`](crate::guard::Untracked), which the send-once guard lets through.
+    pub fn track_all_writes(self, track: bool) -> Self {
+        self.edit(|s| s.track_all_writes = track)
     }
 
     /// The operation row this layer would create for `req` under `op`, with the same contract
@@ -354,12 +364,15 @@ impl<S> RecoverableWrite<S> {
     }
 }
 
-fn is_tracked<B>(req: &Request<B>) -> bool {
+/// Tracked: a request naming its [`Operation`], or, with
+/// [`RecoverableWriteLayer::track_all_writes`], any write.
+fn is_tracked<B>(req: &Request<B>, track_all_writes: bool) -> bool {
     req.extensions().get::<Operation>().is_some()
-        || !matches!(
-            *req.method(),
-            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
-        )
+        || (track_all_writes
+            && !matches!(
+                *req.method(),
+                Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+            ))
 }
 
 impl<S, B, RB> Service<Request<B>> for RecoverableWrite<S>
@@ -384,8 +397,9 @@ where
             .map_err(|e| Error::Inner { source: e.into() })
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        if !is_tracked(&req) {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if !is_tracked(&req, self.shared.track_all_writes) {
+            crate::guard::mark_untracked(&mut req);
             return ResponseFuture::passthrough(self.inner.call(req));
         }
         // The inner service was driven to readiness; take that one and leave a clone behind.
@@ -460,8 +474,13 @@ where
         Err(source) => return Err(Error::BodyRead { source }),
     };
 
-    let (new, contract) =
-        shared.new_operation(&op, &parts.method, &parts.uri, &parts.headers, bytes);
+    let (new, contract) = shared.new_operation(
+        &op,
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        bytes.clone(),
+    );
     let payload_hash = new.payload_hash.clone();
     let ledger_err = |source| Error::Ledger {
         operation: Some(op.id().clone()),
@@ -469,7 +488,7 @@ where
     };
     // The exact request is built, key placed, before anything is written: a request the
     // contract cannot place its key in leaves nothing behind.
-    let carried = outgoing::Carried::take(&mut parts, &contract);
+    let carried = outgoing::Carried::take(&mut parts, &contract).with_body(&contract, &bytes);
     let fresh = outgoing::build(&new.request, &contract, &new.idempotency_key, carried)
         .map_err(|e| build_error(op.id(), e))?;
 
@@ -526,7 +545,8 @@ where
                     contract: r.contract.name,
                 });
             };
-            let carried = outgoing::Carried::take(&mut fresh_parts(fresh), &frozen_contract);
+            let carried = outgoing::Carried::take(&mut fresh_parts(fresh), &frozen_contract)
+                .with_body(&frozen_contract, &bytes);
             let request =
                 outgoing::build(&r.request, &frozen_contract, &r.idempotency_key, carried)
                     .map_err(|e| build_error(&r.operation_id, e))?;
@@ -587,6 +607,9 @@ fn fresh_parts(req: Request<Bytes>) -> http::request::Parts {
 fn build_error(operation: &crate::OperationId, e: outgoing::BuildError) -> Error {
     match e {
         outgoing::BuildError::Key(source) => Error::KeyPlacement { source },
+        outgoing::BuildError::Secrets => Error::SecretsUnavailable {
+            operation: operation.clone(),
+        },
         outgoing::BuildError::Frozen(detail) => Error::Ledger {
             operation: Some(operation.clone()),
             source: crate::ledger::LedgerError::Corrupt {

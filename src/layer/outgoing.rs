@@ -17,7 +17,7 @@ use http::uri::{Authority, PathAndQuery};
 use http::{Extensions, HeaderName, HeaderValue, Request, Uri, Version};
 
 use crate::contract::{Contract, ContractError};
-use crate::operation::{FrozenRequest, IdempotencyKey, is_secret, is_secret_param};
+use crate::operation::{FrozenRequest, IdempotencyKey, is_secret, is_secret_param, redact_body};
 
 /// What the caller's request carries that the ledger never stores, put back on its first send.
 #[derive(Debug, Default)]
@@ -27,6 +27,7 @@ pub(crate) struct Carried {
     query: Vec<String>,
     extensions: Extensions,
     version: Version,
+    body: Option<Bytes>,
 }
 
 impl Carried {
@@ -64,7 +65,17 @@ impl Carried {
             query,
             extensions: std::mem::take(&mut parts.extensions),
             version: parts.version,
+            body: None,
         }
+    }
+
+    /// The caller's own body, which holds the secret body fields the ledger never stores
+    /// (needed only under a contract that names some).
+    pub(crate) fn with_body(mut self, contract: &Contract, body: &Bytes) -> Self {
+        if !contract.secret_body_fields.is_empty() {
+            self.body = Some(body.clone());
+        }
+        self
     }
 }
 
@@ -75,6 +86,10 @@ pub(crate) enum BuildError {
     Key(ContractError),
     /// The frozen request does not make a valid request (a corrupt row).
     Frozen(String),
+    /// The contract keeps secret body fields out of the ledger, and no body that holds them
+    /// for this very request is at hand (a replay whose stack does not supply them, or a caller
+    /// whose bytes are not the ones frozen).
+    Secrets,
 }
 
 /// The request an attempt of the operation frozen as `frozen` sends under `contract` with `key`.
@@ -95,6 +110,14 @@ pub(crate) fn build(
     }
     parts.extensions = carried.extensions;
     parts.version = carried.version;
+    // Secret body fields: the caller's own bytes, if they are the frozen request with its
+    // secrets; a replay sends the stored body only when its stack puts them back.
+    let body = match carried.body {
+        _ if contract.secret_body_fields.is_empty() => body,
+        Some(caller) if redact_body(&caller, &contract.secret_body_fields) == frozen.body => caller,
+        None if contract.replay_supplies_body_secrets => body,
+        _ => return Err(BuildError::Secrets),
+    };
     let body = contract
         .attach_key(&mut parts, body, key)
         .map_err(BuildError::Key)?;
@@ -157,8 +180,7 @@ mod tests {
             &parts.uri,
             &parts.headers,
             Bytes::from_static(b"{}"),
-            &contract.secret_headers,
-            &contract.secret_query_params,
+            contract.secrets(),
         );
         assert!(!frozen.url.contains("PW") && !frozen.url.contains("K1"));
         let key = IdempotencyKey::from_stored("k-1");
@@ -185,8 +207,7 @@ mod tests {
             &parts.uri,
             &parts.headers,
             Bytes::new(),
-            &[],
-            &[],
+            Default::default(),
         );
         let req = build(
             &frozen,
@@ -209,8 +230,7 @@ mod tests {
             &"http://v.test/t".parse().unwrap(),
             &http::HeaderMap::new(),
             Bytes::from_static(b"not json"),
-            &[],
-            &[],
+            Default::default(),
         );
         let err = build(
             &frozen,
