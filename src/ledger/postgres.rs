@@ -101,11 +101,15 @@ use super::{check_first_update, first_applied, store_entries};
 /// IN ('UNKNOWN','PROCESSING','RETRY_READY')` and `rw_operations_in_flight_lease (lease_until_ms) WHERE state =
 /// 'IN_FLIGHT'`. The claim reads the first in order and stops after `limit` claimable rows; the
 /// sweep reads only expired leases. Finished operations, the bulk of the table, are never read.
+/// [`Ledger::claim_prepared`] reads `rw_operations_prepared (created_ms, seq) WHERE state =
+/// 'PREPARED'` in order, with `FOR UPDATE SKIP LOCKED` like the claim of due work.
 ///
 /// # Errors
 ///
 /// Connection, statement and commit failures are [`LedgerError::Unavailable`] (nothing was
-/// changed). A row that cannot be decoded is [`LedgerError::Corrupt`], never a panic. A bad
+/// changed). A row that cannot be decoded is [`LedgerError::Corrupt`], never a panic; a claim
+/// or sweep that meets one quarantines it in the same transaction and goes on with the healthy
+/// rows (see [`Ledger::quarantined`]). A bad
 /// schema name, or migrations that do not match the database's history, is
 /// [`LedgerError::Config`].
 ///
@@ -579,8 +583,8 @@ impl PostgresLedger {
             .await
             .map_err(unavailable)?;
         // RETURNING gives no order guarantee: restore the claim order. A row that cannot be
-        // decoded fails the whole claim (the caller rolls back).
-        let mut claimed = decode_stamped(&rows)?;
+        // decoded is quarantined, the others are claimed.
+        let mut claimed = self.decode_or_quarantine(tx, &rows, "claim_due").await?;
         claimed.sort_by_key(|(seq, _, r)| (r.next_check_ms, *seq));
         let entries = claimed
             .iter()
@@ -604,7 +608,9 @@ impl PostgresLedger {
             .await
             .map_err(unavailable)?;
         // In creation order, as the other ledgers do.
-        let mut swept = decode_stamped(&rows)?;
+        let mut swept = self
+            .decode_or_quarantine(tx, &rows, "sweep_expired")
+            .await?;
         swept.sort_by_key(|(seq, _, _)| *seq);
         let entries = swept
             .iter()
@@ -613,6 +619,76 @@ impl PostgresLedger {
         let swept: Vec<OperationRecord> = swept.into_iter().map(|(_, _, r)| r).collect();
         self.insert_entries(tx, &swept, entries).await?;
         Ok(swept)
+    }
+
+    /// The `claim_prepared` statement and its `recovery_claimed` entries, on one transaction.
+    async fn claim_prepared_in(
+        &self,
+        tx: &mut PgConnection,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<OperationRecord>, LedgerError> {
+        let rows = sqlx::query(AssertSqlSafe(self.sql.claim_prepared.clone()))
+            .bind(self.caller_now(now_ms))
+            .bind(lease_ms)
+            .bind(older_than_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        // Oldest first, as claimed.
+        let mut claimed = self
+            .decode_or_quarantine(tx, &rows, "claim_prepared")
+            .await?;
+        claimed.sort_by_key(|(seq, _, r)| (r.created_ms, *seq));
+        let entries = claimed
+            .iter()
+            .map(|(_, at, r)| store_entries::recovery_claimed(r, *at))
+            .collect();
+        let claimed: Vec<OperationRecord> = claimed.into_iter().map(|(_, _, r)| r).collect();
+        self.insert_entries(tx, &claimed, entries).await?;
+        Ok(claimed)
+    }
+
+    /// Decodes rows a claim or sweep returned with `seq` and `rw_now` (the statement's clock):
+    /// `(seq, now, row)`. A row that cannot be decoded is quarantined in the same transaction
+    /// and left out: one bad row must not stop the recovery of the others.
+    async fn decode_or_quarantine(
+        &self,
+        tx: &mut PgConnection,
+        rows: &[PgRow],
+        during: &'static str,
+    ) -> Result<Vec<(i64, i64, OperationRecord)>, LedgerError> {
+        let mut decoded = Vec::with_capacity(rows.len());
+        let (mut seqs, mut reasons, mut at) = (Vec::new(), Vec::new(), Vec::new());
+        for row in rows {
+            let c = Columns::new(row, "<claimed row>");
+            let (seq, now) = (c.get::<i64>("seq")?, c.get::<i64>("rw_now")?);
+            match decode_operation(row) {
+                Ok(record) => decoded.push((seq, now, record)),
+                Err(e) => {
+                    let tenant = row.try_get::<String, _>("tenant").ok();
+                    let id = row.try_get::<String, _>("operation_id").ok();
+                    let reason =
+                        super::decode::quarantine(tenant.as_deref(), id.as_deref(), during, &e);
+                    seqs.push(seq);
+                    reasons.push(pg_text(Some(&reason)).unwrap_or_default());
+                    at.push(now);
+                }
+            }
+        }
+        if !seqs.is_empty() {
+            sqlx::query(AssertSqlSafe(self.sql.quarantine.clone()))
+                .bind(seqs)
+                .bind(reasons)
+                .bind(at)
+                .execute(&mut *tx)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(decoded)
     }
 
     /// Inserts the evidence entries of rows claimed or swept by one statement, in the same
@@ -845,7 +921,10 @@ struct Statements {
     apply: Arc<str>,
     apply_after_send: Arc<str>,
     claim_due: Arc<str>,
+    claim_prepared: Arc<str>,
     sweep_expired: Arc<str>,
+    quarantine: Arc<str>,
+    select_quarantined: Arc<str>,
     insert_evidence_batch: Arc<str>,
     append_evidence: Arc<str>,
     select_evidence: Arc<str>,
@@ -999,6 +1078,7 @@ due AS (
     WHERE o.state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY')
       AND o.next_check_ms <= (SELECT now_ms FROM clock)
       AND (o.lease_until_ms IS NULL OR o.lease_until_ms <= (SELECT now_ms FROM clock))
+      AND o.quarantine_reason IS NULL
     ORDER BY o.next_check_ms, o.seq
     LIMIT $3
     FOR UPDATE OF o SKIP LOCKED
@@ -1018,6 +1098,7 @@ expired AS (
     SELECT o.tenant, o.operation_id
     FROM {ops} AS o
     WHERE o.state = 'IN_FLIGHT' AND o.lease_until_ms < (SELECT now_ms FROM clock)
+      AND o.quarantine_reason IS NULL
     FOR UPDATE OF o SKIP LOCKED
 )
 UPDATE {ops} AS o SET
@@ -1032,6 +1113,40 @@ UPDATE {ops} AS o SET
 FROM expired, clock
 WHERE o.tenant = expired.tenant AND o.operation_id = expired.operation_id
 RETURNING o.*, clock.now_ms AS rw_now"
+        );
+        // `$3` is the age in ms: rows created at or before `now - $3` are old enough.
+        let claim_prepared = format!(
+            "WITH {CLOCK_CTE},
+old AS (
+    SELECT o.tenant, o.operation_id
+    FROM {ops} AS o
+    WHERE o.state = 'PREPARED'
+      AND o.created_ms <= (SELECT now_ms FROM clock) - $3::bigint
+      AND (o.lease_until_ms IS NULL OR o.lease_until_ms <= (SELECT now_ms FROM clock))
+      AND o.quarantine_reason IS NULL
+    ORDER BY o.created_ms, o.seq
+    LIMIT $4
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {ops} AS o SET
+    generation = o.generation + 1,
+    version = o.version + 1,
+    lease_until_ms = clock.now_ms + $2::bigint,
+    updated_ms = clock.now_ms
+FROM old, clock
+WHERE o.tenant = old.tenant AND o.operation_id = old.operation_id
+RETURNING o.*, clock.now_ms AS rw_now"
+        );
+        let quarantine = format!(
+            "UPDATE {ops} AS o SET quarantine_reason = q.reason, quarantined_ms = q.at_ms
+FROM UNNEST($1::bigint[], $2::text[], $3::bigint[]) AS q(seq, reason, at_ms)
+WHERE o.seq = q.seq"
+        );
+        let select_quarantined = format!(
+            "SELECT tenant, operation_id, quarantine_reason, quarantined_ms FROM {ops}
+WHERE quarantine_reason IS NOT NULL
+ORDER BY quarantined_ms, seq
+LIMIT $1"
         );
         let insert_evidence_batch = format!(
             "INSERT INTO {ev} ({ev_columns})
@@ -1056,7 +1171,10 @@ WHERE EXISTS (SELECT 1 FROM {ops} WHERE tenant = $2::text AND operation_id = $3:
             apply: apply.into(),
             apply_after_send: apply_after_send.into(),
             claim_due: claim_due.into(),
+            claim_prepared: claim_prepared.into(),
             sweep_expired: sweep_expired.into(),
+            quarantine: quarantine.into(),
+            select_quarantined: select_quarantined.into(),
             insert_evidence_batch: insert_evidence_batch.into(),
             append_evidence: append_evidence.into(),
             select_evidence: select_evidence.into(),
@@ -1270,6 +1388,36 @@ impl Ledger for PostgresLedger {
         })
     }
 
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let claimed = self
+                .claim_prepared_in(&mut tx, now_ms, older_than_ms, lease_ms, limit)
+                .await;
+            finish(tx, claimed).await
+        })
+    }
+
+    fn quarantined(&self, limit: u32) -> BoxFuture<'_, Result<Vec<QuarantinedRow>, LedgerError>> {
+        Box::pin(async move {
+            let rows = sqlx::query(AssertSqlSafe(self.sql.select_quarantined.clone()))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            rows.iter().map(decode_quarantined).collect()
+        })
+    }
+
     fn sweep_expired(
         &self,
         now_ms: i64,
@@ -1329,15 +1477,14 @@ impl Ledger for PostgresLedger {
 
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
 
-/// Decodes rows returned with `seq` and `rw_now` (the statement's clock): `(seq, now, row)`.
-fn decode_stamped(rows: &[PgRow]) -> Result<Vec<(i64, i64, OperationRecord)>, LedgerError> {
-    rows.iter()
-        .map(|row| {
-            let record = decode_operation(row)?;
-            let c = Columns::new(row, record.operation_id.as_str());
-            Ok((c.get::<i64>("seq")?, c.get::<i64>("rw_now")?, record))
-        })
-        .collect()
+fn decode_quarantined(row: &PgRow) -> Result<QuarantinedRow, LedgerError> {
+    let c = Columns::new(row, "<quarantined row>");
+    Ok(QuarantinedRow {
+        tenant: Tenant::new(c.text("tenant")?),
+        operation_id: OperationId::new(c.text("operation_id")?),
+        error: c.text("quarantine_reason")?,
+        at_ms: c.get::<Option<i64>>("quarantined_ms")?.unwrap_or_default(),
+    })
 }
 
 super::decode::row_decoder!(PgRow, sqlx::Postgres);
@@ -1490,6 +1637,29 @@ mod tests {
         assert!(!claim.contains("Seq Scan on rw_operations"), "{claim}");
         assert!(sweep.contains("rw_operations_in_flight_lease"), "{sweep}");
         assert!(!sweep.contains("Seq Scan on rw_operations"), "{sweep}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claim_prepared_reads_only_its_partial_index() {
+        let Some(url) = pg_url().await else { return };
+        let (ledger, schema, _) = filled(&url, 20_000).await;
+        let mut tx = ledger.pool().begin().await.expect("begin");
+        let plan: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "EXPLAIN {}",
+            ledger.sql.claim_prepared
+        )))
+        .bind(10_000_i64)
+        .bind(30_000_i64)
+        .bind(60_000_i64)
+        .bind(32_i64)
+        .fetch_all(&mut *tx)
+        .await
+        .expect("explain");
+        tx.rollback().await.expect("rollback");
+        drop_schema(ledger, &schema).await;
+        let plan = plan.join("\n");
+        assert!(plan.contains("rw_operations_prepared"), "{plan}");
+        assert!(!plan.contains("Seq Scan on rw_operations"), "{plan}");
     }
 
     /// The issue's check: 1,000,000 finished operations and a little live work. Prints the
