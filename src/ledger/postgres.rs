@@ -66,8 +66,9 @@ use super::{check_first_update, first_applied, store_entries};
 /// # Durability
 ///
 /// Every statement that must be durable before a request is sent (`create_or_get`,
-/// `create_and_apply`, `create_in`'s commit, `apply`, `claim_due`, `claim_prepared`,
-/// `sweep_expired`, `append_evidence`) runs with `synchronous_commit = on`: the pool made by
+/// `create_and_apply`, `apply`, `claim_due`, `claim_prepared`, `sweep_expired`,
+/// `append_evidence`, and the outbox commit of [`create_in`](Self::create_in) on a
+/// transaction begun on [`pool`](Self::pool)) runs with `synchronous_commit = on`: the pool made by
 /// [`connect_with`](Self::connect_with) sets it for every session at connect time, which
 /// overrides an `ALTER ROLE` or `ALTER DATABASE ... SET synchronous_commit = off`, and
 /// [`from_pool`](Self::from_pool) refuses a pool whose sessions have it `off`. Only
