@@ -224,6 +224,8 @@ pub struct Operation {
     id: OperationId,
     action: String,
     intent_ref: String,
+    /// Made by [`Operation::resume`]: the operation must already exist.
+    existing_only: bool,
 }
 
 impl Operation {
@@ -239,6 +241,7 @@ impl Operation {
             id: OperationId::generate(),
             action: action.into(),
             intent_ref: intent_ref.into(),
+            existing_only: false,
         }
     }
 
@@ -271,11 +274,14 @@ impl Operation {
             id: OperationId::new(format!("op-{}", &digest[..32])),
             action,
             intent_ref,
+            existing_only: false,
         }
     }
 
-    /// Names an existing (or caller-identified) operation by its id, e.g. to resume `op-204`.
-    /// If no such operation exists, one is created with `intent_ref` equal to the id.
+    /// Names an existing operation by its id, e.g. to resume `op-204`: a call with it returns the
+    /// operation's state or stored result, or sends it if it was recorded and never sent. It
+    /// never creates anything: an id the ledger does not hold for this tenant (a typo) is
+    /// [`Error::NotFound`](crate::Error::NotFound) and nothing is sent.
     pub fn resume(tenant: impl Into<String>, id: OperationId) -> Self {
         let intent = id.as_str().to_owned();
         Self {
@@ -283,7 +289,13 @@ impl Operation {
             id,
             action: String::new(),
             intent_ref: intent,
+            existing_only: true,
         }
+    }
+
+    /// Whether this names an existing operation only ([`resume`](Self::resume)).
+    pub fn is_resume(&self) -> bool {
+        self.existing_only
     }
 
     /// Sets a caller-chosen operation id.
@@ -300,6 +312,7 @@ impl Operation {
             action: format!("{} {}{}", method, uri.host().unwrap_or(""), uri.path()),
             intent_ref: id.as_str().to_owned(),
             id,
+            existing_only: false,
         }
     }
 

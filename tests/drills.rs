@@ -212,6 +212,32 @@ async fn d13_resume_by_operation_reference_returns_the_result_without_a_create()
     assert_eq!(drill.vendor.tickets_created(), 2);
 }
 
+/// Issue 11: `Operation::resume` with a mistyped id used to create a new operation and send it.
+#[tokio::test]
+async fn d13_a_mistyped_resume_creates_nothing_and_sends_nothing() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let typo = Operation::resume(TENANT, recoverable_write::OperationId::new("op-2O4"));
+    let err = send(&mut svc, drill.ticket_request(&typo, "E17"))
+        .await
+        .expect_err("no such operation");
+    assert!(
+        matches!(&err, Error::NotFound { operation, .. } if operation.as_str() == "op-2O4"),
+        "{err:?}"
+    );
+    assert!(err.nothing_sent());
+    assert_eq!(
+        drill
+            .ledger
+            .get(typo.tenant(), typo.id())
+            .await
+            .expect("ledger"),
+        None,
+        "nothing created"
+    );
+    assert_eq!(drill.vendor.posts_received(), 0);
+}
+
 #[tokio::test]
 async fn d14_two_concurrent_calls_for_one_operation_send_once() {
     let drill = Drill::start().await;

@@ -150,6 +150,15 @@ pub enum Error {
         /// Why it was escalated.
         reason: String,
     },
+    /// [`Operation::resume`](crate::Operation::resume) named an operation this tenant's ledger
+    /// does not hold (a mistyped id, another tenant's). Nothing was created or sent.
+    #[error("no operation {operation} for tenant {tenant}; nothing was created or sent")]
+    NotFound {
+        /// The tenant asked for.
+        tenant: Tenant,
+        /// The id asked for.
+        operation: OperationId,
+    },
     /// The operation exists with another payload (seed 000: device E18 instead of E17). Nothing
     /// was sent.
     #[error("{operation} already exists with a different payload; nothing was sent")]
@@ -250,6 +259,7 @@ impl Error {
     pub fn operation_id(&self) -> Option<&OperationId> {
         match self {
             Error::Conflict { operation }
+            | Error::NotFound { operation, .. }
             | Error::Denied { operation, .. }
             | Error::ContractUnavailable { operation, .. }
             | Error::SecretsUnavailable { operation } => Some(operation),

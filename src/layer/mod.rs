@@ -501,11 +501,29 @@ where
     } else {
         None
     };
-    let created = match first {
-        Some(first) => shared.ledger.create_and_apply(new, first).await,
-        None => shared.ledger.create_or_get(new).await,
-    }
-    .map_err(ledger_err)?;
+    let created = if op.is_resume() {
+        // A resume never creates: an id the ledger does not hold is an error, nothing is sent.
+        match shared
+            .ledger
+            .get(op.tenant(), op.id())
+            .await
+            .map_err(ledger_err)?
+        {
+            Some(row) => Created::Existing(row),
+            None => {
+                return Err(Error::NotFound {
+                    tenant: op.tenant().clone(),
+                    operation: op.id().clone(),
+                });
+            }
+        }
+    } else {
+        match first {
+            Some(first) => shared.ledger.create_and_apply(new, first).await,
+            None => shared.ledger.create_or_get(new).await,
+        }
+        .map_err(ledger_err)?
+    };
     let (record, request, contract) = match created {
         Created::New(r) => (r, fresh, contract),
         Created::Existing(r) => {
