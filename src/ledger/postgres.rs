@@ -504,9 +504,11 @@ impl PostgresLedger {
     }
 
     /// The compare-and-swap of `apply`, with `sql`: the plain statement, or the one that commits
-    /// without waiting for the WAL flush (`record`).
-    async fn apply_with(
+    /// without waiting for the WAL flush (`record`), on `executor` (the pool; a transaction in
+    /// tests).
+    async fn apply_with<'e>(
         &self,
+        executor: impl sqlx::PgExecutor<'e>,
         sql: Arc<str>,
         update: Update,
     ) -> Result<Option<OperationRecord>, LedgerError> {
@@ -554,7 +556,7 @@ impl PostgresLedger {
             .bind(evidence.evidence)
             .bind(evidence.note)
             .bind(evidence.at_ms)
-            .fetch_all(&self.pool)
+            .fetch_all(executor)
             .await
             .map_err(unavailable)?;
         rows.first().map(decode_operation).transpose()
@@ -1363,14 +1365,14 @@ impl Ledger for PostgresLedger {
     }
 
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(self.apply_with(self.sql.apply.clone(), update))
+        Box::pin(self.apply_with(&self.pool, self.sql.apply.clone(), update))
     }
 
     fn record(
         &self,
         update: Update,
     ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(self.apply_with(self.sql.apply_after_send.clone(), update))
+        Box::pin(self.apply_with(&self.pool, self.sql.apply_after_send.clone(), update))
     }
 
     fn claim_due(
@@ -1661,6 +1663,59 @@ mod tests {
         let plan = plan.join("\n");
         assert!(plan.contains("rw_operations_prepared"), "{plan}");
         assert!(!plan.contains("Seq Scan on rw_operations"), "{plan}");
+    }
+
+    /// `record`'s statement relaxes `synchronous_commit` for its own transaction only: inside
+    /// it the setting reads `off`, after its commit (same session) `on` again, and `apply`'s
+    /// statement leaves it `on`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn record_relaxes_synchronous_commit_for_its_own_transaction_only() {
+        use crate::ledger::conformance::{T0, keep, new_operation, update_of};
+        let Some(url) = pg_url().await else { return };
+        let schema = format!("rw_sync_{}", uuid::Uuid::new_v4().simple());
+        let options = PostgresLedgerOptions::new()
+            .schema(schema.clone())
+            .expect("schema")
+            .clock(ClockSource::Caller)
+            .max_connections(1);
+        let ledger = PostgresLedger::connect_with(&url, options)
+            .await
+            .expect("connect");
+        let r = ledger
+            .create_or_get(new_operation("tenant-a", "op-1", "intent-1"))
+            .await
+            .expect("create")
+            .into_record();
+        let show = "SHOW synchronous_commit";
+        let mut settings = Vec::new();
+        let steps = [
+            (State::InFlight, ledger.sql.apply.clone()),
+            (State::Succeeded, ledger.sql.apply_after_send.clone()),
+        ];
+        let mut row = r;
+        for (to, sql) in steps {
+            let update = update_of(&row, keep(&row, to, T0 + 1), "step");
+            let mut tx = ledger.pool().begin().await.expect("begin");
+            row = ledger
+                .apply_with(&mut *tx, sql, update)
+                .await
+                .expect("apply")
+                .expect("applied");
+            let inside: String = sqlx::query_scalar(show)
+                .fetch_one(&mut *tx)
+                .await
+                .expect("show");
+            tx.commit().await.expect("commit");
+            let after: String = sqlx::query_scalar(show)
+                .fetch_one(ledger.pool())
+                .await
+                .expect("show");
+            settings.push((inside, after));
+        }
+        drop_schema(ledger, &schema).await;
+        assert_eq!(row.state, State::Succeeded);
+        let expected = [("on", "on"), ("off", "on")].map(|(a, b)| (a.to_owned(), b.to_owned()));
+        assert_eq!(settings, expected);
     }
 
     /// The check: 1,000,000 finished operations and a little live work. Prints the
