@@ -739,7 +739,10 @@ fn synthesized(record: &OperationRecord, outcome: &Outcome) -> Response<Full<Byt
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
     );
-    h.insert(OUTCOME_HEADER, http::HeaderValue::from_static("synthesized"));
+    h.insert(
+        OUTCOME_HEADER,
+        http::HeaderValue::from_static("synthesized"),
+    );
     h.insert(STATUS_CLASS_HEADER, http::HeaderValue::from_static(class));
     if let Some(v) = record
         .remote_ref
