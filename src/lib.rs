@@ -58,6 +58,7 @@
 
 pub mod authorize;
 pub mod budget;
+pub mod builder;
 pub mod clock;
 pub mod contract;
 mod engine;
@@ -77,6 +78,7 @@ pub mod testing;
 
 pub use authorize::{Access, Authorizer, Denied};
 pub use budget::{BudgetPolicy, ReplayLimiter};
+pub use builder::{BuildError, Config, ConfigBuilder};
 pub use contract::{Contract, Contracts};
 pub use evidence::{ConflictKind, Evidence};
 pub use guard::{SendOnceGuard, SendOnceGuardLayer};

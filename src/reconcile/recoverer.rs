@@ -31,7 +31,7 @@ use crate::operation::AttemptId;
 use crate::state::{Event, State, Transition, transition};
 
 /// The service replays are sent through: the stack below the layer (guard, client).
-type ReplayService =
+pub(crate) type ReplayService =
     BoxCloneSyncService<Request<Full<Bytes>>, Response<UnsyncBoxBody<Bytes, BoxError>>, BoxError>;
 
 /// What one pass of the [`Recoverer`] did.
@@ -178,6 +178,11 @@ impl Recoverer {
             .map_err(Into::into)
             .map_response(|res: Response<RB>| res.map(|b| b.map_err(Into::into).boxed_unsync()));
         self.replay = Some(BoxCloneSyncService::new(svc));
+        self
+    }
+
+    pub(crate) fn with_transport(mut self, transport: ReplayService) -> Self {
+        self.replay = Some(transport);
         self
     }
 
