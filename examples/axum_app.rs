@@ -7,7 +7,8 @@
 //!
 //! Routes:
 //!
-//! - `POST /support-requests/{request_id}/ticket` with header `x-tenant` and body
+//! - `POST /support-requests/{request_id}/ticket`, authenticated (`Authorization: Bearer <key>`;
+//!   the tenant comes from the key, never from a header a client can set), with body
 //!   `{"device_id":"E17","priority":"P2"}`. The support request is the approved intent: calling
 //!   again for the same request never creates a second ticket. Answers
 //!   - `201` `{"operation_id","status":"SUCCEEDED","ticket_id","message","from_ledger","ticket"}`
@@ -19,7 +20,8 @@
 //!   - `409` when the request id was already used with another payload (nothing sent);
 //!   - `422` when the vendor rejected the ticket (documented refusal, no side effect);
 //!   - `503` when the ledger is down (nothing sent); `500` otherwise.
-//! - `GET /operations/{operation_id}` with header `x-tenant`: the ledger's view (state, ticket id,
+//! - `401` without a known API key, before anything is recorded or sent.
+//! - `GET /operations/{operation_id}`, authenticated: the ledger's view (state, ticket id,
 //!   attempts, the caller-facing message); `404` for an unknown id or another tenant's.
 //!
 //! `main` starts the fake vendor, a SQLite ledger in a temporary directory, the recovery engine
@@ -35,7 +37,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -57,8 +59,45 @@ use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
 use tracing::Instrument;
 
-/// The header naming the caller's tenant (and sent to the vendor as its tenant header).
+/// The header the vendor reads its tenant from (set by this app from the caller's identity).
 pub const TENANT_HEADER: &str = "x-tenant";
+
+/// The demo's API keys and the tenant each one authenticates. A real app resolves its own
+/// credentials (sessions, JWTs, mTLS) in its auth middleware; what matters is that the tenant
+/// comes from the authenticated identity, never from a header any client can set.
+pub const API_KEYS: &[(&str, &str)] = &[
+    ("demo-key-tenant-a", "tenant-a"),
+    ("demo-key-tenant-b", "tenant-b"),
+];
+
+/// The authenticated caller: its tenant, from its API key.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// The tenant the key belongs to.
+    pub tenant: Tenant,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let key = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        API_KEYS
+            .iter()
+            .find(|(k, _)| Some(*k) == key)
+            .map(|(_, tenant)| Caller {
+                tenant: Tenant::new(*tenant),
+            })
+            .ok_or_else(|| problem(StatusCode::UNAUTHORIZED, "a known API key is required"))
+    }
+}
 
 /// The client stack the handler calls, bodies collected: tracing → recoverable-write layer →
 /// timeout → send-once guard → hyper-util client.
@@ -169,13 +208,9 @@ pub fn ticket_operation_id(request_id: &str) -> OperationId {
 async fn create_ticket(
     State(app): State<AppState>,
     Path(request_id): Path<String>,
-    headers: HeaderMap,
+    Caller { tenant }: Caller,
     Json(body): Json<TicketRequest>,
 ) -> Response {
-    let tenant = match tenant_of(&headers) {
-        Ok(t) => t,
-        Err(res) => return *res,
-    };
     if !is_plain_id(&request_id) {
         return problem(
             StatusCode::BAD_REQUEST,
@@ -218,7 +253,7 @@ async fn create_ticket(
     let call = app.tickets.clone().oneshot(req).instrument(span);
     match tokio::spawn(call).await {
         Ok(Ok(res)) => from_vendor(op.id(), res),
-        Ok(Err(e)) => from_error(&e),
+        Ok(Err(e)) => from_error(e),
         Err(e) => problem(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
 }
@@ -273,25 +308,13 @@ fn from_vendor(op: &OperationId, res: http::Response<Bytes>) -> Response {
     }
 }
 
-/// An answer without an authoritative outcome. None of these tells the caller to retry.
-fn from_error(e: &Error) -> Response {
-    match e {
-        Error::Unknown { outcome, .. }
-        | Error::Processing { outcome, .. }
-        | Error::RetryScheduled { outcome }
-        | Error::ManualReview { outcome, .. } => pending(outcome),
-        Error::Conflict { operation } => (
-            StatusCode::CONFLICT,
-            Json(json!({ "operation_id": operation, "message": e.to_string() })),
-        )
-            .into_response(),
-        Error::Ledger { .. } => problem(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
-        Error::Denied { operation, .. } => (
-            StatusCode::FORBIDDEN,
-            Json(json!({ "operation_id": operation, "message": e.to_string() })),
-        )
-            .into_response(),
-        _ => problem(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+/// An answer without an authoritative outcome. None of these tells the caller to retry. The
+/// crate's own mapping (feature `axum`: 409 conflict, 403 denied, 503 ledger down, ...) answers
+/// everything but the pending states, which get this app's status URL.
+fn from_error(e: Error) -> Response {
+    match e.outcome() {
+        Some(outcome) => pending(outcome),
+        None => e.into_response(),
     }
 }
 
@@ -317,12 +340,8 @@ fn pending(outcome: &Outcome) -> Response {
 async fn operation_status(
     State(app): State<AppState>,
     Path(operation_id): Path<String>,
-    headers: HeaderMap,
+    Caller { tenant }: Caller,
 ) -> Response {
-    let tenant = match tenant_of(&headers) {
-        Ok(t) => t,
-        Err(res) => return *res,
-    };
     let id = OperationId::new(operation_id);
     // Tenant-scoped: another tenant's operation is indistinguishable from a missing one.
     let row = match app.ledger.get(&tenant, &id).await {
@@ -346,20 +365,6 @@ async fn operation_status(
         body["reason"] = json!(reason);
     }
     (StatusCode::OK, Json(body)).into_response()
-}
-
-fn tenant_of(headers: &HeaderMap) -> Result<Tenant, Box<Response>> {
-    headers
-        .get(TENANT_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|t| is_plain_id(t))
-        .map(Tenant::new)
-        .ok_or_else(|| {
-            Box::new(problem(
-                StatusCode::BAD_REQUEST,
-                "header x-tenant must be 1-64 of [A-Za-z0-9._-]",
-            ))
-        })
 }
 
 fn is_plain_id(s: &str) -> bool {
@@ -428,7 +433,8 @@ async fn demo() -> Result<(), BoxError> {
             let req = Request::builder()
                 .method(method)
                 .uri(&url)
-                .header(TENANT_HEADER, "tenant-a")
+                // Tenant A's API key: the app derives the tenant from it.
+                .header(header::AUTHORIZATION, "Bearer demo-key-tenant-a")
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(Full::new(Bytes::from(
                     body.map(|b| b.to_string()).unwrap_or_default(),

@@ -64,8 +64,9 @@ impl World {
             .method(method)
             .uri(format!("{}{path}", self.base))
             .header(header::CONTENT_TYPE, "application/json");
+        // The app takes the tenant from the caller's API key, never from a header.
         if let Some(t) = tenant {
-            req = req.header("x-tenant", t);
+            req = req.header(header::AUTHORIZATION, format!("Bearer demo-key-{t}"));
         }
         let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
         let res = self.http.request(req).await.unwrap();
@@ -316,7 +317,7 @@ async fn requests_without_a_tenant_are_refused_before_anything_is_recorded_or_se
         )
         .await;
 
-    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
     assert_eq!(bad_id.status, StatusCode::BAD_REQUEST);
     assert_eq!(w.vendor.posts_received(), 0);
     let missing = w
