@@ -4,8 +4,22 @@
 //! cargo run --example drill             # D1: a lost response, recovered by lookup
 //! cargo run --example drill -- --list   # the scenarios
 //! cargo run --example drill -- d5 d22   # some scenarios by name
-//! cargo run --example drill -- --all    # every scenario
+//! cargo run --example drill -- --all    # every scenario, then a pass/fail summary
+//! cargo run --example drill -- --keep   # keep the SQLite ledger file to open afterwards
 //! ```
+//!
+//! The timeline has one line per evidence entry:
+//!
+//! ```text
+//!   [  ms] kind                 transition                   gN  evidence or (note)
+//!   [   12] attempt_registered   PREPARED -> IN_FLIGHT        g1  (…)
+//! ```
+//!
+//! `ms` is the time since the operation was created; `kind` what happened (`created`,
+//! `attempt_registered`, `attempt_result`, `lease_expired`, `recovery_claimed`, `lookup`,
+//! `escalated`, `review`, `late_evidence`, …); `gN` is the generation (the fence) the entry was
+//! written under: every claim of send or recovery rights increments it, and a result written
+//! under an older one is refused.
 //!
 //! Each scenario starts the fake vendor on 127.0.0.1, injects its fault, sends the write through
 //! the layer, runs the recovery engine until the operation settles, and prints every state
@@ -36,6 +50,9 @@ struct Args {
     /// Run every scenario.
     #[arg(long)]
     all: bool,
+    /// Keep each scenario's SQLite ledger file (its path is printed) instead of deleting it.
+    #[arg(long)]
+    keep: bool,
     /// Scenarios to run (default: d1).
     scenarios: Vec<String>,
 }
@@ -286,7 +303,7 @@ async fn d23() -> Run {
 }
 
 /// Runs one scenario, prints its timeline; `Err` says what the drill required and did not get.
-async fn run(s: &Scenario) -> Result<(), String> {
+async fn run(s: &Scenario, keep: bool) -> Result<(), String> {
     println!("drill {}: {}", s.name.to_uppercase(), s.about);
     let Run { drill, op, caller } = (s.run)().await;
     println!("  vendor    {}", drill.vendor.base_url());
@@ -316,6 +333,11 @@ async fn run(s: &Scenario) -> Result<(), String> {
 
     let entries = drill.evidence(op.id()).await;
     let origin = entries.first().map_or(0, |e| e.entry.at_ms);
+    // gN: the generation (fence) the entry was written under; see the module docs.
+    println!(
+        "  [{:>5}   ] {:<20} {:<28} {:<3} evidence or (note)",
+        "ms", "kind", "transition", "gN"
+    );
     for e in &entries {
         let e = &e.entry;
         let transition = match (e.from_state, e.to_state) {
@@ -351,7 +373,17 @@ async fn run(s: &Scenario) -> Result<(), String> {
         "  sends seen by the vendor: {}",
         drill.vendor.posts_received()
     );
-    println!("tickets created: {tickets}\n");
+    println!("tickets created: {tickets}");
+    if keep {
+        let Drill { dir, .. } = drill;
+        let path = dir.keep();
+        println!(
+            "  kept: {} (sqlite3 {}/ledger.db 'select * from rw_evidence')",
+            path.display(),
+            path.display()
+        );
+    }
+    println!();
     if row.state != s.expect || tickets != s.tickets {
         return Err(format!(
             "expected {} with {} ticket(s), got {} with {tickets}",
@@ -390,12 +422,21 @@ async fn main() -> ExitCode {
         }
         v
     };
-    let mut failed = 0;
-    for s in chosen {
-        if let Err(e) = run(s).await {
+    let mut results = Vec::new();
+    for s in &chosen {
+        let result = run(s, args.keep).await;
+        if let Err(e) = &result {
             eprintln!("DRILL {} FAILED: {e}\n", s.name.to_uppercase());
-            failed += 1;
         }
+        results.push((s.name, result.is_ok()));
+    }
+    let failed = results.iter().filter(|(_, ok)| !ok).count();
+    if results.len() > 1 {
+        println!("summary:");
+        for (name, ok) in &results {
+            println!("  {:<4} {}", name, if *ok { "passed" } else { "FAILED" });
+        }
+        println!("{} passed, {} failed", results.len() - failed, failed);
     }
     if failed > 0 {
         ExitCode::FAILURE
