@@ -127,6 +127,7 @@ pub(crate) const CLAIM_KIND: &str = "attempt_registered";
 /// Tells waiting callers and reviewers where an operation now stands.
 pub(crate) fn publish(shared: &Shared, row: &OperationRecord) {
     if row.state == State::ManualReview {
+        #[cfg(feature = "metrics")]
         metrics::counter!(
             "recoverable_write_escalations_total",
             "target" => target_of(row),

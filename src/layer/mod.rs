@@ -535,6 +535,7 @@ where
         Created::New(r) => (r, fresh, contract),
         Created::Existing(r) => {
             if r.payload_hash != payload_hash {
+                #[cfg(feature = "metrics")]
                 metrics::counter!(
                     "recoverable_write_payload_conflicts_total",
                     "target" => engine::target_of(&r),
@@ -960,6 +961,7 @@ where
     };
 
     if row.state == State::Unknown {
+        #[cfg(feature = "metrics")]
         metrics::counter!(
             "recoverable_write_unknown_total",
             "target" => engine::target_of(&row),

@@ -303,11 +303,12 @@ impl Recoverer {
                 generation = %row.generation,
                 state = %row.state,
             );
-            let before = row.state;
-            let first_sent = first_sent_ms(&row);
+            #[cfg(feature = "metrics")]
+            let (before, first_sent) = (row.state, first_sent_ms(&row));
             match self.recover(row, &mut report).instrument(span).await? {
                 Some(r) if r.state.is_terminal() => {
                     report.resolved += 1;
+                    #[cfg(feature = "metrics")]
                     if let Some(t0) = first_sent {
                         metrics::histogram!(
                             "recoverable_write_resolution_seconds",
@@ -729,6 +730,7 @@ impl Recoverer {
                         .map(|s| (*s).to_owned())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "a non-string panic payload".into());
+                    #[cfg(feature = "metrics")]
                     metrics::counter!("recoverable_write_recovery_panics_total").increment(1);
                     tracing::error!(
                         panic = %crate::layer::Short(&what),
