@@ -451,6 +451,9 @@ fn retry_after_delay_seconds() {
     assert_eq!(ra("0"), Some(Duration::ZERO));
     assert_eq!(ra(" 7 "), Some(Duration::from_secs(7)));
     assert_eq!(ra("99999999999999999999999"), Some(MAX_RETRY_AFTER));
+    assert_eq!(ra("1000000000000"), Some(MAX_RETRY_AFTER));
+    let h = headers(&[("retry-after-ms", "18446744073709551615")]);
+    assert_eq!(retry_after_from_headers(&h, now()), Some(MAX_RETRY_AFTER));
 }
 
 #[test]
@@ -479,6 +482,11 @@ fn retry_after_past_date_is_zero() {
 #[test]
 fn retry_after_far_date_is_clamped() {
     assert_eq!(ra("Fri, 31 Dec 9999 23:59:59 GMT"), Some(MAX_RETRY_AFTER));
+    let h = headers(&[
+        ("x-ratelimit-remaining", "0"),
+        ("x-ratelimit-reset", "18446744073709551615"),
+    ]);
+    assert_eq!(retry_after_from_headers(&h, now()), Some(MAX_RETRY_AFTER));
 }
 
 #[test]
@@ -811,6 +819,59 @@ fn invalid(c: Contract, field: &str, kind: ContractErrorKind) {
     assert_eq!((err.field(), err.kind()), (field, &kind), "{err}");
     let text = err.to_string();
     assert!(text.contains(field) && text.contains(&c.name), "{text}");
+}
+
+#[test]
+fn numeric_fields_beyond_their_bounds_are_refused() {
+    // A huge retention passed validation and later overflowed `retention_secs * 1000` inside
+    // a spawned recoverer.
+    for (c, field) in [
+        (
+            Contract::ietf_draft().with_retention_secs(u64::MAX),
+            "retention_secs",
+        ),
+        (
+            Contract::ietf_draft().with_retention_secs(MAX_RETENTION_SECS + 1),
+            "retention_secs",
+        ),
+        (
+            Contract::ietf_draft().with_settle_secs(u64::MAX),
+            "settle_secs",
+        ),
+        (
+            Contract::ietf_draft().with_settle_secs(MAX_SETTLE_SECS + 1),
+            "settle_secs",
+        ),
+        (
+            Contract::ietf_draft().with_max_key_len(usize::MAX),
+            "max_key_len",
+        ),
+    ] {
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+        assert!(
+            matches!(err.kind(), ContractErrorKind::TooLarge { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("at most"), "{err}");
+    }
+    // The bounds themselves are fine.
+    Contract::ietf_draft()
+        .with_retention_secs(MAX_RETENTION_SECS)
+        .with_settle_secs(MAX_SETTLE_SECS)
+        .with_max_key_len(MAX_KEY_LEN_LIMIT)
+        .validate()
+        .unwrap();
+    // From JSON, the error names the field too.
+    let err = Contract::from_json(
+        r#"{"name":"x","key":{"in":"header","name":"Idempotency-Key"},"retention_secs":18446744073709551615}"#,
+    )
+    .unwrap_err();
+    assert_eq!(err.field(), "retention_secs");
+    assert_eq!(
+        err.to_string(),
+        "contract `x`, retention_secs: 18446744073709551615 is too large: at most 31536000 (365 days)"
+    );
 }
 
 #[test]
