@@ -1410,6 +1410,90 @@ fn registry_validation() {
     }
 }
 
+/// The selection rule written as the plain scan it replaced: every route, the highest rank,
+/// the first registered on a tie.
+fn select_by_scan<'a>(cs: &'a Contracts, method: &Method, u: &Uri) -> &'a str {
+    let mut best: Option<(super::registry::Rank, &str)> = None;
+    for (target, contract) in cs.routes() {
+        if let Some(rank) = target.specificity(method, u)
+            && best.is_none_or(|(b, _)| rank > b)
+        {
+            best = Some((rank, &contract.name));
+        }
+    }
+    best.map_or(&cs.default_contract().name, |(_, name)| name)
+}
+
+fn arb_target() -> impl Strategy<Value = Target> {
+    let host = prop::sample::select(vec![
+        "a.test",
+        "A.test",
+        "a.test.",
+        "b.a.test",
+        "*.test",
+        "*.a.test",
+        "*.A.TEST",
+        "*.b.a.test",
+        "a.test:8443",
+        "a.test:443",
+        "*.test:80",
+        "[::1]",
+        "[::1]:8080",
+        "x",
+        "*.",
+        "",
+    ]);
+    let prefix = prop::option::of(prop::sample::select(vec![
+        "", "/", "/v1", "/v1/", "/v1/x", "/v10",
+    ]));
+    let method = prop::option::of(prop::sample::select(vec![Method::POST, Method::GET]));
+    (host, prefix, method).prop_map(|(h, p, m)| {
+        let mut t = Target::host(h);
+        if let Some(p) = p {
+            t = t.path_prefix(p);
+        }
+        if let Some(m) = m {
+            t = t.method(m);
+        }
+        t
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// The host index narrows the candidates and nothing else: selection equals the plain scan.
+    #[test]
+    fn indexed_selection_equals_the_scan(
+        targets in prop::collection::vec(arb_target(), 0..24),
+        host in prop::sample::select(vec![
+            "a.test", "A.TEST", "a.test.", "b.a.test", "c.b.a.test", "test", "x.test", "a..test",
+            "[::1]", "x", ".a.test",
+        ]),
+        port in prop::option::of(prop::sample::select(vec![80u16, 443, 8080, 8443])),
+        scheme in prop::sample::select(vec!["http", "https"]),
+        path in prop::sample::select(vec!["/", "/v1", "/v1/x", "/v10", "/v1/x/y", "/w"]),
+        method in prop::sample::select(vec![Method::POST, Method::GET, Method::PUT]),
+    ) {
+        let mut cs = Contracts::default();
+        for (i, t) in targets.into_iter().enumerate() {
+            cs = cs.route(t, named(&format!("r{i}")));
+        }
+        let authority = match port {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
+        };
+        let Ok(u) = format!("{scheme}://{authority}{path}").parse::<Uri>() else {
+            return Ok(());
+        };
+        prop_assert_eq!(
+            cs.select(&method, &u).name.as_str(),
+            select_by_scan(&cs, &method, &u),
+            "{}", u
+        );
+    }
+}
+
 #[test]
 fn target_serde() {
     let t: Target =
