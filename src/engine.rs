@@ -1,7 +1,5 @@
 //! Glue between the pure state machine and the ledger, shared by the layer and the recoverer.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use crate::evidence::Evidence;
 use crate::layer::{Outcome, Shared};
 use crate::ledger::{
@@ -11,17 +9,11 @@ use crate::notify::Notice;
 use crate::operation::{AttemptId, Generation};
 use crate::state::{Clock, Event, Refused, State, transition};
 
-/// Milliseconds since the Unix epoch, from the wall clock.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-pub(crate) fn clock() -> Clock {
+/// The state machine's view of now, from the configuration's clock.
+pub(crate) fn clock(shared: &Shared) -> Clock {
     Clock {
-        now_ms: now_ms(),
-        jitter: rand::random::<f64>(),
+        now_ms: shared.clock.now_ms(),
+        jitter: shared.clock.jitter(),
     }
 }
 
@@ -58,7 +50,7 @@ pub(crate) async fn apply_event(
     kind: &str,
     extras: Extras,
 ) -> Result<Applied, LedgerError> {
-    let clock = clock();
+    let clock = clock(shared);
     let t = match transition(&record.snapshot(), &event, clock) {
         Ok(t) => t,
         Err(refused) => return Ok(Applied::Refused(refused)),
@@ -105,8 +97,12 @@ pub(crate) async fn apply_event(
 /// its lease), as the `first` update of [`Ledger::create_and_apply`](crate::ledger::Ledger::create_and_apply).
 /// `None` if the state machine would not move a fresh row to `IN_FLIGHT` (a budget that allows
 /// no attempt): the caller takes the two-step path, which records why.
-pub(crate) fn first_claim(new: &NewOperation, attempt: AttemptId) -> Option<Update> {
-    let clock = clock();
+pub(crate) fn first_claim(
+    shared: &Shared,
+    new: &NewOperation,
+    attempt: AttemptId,
+) -> Option<Update> {
+    let clock = clock(shared);
     let t = transition(&new.snapshot(), &Event::ClaimSend, clock).ok()?;
     if t.to != State::InFlight {
         return None;
@@ -183,7 +179,7 @@ pub(crate) async fn append_late(
         to_state: None,
         evidence: Some(evidence.clone()),
         note: Some(note),
-        at_ms: now_ms(),
+        at_ms: shared.clock.now_ms(),
     };
     shared
         .ledger

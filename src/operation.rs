@@ -215,16 +215,21 @@ impl fmt::Display for Generation {
 /// (a second ticket the user really wants) takes a new `intent_ref`. Content similarity is never
 /// the test.
 ///
-/// A write that reaches the layer without an `Operation` gets a generated one (tenant
-/// [`Tenant::DEFAULT`], action `"<METHOD> <host><path>"`, a fresh intent): it is protected
-/// against lost responses, inner retries and crashes, but a caller that retries at a higher level
-/// without naming the operation creates a new intent. Name the operation to get resumption.
+/// A write that reaches the layer without an `Operation` passes through untracked (nothing is
+/// stored: an OAuth token request through an app-wide client must not end up in the ledger).
+/// With [`RecoverableWriteLayer::track_all_writes`](crate::RecoverableWriteLayer::track_all_writes)
+/// it gets a generated one (tenant [`Tenant::DEFAULT`], action `"<METHOD> <host><path>"`, a fresh
+/// intent): it is protected against lost responses, inner retries and crashes, but a caller that
+/// retries at a higher level without naming the operation creates a new intent. Name the
+/// operation to get resumption.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Operation {
     tenant: Tenant,
     id: OperationId,
     action: String,
     intent_ref: String,
+    /// Made by [`Operation::resume`]: the operation must already exist.
+    existing_only: bool,
 }
 
 impl Operation {
@@ -240,6 +245,7 @@ impl Operation {
             id: OperationId::generate(),
             action: action.into(),
             intent_ref: intent_ref.into(),
+            existing_only: false,
         }
     }
 
@@ -272,11 +278,14 @@ impl Operation {
             id: OperationId::new(format!("op-{}", &digest[..32])),
             action,
             intent_ref,
+            existing_only: false,
         }
     }
 
-    /// Names an existing (or caller-identified) operation by its id, e.g. to resume `op-204`.
-    /// If no such operation exists, one is created with `intent_ref` equal to the id.
+    /// Names an existing operation by its id, e.g. to resume `op-204`: a call with it returns the
+    /// operation's state or stored result, or sends it if it was recorded and never sent. It
+    /// never creates anything: an id the ledger does not hold for this tenant (a typo) is
+    /// [`Error::NotFound`](crate::Error::NotFound) and nothing is sent.
     pub fn resume(tenant: impl Into<String>, id: OperationId) -> Self {
         let intent = id.as_str().to_owned();
         Self {
@@ -284,7 +293,13 @@ impl Operation {
             id,
             action: String::new(),
             intent_ref: intent,
+            existing_only: true,
         }
+    }
+
+    /// Whether this names an existing operation only ([`resume`](Self::resume)).
+    pub fn is_resume(&self) -> bool {
+        self.existing_only
     }
 
     /// Sets a caller-chosen operation id.
@@ -301,6 +316,7 @@ impl Operation {
             action: format!("{} {}{}", method, uri.host().unwrap_or(""), uri.path()),
             intent_ref: id.as_str().to_owned(),
             id,
+            existing_only: false,
         }
     }
 
@@ -326,7 +342,10 @@ impl Operation {
 }
 
 /// Headers that are never stored: credentials are applied by the stack below the layer at send
-/// time. Contracts may name more.
+/// time. Contracts may name more. Lower case (header names compare lower-cased).
+///
+/// Beyond the standard ones, the names common vendors use for API keys and tokens (GitLab's
+/// `private-token`, AWS's session token, Google's and Azure's API keys, Datadog's keys, ...).
 pub const DEFAULT_SECRET_HEADERS: &[&str] = &[
     "authorization",
     "proxy-authorization",
@@ -334,11 +353,46 @@ pub const DEFAULT_SECRET_HEADERS: &[&str] = &[
     "set-cookie",
     "x-api-key",
     "api-key",
+    "apikey",
+    "x-auth-token",
+    "x-access-token",
+    "access-token",
+    "private-token",
+    "x-private-token",
+    "x-amz-security-token",
+    "x-goog-api-key",
+    "ocp-apim-subscription-key",
+    "x-vault-token",
+    "x-csrf-token",
+    "x-xsrf-token",
+    "x-client-secret",
+    "x-refresh-token",
+    "dd-api-key",
+    "dd-application-key",
 ];
 
-/// Headers that describe the connection or are recomputed at send time, never frozen.
+/// Query parameters that are never stored (credentials some vendors take in the URL), compared
+/// case-insensitively. Contracts may name more
+/// ([`Contract::secret_query_params`](crate::Contract::secret_query_params)). Like secret
+/// headers, the first send carries the caller's values; a replay gets them from the stack it is
+/// sent through.
+pub const DEFAULT_SECRET_QUERY_PARAMS: &[&str] = &[
+    "api_key",
+    "apikey",
+    "key",
+    "token",
+    "access_token",
+    "auth",
+    "password",
+    "secret",
+    "client_secret",
+    "signature",
+    "sig",
+];
+
+/// Headers that describe the connection or are recomputed at send time, never frozen. `Host`
+/// is frozen: it names the virtual host the write was sent to.
 const UNFROZEN_HEADERS: &[&str] = &[
-    "host",
     "content-length",
     "connection",
     "transfer-encoding",
@@ -349,44 +403,110 @@ const UNFROZEN_HEADERS: &[&str] = &[
     "proxy-connection",
 ];
 
+/// A frozen header value: its exact bytes.
+///
+/// Stored as a JSON string when the bytes are UTF-8 (every visible-ASCII value, and text such
+/// as `Zoë`), otherwise as `{"hex": "…"}`, so that no value is lost or altered on a replay.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HeaderBytes(Bytes);
+
+impl HeaderBytes {
+    /// The value's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The value as text, when it is UTF-8.
+    pub fn to_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+}
+
+impl From<&str> for HeaderBytes {
+    fn from(s: &str) -> Self {
+        Self(Bytes::copy_from_slice(s.as_bytes()))
+    }
+}
+
+impl From<&http::HeaderValue> for HeaderBytes {
+    fn from(v: &http::HeaderValue) -> Self {
+        Self(Bytes::copy_from_slice(v.as_bytes()))
+    }
+}
+
+impl fmt::Debug for HeaderBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.to_str() {
+            Some(s) => fmt::Debug::fmt(s, f),
+            None => write!(f, "hex:{}", hex(&self.0)),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum StoredHeaderValue {
+    Text(String),
+    Raw { hex: String },
+}
+
+impl Serialize for HeaderBytes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.to_str() {
+            Some(s) => serializer.serialize_str(s),
+            None => StoredHeaderValue::Raw { hex: hex(&self.0) }.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for HeaderBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match StoredHeaderValue::deserialize(deserializer)? {
+            StoredHeaderValue::Text(s) => Ok(Self(Bytes::from(s))),
+            StoredHeaderValue::Raw { hex } => unhex(&hex)
+                .map(|b| Self(Bytes::from(b)))
+                .ok_or_else(|| serde::de::Error::custom("header value: invalid hex")),
+        }
+    }
+}
+
 /// The request as frozen when the operation was created: what every attempt sends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FrozenRequest {
     /// HTTP method.
     pub method: String,
-    /// Absolute URL.
+    /// The URL the write was sent to, without credentials: no userinfo, no secret query
+    /// parameter.
     pub url: String,
-    /// Non-secret headers in order (name lower-cased, value as UTF-8 or dropped if not).
-    pub headers: Vec<(String, String)>,
+    /// Non-secret headers in order (names lower-cased, values as their exact bytes), `Host`
+    /// included when the request carried one.
+    pub headers: Vec<(String, HeaderBytes)>,
     /// The body bytes, before any idempotency key is placed into them.
     pub body: Bytes,
 }
 
 impl FrozenRequest {
-    /// Freezes a request: drops credentials (`secret_headers` on top of
-    /// [`DEFAULT_SECRET_HEADERS`]), connection headers, and headers whose values are not UTF-8.
+    /// Freezes a request: drops credentials (`secrets.headers` on top of
+    /// [`DEFAULT_SECRET_HEADERS`]; userinfo and `secrets.query_params` on top of
+    /// [`DEFAULT_SECRET_QUERY_PARAMS`] from the URL; `secrets.body_fields` from the body) and
+    /// connection headers. Every other header value is kept byte for byte.
     pub fn freeze(
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         body: Bytes,
-        secret_headers: &[String],
+        secrets: SecretNames<'_>,
     ) -> Self {
         let headers = headers
             .iter()
-            .filter(|(name, _)| !is_secret(name, secret_headers) && !is_unfrozen(name))
-            .filter_map(|(name, value)| {
-                value
-                    .to_str()
-                    .ok()
-                    .map(|v| (name.as_str().to_owned(), v.to_owned()))
-            })
+            .filter(|(name, _)| !is_secret(name, secrets.headers) && !is_unfrozen(name))
+            .map(|(name, value)| (name.as_str().to_owned(), HeaderBytes::from(value)))
             .collect();
         Self {
             method: method.as_str().to_owned(),
-            url: uri.to_string(),
+            url: redacted_uri(uri, secrets.query_params).to_string(),
             headers,
-            body,
+            body: redact_body(&body, secrets.body_fields),
         }
     }
 
@@ -396,19 +516,150 @@ impl FrozenRequest {
             .method(self.method.as_str())
             .uri(self.url.as_str());
         for (name, value) in &self.headers {
-            builder = builder.header(name.as_str(), value.as_str());
+            builder = builder.header(name.as_str(), value.as_bytes());
         }
         builder.body(self.body.clone())
     }
 }
 
-fn is_secret(name: &HeaderName, extra: &[String]) -> bool {
+/// The names of a write's credentials, which are never stored: a contract's
+/// ([`Contract::secrets`](crate::Contract::secrets)), on top of the defaults.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SecretNames<'a> {
+    /// Header names, beyond [`DEFAULT_SECRET_HEADERS`].
+    pub headers: &'a [String],
+    /// Query parameter names, beyond [`DEFAULT_SECRET_QUERY_PARAMS`].
+    pub query_params: &'a [String],
+    /// Body fields: JSON pointers (`/client_secret`) for JSON bodies, field names
+    /// (`client_secret`) for form bodies.
+    pub body_fields: &'a [String],
+}
+
+/// `body` without the secret `fields` (see [`SecretNames::body_fields`]); the same bytes when
+/// there is nothing to remove. A JSON body that loses a field is re-serialized compactly (it is
+/// never sent as stored: the first send carries the caller's bytes, a replay needs the replay
+/// stack to put the secrets back).
+pub(crate) fn redact_body(body: &Bytes, fields: &[String]) -> Bytes {
+    if fields.is_empty() || body.is_empty() {
+        return body.clone();
+    }
+    let (pointers, names): (Vec<&String>, Vec<&String>) =
+        fields.iter().partition(|f| f.starts_with('/'));
+    if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) {
+        let mut removed = false;
+        for p in pointers {
+            removed |= remove_pointer(&mut value, p);
+        }
+        return match removed {
+            true => serde_json::to_vec(&value).map_or_else(|_| Bytes::new(), Bytes::from),
+            false => body.clone(),
+        };
+    }
+    let Ok(form) = std::str::from_utf8(body) else {
+        return body.clone();
+    };
+    let is_named = |pair: &str| {
+        let raw = pair
+            .split_once('=')
+            .map_or(pair, |(n, _)| n)
+            .replace('+', " ");
+        let name = percent_encoding::percent_decode_str(&raw).decode_utf8_lossy();
+        names.iter().any(|n| **n == name)
+    };
+    if !form.split('&').any(is_named) {
+        return body.clone();
+    }
+    let kept: Vec<&str> = form.split('&').filter(|p| !is_named(p)).collect();
+    Bytes::from(kept.join("&"))
+}
+
+/// Removes the member `pointer` (RFC 6901) names; `true` if there was one.
+fn remove_pointer(value: &mut serde_json::Value, pointer: &str) -> bool {
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return false;
+    };
+    let last = last.replace("~1", "/").replace("~0", "~");
+    match value.pointer_mut(parent) {
+        Some(serde_json::Value::Object(map)) => map.remove(&last).is_some(),
+        Some(serde_json::Value::Array(items)) => match last.parse::<usize>() {
+            Ok(i) if i < items.len() => {
+                items.remove(i);
+                true
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Whether `name` is a credential header (the defaults or one of `extra`).
+pub(crate) fn is_secret(name: &HeaderName, extra: &[String]) -> bool {
     let n = name.as_str();
     DEFAULT_SECRET_HEADERS.contains(&n) || extra.iter().any(|s| s.eq_ignore_ascii_case(n))
 }
 
 fn is_unfrozen(name: &HeaderName) -> bool {
     UNFROZEN_HEADERS.contains(&name.as_str())
+}
+
+/// Whether the query pair `pair` (`name=value`, still percent-encoded) names a secret parameter.
+pub(crate) fn is_secret_param(pair: &str, extra: &[String]) -> bool {
+    let raw = pair.split_once('=').map_or(pair, |(n, _)| n);
+    let plus;
+    let raw = if raw.contains('+') {
+        plus = raw.replace('+', " ");
+        plus.as_str()
+    } else {
+        raw
+    };
+    let name = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
+    DEFAULT_SECRET_QUERY_PARAMS
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(&name))
+        || extra.iter().any(|s| s.eq_ignore_ascii_case(&name))
+}
+
+/// `uri` without its credentials: userinfo and secret query parameters removed. Borrowed (no
+/// allocation) when there is nothing to remove, the common case.
+pub(crate) fn redacted_uri<'a>(
+    uri: &'a Uri,
+    secret_params: &[String],
+) -> std::borrow::Cow<'a, Uri> {
+    let userinfo = uri.authority().is_some_and(|a| a.as_str().contains('@'));
+    let secret_query = uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| is_secret_param(p, secret_params)));
+    if !userinfo && !secret_query {
+        return std::borrow::Cow::Borrowed(uri);
+    }
+    let mut parts = uri.clone().into_parts();
+    if let Some(authority) = &parts.authority
+        && let Some((_, host)) = authority.as_str().rsplit_once('@')
+        && let Ok(a) = host.parse()
+    {
+        parts.authority = Some(a);
+    }
+    if secret_query && let Some(pq) = &parts.path_and_query {
+        let kept: Vec<&str> = pq
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !is_secret_param(p, secret_params))
+            .collect();
+        let rebuilt = if kept.is_empty() {
+            pq.path().to_owned()
+        } else {
+            format!("{}?{}", pq.path(), kept.join("&"))
+        };
+        if let Ok(pq) = rebuilt.parse() {
+            parts.path_and_query = Some(pq);
+        }
+    }
+    match Uri::from_parts(parts) {
+        Ok(u) => std::borrow::Cow::Owned(u),
+        // Cannot happen for parts taken from a valid URI; never keep the credentials.
+        Err(_) => std::borrow::Cow::Owned(Uri::from_static("/")),
+    }
 }
 
 /// Which parts of a JSON body define the business payload.
@@ -579,6 +830,17 @@ fn write_json<T: Serialize + ?Sized>(v: &T, h: &mut Sha256) {
     let _ = serde_json::to_writer(h, v);
 }
 
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    let hex_val = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let b = s.as_bytes();
+    if !b.len().is_multiple_of(2) {
+        return None;
+    }
+    b.chunks(2)
+        .map(|p| Some(hex_val(p[0])? << 4 | hex_val(p[1])?))
+        .collect()
+}
+
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
@@ -664,13 +926,77 @@ mod tests {
             &"http://v/t".parse().unwrap(),
             &headers,
             Bytes::from_static(b"{}"),
-            &["X-Vendor-Secret".to_owned()],
+            SecretNames {
+                headers: &["X-Vendor-Secret".to_owned()],
+                ..SecretNames::default()
+            },
         );
         assert_eq!(
             f.headers,
-            vec![("content-type".to_owned(), "application/json".to_owned())]
+            vec![(
+                "content-type".to_owned(),
+                HeaderBytes::from("application/json")
+            )]
         );
         assert!(!format!("{f:?}").contains("sk_live"));
+    }
+
+    /// Issue 10 item 4: header values that are not visible ASCII (UTF-8 text, obs-text bytes)
+    /// and the `Host` header are frozen exactly, survive a JSON round trip, and come back.
+    #[test]
+    fn freezing_keeps_every_header_byte_and_the_host() {
+        let mut headers = HeaderMap::new();
+        headers.insert("host", "tickets.vendor.test".parse().unwrap());
+        headers.insert(
+            "x-requester",
+            http::HeaderValue::from_bytes("Zoë".as_bytes()).unwrap(),
+        );
+        headers.insert(
+            "x-latin1",
+            http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+        );
+        let f = FrozenRequest::freeze(
+            &Method::POST,
+            &"http://10.0.0.7/t".parse().unwrap(),
+            &headers,
+            Bytes::new(),
+            SecretNames::default(),
+        );
+        let json = serde_json::to_string(&f.headers).unwrap();
+        assert!(json.contains("Zoë"), "{json}");
+        assert!(json.contains(r#"{"hex":"636166e9"}"#), "{json}");
+        let back: Vec<(String, HeaderBytes)> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, f.headers);
+        let req = f.to_request().unwrap();
+        assert_eq!(req.headers()["host"], "tickets.vendor.test");
+        assert_eq!(req.headers()["x-requester"].as_bytes(), "Zoë".as_bytes());
+        assert_eq!(req.headers()["x-latin1"].as_bytes(), b"caf\xe9");
+    }
+
+    /// Issue 10 item 13: userinfo and secret query parameters never reach the frozen URL.
+    #[test]
+    fn freezing_drops_url_credentials() {
+        let uri: Uri = "https://user:SECRET1@vendor.test/v1/t?a=1&api_key=SECRET2&Token=SECRET3&my%5Fsecret=SECRET4&b=2"
+            .parse()
+            .unwrap();
+        let f = FrozenRequest::freeze(
+            &Method::POST,
+            &uri,
+            &HeaderMap::new(),
+            Bytes::new(),
+            SecretNames {
+                query_params: &["my_secret".to_owned()],
+                ..SecretNames::default()
+            },
+        );
+        assert_eq!(f.url, "https://vendor.test/v1/t?a=1&b=2");
+        let only: Uri = "http://v.test/p?sig=abc".parse().unwrap();
+        assert_eq!(redacted_uri(&only, &[]).to_string(), "http://v.test/p");
+        let clean: Uri = "http://v.test/p?q=1".parse().unwrap();
+        assert!(matches!(
+            redacted_uri(&clean, &[]),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 }
 
@@ -744,5 +1070,36 @@ mod golden {
                 );
             }
         }
+    }
+
+    #[test]
+    fn no_default_secret_header_is_frozen() {
+        let mut headers = HeaderMap::new();
+        for name in DEFAULT_SECRET_HEADERS {
+            // Lower case, or `is_secret` (which compares the lower-cased name) would miss it.
+            assert_eq!(*name, name.to_ascii_lowercase());
+            headers.insert(
+                HeaderName::from_static(name),
+                http::HeaderValue::from_static("s3cr3t-value"),
+            );
+        }
+        for name in ["x-api-key", "x-auth-token", "private-token", "api-key"] {
+            assert!(DEFAULT_SECRET_HEADERS.contains(&name), "{name}");
+        }
+        headers.insert("x-request-id", http::HeaderValue::from_static("r-1"));
+        let uri: Uri = "https://vendor.test/tickets".parse().unwrap();
+        let frozen = FrozenRequest::freeze(
+            &Method::POST,
+            &uri,
+            &headers,
+            Bytes::new(),
+            SecretNames::default(),
+        );
+        let names: Vec<_> = frozen.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["x-request-id"],
+            "only the non-secret header is frozen"
+        );
     }
 }

@@ -350,7 +350,7 @@ impl Reviews {
                         to_state: None,
                         evidence: None,
                         note: Some(format!("{reviewer}: keep pending")),
-                        at_ms: engine::now_ms(),
+                        at_ms: self.shared.clock.now_ms(),
                     },
                 )
                 .await?;

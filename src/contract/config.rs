@@ -103,6 +103,9 @@ const CONTRACT_KEYS: &[&str] = &[
     "extra_rules",
     "remote_ref",
     "secret_headers",
+    "secret_query_params",
+    "secret_body_fields",
+    "replay_supplies_body_secrets",
     "digest",
     "lookup",
     "settle_secs",
@@ -877,6 +880,28 @@ impl<'a> Loader<'a> {
                     c.secret_headers.push(h);
                 }
             }
+        }
+        if let Some(v) = table.get("secret_query_params") {
+            for q in field::<Vec<String>>(v, &at("secret_query_params"), origin)? {
+                if !c
+                    .secret_query_params
+                    .iter()
+                    .any(|s| s.eq_ignore_ascii_case(&q))
+                {
+                    c.secret_query_params.push(q);
+                }
+            }
+        }
+        if let Some(v) = table.get("secret_body_fields") {
+            for f in field::<Vec<String>>(v, &at("secret_body_fields"), origin)? {
+                if !c.secret_body_fields.contains(&f) {
+                    c.secret_body_fields.push(f);
+                }
+            }
+        }
+        if let Some(v) = table.get("replay_supplies_body_secrets") {
+            c.replay_supplies_body_secrets =
+                field::<bool>(v, &at("replay_supplies_body_secrets"), origin)?;
         }
         if let Some(v) = table.get("digest") {
             if let Some(obj) = v.as_object() {

@@ -24,6 +24,7 @@ use crate::contract::Contract;
 use crate::engine::{self, Applied, Extras};
 use crate::evidence::Evidence;
 use crate::guard::AttemptToken;
+use crate::layer::outgoing;
 use crate::layer::{AttemptCtx, Observed, Shared, record_attempt};
 use crate::ledger::{Ledger, LedgerError, OperationRecord};
 use crate::operation::AttemptId;
@@ -194,6 +195,13 @@ impl Recoverer {
         self
     }
 
+    /// The clock this recoverer reads (default: the layer's; see [`clock`](crate::clock)). A
+    /// worker with another clock is how clock skew between workers is tested.
+    pub fn clock(mut self, clock: impl crate::clock::Clock) -> Self {
+        Arc::make_mut(&mut self.shared).clock = crate::clock::SharedClock::new(clock);
+        self
+    }
+
     /// Clock-skew margin between this machine and the vendor, kept free at the end of the
     /// vendor's key retention before a same-key replay is considered safe (default 5 s).
     pub fn skew_margin(mut self, margin: Duration) -> Self {
@@ -208,7 +216,7 @@ impl Recoverer {
     /// One pass: sweep, claim, reconcile, replay, record.
     pub async fn run_once(&self) -> Result<RecoveryReport, LedgerError> {
         let mut report = RecoveryReport::default();
-        let now = engine::now_ms();
+        let now = self.shared.clock.now_ms();
         let swept = self.ledger().sweep_expired(now).await?;
         for row in &swept {
             tracing::info!(
@@ -221,6 +229,12 @@ impl Recoverer {
         }
         report.swept = swept.len();
 
+        // Taken before the claim: the store sets each lease from a reading taken after this
+        // one (its own clock, with PostgreSQL's database clock), so `claimed_at + lease` never
+        // ends later than the stored lease. Leases are compared on this monotonic clock, never
+        // on the worker's wall clock against the ledger's (a worker clock ahead of the
+        // database's would otherwise see every lease it just took as nearly spent).
+        let claimed_at = tokio::time::Instant::now();
         let claimed = self
             .ledger()
             .claim_due(now, self.lease.as_millis() as i64, self.batch)
@@ -230,9 +244,7 @@ impl Recoverer {
             // Rows are worked one after another; a row whose lease is too close to its end to
             // fit a lookup is left alone (counted stale) for a later claim, rather than worked
             // past its lease (safe thanks to fencing, but wasted).
-            if let Some(until) = row.lease_until_ms
-                && engine::now_ms() + (self.lease.as_millis() as i64) / 2 > until
-            {
+            if claimed_at.elapsed() > self.lease / 2 {
                 report.stale += 1;
                 continue;
             }
@@ -254,7 +266,7 @@ impl Recoverer {
                             "from" => before.as_str(),
                             "to" => r.state.as_str(),
                         )
-                        .record((engine::now_ms() - t0).max(0) as f64 / 1000.0);
+                        .record((self.shared.clock.now_ms() - t0).max(0) as f64 / 1000.0);
                     }
                 }
                 Some(r) if r.state == State::ManualReview => report.escalated += 1,
@@ -275,8 +287,11 @@ impl Recoverer {
             return self.replay(row, report).await;
         }
         // Budget and window first: the pure function says whether recovery may go on.
-        if let Ok(t) = transition(&row.snapshot(), &Event::ClaimRecovery, engine::clock())
-            && t.to == State::ManualReview
+        if let Ok(t) = transition(
+            &row.snapshot(),
+            &Event::ClaimRecovery,
+            engine::clock(&self.shared),
+        ) && t.to == State::ManualReview
         {
             let reason = t.reason.unwrap_or_else(|| "recovery budget spent".into());
             return self.escalate(&row, reason).await;
@@ -321,8 +336,13 @@ impl Recoverer {
             }
         }
 
-        // Still unknown. Path (b): a same-key replay the contract makes safe.
-        if let (Some(reason), Some(_)) = (self.replay_safe(&row, contract.as_deref()), &self.replay)
+        // Still unknown. Path (b): a same-key replay the contract makes safe. Only from
+        // UNKNOWN: the vendor said a PROCESSING write was accepted, so resending it proves
+        // nothing (and the state machine refuses it: offering it every pass would append a
+        // refusal to the log every lease period).
+        if row.state == State::Unknown
+            && let (Some(reason), Some(_)) =
+                (self.replay_safe(&row, contract.as_deref()), &self.replay)
         {
             match self.shared.authorizer.check(&row, Access::Write).await {
                 Ok(()) => {
@@ -388,7 +408,7 @@ impl Recoverer {
         // Unknown retention: not safe (the key may already be pruned and the replay run anew).
         let retention_ms = contract.retention_secs? as i64 * 1000;
         let first_sent = first_sent_ms(row)?;
-        let must_finish_by = engine::now_ms()
+        let must_finish_by = self.shared.clock.now_ms()
             + row.policy.attempt_timeout_ms as i64
             + self.skew_margin.as_millis() as i64;
         if must_finish_by >= first_sent + retention_ms {
@@ -435,9 +455,48 @@ impl Recoverer {
                 )
                 .await;
         };
+        // A replay made safe by the contract alone (path (b): the first attempt may have
+        // applied) is only safe while the vendor still holds the key. The decision may have been
+        // taken long ago (a rate limit, an authorizer, a restart): check again now, right before
+        // the claim; the skew margin covers the claim itself.
+        if row.state == State::RetryReady
+            && row.may_have_applied
+            && self.replay_safe(&row, Some(&contract)).is_none()
+        {
+            return self
+                .escalate(
+                    &row,
+                    "a same-key replay is no longer covered by the vendor's key retention".into(),
+                )
+                .await;
+        }
+        // The exact request, key placed, before send rights are claimed: one that cannot be
+        // built leaves nothing claimed.
+        let request = match outgoing::build(
+            &row.request,
+            &contract,
+            &row.idempotency_key,
+            outgoing::Carried::nothing(),
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                let why = match e {
+                    outgoing::BuildError::Key(e) => format!("the key cannot be placed: {e}"),
+                    outgoing::BuildError::Frozen(e) => {
+                        format!("the frozen request does not rebuild: {e}")
+                    }
+                    outgoing::BuildError::Secrets => "the contract keeps secret body fields out \
+                        of the ledger and the replay stack does not supply them"
+                        .to_owned(),
+                };
+                return self
+                    .escalate(&row, format!("{why}; nothing was sent"))
+                    .await;
+            }
+        };
 
         let attempt = AttemptId::generate();
-        let lease_until = engine::now_ms() + row.policy.lease().as_millis() as i64;
+        let lease_until = self.shared.clock.now_ms() + row.policy.lease().as_millis() as i64;
         let applied = engine::apply_event(
             &self.shared,
             &row,
@@ -457,24 +516,20 @@ impl Recoverer {
             other => return self.settle(&row, other, Evidence::unknown("replay")).await,
         };
 
-        // The attempt is durable; build the stored bytes with the stored key.
+        // The attempt is durable; send the bytes built above.
         let deadline = tokio::time::Instant::now() + claimed.policy.attempt_timeout();
         let token = AttemptToken::new(claimed.operation_id.clone(), attempt);
-        let observed: Observed<UnsyncBoxBody<Bytes, BoxError>> = match self
-            .build_replay(&claimed, &contract, &token)
-        {
-            Ok(req) => {
-                report.replays += 1;
-                tracing::info!(attempt = %attempt, generation = %claimed.generation, "replaying with the same key and bytes");
-                match tokio::time::timeout_at(deadline, service.oneshot(req)).await {
-                    Ok(Ok(res)) => Observed::Response(res),
-                    Ok(Err(e)) => Observed::Failed(e),
-                    Err(_) => Observed::TimedOut,
-                }
-            }
-            // Never sent: the guard error type proves it to the classifier.
-            Err(e) => Observed::Failed(e),
-        };
+        let (mut parts, body) = request.into_parts();
+        parts.extensions.insert(token.clone());
+        let request = Request::from_parts(parts, Full::new(body));
+        report.replays += 1;
+        tracing::info!(attempt = %attempt, generation = %claimed.generation, "replaying with the same key and bytes");
+        let observed: Observed<UnsyncBoxBody<Bytes, BoxError>> =
+            match tokio::time::timeout_at(deadline, service.oneshot(request)).await {
+                Ok(Ok(res)) => Observed::Response(res),
+                Ok(Err(e)) => Observed::Failed(e),
+                Err(_) => Observed::TimedOut,
+            };
         let ctx = Box::new(AttemptCtx {
             shared: self.shared.clone(),
             contract,
@@ -493,19 +548,6 @@ impl Recoverer {
             .await
     }
 
-    fn build_replay(
-        &self,
-        row: &OperationRecord,
-        contract: &Contract,
-        token: &AttemptToken,
-    ) -> Result<Request<Full<Bytes>>, BoxError> {
-        let (mut parts, body) = row.request.to_request()?.into_parts();
-        let body = contract.attach_key(&mut parts, body, &row.idempotency_key)?;
-        parts.headers.remove(http::header::CONTENT_LENGTH);
-        parts.extensions.insert(token.clone());
-        Ok(Request::from_parts(parts, Full::new(body)))
-    }
-
     /// A resend that cannot go now waits for the next pass, or hands over once the window can
     /// no longer fit an attempt.
     async fn wait_or_escalate(
@@ -513,7 +555,7 @@ impl Recoverer {
         row: &OperationRecord,
         why: &str,
     ) -> Result<Option<OperationRecord>, LedgerError> {
-        let now = engine::now_ms();
+        let now = self.shared.clock.now_ms();
         let fits = row
             .deadline_ms
             .is_none_or(|d| d - now >= row.policy.attempt_timeout_ms as i64);
@@ -525,7 +567,7 @@ impl Recoverer {
         let next = now
             + row
                 .policy
-                .query_delay(row.queries_used, None, rand::random::<f64>())
+                .query_delay(row.queries_used, None, self.shared.clock.jitter())
                 .max(Duration::from_millis(row.policy.query_backoff_base_ms))
                 .as_millis() as i64;
         let t = Transition {
@@ -540,6 +582,7 @@ impl Recoverer {
             remote_ref: None,
             reason: None,
             operation_level: false,
+            keep_lease: false,
         };
         let entry = crate::ledger::NewEvidence {
             attempt_id: None,
@@ -606,12 +649,33 @@ impl Recoverer {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
-            match self.run_once().await {
-                Ok(report) if report != RecoveryReport::default() => {
+            // Each pass runs as its own task, so a panic in it (a reconciler's bug, say) is
+            // caught, reported and counted, and the next pass runs: a recovery engine that died
+            // silently would leave every unknown operation unowned.
+            let pass = tokio::spawn({
+                let this = self.clone();
+                async move { this.run_once().await }
+            });
+            match pass.await {
+                Ok(Ok(report)) if report != RecoveryReport::default() => {
                     tracing::debug!(?report, "recovery pass");
                 }
-                Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "recovery pass failed; retrying"),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "recovery pass failed; retrying"),
+                Err(e) if e.is_panic() => {
+                    let panic = e.into_panic();
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a non-string panic payload".into());
+                    metrics::counter!("recoverable_write_recovery_panics_total").increment(1);
+                    tracing::error!(
+                        panic = %crate::layer::Short(&what),
+                        "recovery pass panicked; the rows it held are retried after their lease"
+                    );
+                }
+                Err(e) => tracing::error!(error = %e, "recovery pass was cancelled"),
             }
             tokio::select! {
                 _ = &mut shutdown => return,

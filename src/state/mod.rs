@@ -244,6 +244,11 @@ pub struct Transition {
     /// (a lookup or a human) rather than about one attempt. The store refuses an attempt-level
     /// rejection once any attempt may have applied.
     pub operation_level: bool,
+    /// Whether the row keeps its current lease. A human's claim or decision, and an
+    /// escalation, take send rights away but cannot recall bytes already on the wire: the lease
+    /// of an attempt that may still be live is kept, so the store grants no new send (it claims
+    /// nothing whose lease is live) before that attempt is dead on the ledger's clock.
+    pub keep_lease: bool,
 }
 
 /// An event the state machine does not allow in the current state.
@@ -285,6 +290,7 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
         remote_ref: None,
         reason: None,
         operation_level: false,
+        keep_lease: false,
     };
     let policy = s.policy;
     let now = clock.now_ms;
@@ -476,9 +482,10 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
             };
             Ok(Transition {
                 // Escalating an in-flight attempt takes its send rights away, but its bytes may
-                // already be on the wire: it may have applied.
+                // already be on the wire: it may have applied, and its lease stays.
                 bump_generation: s.state == State::InFlight,
                 may_have_applied: s.may_have_applied || s.state == State::InFlight,
+                keep_lease: matches!(s.state, State::InFlight | State::RetryReady),
                 ..escalate(reason.clone(), business)
             })
         }
@@ -492,6 +499,8 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 operation_level: true,
                 ..stay()
             }),
+            // Sendable again, but not before the lease of any attempt the reviewer's claim cut
+            // off has run out: the store claims no row whose lease is live (DRILLS D27).
             ReviewDecision::ConfirmedNotExecuted => Ok(Transition {
                 to: State::RetryReady,
                 bump_generation: true,
@@ -501,6 +510,7 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 deadline_ms: None,
                 next_check_ms: Some(now),
                 operation_level: true,
+                keep_lease: true,
                 ..stay()
             }),
             ReviewDecision::KeepPending => Err(Refused {
@@ -558,6 +568,15 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 bump_generation: true,
                 may_have_applied: s.may_have_applied || s.state == State::InFlight,
                 last_result: business,
+                // An attempt's lease: IN_FLIGHT, or one kept into MANUAL_REVIEW and on into
+                // RETRY_READY by a reviewer's "not executed" (a second review cycle must not drop
+                // it). On RETRY_READY it may also be the recovery engine's own lease: keeping it
+                // only delays the replay by that lease. UNKNOWN and PROCESSING rows never carry
+                // an attempt's lease.
+                keep_lease: matches!(
+                    s.state,
+                    State::InFlight | State::ManualReview | State::RetryReady
+                ),
                 ..escalate(format!("claimed by reviewer {reviewer}"), State::Unknown)
             })
         }

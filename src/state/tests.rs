@@ -1519,3 +1519,46 @@ fn review_claim_fences_recovery_and_revokes_send_rights() {
     let t = ok(Row::typical(State::InFlight).may(false), &ev, T0);
     assert!(t.may_have_applied, "an in-flight attempt may still apply");
 }
+
+/// Issue 10 item 1: a human's claim or decision cannot make an operation sendable while an
+/// attempt cut off by it may still be on the wire; the row keeps that attempt's lease, and the
+/// store claims nothing under a live lease.
+#[test]
+fn human_decisions_keep_a_live_attempt_lease_and_nothing_else_does() {
+    let now = 1_000;
+    let claim = Event::ReviewClaim {
+        reviewer: "alice".into(),
+    };
+    assert!(ok(Row::typical(State::InFlight), &claim, now).keep_lease);
+    assert!(ok(Row::typical(State::ManualReview), &claim, now).keep_lease);
+    // A second review cycle: the RETRY_READY row a reviewer re-approved may still carry the
+    // live attempt's lease (found by the simulation, seeds 44, 1536, 2040).
+    assert!(ok(Row::typical(State::RetryReady), &claim, now).keep_lease);
+    for from in [State::Unknown, State::Processing] {
+        assert!(
+            !ok(Row::typical(from), &claim, now).keep_lease,
+            "a recovery lease on {from} guards no bytes on the wire"
+        );
+    }
+    let escalate = Event::Escalate {
+        reason: "budget".into(),
+    };
+    assert!(ok(Row::typical(State::InFlight), &escalate, now).keep_lease);
+    assert!(ok(Row::typical(State::RetryReady), &escalate, now).keep_lease);
+    assert!(!ok(Row::typical(State::Unknown), &escalate, now).keep_lease);
+    let not_executed = ok(
+        Row::typical(State::ManualReview),
+        &Event::Review(ReviewDecision::ConfirmedNotExecuted),
+        now,
+    );
+    assert_eq!(not_executed.to, State::RetryReady);
+    assert!(not_executed.keep_lease);
+    // An attempt's own result or its lease expiry ends it: the lease goes.
+    let result = ok(
+        Row::typical(State::InFlight),
+        &attempt(Evidence::unknown("timeout")),
+        now,
+    );
+    assert!(!result.keep_lease);
+    assert!(!ok(Row::typical(State::InFlight), &Event::LeaseExpired, now).keep_lease);
+}
