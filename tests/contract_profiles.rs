@@ -1845,3 +1845,26 @@ fn twenty_thousand_routes_load_and_select_the_most_specific() {
     assert_eq!(c7.retention_secs, Some(1_007));
     assert!(cs.find(&c7.reference()).is_some());
 }
+
+#[test]
+fn deeply_nested_values_are_syntax_errors_not_stack_overflows() {
+    let deep =
+        |open: &str, close: &str| format!("{}{}", open.repeat(100_000), close.repeat(100_000));
+    let json = format!(
+        "{{\"contracts\": {{\"c\": {{\"rules\": {}}}}}}}",
+        deep("[", "]")
+    );
+    let toml = format!("[contracts.c]\nrules = {}\n", deep("[", "]"));
+    let dotted = format!("[contracts.c]\n{}b = 1\n", "a.".repeat(100_000));
+    for err in [
+        Contracts::from_json_str(&json, "deep.json").unwrap_err(),
+        Contracts::from_toml_str(&toml, "deep.toml").unwrap_err(),
+        Contracts::from_toml_str(&dotted, "deep.toml").unwrap_err(),
+    ] {
+        assert!(
+            matches!(err.kind(), ConfigErrorKind::Syntax { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("recurs"), "{err}");
+    }
+}
