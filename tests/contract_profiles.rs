@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use recoverable_write::contract::profiles::{self, PayPalApi};
 use recoverable_write::contract::{
     ConfigErrorKind, Contract, ContractErrorKind, Contracts, EvidenceClass, KeyFormat,
-    KeyPlacement, Lookup, Replay, Rule,
+    KeyPlacement, Lookup, Replay, Rule, Target,
 };
 use recoverable_write::operation::{PayloadDigest, PayloadHash};
 use recoverable_write::{ConflictKind, Evidence, IdempotencyKey};
@@ -1867,4 +1867,49 @@ fn deeply_nested_values_are_syntax_errors_not_stack_overflows() {
         );
         assert!(err.to_string().contains("recurs"), "{err}");
     }
+}
+
+#[test]
+fn twenty_thousand_prefixes_of_one_host_select_the_longest() {
+    let mut cs = Contracts::default();
+    for i in 0..20_000 {
+        let c = Contract::conservative().named(format!("p{i}"));
+        cs = cs.route(Target::host("api.test").path_prefix(format!("/p{i}")), c);
+    }
+    cs = cs
+        .route(
+            Target::host("api.test").path_prefix("/p7/sub/"),
+            Contract::conservative().named("p7-sub"),
+        )
+        .route(
+            Target::host("api.test")
+                .path_prefix("/p7")
+                .method(Method::PUT),
+            Contract::conservative().named("p7-put"),
+        )
+        .route(
+            Target::host("API.test"),
+            Contract::conservative().named("host"),
+        );
+    let pick = |m: Method, u: &str| cs.select(&m, &u.parse::<Uri>().unwrap()).name.clone();
+    for i in (0..20_000).step_by(97) {
+        assert_eq!(
+            pick(Method::POST, &format!("https://api.test/p{i}")),
+            format!("p{i}")
+        );
+        assert_eq!(
+            pick(Method::POST, &format!("https://api.test/p{i}/x/y")),
+            format!("p{i}")
+        );
+        assert_eq!(
+            pick(Method::POST, &format!("https://api.test/p{i}x")),
+            "host"
+        );
+    }
+    assert_eq!(pick(Method::POST, "https://api.test/p7/sub"), "p7-sub");
+    assert_eq!(pick(Method::POST, "https://api.test/p7/sub/x"), "p7-sub");
+    assert_eq!(pick(Method::POST, "https://api.test/p7/subx"), "p7");
+    assert_eq!(pick(Method::PUT, "https://api.test/p7/x"), "p7-put");
+    assert_eq!(pick(Method::POST, "https://api.test/"), "host");
+    assert_eq!(pick(Method::POST, "https://other.test/p7"), "default");
 }

@@ -244,27 +244,51 @@ impl HostKey {
     }
 }
 
-/// Routes by host, so selection looks at the routes of the request's host (and the wildcards
-/// of its parent domains) instead of scanning every route. It only narrows the candidates:
+/// Routes by host, then by path prefix, so selection looks at the routes that can match the
+/// request (those of its host, and the wildcards of its parent domains, under one of its path's
+/// segment prefixes) instead of scanning every route. It only narrows the candidates:
 /// `specificity` still decides, so the index cannot change which route wins.
 #[derive(Clone, Debug, Default)]
 struct Index {
-    /// Exact host → positions in `routes`, ascending.
-    exact: HashMap<String, Vec<usize>>,
-    /// Wildcard suffix (`stripe.com` for `*.stripe.com`) → positions in `routes`, ascending.
-    wildcard: HashMap<String, Vec<usize>>,
+    /// Exact host → its routes by prefix.
+    exact: HashMap<String, ByPrefix>,
+    /// Wildcard suffix (`stripe.com` for `*.stripe.com`) → its routes by prefix.
+    wildcard: HashMap<String, ByPrefix>,
     /// Each target's position, to replace an equal target in place.
     position: HashMap<Target, usize>,
 }
 
+/// Normalized path prefix (`""` for none or `/`) → positions in `routes`, ascending.
+type ByPrefix = HashMap<String, Vec<usize>>;
+
 impl Index {
     fn add(&mut self, target: &Target, at: usize) {
-        let list = match HostKey::of(&target.host) {
+        let by_prefix = match HostKey::of(&target.host) {
             HostKey::Exact(k) => self.exact.entry(k).or_default(),
             HostKey::Wildcard(k) => self.wildcard.entry(k).or_default(),
         };
-        list.push(at);
+        let prefix = target.path_prefix.as_deref().map_or("", normalize_prefix);
+        by_prefix.entry(prefix.to_owned()).or_default().push(at);
         self.position.insert(target.clone(), at);
+    }
+}
+
+/// Calls `f` with the routes of `by_prefix` whose prefix can match `path`: a (normalized)
+/// prefix matches when it is empty, equals the path, or is followed in the path by `/`.
+fn for_prefixes_of(by_prefix: &ByPrefix, path: &str, mut f: impl FnMut(&[usize])) {
+    if let Some(list) = by_prefix.get("") {
+        f(list);
+    }
+    let ends = path
+        .bytes()
+        .enumerate()
+        .filter(|&(i, b)| b == b'/' && i > 0)
+        .map(|(i, _)| i)
+        .chain((!path.is_empty()).then_some(path.len()));
+    for end in ends {
+        if let Some(list) = by_prefix.get(&path[..end]) {
+            f(list);
+        }
     }
 }
 
@@ -367,18 +391,21 @@ impl Contracts {
         } else {
             Cow::Borrowed(host)
         };
+        let path = uri.path();
         let mut best: Option<(Rank, usize)> = None;
-        let consider = |best: &mut Option<(Rank, usize)>, candidates: &[usize]| {
-            for &at in candidates {
-                if let Some(rank) = self.routes[at].target.specificity(method, uri)
-                    && best.is_none_or(|(b, first)| rank > b || (rank == b && at < first))
-                {
-                    *best = Some((rank, at));
+        let consider = |best: &mut Option<(Rank, usize)>, by_prefix: &ByPrefix| {
+            for_prefixes_of(by_prefix, path, |candidates| {
+                for &at in candidates {
+                    if let Some(rank) = self.routes[at].target.specificity(method, uri)
+                        && best.is_none_or(|(b, first)| rank > b || (rank == b && at < first))
+                    {
+                        *best = Some((rank, at));
+                    }
                 }
-            }
+            });
         };
-        if let Some(list) = self.index.exact.get(host.as_ref()) {
-            consider(&mut best, list);
+        if let Some(by_prefix) = self.index.exact.get(host.as_ref()) {
+            consider(&mut best, by_prefix);
         }
         // An exact host outranks every wildcard, so wildcards matter only without one.
         if best.is_none() && !self.index.wildcard.is_empty() {
@@ -386,9 +413,9 @@ impl Contracts {
             for (dot, b) in host.bytes().enumerate() {
                 if b == b'.'
                     && dot > 0
-                    && let Some(list) = self.index.wildcard.get(&host[dot + 1..])
+                    && let Some(by_prefix) = self.index.wildcard.get(&host[dot + 1..])
                 {
-                    consider(&mut best, list);
+                    consider(&mut best, by_prefix);
                 }
             }
         }

@@ -1444,7 +1444,7 @@ fn arb_target() -> impl Strategy<Value = Target> {
         "",
     ]);
     let prefix = prop::option::of(prop::sample::select(vec![
-        "", "/", "/v1", "/v1/", "/v1/x", "/v10",
+        "", "/", "//", "/v1", "/v1/", "/v1//", "/v1/x", "/v10", "/V1", "v1", "/v1/x/",
     ]));
     let method = prop::option::of(prop::sample::select(vec![Method::POST, Method::GET]));
     (host, prefix, method).prop_map(|(h, p, m)| {
@@ -1472,7 +1472,9 @@ proptest! {
         ]),
         port in prop::option::of(prop::sample::select(vec![80u16, 443, 8080, 8443])),
         scheme in prop::sample::select(vec!["http", "https"]),
-        path in prop::sample::select(vec!["/", "/v1", "/v1/x", "/v10", "/v1/x/y", "/w"]),
+        path in prop::sample::select(vec![
+            "/", "/v1", "/v1/", "/v1/x", "/v10", "/v1/x/y", "/w", "//", "/v1//x", "/V1/x",
+        ]),
         method in prop::sample::select(vec![Method::POST, Method::GET, Method::PUT]),
     ) {
         let mut cs = Contracts::default();
