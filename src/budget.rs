@@ -10,6 +10,13 @@
 //!
 //! A [`BudgetPolicy`] is frozen onto each operation when it is created; changing the policy later
 //! applies to new operations only.
+//!
+//! [`BudgetPolicy::validate`] bounds every field (the `MAX_*` constants) so that no time
+//! computation can overflow, and names the field at fault ([`BudgetError`]). The derived
+//! durations ([`lease`](BudgetPolicy::lease), [`attempt_timeout`](BudgetPolicy::attempt_timeout),
+//! [`window`](BudgetPolicy::window), [`query_delay`](BudgetPolicy::query_delay)) saturate and
+//! clamp even for a policy that was never validated (a row written by an older version), and
+//! server or reconciler hints are held to a year ([`clamp_hint`], [`hint_ms`]).
 
 use std::time::Duration;
 

@@ -53,8 +53,8 @@
 //!
 //! Loading is linear in the size of the file: each contract is resolved once, and routes that
 //! name the same contract share it (and its [reference](super::Contract::reference)).
-//! Selection looks only at the routes of the request's host and the wildcards of its parent
-//! domains (see [`Contracts`]).
+//! Selection looks only at the routes that can match: the request's host and the wildcards of
+//! its parent domains, under the path's own segment prefixes (see [`Contracts`]).
 //!
 //! # Errors
 //!

@@ -361,8 +361,9 @@ impl Contracts {
     /// over wildcard, then the longest path prefix, then a given method; the first registered on
     /// a tie); with no match, the default.
     ///
-    /// Routes are indexed by host: the cost is that of the routes for the request's host (and
-    /// of the wildcards for its parent domains), not of every route.
+    /// Routes are indexed by host and path prefix: the cost is that of the routes that can
+    /// match (the request's host and the wildcards of its parent domains, under the path's own
+    /// segment prefixes), not of every route.
     pub fn select(&self, method: &Method, uri: &Uri) -> &Arc<Contract> {
         self.select_with_reference(method, uri).0
     }
