@@ -875,6 +875,31 @@ fn numeric_fields_beyond_their_bounds_are_refused() {
 }
 
 #[test]
+fn contract_from_json_refuses_duplicate_fields() {
+    // serde's derived structs refuse a repeated field (a map would keep the last silently).
+    for (text, field) in [
+        (
+            r#"{"name":"x","key":{"in":"header","name":"Idempotency-Key"},"retention_secs":86400,"retention_secs":1}"#,
+            "retention_secs",
+        ),
+        (
+            r#"{"name":"x","key":{"in":"header","in":"query","name":"Idempotency-Key"}}"#,
+            "in",
+        ),
+        (
+            r#"{"name":"x","key":{"in":"header","name":"Idempotency-Key"},"remote_ref":{"pointer":"/id","pointer":"/x"}}"#,
+            "pointer",
+        ),
+    ] {
+        let err = Contract::from_json(text).unwrap_err();
+        let ContractErrorKind::Parse(why) = err.kind() else {
+            panic!("{err:?}")
+        };
+        assert!(why.contains(&format!("duplicate field `{field}`")), "{why}");
+    }
+}
+
+#[test]
 fn builtin_profiles_are_valid() {
     Contract::conservative().validate().unwrap();
     Contract::ietf_draft().validate().unwrap();
