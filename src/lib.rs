@@ -51,13 +51,16 @@
 //! - `sqlite` (default): [`SqliteLedger`], the embedded durable ledger.
 //! - `postgres`: `PostgresLedger`, the shared ledger for many workers, with the outbox.
 //! - `test-util`: [`testing::FakeVendor`], the drill harness and the ledger conformance suite.
-//! - `reqwest`: the reqwest-middleware adapter ([`reqwest`](mod@crate::reqwest)).
+//! - `reqwest`: the reqwest-middleware adapter ([`reqwest`](mod@crate::reqwest)) and the reqwest
+//!   transport for recovery.
+//! - `axum`: `IntoResponse` for [`Outcome`] and [`Error`] ([`responses`]).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod authorize;
 pub mod budget;
+pub mod builder;
 pub mod clock;
 pub mod contract;
 mod engine;
@@ -70,6 +73,8 @@ pub mod operation;
 pub mod reconcile;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+#[cfg(feature = "axum")]
+pub mod responses;
 pub mod review;
 pub mod state;
 #[cfg(feature = "test-util")]
@@ -77,6 +82,7 @@ pub mod testing;
 
 pub use authorize::{Access, Authorizer, Denied};
 pub use budget::{BudgetPolicy, ReplayLimiter};
+pub use builder::{BuildError, Config, ConfigBuilder};
 pub use contract::{Contract, Contracts};
 pub use evidence::{ConflictKind, Evidence};
 pub use guard::{SendOnceGuard, SendOnceGuardLayer};

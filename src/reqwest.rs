@@ -61,8 +61,10 @@
 //!   marked [`Untracked`], which [`SendOnceMiddleware`] lets through.
 //! - Errors come back as `reqwest_middleware::Error::Middleware` wrapping a
 //!   [`crate::Error`]; use [`error`] / [`outcome`] to get at it.
-//! - Replays by the [`Recoverer`](crate::Recoverer) go through a tower service; give it
-//!   `hyper-util` or any tower client stack with [`SendOnceGuardLayer`](crate::SendOnceGuardLayer).
+//! - Lookups and replays by the [`Recoverer`](crate::Recoverer) go through your own reqwest
+//!   client too: pass [`transport`]`(client)` to
+//!   [`ConfigBuilder::transport`](crate::ConfigBuilder::transport) (keep
+//!   [`SendOnceMiddleware`] in that client's chain). No second HTTP stack is needed.
 
 use std::sync::Arc;
 
@@ -87,6 +89,69 @@ pub fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .retry(reqwest::retry::never())
         .redirect(reqwest::redirect::Policy::none())
+}
+
+/// A tower service over your reqwest client, for the lookups and replays of the recovery engine
+/// ([`ConfigBuilder::transport`](crate::ConfigBuilder::transport)): reqwest users need no second
+/// HTTP client stack. Build the client it wraps without the [`RecoverableWriteMiddleware`] (the
+/// engine records its attempts itself), with [`SendOnceMiddleware`] in its chain and with
+/// [`client_builder`] (no redirects, no retries).
+///
+/// ```no_run
+/// use recoverable_write::reqwest::{SendOnceMiddleware, client_builder, transport};
+/// use recoverable_write::{MemoryLedger, RecoverableWrite};
+///
+/// # fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let below = reqwest_middleware::ClientBuilder::new(client_builder().build()?)
+///     .with(SendOnceMiddleware::new())
+///     .build();
+/// let rw = RecoverableWrite::builder(MemoryLedger::new())
+///     .transport(transport(below.clone()))
+///     .build()?;
+/// # let _ = rw;
+/// # Ok(())
+/// # }
+/// ```
+pub fn transport(client: impl Into<reqwest_middleware::ClientWithMiddleware>) -> ReqwestTransport {
+    ReqwestTransport {
+        client: client.into(),
+    }
+}
+
+/// See [`transport`].
+#[derive(Clone, Debug)]
+pub struct ReqwestTransport {
+    client: reqwest_middleware::ClientWithMiddleware,
+}
+
+impl tower_service::Service<http::Request<Full<Bytes>>> for ReqwestTransport {
+    type Response = http::Response<reqwest::Body>;
+    type Error = BoxError;
+    type Future = crate::ledger::BoxFuture<'static, Result<Self::Response, BoxError>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Full<Bytes>>) -> Self::Future {
+        let client = self.client.clone();
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            let url = reqwest::Url::parse(&parts.uri.to_string())?;
+            let mut out = reqwest::Request::new(parts.method, url);
+            *out.headers_mut() = parts.headers;
+            *out.body_mut() = Some(reqwest::Body::from(into_bytes(body).await));
+            let mut ext = parts.extensions;
+            let res = client
+                .execute_with_extensions(out, &mut ext)
+                .await
+                .map_err(unpack)?;
+            Ok(http::Response::from(res))
+        })
+    }
 }
 
 /// The recoverable-write flow as a reqwest middleware. Put it first (outermost) in the chain.

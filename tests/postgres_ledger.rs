@@ -839,8 +839,11 @@ async fn a_connection_the_server_dropped_fails_one_statement_then_is_replaced() 
         if ping {
             assert_eq!(first.expect("replaced before use"), Some(r.clone()));
         } else {
+            // Without a ping the dead connection fails its statement, unless the pool noticed the
+            // close by itself first (it may, on a loaded machine); never a wrong answer.
             assert!(
-                matches!(first, Err(LedgerError::Unavailable(_))),
+                matches!(&first, Err(LedgerError::Unavailable(_)))
+                    || matches!(&first, Ok(Some(row)) if *row == r),
                 "the dead connection fails its statement: {first:?}"
             );
         }

@@ -1115,3 +1115,107 @@ async fn a_panicking_pass_does_not_kill_the_spawned_recoverer() {
     assert_eq!(state, State::Succeeded, "the recoverer survived its panic");
     assert_eq!(drill.vendor.tickets_created(), 1);
 }
+
+/// Issue 10 item 12: a `PREPARED` row nobody sends (the process died after an outbox commit)
+/// is sent by the recoverer once it is old enough, with its own key and bytes; a young one is
+/// left to its caller.
+#[tokio::test]
+async fn a_prepared_row_nobody_sends_is_sent_by_the_recoverer_once() {
+    let drill = Drill::start().await;
+    let op = new_op("intent-orphan");
+    let req = drill.ticket_request(&op, "E17");
+    let (parts, body) = req.into_parts();
+    let body = http_body_util::BodyExt::collect(body)
+        .await
+        .unwrap()
+        .to_bytes();
+    let created = drill
+        .ledger
+        .create_or_get(
+            drill
+                .layer
+                .new_operation(&op, &http::Request::from_parts(parts, body)),
+        )
+        .await
+        .unwrap()
+        .into_record();
+    assert_eq!(created.state, State::Prepared);
+
+    // Young: left to the caller that recorded it.
+    drill.recoverer.run_once().await.unwrap();
+    assert_eq!(drill.record(op.id()).await.state, State::Prepared);
+    assert_eq!(drill.vendor.posts_received(), 0);
+
+    // Old enough (here: at once): the recoverer makes its first send.
+    let recoverer = drill
+        .recoverer
+        .clone()
+        .send_prepared_after(Some(Duration::ZERO));
+    let mut row = drill.record(op.id()).await;
+    for _ in 0..100 {
+        let report = recoverer.run_once().await.unwrap();
+        row = drill.record(op.id()).await;
+        if row.state == State::Succeeded {
+            assert!(report.claimed_prepared <= 1);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.idempotency_key, created.idempotency_key);
+    let posts = drill.vendor.requests();
+    assert_eq!(posts.len(), 1);
+    assert_eq!(
+        posts[0].idempotency_key.as_deref(),
+        Some(created.idempotency_key.as_str())
+    );
+    assert_eq!(posts[0].body, created.request.body);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+
+    // And a later call by the original caller gets the answer, nothing sent again.
+    let mut svc = drill.writer();
+    let res = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    assert_eq!(drill.vendor.posts_received(), 1);
+}
+
+/// A `PREPARED` row whose first send is not authorized goes to a human, once, instead of being
+/// claimed and deferred every lease period.
+#[tokio::test]
+async fn a_prepared_row_whose_first_send_is_refused_goes_to_a_human() {
+    let drill = Drill::with_options(DrillOptions {
+        authorizer: Some(Arc::new(|_op: &OperationRecord, access: Access| {
+            if access == Access::Write {
+                Err(Denied::new(access, "approval withdrawn"))
+            } else {
+                Ok(())
+            }
+        })),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-orphan-denied");
+    let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("denied");
+    assert!(matches!(err, Error::Denied { .. }), "{err:?}");
+    let recoverer = drill
+        .recoverer
+        .clone()
+        .send_prepared_after(Some(Duration::ZERO));
+    let report = recoverer.run_once().await.unwrap();
+    assert_eq!(report.claimed_prepared, 1);
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::ManualReview);
+    assert_eq!(row.last_result, Some(State::Prepared), "never sent");
+    assert!(
+        row.reason
+            .as_deref()
+            .unwrap()
+            .contains("approval withdrawn")
+    );
+    assert_eq!(drill.vendor.posts_received(), 0);
+}

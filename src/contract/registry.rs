@@ -473,7 +473,7 @@ impl Contracts {
         Ok(())
     }
 
-    fn all(&self) -> impl Iterator<Item = &Arc<Contract>> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Arc<Contract>> {
         std::iter::once(&self.default).chain(self.routes.iter().map(|r| &r.contract))
     }
 }

@@ -210,6 +210,10 @@ impl RecoverableWriteLayer {
         }
     }
 
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
     fn edit(mut self, f: impl FnOnce(&mut Shared)) -> Self {
         f(Arc::make_mut(&mut self.shared));
         self

@@ -42,7 +42,9 @@ impl Default for LookupStatuses {
 
 /// Looks an operation up with `GET` on a URL template, e.g.
 /// `http://vendor.test/operations/{operation_id}` (placeholders: `{operation_id}`,
-/// `{idempotency_key}`, `{tenant}`, `{remote_ref}`; values are percent-encoded).
+/// `{idempotency_key}`, `{tenant}`, `{remote_ref}`; values are percent-encoded). A template that
+/// is a path (`/operations/{operation_id}`) is asked of the scheme and host the write was sent
+/// to.
 ///
 /// The answer counts as [`Evidence::Succeeded`] only when it is a 2xx JSON document that names
 /// this operation at the identity pointer (default `/operation_id`) and has a succeeded status at
@@ -171,6 +173,18 @@ impl<S> HttpLookup<S> {
                     ));
                 }
             }
+        }
+        // A template that is a path (`/operations/{operation_id}`, as contracts write it) asks
+        // the host the write was sent to.
+        if url.starts_with('/') {
+            let origin = op
+                .request
+                .url
+                .parse::<http::Uri>()
+                .ok()
+                .and_then(|u| Some(format!("{}://{}", u.scheme_str()?, u.authority()?)))
+                .ok_or("the URL template is a path and the operation's URL has no origin")?;
+            url = format!("{origin}{url}");
         }
         let mut req = Request::get(url)
             .body(Full::new(Bytes::new()))

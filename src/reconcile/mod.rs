@@ -13,6 +13,8 @@ mod recoverer;
 
 pub use self::http_lookup::{HttpLookup, LookupStatuses};
 pub use self::recoverer::{Recoverer, RecovererHandle, RecoveryReport};
+/// The stack lookups and replays go through, boxed.
+pub(crate) type Transport = self::recoverer::ReplayService;
 
 use crate::evidence::Evidence;
 use crate::ledger::{BoxFuture, OperationRecord};

@@ -31,7 +31,7 @@ use crate::operation::AttemptId;
 use crate::state::{Event, State, Transition, transition};
 
 /// The service replays are sent through: the stack below the layer (guard, client).
-type ReplayService =
+pub(crate) type ReplayService =
     BoxCloneSyncService<Request<Full<Bytes>>, Response<UnsyncBoxBody<Bytes, BoxError>>, BoxError>;
 
 /// What one pass of the [`Recoverer`] did.
@@ -51,6 +51,9 @@ pub struct RecoveryReport {
     pub pending: usize,
     /// Operations escalated to `MANUAL_REVIEW`.
     pub escalated: usize,
+    /// `PREPARED` operations nobody sent, claimed to make their first send (see
+    /// [`Recoverer::send_prepared_after`]).
+    pub claimed_prepared: usize,
     /// Results refused because the operation moved on meanwhile (a reviewer, another worker).
     pub stale: usize,
 }
@@ -72,7 +75,12 @@ pub struct RecoveryReport {
 ///    - (b) the result is still unknown but the contract makes a same-key replay safe and the
 ///      vendor's retention window still covers the replay's timeout plus a clock-skew margin;
 /// 5. escalates to `MANUAL_REVIEW` when the window, the write attempts or the queries are spent,
-///    when a hint lands past the window, or when there is no safe path at all.
+///    when a hint lands past the window, or when there is no safe path at all;
+/// 6. makes the first send of `PREPARED` operations nobody sent once they are old enough
+///    ([`send_prepared_after`](Recoverer::send_prepared_after)).
+///
+/// Rows a store cannot decode are quarantined by the store and skipped; the others are
+/// recovered. A pass that panics is reported and counted, and the next one runs.
 ///
 /// ```no_run
 /// # use std::sync::Arc;
@@ -95,6 +103,7 @@ pub struct Recoverer {
     by_contract: HashMap<String, Arc<dyn Reconciler>>,
     replay: Option<ReplayService>,
     limiter: Option<Arc<ReplayLimiter>>,
+    prepared_after: Option<Duration>,
     batch: u32,
     lease: Duration,
     interval: Duration,
@@ -109,6 +118,7 @@ impl fmt::Debug for Recoverer {
             .field("by_contract", &self.by_contract.keys().collect::<Vec<_>>())
             .field("replay", &self.replay.is_some())
             .field("limiter", &self.limiter)
+            .field("prepared_after", &self.prepared_after)
             .field("batch", &self.batch)
             .field("lease", &self.lease)
             .field("interval", &self.interval)
@@ -133,6 +143,7 @@ impl Recoverer {
             by_contract: HashMap::new(),
             replay: None,
             limiter: None,
+            prepared_after: Some(Duration::from_secs(60)),
             batch: 32,
             lease: Duration::from_secs(30),
             interval: Duration::from_millis(250),
@@ -170,9 +181,29 @@ impl Recoverer {
         self
     }
 
+    pub(crate) fn with_transport(mut self, transport: ReplayService) -> Self {
+        self.replay = Some(transport);
+        self
+    }
+
     /// Caps replays per target host across this process (see [`ReplayLimiter`]).
     pub fn replay_limiter(mut self, limiter: Arc<ReplayLimiter>) -> Self {
         self.limiter = Some(limiter);
+        self
+    }
+
+    /// Makes the first send of `PREPARED` operations recorded at least `age` ago that nobody sent
+    /// (default 60 s; `None` never does). An outbox row whose process died after the commit, or
+    /// a write whose caller was refused and never came back, is otherwise never sent: "nothing
+    /// lost" would depend on the caller returning. The send goes through the authorizer and the
+    /// budget like a replay; a refused one goes to a human. Needs
+    /// [`replay_through`](Self::replay_through).
+    ///
+    /// Choose `age` longer than your callers take between recording an operation and sending it
+    /// (the outbox's commit and the call after it); a caller and the recoverer racing for one
+    /// row still send it once (the store's compare-and-swap picks one).
+    pub fn send_prepared_after(mut self, age: Option<Duration>) -> Self {
+        self.prepared_after = age;
         self
     }
 
@@ -240,7 +271,24 @@ impl Recoverer {
             .claim_due(now, self.lease.as_millis() as i64, self.batch)
             .await?;
         report.claimed = claimed.len();
-        for row in claimed {
+        // PREPARED rows nobody sent (the process died after an outbox commit, or the caller was
+        // refused permission and never came back): never sent, so a first send is safe. Only
+        // claimed when this recoverer can send.
+        let prepared = match (self.prepared_after, &self.replay) {
+            (Some(age), Some(_)) => {
+                self.ledger()
+                    .claim_prepared(
+                        now,
+                        i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
+                        self.lease.as_millis() as i64,
+                        self.batch,
+                    )
+                    .await?
+            }
+            _ => Vec::new(),
+        };
+        report.claimed_prepared = prepared.len();
+        for row in claimed.into_iter().chain(prepared) {
             // Rows are worked one after another; a row whose lease is too close to its end to
             // fit a lookup is left alone (counted stale) for a later claim, rather than worked
             // past its lease (safe thanks to fencing, but wasted).
@@ -283,7 +331,7 @@ impl Recoverer {
         row: OperationRecord,
         report: &mut RecoveryReport,
     ) -> Result<Option<OperationRecord>, LedgerError> {
-        if row.state == State::RetryReady {
+        if matches!(row.state, State::RetryReady | State::Prepared) {
             return self.replay(row, report).await;
         }
         // Budget and window first: the pure function says whether recovery may go on.
@@ -435,6 +483,18 @@ impl Recoverer {
                 .await;
         };
         if let Err(denied) = self.shared.authorizer.check(&row, Access::Write).await {
+            if row.state == State::Prepared {
+                // Its caller was refused (or died) and never came back: a person decides.
+                return self
+                    .escalate(
+                        &row,
+                        format!(
+                            "recorded, never sent, and its first send is not authorized: {}",
+                            denied.reason
+                        ),
+                    )
+                    .await;
+            }
             tracing::warn!(%denied, "resend is safe but write permission is revoked");
             return self
                 .wait_or_escalate(&row, &format!("write not authorized: {}", denied.reason))

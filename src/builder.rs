@@ -1,0 +1,429 @@
+//! The one entry point: one validated configuration, every face of the crate over it.
+//!
+//! ```no_run
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use recoverable_write::{BudgetPolicy, Contracts, RecoverableWrite, SendOnceGuardLayer, SqliteLedger};
+//! use tower::ServiceBuilder;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::builder(TokioExecutor::new())
+//!     .retry_canceled_requests(false) // one retry owner: the recovery engine
+//!     .build_http::<Full<Bytes>>();
+//! // The stack below the layer: the first sends, the lookups and the replays all go through it.
+//! let below = ServiceBuilder::new()
+//!     .layer(SendOnceGuardLayer::new())
+//!     .service(client);
+//!
+//! let rw = RecoverableWrite::builder(SqliteLedger::open("operations.db").await?)
+//!     .contracts(Contracts::load("contracts.toml")?) // lookups come from the contracts
+//!     .budget(BudgetPolicy::default())
+//!     .transport(below.clone())
+//!     .build()?;
+//!
+//! let service = ServiceBuilder::new().layer(rw.layer()).service(below);
+//! let engine = rw.recoverer().spawn(); // same ledger, contracts, budget, authorizer, transport
+//! # let _ = service;
+//! engine.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Everything handed out by one [`Config`] shares the same ledger, contracts, budget,
+//! authorizer, notifier, clock and transport: a recoverer can no longer be built without the
+//! contracts its operations were made under, and a contract's `lookup` is the reconciler it
+//! gets (code-registered reconcilers still override it).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt, Full};
+use tower::ServiceExt;
+use tower::util::BoxCloneSyncService;
+use tower_service::Service;
+
+use crate::BoxError;
+use crate::authorize::{Authorizer, SharedAuthorizer};
+use crate::budget::{BudgetPolicy, ReplayLimiter};
+use crate::clock::{Clock, SharedClock};
+use crate::contract::{Contract, ContractError, Contracts, Lookup};
+use crate::layer::{RecoverableWrite, RecoverableWriteLayer, Shared};
+use crate::ledger::Ledger;
+use crate::notify::Notifier;
+use crate::reconcile::{HttpLookup, Reconciler, Recoverer, Transport};
+use crate::review::Reviews;
+
+/// Why a configuration was refused. Nothing was built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The budget is out of bounds; the message names the field.
+    #[error("budget: {0}")]
+    Budget(String),
+    /// A contract is invalid; the error names the contract and the field.
+    #[error(transparent)]
+    Contract(#[from] ContractError),
+    /// Another setting is out of bounds.
+    #[error("{field}: {problem}")]
+    Invalid {
+        /// The setting, as named by its builder method.
+        field: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+impl RecoverableWrite<()> {
+    /// The one entry point: a [`ConfigBuilder`] over `ledger`. See the [module docs](crate::builder).
+    pub fn builder(ledger: impl Ledger) -> ConfigBuilder {
+        ConfigBuilder::new(Arc::new(ledger))
+    }
+}
+
+/// Builds a [`Config`]. Every setting has a safe default; [`build`](Self::build) validates them
+/// all.
+#[must_use]
+pub struct ConfigBuilder {
+    shared: Shared,
+    transport: Option<Transport>,
+    tenant_header: Option<HeaderName>,
+    default_reconciler: Option<Arc<dyn Reconciler>>,
+    by_contract: HashMap<String, Arc<dyn Reconciler>>,
+    limiter: Option<Arc<ReplayLimiter>>,
+    recovery_lease: Duration,
+    recovery_interval: Duration,
+    lookup_timeout: Duration,
+}
+
+impl fmt::Debug for ConfigBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigBuilder")
+            .field("shared", &self.shared)
+            .field("transport", &self.transport.is_some())
+            .field("tenant_header", &self.tenant_header)
+            .field("by_contract", &self.by_contract.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConfigBuilder {
+    /// A builder over a shared ledger.
+    pub fn new(ledger: Arc<dyn Ledger>) -> Self {
+        Self {
+            shared: Shared::new(ledger),
+            transport: None,
+            tenant_header: None,
+            default_reconciler: None,
+            by_contract: HashMap::new(),
+            limiter: None,
+            recovery_lease: Duration::from_secs(30),
+            recovery_interval: Duration::from_millis(250),
+            lookup_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// The contracts chosen per target (default: the conservative contract for every target).
+    pub fn contracts(mut self, contracts: Contracts) -> Self {
+        self.shared.contracts = contracts;
+        self
+    }
+
+    /// One contract for every target.
+    pub fn contract(self, contract: Contract) -> Self {
+        self.contracts(Contracts::new(contract))
+    }
+
+    /// The budget frozen onto new operations (default [`BudgetPolicy::default`]).
+    pub fn budget(mut self, policy: BudgetPolicy) -> Self {
+        self.shared.policy = policy;
+        self
+    }
+
+    /// Consulted before every send (`Access::Write`) and every lookup (`Access::Query`).
+    pub fn authorizer(mut self, authorizer: impl Authorizer) -> Self {
+        self.shared.authorizer = SharedAuthorizer::new(authorizer);
+        self
+    }
+
+    /// The notification channel (one is made by default).
+    pub fn notifier(mut self, notifier: Notifier) -> Self {
+        self.shared.notifier = notifier;
+        self
+    }
+
+    /// The clock leases and windows are read on (see [`clock`](crate::clock)).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.shared.clock = SharedClock::new(clock);
+        self
+    }
+
+    /// Callers wait up to `bound` for the recovery engine instead of failing at once with
+    /// `Unknown` (see [`RecoverableWriteLayer::wait_for_resolution`]).
+    pub fn wait_for_resolution(mut self, bound: Duration) -> Self {
+        self.shared.wait = Some(bound);
+        self
+    }
+
+    /// Track every write, not only requests that carry an [`Operation`](crate::Operation)
+    /// (see [`RecoverableWriteLayer::track_all_writes`]).
+    pub fn track_all_writes(mut self, track: bool) -> Self {
+        self.shared.track_all_writes = track;
+        self
+    }
+
+    /// Largest request body a write may have (default 1 MiB).
+    pub fn max_request_body(mut self, bytes: usize) -> Self {
+        self.shared.max_request_body = bytes;
+        self
+    }
+
+    /// Largest response body read to classify a write's answer (default 4 MiB).
+    pub fn max_response_body(mut self, bytes: usize) -> Self {
+        self.shared.max_response_body = bytes;
+        self
+    }
+
+    /// How much of an authoritative answer is kept for callers that ask again (default 64 KiB).
+    pub fn stored_body_limit(mut self, bytes: usize) -> Self {
+        self.shared.stored_body = bytes;
+        self
+    }
+
+    /// The stack lookups and replays go through: the one **below** the layer (the send-once
+    /// guard and your client, which applies credentials). reqwest users pass
+    /// `recoverable_write::reqwest::transport(client)`. Without a transport the recovery engine
+    /// only escalates.
+    pub fn transport<S, RB>(mut self, service: S) -> Self
+    where
+        S: Service<Request<Full<Bytes>>, Response = Response<RB>> + Clone + Send + Sync + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+        RB: Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
+        let svc = service
+            .map_err(Into::into)
+            .map_response(|res: Response<RB>| res.map(|b| b.map_err(Into::into).boxed_unsync()));
+        self.transport = Some(BoxCloneSyncService::new(svc));
+        self
+    }
+
+    /// The header lookups built from contracts carry the operation's tenant in (for vendors
+    /// that scope by tenant).
+    pub fn lookup_tenant_header(mut self, name: HeaderName) -> Self {
+        self.tenant_header = Some(name);
+        self
+    }
+
+    /// How long a lookup built from a contract may take (default 10 s).
+    pub fn lookup_timeout(mut self, timeout: Duration) -> Self {
+        self.lookup_timeout = timeout;
+        self
+    }
+
+    /// A reconciler for the operations of the contract named `contract`, instead of the one
+    /// its `lookup` describes.
+    pub fn reconciler_for(mut self, contract: impl Into<String>, r: impl Reconciler) -> Self {
+        self.by_contract.insert(contract.into(), Arc::new(r));
+        self
+    }
+
+    /// A reconciler for operations whose contract describes no lookup.
+    pub fn reconciler(mut self, r: impl Reconciler) -> Self {
+        self.default_reconciler = Some(Arc::new(r));
+        self
+    }
+
+    /// Caps replays per target host (see [`ReplayLimiter`]).
+    pub fn replay_limiter(mut self, limiter: Arc<ReplayLimiter>) -> Self {
+        self.limiter = Some(limiter);
+        self
+    }
+
+    /// The lease the recovery engine takes on each operation it works (default 30 s).
+    pub fn recovery_lease(mut self, lease: Duration) -> Self {
+        self.recovery_lease = lease;
+        self
+    }
+
+    /// Pause between recovery passes (default 250 ms).
+    pub fn recovery_interval(mut self, interval: Duration) -> Self {
+        self.recovery_interval = interval;
+        self
+    }
+
+    /// Validates everything and builds the configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] naming the first setting out of bounds: the budget, a contract, a body
+    /// limit, the recovery lease.
+    pub fn build(self) -> Result<Config, BuildError> {
+        let invalid = |field, problem: &str| BuildError::Invalid {
+            field,
+            problem: problem.to_owned(),
+        };
+        self.shared
+            .policy
+            .validate()
+            .map_err(|e| BuildError::Budget(e.to_string()))?;
+        self.shared.contracts.validate()?;
+        if self.shared.max_request_body == 0 {
+            return Err(invalid("max_request_body", "must be at least 1 byte"));
+        }
+        if self.shared.max_response_body == 0 {
+            return Err(invalid("max_response_body", "must be at least 1 byte"));
+        }
+        if self.recovery_lease < 2 * self.lookup_timeout.min(Duration::from_secs(3600)) {
+            return Err(invalid(
+                "recovery_lease",
+                "must be at least twice the lookup timeout: a lookup is abandoned at half the lease",
+            ));
+        }
+        if self.recovery_interval.is_zero() {
+            return Err(invalid("recovery_interval", "must be positive"));
+        }
+        let shared = Arc::new(self.shared);
+        // Lookups the contracts describe, over the transport; code-registered ones win.
+        let mut reconcilers = HashMap::new();
+        if let Some(transport) = &self.transport {
+            for contract in shared.contracts.all() {
+                if let Some(lookup) = lookup_for(
+                    contract,
+                    transport,
+                    self.tenant_header.as_ref(),
+                    self.lookup_timeout,
+                ) {
+                    reconcilers.insert(contract.name.clone(), lookup);
+                }
+            }
+        }
+        reconcilers.extend(self.by_contract);
+        Ok(Config {
+            shared,
+            transport: self.transport,
+            default_reconciler: self.default_reconciler,
+            reconcilers,
+            limiter: self.limiter,
+            recovery_lease: self.recovery_lease,
+            recovery_interval: self.recovery_interval,
+        })
+    }
+}
+
+/// The reconciler a contract's `lookup` describes, over `transport`.
+fn lookup_for(
+    contract: &Contract,
+    transport: &Transport,
+    tenant_header: Option<&HeaderName>,
+    timeout: Duration,
+) -> Option<Arc<dyn Reconciler>> {
+    match contract.lookup.as_ref()? {
+        Lookup::HttpGet { url_template } => {
+            let mut lookup =
+                HttpLookup::new(transport.clone(), url_template.clone()).timeout(timeout);
+            // A URL built from the operation's own id or key identifies it: the answer need not
+            // repeat it.
+            if url_template.contains("{operation_id}") || url_template.contains("{idempotency_key}")
+            {
+                lookup = lookup.id_pointer(None);
+            }
+            if let Some(h) = tenant_header {
+                lookup = lookup.tenant_header(h.clone());
+            }
+            Some(Arc::new(lookup))
+        }
+        _ => None,
+    }
+}
+
+/// A validated configuration. Hands out the layer, the recoverer, the reviews and (feature
+/// `reqwest`) the reqwest middleware, all over the same ledger, contracts, budget, authorizer,
+/// notifier, clock and transport. Cheap to clone.
+#[derive(Clone)]
+pub struct Config {
+    shared: Arc<Shared>,
+    transport: Option<Transport>,
+    default_reconciler: Option<Arc<dyn Reconciler>>,
+    reconcilers: HashMap<String, Arc<dyn Reconciler>>,
+    limiter: Option<Arc<ReplayLimiter>>,
+    recovery_lease: Duration,
+    recovery_interval: Duration,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("shared", &self.shared)
+            .field("transport", &self.transport.is_some())
+            .field("reconcilers", &self.reconcilers.keys().collect::<Vec<_>>())
+            .field("recovery_lease", &self.recovery_lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// A builder over `ledger` (the same as [`RecoverableWrite::builder`]).
+    pub fn builder(ledger: impl Ledger) -> ConfigBuilder {
+        ConfigBuilder::new(Arc::new(ledger))
+    }
+
+    /// The tower layer. Put the send-once guard and the client below it.
+    pub fn layer(&self) -> RecoverableWriteLayer {
+        RecoverableWriteLayer::from_shared(self.shared.clone())
+    }
+
+    /// The recovery engine: the same contracts and their lookups, the transport for lookups and
+    /// replays. [`spawn`](Recoverer::spawn) it, or run it in worker processes.
+    pub fn recoverer(&self) -> Recoverer {
+        let mut r = Recoverer::from_shared(self.shared.clone())
+            .lease(self.recovery_lease)
+            .interval(self.recovery_interval);
+        if let Some(t) = &self.transport {
+            r = r.with_transport(t.clone());
+        }
+        if let Some(d) = &self.default_reconciler {
+            r = r.reconciler(d.clone());
+        }
+        for (name, rec) in &self.reconcilers {
+            r = r.reconciler_for(name.clone(), rec.clone());
+        }
+        if let Some(l) = &self.limiter {
+            r = r.replay_limiter(l.clone());
+        }
+        r
+    }
+
+    /// The reviews API (handoff package, claim, resolve).
+    pub fn reviews(&self) -> Reviews {
+        Reviews::from_shared(self.shared.clone())
+    }
+
+    /// The notifier, to subscribe to resolutions, escalations and late evidence.
+    pub fn notifications(&self) -> &Notifier {
+        &self.shared.notifier
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.shared.ledger
+    }
+
+    /// The contracts.
+    pub fn contracts(&self) -> &Contracts {
+        &self.shared.contracts
+    }
+
+    /// The reqwest-middleware adapter over this configuration (feature `reqwest`).
+    #[cfg(feature = "reqwest")]
+    pub fn reqwest_middleware(&self) -> crate::reqwest::RecoverableWriteMiddleware {
+        crate::reqwest::RecoverableWriteMiddleware::new(&self.layer())
+    }
+}

@@ -1,0 +1,201 @@
+//! The one entry point (issue 11): one validated configuration hands out the layer, the
+//! recoverer, the reviews and the reqwest middleware; a contract's `lookup` from TOML is the
+//! reconciler, with no reconciler code; reqwest users recover over their own client.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use http::HeaderName;
+use recoverable_write::testing::FakeVendor;
+use recoverable_write::{
+    BudgetPolicy, BuildError, Contracts, Error, MemoryLedger, RecoverableWrite, SendOnceGuardLayer,
+    State, Tenant,
+};
+use tower::ServiceBuilder;
+
+/// The fake vendor's contract, from TOML only: its lookup is a path on the write's own host.
+fn contracts_toml() -> Contracts {
+    let toml = r#"
+[[route]]
+host = "127.0.0.1"
+contract = "tickets"
+
+[contracts.tickets]
+extends = "ietf-draft"
+lookup = { kind = "http_get", url_template = "/operations/{operation_id}" }
+"#;
+    Contracts::from_toml_str(toml, "contracts.toml").expect("valid contracts")
+}
+
+async fn run_until(
+    recoverer: &recoverable_write::Recoverer,
+    ledger: &std::sync::Arc<dyn recoverable_write::Ledger>,
+    op: &recoverable_write::Operation,
+    done: impl Fn(State) -> bool,
+) -> recoverable_write::ledger::OperationRecord {
+    for _ in 0..200 {
+        recoverer.run_once().await.expect("pass");
+        let row = ledger.get(op.tenant(), op.id()).await.unwrap().unwrap();
+        if done(row.state) {
+            return row;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never reached the expected state");
+}
+
+/// Done-means of issue 11: a vendor contract whose lookup comes only from TOML recovers a lost
+/// response to exactly one ticket.
+#[tokio::test]
+async fn a_contract_lookup_from_toml_recovers_a_lost_response_with_no_reconciler_code() {
+    let vendor = FakeVendor::start().await;
+    let below = ServiceBuilder::new()
+        .layer(SendOnceGuardLayer::new())
+        .service(http_client());
+    let rw = RecoverableWrite::builder(MemoryLedger::new())
+        .contracts(contracts_toml())
+        .budget(fast_policy())
+        .transport(below.clone())
+        .lookup_tenant_header(HeaderName::from_static("x-tenant"))
+        .lookup_timeout(Duration::from_millis(500))
+        .recovery_lease(Duration::from_secs(2))
+        .build()
+        .expect("valid configuration");
+    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
+    let op = new_op("intent-toml-lookup");
+    vendor.faults().drop_after_commit(1);
+    let err = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17"))
+        .await
+        .expect_err("the response is lost");
+    assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+
+    let row = run_until(&rw.recoverer(), rw.ledger(), &op, |s| s == State::Succeeded).await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(row.contract.name, "tickets");
+    assert_eq!(vendor.tickets_created(), 1);
+    assert_eq!(vendor.posts_received(), 1);
+    assert!(vendor.lookups_received() >= 1);
+}
+
+/// A reqwest user recovers and replays over their own reqwest client: no hyper-util stack.
+#[cfg(feature = "reqwest")]
+#[tokio::test]
+async fn a_reqwest_user_recovers_and_replays_over_their_own_client() {
+    use recoverable_write::reqwest::{SendOnceMiddleware, client_builder, transport};
+    let vendor = FakeVendor::start().await;
+    let below = reqwest_middleware::ClientBuilder::new(client_builder().build().unwrap())
+        .with(SendOnceMiddleware::new())
+        .build();
+    let rw = RecoverableWrite::builder(MemoryLedger::new())
+        .contracts(contracts_toml())
+        .budget(fast_policy())
+        .transport(transport(below.clone()))
+        .lookup_tenant_header(HeaderName::from_static("x-tenant"))
+        .lookup_timeout(Duration::from_millis(500))
+        .recovery_lease(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let client = reqwest_middleware::ClientBuilder::new(client_builder().build().unwrap())
+        .with(rw.reqwest_middleware())
+        .with(SendOnceMiddleware::new())
+        .build();
+    let recoverer = rw.recoverer();
+    let send = |op: &recoverable_write::Operation| {
+        client
+            .post(vendor.url("/tickets"))
+            .header("content-type", "application/json")
+            .header("x-tenant", op.tenant().as_str())
+            .with_extension(op.clone())
+            .body(ticket_body(op, "E17"))
+            .send()
+    };
+
+    // A lost response, recovered by the contract's lookup over the reqwest transport.
+    let lost = new_op("intent-reqwest-lost");
+    vendor.faults().drop_after_commit(1);
+    assert!(send(&lost).await.is_err());
+    let row = run_until(&recoverer, rw.ledger(), &lost, |s| s == State::Succeeded).await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+
+    // A refused connection (provably unsent), replayed over the reqwest transport.
+    let refused = new_op("intent-reqwest-refused");
+    vendor.faults().refuse_connections(true).unwrap();
+    assert!(send(&refused).await.is_err());
+    vendor.faults().refuse_connections(false).unwrap();
+    let row = run_until(&recoverer, rw.ledger(), &refused, |s| s == State::Succeeded).await;
+    assert_eq!(row.attempts_used, 2);
+    assert_eq!(vendor.tickets_created(), 2, "one ticket per operation");
+    let keys: Vec<_> = vendor
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == http::Method::POST)
+        .map(|r| r.idempotency_key)
+        .collect();
+    assert_eq!(keys.len(), 2, "the refused send never reached the vendor");
+}
+
+/// Validation errors are typed and name the field; nothing is built.
+#[tokio::test]
+async fn invalid_settings_are_refused_by_name() {
+    let err = RecoverableWrite::builder(MemoryLedger::new())
+        .budget(BudgetPolicy {
+            max_attempts: 0,
+            ..BudgetPolicy::default()
+        })
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, BuildError::Budget(_)), "{err:?}");
+    assert!(err.to_string().contains("max_attempts"), "{err}");
+
+    let err = RecoverableWrite::builder(MemoryLedger::new())
+        .max_request_body(0)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BuildError::Invalid {
+                field: "max_request_body",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    let err = RecoverableWrite::builder(MemoryLedger::new())
+        .recovery_lease(Duration::from_secs(1))
+        .lookup_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BuildError::Invalid {
+                field: "recovery_lease",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+/// Every face of one configuration shares its ledger: what the layer records, the reviews and
+/// the recoverer see.
+#[tokio::test]
+async fn the_faces_of_one_configuration_share_the_ledger() {
+    let rw = RecoverableWrite::builder(MemoryLedger::new())
+        .build()
+        .unwrap();
+    let layer_ledger = rw.layer().ledger().clone();
+    assert!(std::sync::Arc::ptr_eq(&layer_ledger, rw.ledger()));
+    let missing = rw
+        .reviews()
+        .handoff(
+            &Tenant::new("t"),
+            &recoverable_write::OperationId::new("op-x"),
+        )
+        .await;
+    assert!(missing.is_err());
+}
