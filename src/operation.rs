@@ -128,7 +128,11 @@ impl IdempotencyKey {
 impl fmt::Debug for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Keys are not credentials, but they are replay tokens: show enough to correlate.
-        write!(f, "IdempotencyKey({}…)", &self.0[..self.0.len().min(8)])
+        write!(
+            f,
+            "IdempotencyKey({}…)",
+            crate::review::first_chars(&self.0, 8)
+        )
     }
 }
 

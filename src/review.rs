@@ -423,6 +423,12 @@ fn check_version(row: &OperationRecord, expected: u64) -> Result<(), ReviewError
     }
 }
 
+/// The first `n` characters of `s` (all of it when shorter). Stored strings may hold anything:
+/// a byte count could cut inside a character and panic (`floor_char_boundary` is unstable).
+pub(crate) fn first_chars(s: &str, n: usize) -> &str {
+    s.char_indices().nth(n).map_or(s, |(end, _)| &s[..end])
+}
+
 fn summarize(row: &OperationRecord) -> ParameterSummary {
     let url = match row.request.url.split_once('?') {
         Some((base, query)) => {
@@ -448,7 +454,49 @@ fn summarize(row: &OperationRecord) -> ParameterSummary {
         contract: format!(
             "{}@{}",
             row.contract.name,
-            &row.contract.hash[..row.contract.hash.len().min(12)]
+            first_chars(&row.contract.hash, 12)
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operation::IdempotencyKey;
+
+    #[test]
+    fn key_debug_never_cuts_inside_a_character() {
+        // A key restored from storage may hold anything; byte 8 is inside the third `€`.
+        let key = IdempotencyKey::from_stored("€€€€€");
+        assert_eq!(format!("{key:?}"), "IdempotencyKey(€€€€€…)");
+        let key = IdempotencyKey::from_stored("aéééééééééé");
+        assert_eq!(format!("{key:?}"), "IdempotencyKey(aééééééé…)");
+        let key = IdempotencyKey::from_stored("8e03978e-40d5-43e8-bc93-6894a57f9324");
+        assert_eq!(format!("{key:?}"), "IdempotencyKey(8e03978e…)");
+    }
+
+    /// A row read back from storage holds whatever was stored: a corrupt or hand-edited contract
+    /// hash with multi-byte characters must not panic the handoff.
+    #[cfg(feature = "test-util")]
+    #[tokio::test]
+    async fn summary_cuts_a_multibyte_stored_hash_at_a_character_boundary() {
+        use crate::ledger::conformance::new_operation;
+        use crate::ledger::{Created, MemoryLedger};
+
+        let ledger = MemoryLedger::new();
+        let mut new = new_operation("t", "op-1", "intent-1");
+        // Byte 12 falls inside the fourth `€`.
+        new.contract.hash = format!("a{}", "€".repeat(20));
+        let Created::New(row) = ledger.create_or_get(new).await.unwrap() else {
+            panic!("not new")
+        };
+        let s = summarize(&row);
+        assert_eq!(s.contract, format!("stripe-v1@a{}", "€".repeat(11)));
+        // An ASCII hash keeps its first 12 characters, as before.
+        let mut row = row;
+        row.contract.hash = "0123456789abcdef".into();
+        assert_eq!(summarize(&row).contract, "stripe-v1@0123456789ab");
+        row.contract.hash = "éé".into();
+        assert_eq!(summarize(&row).contract, "stripe-v1@éé");
     }
 }

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use recoverable_write::contract::profiles::{self, PayPalApi};
 use recoverable_write::contract::{
     ConfigErrorKind, Contract, ContractErrorKind, Contracts, EvidenceClass, KeyFormat,
-    KeyPlacement, Lookup, Replay, Rule,
+    KeyPlacement, Lookup, Replay, Rule, Target,
 };
 use recoverable_write::operation::{PayloadDigest, PayloadHash};
 use recoverable_write::{ConflictKind, Evidence, IdempotencyKey};
@@ -1502,4 +1502,414 @@ proptest! {
             prop_assert!(e.to_string().starts_with("v.toml"));
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Large and hostile configurations (issue 10 items 18 and 19).
+
+/// `n` contracts, each extending the next: `<prefix>0 -> <prefix>1 -> ... -> stripe-v1`.
+fn extends_chain(prefix: &str, n: usize) -> String {
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!("[contracts.{prefix}{i}]\n"));
+        if i + 1 < n {
+            text.push_str(&format!("extends = \"{prefix}{}\"\n", i + 1));
+        } else {
+            text.push_str("extends = \"stripe-v1\"\n");
+        }
+    }
+    text
+}
+
+#[test]
+fn a_700_deep_extends_chain_is_a_typed_error_not_a_stack_overflow() {
+    let text = extends_chain("c", 700);
+    assert!(text.len() > 20_000, "{} bytes", text.len());
+    let err = Contracts::from_toml_str(&text, "deep.toml").unwrap_err();
+    let ConfigErrorKind::ExtendsTooDeep { chain, limit } = err.kind() else {
+        panic!("{err}")
+    };
+    assert_eq!(*limit, 32);
+    assert_eq!(chain.len(), 33, "{err}");
+    // The chain named is a real one: each extends the next.
+    for pair in chain.windows(2) {
+        let a: usize = pair[0][1..].parse().unwrap();
+        let b: usize = pair[1][1..].parse().unwrap();
+        assert_eq!(b, a + 1, "{chain:?}");
+    }
+    assert_eq!(err.key(), format!("contracts.{}.extends", chain[0]));
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!(
+            "deep.toml: contracts.{}.extends: the `extends` chain is more than 32 contracts deep: {} -> {}",
+            chain[0], chain[0], chain[1]
+        )),
+        "{shown}"
+    );
+    // JSON too.
+    let mut json = serde_json::Map::new();
+    for i in 0..700 {
+        let parent = if i + 1 < 700 {
+            format!("c{}", i + 1)
+        } else {
+            "stripe-v1".into()
+        };
+        json.insert(format!("c{i}"), serde_json::json!({ "extends": parent }));
+    }
+    let json = serde_json::json!({ "contracts": json }).to_string();
+    let err = Contracts::from_json_str(&json, "deep.json").unwrap_err();
+    assert!(
+        matches!(err.kind(), ConfigErrorKind::ExtendsTooDeep { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn extends_depth_limit_is_exact_in_either_key_order() {
+    // 32 contracts of the file load, 33 do not, whichever contract the loader meets first
+    // (`a*` keys sort top-down, `z*`... are renamed so that the bottom sorts first).
+    for prefix in ["a", "z"] {
+        let text = extends_chain(prefix, 32);
+        let cs = Contracts::from_toml_str(
+            &format!("{text}[[route]]\nhost = \"x.test\"\ncontract = \"{prefix}0\"\n"),
+            "ok.toml",
+        )
+        .unwrap();
+        let c = cs.select(&Method::POST, &"https://x.test/".parse().unwrap());
+        assert_eq!(c.name, format!("{prefix}0"));
+        assert_eq!(c.retention_secs, Some(86_400), "inherited from stripe-v1");
+        let err = Contracts::from_toml_str(&extends_chain(prefix, 33), "deep.toml").unwrap_err();
+        let ConfigErrorKind::ExtendsTooDeep { chain, .. } = err.kind() else {
+            panic!("{err}")
+        };
+        assert_eq!(chain.len(), 33, "{err}");
+        assert_eq!(chain[0], format!("{prefix}0"), "{err}");
+        assert_eq!(err.key(), format!("contracts.{prefix}0.extends"));
+    }
+    // Reversed numbering: the bottom of the chain sorts first and is resolved first.
+    let mut text = String::new();
+    for i in 0..33 {
+        text.push_str(&format!("[contracts.r{:02}]\n", i));
+        if i == 0 {
+            text.push_str("extends = \"stripe-v1\"\n");
+        } else {
+            text.push_str(&format!("extends = \"r{:02}\"\n", i - 1));
+        }
+    }
+    let err = Contracts::from_toml_str(&text, "deep.toml").unwrap_err();
+    assert_eq!(err.key(), "contracts.r32.extends", "{err}");
+    let ConfigErrorKind::ExtendsTooDeep { chain, .. } = err.kind() else {
+        panic!("{err}")
+    };
+    assert_eq!(chain.first().map(String::as_str), Some("r32"));
+    assert_eq!(chain.last().map(String::as_str), Some("r00"));
+}
+
+#[test]
+fn a_contract_extending_itself_says_so() {
+    let builtin = profiles::NAMES.join(", ");
+    config_error(
+        "[contracts.a]\nextends = \"a\"",
+        "contracts.a.extends",
+        ConfigErrorKind::ExtendsItself {
+            name: "a".into(),
+            builtin: builtin.clone(),
+        },
+    );
+    let err = Contracts::from_toml_str("[contracts.a]\nextends = \"a\"", "self.toml").unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("self.toml: contracts.a.extends: contract `a` extends itself"),
+        "{err}"
+    );
+    // The `default` table extending itself means the built-in default, as before.
+    Contracts::from_toml_str("[default]\nextends = \"default\"", "d.toml").unwrap();
+    // A two-step cycle names both.
+    config_error(
+        "[contracts.a]\nextends = \"b\"\n[contracts.b]\nextends = \"a\"",
+        "contracts.a.extends",
+        ConfigErrorKind::Cycle(vec!["a".into(), "b".into(), "a".into()]),
+    );
+    let err = Contracts::from_toml_str(
+        "[contracts.a]\nextends = \"b\"\n[contracts.b]\nextends = \"a\"",
+        "cycle.toml",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cycle.toml: contracts.a.extends: `extends` forms a cycle: a -> b -> a"
+    );
+}
+
+#[test]
+fn an_error_in_a_parent_names_the_parent_table() {
+    // Found while resolving `a` (it sorts first), but the bad key is `b`'s.
+    config_error(
+        "[contracts.a]\nextends = \"b\"\n[contracts.b]\nextends = \"stripe-v1\"\nmax_key_len = 20",
+        "contracts.b.max_key_len",
+        ConfigErrorKind::Contract(ContractErrorKind::MaxKeyLenTooSmall { value: 20, min: 36 }),
+    );
+}
+
+#[test]
+fn numeric_contract_fields_over_their_bounds_name_the_key() {
+    config_error(
+        "[contracts.c]\nextends = \"stripe-v1\"\nretention_secs = 9223372036854775807",
+        "contracts.c.retention_secs",
+        ConfigErrorKind::Contract(ContractErrorKind::TooLarge {
+            value: 9_223_372_036_854_775_807,
+            max: 31_536_000,
+            unit_secs: true,
+        }),
+    );
+    config_error(
+        "[contracts.c]\nsettle_secs = 99999999999",
+        "contracts.c.settle_secs",
+        ConfigErrorKind::Contract(ContractErrorKind::TooLarge {
+            value: 99_999_999_999,
+            max: 2_592_000,
+            unit_secs: true,
+        }),
+    );
+    let err = Contracts::from_json_str(
+        r#"{"contracts":{"c":{"retention_secs":18446744073709551615}}}"#,
+        "big.json",
+    )
+    .unwrap_err();
+    assert_eq!(err.key(), "contracts.c.retention_secs");
+    assert!(
+        err.to_string().contains("at most 31536000 (365 days)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn duplicate_json_keys_are_refused_with_the_key_and_position() {
+    // serde_json keeps the last of two equal keys: a retention of 1 s would silently win.
+    let text = "{\n  \"contracts\": {\n    \"c\": {\n      \"retention_secs\": 86400,\n      \"retention_secs\": 1\n    }\n  }\n}";
+    let err = Contracts::from_json_str(text, "dup.json").unwrap_err();
+    assert_eq!(err.key(), "contracts.c.retention_secs", "{err}");
+    let ConfigErrorKind::DuplicateKey { line, column } = err.kind() else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*line, 5, "{err}");
+    assert!(*column > 6, "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("dup.json: contracts.c.retention_secs: duplicate key at line 5"),
+        "{err}"
+    );
+    // At the top level, in a route, in an array element and in a whole duplicate contract.
+    for (text, key) in [
+        (r#"{"route": [], "route": []}"#, "route"),
+        (
+            r#"{"route": [{"host": "a.test", "host": "b.test", "contract": "github"}]}"#,
+            "route[0].host",
+        ),
+        (
+            r#"{"contracts": {"c": {}, "c": {"extends": "github"}}}"#,
+            "contracts.c",
+        ),
+        (
+            r#"{"contracts": {"c": {"rules": [{"status": 500, "evidence": "unknown", "evidence": "rejected"}]}}}"#,
+            "contracts.c.rules[0].evidence",
+        ),
+        (
+            r#"{"contracts": {"a b": {"name": "x", "name": "y"}}}"#,
+            "contracts.\"a b\".name",
+        ),
+    ] {
+        let err = Contracts::from_json_str(text, "dup.json").unwrap_err();
+        assert_eq!(err.key(), key, "{text}: {err}");
+        assert!(
+            matches!(err.kind(), ConfigErrorKind::DuplicateKey { line: 1, .. }),
+            "{text}: {err}"
+        );
+    }
+    // Equal keys in different objects are fine.
+    Contracts::from_json_str(
+        r#"{"contracts": {"a": {"extends": "github"}, "b": {"extends": "github"}}}"#,
+        "ok.json",
+    )
+    .unwrap();
+}
+
+#[test]
+fn duplicate_toml_keys_are_refused_by_the_parser() {
+    for text in [
+        "[contracts.c]\nretention_secs = 86400\nretention_secs = 1\n",
+        "[contracts.c]\n[contracts.c]\n",
+        "[[route]]\nhost = \"a.test\"\nhost = \"b.test\"\ncontract = \"github\"\n",
+    ] {
+        let err = Contracts::from_toml_str(text, "dup.toml").unwrap_err();
+        let ConfigErrorKind::Syntax { message, .. } = err.kind() else {
+            panic!("{text}: {err:?}")
+        };
+        assert!(message.contains("duplicate"), "{text}: {message}");
+    }
+}
+
+/// 20,000 routes: exact hosts (some with several prefixes and methods), wildcards and ports.
+fn many_routes() -> String {
+    let mut text = String::new();
+    for i in 0..20_000 {
+        match i % 10 {
+            // A wildcard for a family of hosts.
+            0 => text.push_str(&format!(
+                "[[route]]\nhost = \"*.w{i}.example.com\"\ncontract = \"c{}\"\n",
+                i % 50
+            )),
+            // A host with a prefix and a method.
+            1 => text.push_str(&format!(
+                "[[route]]\nhost = \"h{}.example.com\"\npath_prefix = \"/v1\"\nmethod = \"POST\"\ncontract = \"c{}\"\n",
+                i - 1,
+                i % 50
+            )),
+            // A port.
+            2 => text.push_str(&format!(
+                "[[route]]\nhost = \"h{}.example.com:8443\"\ncontract = \"c{}\"\n",
+                i - 2,
+                i % 50
+            )),
+            _ => text.push_str(&format!(
+                "[[route]]\nhost = \"h{i}.example.com\"\ncontract = \"c{}\"\n",
+                i % 50
+            )),
+        }
+    }
+    for j in 0..50 {
+        text.push_str(&format!(
+            "[contracts.c{j}]\nextends = \"stripe-v1\"\nretention_secs = {}\n",
+            1_000 + j
+        ));
+    }
+    text
+}
+
+#[test]
+fn twenty_thousand_routes_load_and_select_the_most_specific() {
+    let cs = Contracts::from_toml_str(&many_routes(), "many.toml").unwrap();
+    assert_eq!(cs.routes().count(), 20_000);
+    cs.validate().unwrap();
+    let pick = |m: Method, u: &str| cs.select(&m, &u.parse::<Uri>().unwrap()).name.clone();
+    for i in (0..20_000).step_by(10) {
+        let c = |k: usize| format!("c{}", k % 50);
+        // `h{i}` has no plain route (i % 10 == 0 is a wildcard slot): a prefix+method route and
+        // a port route only.
+        assert_eq!(
+            pick(Method::POST, &format!("https://h{i}.example.com/v1/x")),
+            c(i + 1)
+        );
+        assert_eq!(
+            pick(Method::GET, &format!("https://h{i}.example.com/v1/x")),
+            "default"
+        );
+        assert_eq!(
+            pick(Method::POST, &format!("https://h{i}.example.com:8443/v1/x")),
+            c(i + 1)
+        );
+        assert_eq!(
+            pick(Method::GET, &format!("https://H{i}.example.com:8443/v2")),
+            c(i + 2)
+        );
+        // Wildcards: any subdomain, case-insensitive, not the apex.
+        assert_eq!(
+            pick(Method::POST, &format!("https://api.w{i}.example.com/")),
+            c(i)
+        );
+        assert_eq!(
+            pick(Method::POST, &format!("https://a.b.W{i}.example.com./")),
+            c(i)
+        );
+        assert_eq!(
+            pick(Method::POST, &format!("https://w{i}.example.com/")),
+            "default"
+        );
+        // Plain hosts, with a trailing dot and in upper case.
+        let p = i + 5;
+        assert_eq!(
+            pick(Method::DELETE, &format!("https://h{p}.example.com./x")),
+            c(p)
+        );
+        assert_eq!(
+            pick(Method::DELETE, &format!("https://H{p}.EXAMPLE.com/x")),
+            c(p)
+        );
+        assert_eq!(
+            pick(Method::DELETE, &format!("https://x.h{p}.example.com/x")),
+            "default"
+        );
+    }
+    // The selected contract is the loaded one, shared by reference with its routes.
+    let c7 = cs.select(&Method::POST, &"https://h7.example.com/".parse().unwrap());
+    assert_eq!(c7.retention_secs, Some(1_007));
+    assert!(cs.find(&c7.reference()).is_some());
+}
+
+#[test]
+fn deeply_nested_values_are_syntax_errors_not_stack_overflows() {
+    let deep =
+        |open: &str, close: &str| format!("{}{}", open.repeat(100_000), close.repeat(100_000));
+    let json = format!(
+        "{{\"contracts\": {{\"c\": {{\"rules\": {}}}}}}}",
+        deep("[", "]")
+    );
+    let toml = format!("[contracts.c]\nrules = {}\n", deep("[", "]"));
+    let dotted = format!("[contracts.c]\n{}b = 1\n", "a.".repeat(100_000));
+    for err in [
+        Contracts::from_json_str(&json, "deep.json").unwrap_err(),
+        Contracts::from_toml_str(&toml, "deep.toml").unwrap_err(),
+        Contracts::from_toml_str(&dotted, "deep.toml").unwrap_err(),
+    ] {
+        assert!(
+            matches!(err.kind(), ConfigErrorKind::Syntax { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("recurs"), "{err}");
+    }
+}
+
+#[test]
+fn twenty_thousand_prefixes_of_one_host_select_the_longest() {
+    let mut cs = Contracts::default();
+    for i in 0..20_000 {
+        let c = Contract::conservative().named(format!("p{i}"));
+        cs = cs.route(Target::host("api.test").path_prefix(format!("/p{i}")), c);
+    }
+    cs = cs
+        .route(
+            Target::host("api.test").path_prefix("/p7/sub/"),
+            Contract::conservative().named("p7-sub"),
+        )
+        .route(
+            Target::host("api.test")
+                .path_prefix("/p7")
+                .method(Method::PUT),
+            Contract::conservative().named("p7-put"),
+        )
+        .route(
+            Target::host("API.test"),
+            Contract::conservative().named("host"),
+        );
+    let pick = |m: Method, u: &str| cs.select(&m, &u.parse::<Uri>().unwrap()).name.clone();
+    for i in (0..20_000).step_by(97) {
+        assert_eq!(
+            pick(Method::POST, &format!("https://api.test/p{i}")),
+            format!("p{i}")
+        );
+        assert_eq!(
+            pick(Method::POST, &format!("https://api.test/p{i}/x/y")),
+            format!("p{i}")
+        );
+        assert_eq!(
+            pick(Method::POST, &format!("https://api.test/p{i}x")),
+            "host"
+        );
+    }
+    assert_eq!(pick(Method::POST, "https://api.test/p7/sub"), "p7-sub");
+    assert_eq!(pick(Method::POST, "https://api.test/p7/sub/x"), "p7-sub");
+    assert_eq!(pick(Method::POST, "https://api.test/p7/subx"), "p7");
+    assert_eq!(pick(Method::PUT, "https://api.test/p7/x"), "p7-put");
+    assert_eq!(pick(Method::POST, "https://api.test/"), "host");
+    assert_eq!(pick(Method::POST, "https://other.test/p7"), "default");
 }

@@ -44,21 +44,33 @@
 //! The contract's `name` (frozen on every operation row) is the table's key unless `name` is
 //! given. `extends` names a contract of the file first, then a built-in profile
 //! ([`profiles::by_name`]); a contract that extends its own table key
-//! (`[contracts.stripe-v1] extends = "stripe-v1"`) means the built-in one. Cycles are refused.
+//! (`[contracts.stripe-v1] extends = "stripe-v1"`) means the built-in one; extending its own
+//! name when there is no such built-in is refused ([`ConfigErrorKind::ExtendsItself`]). Cycles
+//! are refused, and so is a chain of more than [`MAX_EXTENDS_DEPTH`] contracts of the file
+//! (resolution is iterative: a long chain is an error, never a stack overflow).
+//!
+//! # Size
+//!
+//! Loading is linear in the size of the file: each contract is resolved once, and routes that
+//! name the same contract share it (and its [reference](super::Contract::reference)).
+//! Selection looks only at the routes that can match: the request's host and the wildcards of
+//! its parent domains, under the path's own segment prefixes (see [`Contracts`]).
 //!
 //! # Errors
 //!
 //! Loading never panics. Every [`ConfigError`] names the origin (the file path, or the origin
 //! string given), the key path (`contracts.stripe-charges.rules[1].status`) and what is wrong;
-//! syntax errors carry the line and column. Every resulting contract is
+//! syntax errors carry the line and column. A JSON object with the same key twice is refused
+//! with the key path and position (TOML parsers refuse duplicates themselves). Every resulting contract is
 //! [validated](super::Contract::validate), and an `aws-ec2` contract with a field digest must
 //! keep the zone in it ([`EC2_SCOPE_POINTERS`](super::profiles::EC2_SCOPE_POINTERS)).
 //!
 //! [`conservative`]: super::profiles::conservative
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -68,7 +80,12 @@ use super::profiles;
 use super::registry::{Contracts, Target};
 use super::rules::{BodyMatch, EvidenceClass, HeaderMatch, Rule, StatusMatch, XmlMatch};
 use super::{Contract, KeyPlacement, Lookup, RemoteRef, Replay};
+use crate::ledger::ContractRef;
 use crate::operation::PayloadDigest;
+
+/// The longest `extends` chain of a file's contracts, the contract itself included (built-in
+/// profiles are not counted). Deeper nesting is refused with [`ConfigErrorKind::ExtendsTooDeep`].
+pub const MAX_EXTENDS_DEPTH: usize = 32;
 
 /// The keys of the file's top level.
 const ROOT_KEYS: &[&str] = &["default", "route", "routes", "contracts"];
@@ -155,12 +172,44 @@ pub enum ConfigErrorKind {
     /// Contracts that extend each other in a circle.
     #[error("`extends` forms a cycle: {}", .0.join(" -> "))]
     Cycle(Vec<String>),
+    /// A contract that extends its own name when no built-in profile has that name.
+    #[error(
+        "contract `{name}` extends itself: a contract may extend its own name only to refine the built-in profile of that name (built-in: {builtin})"
+    )]
+    ExtendsItself {
+        /// The contract's name.
+        name: String,
+        /// The built-in profile names.
+        builtin: String,
+    },
+    /// An `extends` chain with more than [`MAX_EXTENDS_DEPTH`] contracts of the file.
+    #[error(
+        "the `extends` chain is more than {limit} contracts deep: {} -> ...",
+        .chain.join(" -> ")
+    )]
+    ExtendsTooDeep {
+        /// The chain from the contract at fault down, its first `limit + 1` names.
+        chain: Vec<String>,
+        /// The limit, [`MAX_EXTENDS_DEPTH`].
+        limit: usize,
+    },
     /// The resulting contract is not usable.
     #[error("{0}")]
     Contract(ContractErrorKind),
     /// A route's target is malformed.
     #[error("invalid target: {0}")]
     InvalidTarget(String),
+    /// A JSON object with the same key twice (JSON parsers keep one of the values silently).
+    /// The error's key path names the repeated key.
+    #[error(
+        "duplicate key at line {line}, column {column}: only one value would be kept, silently"
+    )]
+    DuplicateKey {
+        /// 1-based line of the second occurrence.
+        line: usize,
+        /// 1-based column just after it.
+        column: usize,
+    },
     /// Two routes with the same target.
     #[error("the same target as route[{0}]")]
     DuplicateRoute(usize),
@@ -269,8 +318,21 @@ impl Contracts {
 
     /// Reads routes and contracts from JSON text, in the same shape as
     /// [`Contracts::from_toml_str`].
+    ///
+    /// An object with the same key twice is refused ([`ConfigErrorKind::DuplicateKey`], with the
+    /// key path and position), where a JSON parser would keep one of the values silently.
     pub fn from_json_str(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let value: Value = serde_json::from_str(text).map_err(|e| {
+        let value: Value = strict_json::parse(text).map_err(|(e, duplicate)| {
+            if let Some(key) = duplicate {
+                return ConfigError::new(
+                    origin,
+                    key,
+                    ConfigErrorKind::DuplicateKey {
+                        line: e.line(),
+                        column: e.column(),
+                    },
+                );
+            }
             let message = e.to_string();
             // serde_json appends " at line L column C"; the position is kept separately.
             let message = message
@@ -314,6 +376,131 @@ impl Contracts {
     }
 }
 
+/// JSON into a [`Value`], refusing duplicate keys.
+mod strict_json {
+    use std::cell::RefCell;
+    use std::fmt;
+
+    use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Number, Value};
+
+    use super::key_segment;
+
+    /// Parses `text`. On error, the second item is the key path of a duplicate key, if that is
+    /// what failed (the serde error then carries its position).
+    pub(super) fn parse(text: &str) -> Result<Value, (serde_json::Error, Option<String>)> {
+        let duplicate = RefCell::new(None);
+        let mut de = serde_json::Deserializer::from_str(text);
+        let seed = Strict {
+            path: String::new(),
+            duplicate: &duplicate,
+        };
+        // serde_json's recursion limit still applies: deep nesting is an error, not a crash.
+        let value = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+        value.map_err(|e| (e, duplicate.into_inner()))
+    }
+
+    /// Builds a `Value` like serde_json's own, but with the key path of each value so that a
+    /// duplicate key can be named.
+    struct Strict<'a> {
+        path: String,
+        duplicate: &'a RefCell<Option<String>>,
+    }
+
+    impl Strict<'_> {
+        fn at(&self, segment: &str) -> String {
+            if self.path.is_empty() {
+                segment.to_owned()
+            } else {
+                format!("{}.{segment}", self.path)
+            }
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Strict<'_> {
+        type Value = Value;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Strict<'_> {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+
+        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::Number(v.into()))
+        }
+
+        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::Number(v.into()))
+        }
+
+        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+            Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_owned()))
+        }
+
+        fn visit_string<E>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
+        }
+
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+
+        fn visit_none<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+            self.deserialize(d)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut out = Vec::new();
+            loop {
+                let seed = Strict {
+                    path: format!("{}[{}]", self.path, out.len()),
+                    duplicate: self.duplicate,
+                };
+                match seq.next_element_seed(seed)? {
+                    Some(v) => out.push(v),
+                    None => return Ok(Value::Array(out)),
+                }
+            }
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut out = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let path = self.at(&key_segment(&key));
+                if out.contains_key(&key) {
+                    *self.duplicate.borrow_mut() = Some(path);
+                    return Err(de::Error::custom("duplicate key"));
+                }
+                let value = map.next_value_seed(Strict {
+                    path,
+                    duplicate: self.duplicate,
+                })?;
+                out.insert(key, value);
+            }
+            Ok(Value::Object(out))
+        }
+    }
+}
+
 /// 1-based line and column (in characters) of a byte offset.
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let mut end = offset.min(text.len());
@@ -335,16 +522,31 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 struct Loader<'a> {
     origin: &'a str,
     tables: &'a Map<String, Value>,
-    resolved: BTreeMap<String, Resolved>,
-    stack: Vec<String>,
+    resolved: HashMap<String, Resolved>,
+    /// Contracts named by routes (or `default`), with their reference computed once: thousands
+    /// of routes usually share a few contracts, and hashing each would dominate loading.
+    shared: HashMap<String, (Arc<Contract>, ContractRef)>,
 }
 
 /// A contract of the file, resolved, with what the checks need to know about it.
 #[derive(Clone)]
 struct Resolved {
-    contract: Contract,
+    contract: Arc<Contract>,
     /// Whether it descends from the built-in `aws-ec2` profile.
     ec2: bool,
+    /// How many contracts of the file its `extends` chain holds, itself included (0 for a
+    /// built-in profile).
+    depth: usize,
+    /// The contract of the file it extends, if any.
+    parent: Option<String>,
+}
+
+/// What a contract table starts from.
+enum Base<'a> {
+    /// Another contract of the file (its table key).
+    File(&'a str),
+    /// A built-in profile, or the conservative default when `extends` is absent.
+    Builtin(Resolved),
 }
 
 fn build(root: &Value, origin: &str) -> Result<Contracts, ConfigError> {
@@ -380,20 +582,20 @@ fn build(root: &Value, origin: &str) -> Result<Contracts, ConfigError> {
     let mut loader = Loader {
         origin,
         tables,
-        resolved: BTreeMap::new(),
-        stack: Vec::new(),
+        resolved: HashMap::new(),
+        shared: HashMap::new(),
     };
     // Every contract of the file is resolved and validated, routed or not.
     for name in tables.keys() {
-        loader.resolve_named(name, &format!("contracts.{}", key_segment(name)))?;
+        loader.resolve_named(name, &contract_path(name))?;
     }
 
     // Where each used contract came from, for the duplicate-name check.
-    let mut used: Vec<(String, Contract)> = Vec::new();
+    let mut used: Vec<(String, Arc<Contract>)> = Vec::new();
 
     let default = match root.get("default") {
-        None => profiles::conservative(),
-        Some(Value::String(name)) => loader.by_reference(name, "default")?.contract,
+        None => Arc::new(profiles::conservative()),
+        Some(Value::String(name)) => loader.by_reference(name, "default")?.0,
         Some(Value::Object(table)) => loader.resolve_table(table, "default", "default")?.contract,
         Some(other) => {
             return Err(err(
@@ -405,8 +607,8 @@ fn build(root: &Value, origin: &str) -> Result<Contracts, ConfigError> {
             ));
         }
     };
-    used.push(("default".to_owned(), default.clone()));
-    let mut contracts = Contracts::new(default);
+    used.push(("default".to_owned(), Arc::clone(&default)));
+    let mut contracts = Contracts::new(Arc::unwrap_or_clone(default));
 
     let (route_key, routes) = match (root.get("route"), root.get("routes")) {
         (Some(r), _) => ("route", Some(r)),
@@ -425,7 +627,8 @@ fn build(root: &Value, origin: &str) -> Result<Contracts, ConfigError> {
             ));
         }
     };
-    let mut targets: Vec<Target> = Vec::new();
+    // Each target's first route, for the duplicate check (a scan per route was quadratic).
+    let mut targets: HashMap<Target, usize> = HashMap::with_capacity(routes.len());
     for (i, route) in routes.iter().enumerate() {
         let path = format!("{route_key}[{i}]");
         let Some(route) = route.as_object() else {
@@ -457,7 +660,7 @@ fn build(root: &Value, origin: &str) -> Result<Contracts, ConfigError> {
         target
             .validate()
             .map_err(|why| err(&format!("{path}.host"), ConfigErrorKind::InvalidTarget(why)))?;
-        if let Some(j) = targets.iter().position(|t| *t == target) {
+        if let Some(&j) = targets.get(&target) {
             return Err(err(&path, ConfigErrorKind::DuplicateRoute(j)));
         }
         let contract_key = format!("{path}.contract");
@@ -465,91 +668,193 @@ fn build(root: &Value, origin: &str) -> Result<Contracts, ConfigError> {
             return Err(err(&contract_key, ConfigErrorKind::Missing));
         };
         let name = field::<String>(name, &contract_key, origin)?;
-        let contract = loader.by_reference(&name, &contract_key)?.contract;
-        used.push((contract_key, contract.clone()));
-        targets.push(target.clone());
-        contracts = contracts.route(target, contract);
+        let (contract, reference) = loader.by_reference(&name, &contract_key)?;
+        used.push((contract_key, Arc::clone(&contract)));
+        targets.insert(target.clone(), i);
+        contracts = contracts.route_shared(target, contract, reference);
     }
 
-    // Recovery finds the frozen contract by name: one name, one contract.
-    for (i, (key, a)) in used.iter().enumerate() {
-        if used[..i].iter().any(|(_, b)| b.name == a.name && b != a) {
+    // Recovery finds the frozen contract by name: one name, one contract. Each against the
+    // first of its name: the same first error as comparing every pair, in linear time.
+    let mut first: HashMap<&str, &Arc<Contract>> = HashMap::new();
+    for (key, a) in &used {
+        let b = *first.entry(a.name.as_str()).or_insert(a);
+        if !Arc::ptr_eq(a, b) && **a != **b {
             return Err(err(key, ConfigErrorKind::DuplicateName(a.name.clone())));
         }
     }
     Ok(contracts)
 }
 
-impl Loader<'_> {
+impl<'a> Loader<'a> {
     fn err(&self, key: &str, kind: ConfigErrorKind) -> ConfigError {
         ConfigError::new(self.origin, key, kind)
     }
 
-    /// A contract named by a route or `default`: the file's, else a built-in profile.
-    fn by_reference(&mut self, name: &str, key: &str) -> Result<Resolved, ConfigError> {
-        if self.tables.contains_key(name) {
-            return self.resolve_named(name, &format!("contracts.{}", key_segment(name)));
-        }
-        builtin(name).ok_or_else(|| self.err(key, unknown_contract(name)))
-    }
-
-    fn resolve_named(&mut self, name: &str, path: &str) -> Result<Resolved, ConfigError> {
-        if let Some(done) = self.resolved.get(name) {
+    /// A contract named by a route or `default`: the file's, else a built-in profile; shared
+    /// between the routes that name it, with its reference.
+    fn by_reference(
+        &mut self,
+        name: &str,
+        key: &str,
+    ) -> Result<(Arc<Contract>, ContractRef), ConfigError> {
+        if let Some(done) = self.shared.get(name) {
             return Ok(done.clone());
         }
-        if let Some(start) = self.stack.iter().position(|n| n == name) {
-            let mut cycle = self.stack[start..].to_vec();
-            cycle.push(name.to_owned());
-            let key = format!("contracts.{}.extends", key_segment(&self.stack[start]));
-            return Err(self.err(&key, ConfigErrorKind::Cycle(cycle)));
-        }
-        let Some(table) = self.tables.get(name) else {
+        let contract = if self.tables.contains_key(name) {
+            self.resolve_named(name, &contract_path(name))?.contract
+        } else {
+            builtin(name)
+                .ok_or_else(|| self.err(key, unknown_contract(name)))?
+                .contract
+        };
+        let out = (Arc::clone(&contract), contract.reference());
+        self.shared.insert(name.to_owned(), out.clone());
+        Ok(out)
+    }
+
+    /// The table of the file's contract `name`; `path` is the key that named it, for errors.
+    fn table(&self, name: &str, path: &str) -> Result<&'a Map<String, Value>, ConfigError> {
+        let tables: &'a Map<String, Value> = self.tables;
+        let Some(table) = tables.get(name) else {
             return Err(self.err(path, unknown_contract(name)));
         };
-        let Some(table) = table.as_object() else {
-            return Err(self.err(
+        table.as_object().ok_or_else(|| {
+            self.err(
                 path,
                 ConfigErrorKind::Invalid(format!(
                     "expected a contract table, found {}",
                     type_name(table)
                 )),
-            ));
-        };
-        self.stack.push(name.to_owned());
-        let out = self.resolve_table(table, name, path);
-        self.stack.pop();
-        let out = out?;
-        self.resolved.insert(name.to_owned(), out.clone());
-        Ok(out)
+            )
+        })
     }
 
-    /// Builds one contract table: base from `extends`, then the keys it sets.
+    /// What a table starts from: checks its keys and its `extends`, without resolving a parent.
+    fn base(
+        &self,
+        table: &'a Map<String, Value>,
+        own_name: &str,
+        path: &str,
+    ) -> Result<Base<'a>, ConfigError> {
+        let origin = self.origin;
+        unknown_keys(table, path, CONTRACT_KEYS, origin)?;
+        let Some(v) = table.get("extends") else {
+            return Ok(Base::Builtin(Resolved {
+                contract: Arc::new(profiles::conservative()),
+                ec2: false,
+                depth: 0,
+                parent: None,
+            }));
+        };
+        let key = format!("{path}.extends");
+        let parent = field::<String>(v, &key, origin)?;
+        let tables: &'a Map<String, Value> = self.tables;
+        if parent != own_name
+            && let Some((name, _)) = tables.get_key_value(&parent)
+        {
+            return Ok(Base::File(name));
+        }
+        match builtin(&parent) {
+            Some(b) => Ok(Base::Builtin(b)),
+            // `[contracts.a] extends = "a"` with no built-in `a`: say so, not "no contract a".
+            None if parent == own_name => Err(self.err(
+                &key,
+                ConfigErrorKind::ExtendsItself {
+                    name: parent,
+                    builtin: profiles::NAMES.join(", "),
+                },
+            )),
+            None => Err(self.err(&key, unknown_contract(&parent))),
+        }
+    }
+
+    /// Resolves the file's contract `name` (`path`: the key that named it, for errors).
+    ///
+    /// Iterative: it walks the `extends` chain down to a resolved contract or a built-in, then
+    /// builds from the bottom up, so a long chain cannot overflow the stack; a walk longer than
+    /// [`MAX_EXTENDS_DEPTH`] stops with an error. Every contract is resolved once, so loading
+    /// is linear in the number of contracts.
+    fn resolve_named(&mut self, name: &str, path: &str) -> Result<Resolved, ConfigError> {
+        if let Some(done) = self.resolved.get(name) {
+            return Ok(done.clone());
+        }
+        let mut chain: Vec<(String, &'a Map<String, Value>)> = Vec::new();
+        let mut cur = name.to_owned();
+        let mut named_at = path.to_owned();
+        loop {
+            let table = self.table(&cur, &named_at)?;
+            let own = contract_path(&cur);
+            let base = self.base(table, &cur, &own)?;
+            chain.push((cur, table));
+            let Base::File(parent) = base else { break };
+            if self.resolved.contains_key(parent) {
+                break;
+            }
+            if let Some(start) = chain.iter().position(|(n, _)| n == parent) {
+                let mut cycle: Vec<String> =
+                    chain[start..].iter().map(|(n, _)| n.clone()).collect();
+                cycle.push(parent.to_owned());
+                let key = format!("{}.extends", contract_path(&chain[start].0));
+                return Err(self.err(&key, ConfigErrorKind::Cycle(cycle)));
+            }
+            if chain.len() > MAX_EXTENDS_DEPTH {
+                let mut names: Vec<String> = chain.into_iter().map(|(n, _)| n).collect();
+                names.truncate(MAX_EXTENDS_DEPTH + 1);
+                return Err(self.err(
+                    &format!("{}.extends", contract_path(name)),
+                    ConfigErrorKind::ExtendsTooDeep {
+                        chain: names,
+                        limit: MAX_EXTENDS_DEPTH,
+                    },
+                ));
+            }
+            named_at = format!("{own}.extends");
+            cur = parent.to_owned();
+        }
+        for (n, table) in chain.iter().rev() {
+            let out = self.resolve_table(table, n, &contract_path(n))?;
+            self.resolved.insert(n.clone(), out);
+        }
+        self.resolved
+            .get(name)
+            .cloned()
+            .ok_or_else(|| self.err(path, unknown_contract(name)))
+    }
+
+    /// Builds one contract table: base from `extends`, then the keys it sets. A parent of the
+    /// file must already be resolved (or be resolvable without recursion: `default`).
     fn resolve_table(
         &mut self,
-        table: &Map<String, Value>,
+        table: &'a Map<String, Value>,
         own_name: &str,
         path: &str,
     ) -> Result<Resolved, ConfigError> {
         let origin = self.origin;
-        unknown_keys(table, path, CONTRACT_KEYS, origin)?;
         let at = |k: &str| format!("{path}.{k}");
 
-        let base = match table.get("extends") {
-            None => Resolved {
-                contract: profiles::conservative(),
-                ec2: false,
-            },
-            Some(v) => {
-                let parent = field::<String>(v, &at("extends"), origin)?;
-                if parent != own_name && self.tables.contains_key(&parent) {
-                    self.resolve_named(&parent, &at("extends"))?
-                } else {
-                    builtin(&parent)
-                        .ok_or_else(|| self.err(&at("extends"), unknown_contract(&parent)))?
-                }
-            }
+        let (base, parent) = match self.base(table, own_name, path)? {
+            Base::Builtin(b) => (b, None),
+            Base::File(parent) => (self.resolve_named(parent, &at("extends"))?, Some(parent)),
         };
-        let mut c = base.contract;
+        let depth = base.depth + 1;
+        if depth > MAX_EXTENDS_DEPTH {
+            // Name the chain from here down, through the parents already resolved.
+            let mut chain = vec![own_name.to_owned()];
+            let mut next = parent.map(str::to_owned);
+            while let Some(n) = next.filter(|_| chain.len() <= MAX_EXTENDS_DEPTH) {
+                next = self.resolved.get(&n).and_then(|r| r.parent.clone());
+                chain.push(n);
+            }
+            return Err(self.err(
+                &at("extends"),
+                ConfigErrorKind::ExtendsTooDeep {
+                    chain,
+                    limit: MAX_EXTENDS_DEPTH,
+                },
+            ));
+        }
+        let mut c = Arc::unwrap_or_clone(base.contract);
         c.name = match table.get("name") {
             Some(v) => field::<String>(v, &at("name"), origin)?,
             None => own_name.to_owned(),
@@ -655,16 +960,28 @@ impl Loader<'_> {
                 ));
             }
         }
-        Ok(Resolved { contract: c, ec2 })
+        Ok(Resolved {
+            contract: Arc::new(c),
+            ec2,
+            depth,
+            parent: parent.map(str::to_owned),
+        })
     }
 }
 
 /// A built-in profile, with its lineage.
 fn builtin(name: &str) -> Option<Resolved> {
     profiles::by_name(name).map(|contract| Resolved {
-        contract,
+        contract: Arc::new(contract),
         ec2: name == "aws-ec2",
+        depth: 0,
+        parent: None,
     })
+}
+
+/// `contracts.<name>`, the key path of a contract table.
+fn contract_path(name: &str) -> String {
+    format!("contracts.{}", key_segment(name))
 }
 
 fn unknown_contract(name: &str) -> ConfigErrorKind {

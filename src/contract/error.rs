@@ -54,6 +54,17 @@ pub enum ContractErrorKind {
         /// The smallest allowed maximum.
         min: usize,
     },
+    /// A number above its bound ([`MAX_RETENTION_SECS`](super::MAX_RETENTION_SECS),
+    /// [`MAX_SETTLE_SECS`](super::MAX_SETTLE_SECS), [`MAX_KEY_LEN_LIMIT`](super::MAX_KEY_LEN_LIMIT)).
+    #[error("{value} is too large: at most {max}{}", seconds_in_words(*.max, .unit_secs))]
+    TooLarge {
+        /// The value given.
+        value: u64,
+        /// The largest value allowed.
+        max: u64,
+        /// Whether the value is in seconds (the bound is then also given in days).
+        unit_secs: bool,
+    },
     /// The key is longer than the contract allows.
     #[error("the key is {len} characters, more than the contract's maximum of {max}")]
     KeyTooLong {
@@ -107,6 +118,16 @@ pub enum ContractErrorKind {
     /// Not a plain XML element name.
     #[error("`{0}` is not an XML element name (letters, digits, `_`, `-`, `.`, `:`)")]
     InvalidXmlElement(String),
+}
+
+/// ` (365 days)` for a bound in seconds that is a whole number of days.
+fn seconds_in_words(max: u64, unit_secs: &bool) -> String {
+    const DAY: u64 = 24 * 60 * 60;
+    if *unit_secs && max.is_multiple_of(DAY) {
+        format!(" ({} days)", max / DAY)
+    } else {
+        String::new()
+    }
 }
 
 impl ContractError {

@@ -97,6 +97,20 @@ pub const GENERATED_KEY_LEN: usize = 36;
 /// documented vendors, Adyen and EC2).
 pub const DEFAULT_MAX_KEY_LEN: usize = 64;
 
+/// The longest `retention_secs` a contract may state: 365 days. A longer retention makes no
+/// difference to recovery (its window is at most
+/// [`BudgetPolicy::MAX_WINDOW_MS`](crate::BudgetPolicy::MAX_WINDOW_MS), 30 days), and the bound
+/// keeps retention arithmetic in milliseconds far from overflowing.
+pub const MAX_RETENTION_SECS: u64 = 365 * 24 * 60 * 60;
+
+/// The longest `settle_secs` a contract may state: 30 days, the longest recovery window (a
+/// lookup that settles later than that can never count).
+pub const MAX_SETTLE_SECS: u64 = 30 * 24 * 60 * 60;
+
+/// The largest `max_key_len` a contract may state: 8 KiB, about the most any HTTP server
+/// accepts in one header line.
+pub const MAX_KEY_LEN_LIMIT: usize = 8 * 1024;
+
 /// A vendor contract: how one target dedupes writes and how its answers map to evidence.
 ///
 /// Build one from a [profile](profiles) and adjust it, or read it from JSON with
@@ -611,7 +625,9 @@ impl Contract {
 
     /// Checks that the contract is usable: header names valid, JSON pointers well-formed,
     /// status ranges within `100..=599` and ordered, every rule constrains the status,
-    /// `max_key_len` holds a generated key. The error names the field (`rules[2].status`).
+    /// `max_key_len` holds a generated key, and the numeric fields are within their bounds
+    /// ([`MAX_RETENTION_SECS`], [`MAX_SETTLE_SECS`], [`MAX_KEY_LEN_LIMIT`]). The error names the
+    /// field (`rules[2].status`, `retention_secs`).
     pub fn validate(&self) -> Result<(), ContractError> {
         validate::contract(self)
     }

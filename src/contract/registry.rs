@@ -1,5 +1,7 @@
 //! Choosing a contract per request.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::{Method, Uri};
@@ -10,7 +12,7 @@ use super::error::{ContractError, ContractErrorKind as Kind};
 use crate::ledger::ContractRef;
 
 /// How specific a matching target is: (exact host, path prefix length, method given).
-type Rank = (bool, usize, bool);
+pub(super) type Rank = (bool, usize, bool);
 
 /// Which requests a contract applies to: a host, optionally a path prefix and a method.
 ///
@@ -22,7 +24,7 @@ type Rank = (bool, usize, bool);
 ///
 /// In JSON or TOML: `{ host = "api.stripe.com", path_prefix = "/v1", method = "POST" }` (the
 /// method is upper-cased when read).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Target {
     host: String,
@@ -76,7 +78,7 @@ impl Target {
 
     /// `None` when the request does not match; otherwise a rank, higher is more specific:
     /// exact host over wildcard, then a longer path prefix, then a method.
-    fn specificity(&self, method: &Method, uri: &Uri) -> Option<Rank> {
+    pub(super) fn specificity(&self, method: &Method, uri: &Uri) -> Option<Rank> {
         let req_host = uri.host()?;
         let (host, port) = split_host_port(&self.host);
         let exact = if let Some(suffix) = host.strip_prefix("*.") {
@@ -223,6 +225,73 @@ struct Route {
     reference: ContractRef,
 }
 
+/// Where a host pattern is filed in the [`Index`]: the same normalization `specificity` compares
+/// with (port dropped, trailing dots trimmed, ASCII case folded).
+enum HostKey {
+    /// `api.stripe.com`, `api.test:8443`, `[::1]:8080`: by host.
+    Exact(String),
+    /// `*.stripe.com`: by the suffix after `*.`.
+    Wildcard(String),
+}
+
+impl HostKey {
+    fn of(pattern: &str) -> Self {
+        let (host, _) = split_host_port(pattern);
+        match host.strip_prefix("*.") {
+            Some(suffix) => Self::Wildcard(suffix.trim_end_matches('.').to_ascii_lowercase()),
+            None => Self::Exact(host.trim_end_matches('.').to_ascii_lowercase()),
+        }
+    }
+}
+
+/// Routes by host, then by path prefix, so selection looks at the routes that can match the
+/// request (those of its host, and the wildcards of its parent domains, under one of its path's
+/// segment prefixes) instead of scanning every route. It only narrows the candidates:
+/// `specificity` still decides, so the index cannot change which route wins.
+#[derive(Clone, Debug, Default)]
+struct Index {
+    /// Exact host → its routes by prefix.
+    exact: HashMap<String, ByPrefix>,
+    /// Wildcard suffix (`stripe.com` for `*.stripe.com`) → its routes by prefix.
+    wildcard: HashMap<String, ByPrefix>,
+    /// Each target's position, to replace an equal target in place.
+    position: HashMap<Target, usize>,
+}
+
+/// Normalized path prefix (`""` for none or `/`) → positions in `routes`, ascending.
+type ByPrefix = HashMap<String, Vec<usize>>;
+
+impl Index {
+    fn add(&mut self, target: &Target, at: usize) {
+        let by_prefix = match HostKey::of(&target.host) {
+            HostKey::Exact(k) => self.exact.entry(k).or_default(),
+            HostKey::Wildcard(k) => self.wildcard.entry(k).or_default(),
+        };
+        let prefix = target.path_prefix.as_deref().map_or("", normalize_prefix);
+        by_prefix.entry(prefix.to_owned()).or_default().push(at);
+        self.position.insert(target.clone(), at);
+    }
+}
+
+/// Calls `f` with the routes of `by_prefix` whose prefix can match `path`: a (normalized)
+/// prefix matches when it is empty, equals the path, or is followed in the path by `/`.
+fn for_prefixes_of(by_prefix: &ByPrefix, path: &str, mut f: impl FnMut(&[usize])) {
+    if let Some(list) = by_prefix.get("") {
+        f(list);
+    }
+    let ends = path
+        .bytes()
+        .enumerate()
+        .filter(|&(i, b)| b == b'/' && i > 0)
+        .map(|(i, _)| i)
+        .chain((!path.is_empty()).then_some(path.len()));
+    for end in ends {
+        if let Some(list) = by_prefix.get(&path[..end]) {
+            f(list);
+        }
+    }
+}
+
 /// The contracts of a client, chosen per request by [`Target`]; a default covers the rest.
 ///
 /// ```
@@ -241,6 +310,7 @@ pub struct Contracts {
     default: Arc<Contract>,
     default_reference: ContractRef,
     routes: Vec<Route>,
+    index: Index,
 }
 
 impl Contracts {
@@ -250,24 +320,39 @@ impl Contracts {
             default_reference: default.reference(),
             default: Arc::new(default),
             routes: Vec::new(),
+            index: Index::default(),
         }
     }
 
     /// Uses `contract` for requests matching `target`. Registering an equal target again
     /// replaces the earlier contract.
-    pub fn route(mut self, target: Target, contract: Contract) -> Self {
+    pub fn route(self, target: Target, contract: Contract) -> Self {
         let reference = contract.reference();
-        let contract = Arc::new(contract);
-        match self.routes.iter_mut().find(|r| r.target == target) {
-            Some(route) => {
+        self.route_shared(target, Arc::new(contract), reference)
+    }
+
+    /// [`route`](Self::route) with a contract many routes share and its reference computed
+    /// once (the loader's case: thousands of routes, a few contracts).
+    pub(super) fn route_shared(
+        mut self,
+        target: Target,
+        contract: Arc<Contract>,
+        reference: ContractRef,
+    ) -> Self {
+        match self.index.position.get(&target) {
+            Some(&at) => {
+                let route = &mut self.routes[at];
                 route.contract = contract;
                 route.reference = reference;
             }
-            None => self.routes.push(Route {
-                target,
-                contract,
-                reference,
-            }),
+            None => {
+                self.index.add(&target, self.routes.len());
+                self.routes.push(Route {
+                    target,
+                    contract,
+                    reference,
+                });
+            }
         }
         self
     }
@@ -275,6 +360,10 @@ impl Contracts {
     /// The contract for a request: among the matching targets the most specific wins (exact host
     /// over wildcard, then the longest path prefix, then a given method; the first registered on
     /// a tie); with no match, the default.
+    ///
+    /// Routes are indexed by host and path prefix: the cost is that of the routes that can
+    /// match (the request's host and the wildcards of its parent domains, under the path's own
+    /// segment prefixes), not of every route.
     pub fn select(&self, method: &Method, uri: &Uri) -> &Arc<Contract> {
         self.select_with_reference(method, uri).0
     }
@@ -286,17 +375,52 @@ impl Contracts {
         method: &Method,
         uri: &Uri,
     ) -> (&Arc<Contract>, &ContractRef) {
-        let mut best: Option<(Rank, &Route)> = None;
-        for route in &self.routes {
-            if let Some(rank) = route.target.specificity(method, uri)
-                && best.as_ref().is_none_or(|(b, _)| rank > *b)
-            {
-                best = Some((rank, route));
-            }
-        }
-        best.map_or((&self.default, &self.default_reference), |(_, r)| {
+        let route = uri
+            .host()
+            .and_then(|host| self.best(method, uri, host))
+            .map(|at| &self.routes[at]);
+        route.map_or((&self.default, &self.default_reference), |r| {
             (&r.contract, &r.reference)
         })
+    }
+
+    /// The position of the winning route: the highest rank, the first registered on a tie.
+    fn best(&self, method: &Method, uri: &Uri, host: &str) -> Option<usize> {
+        let host = host.trim_end_matches('.');
+        let host: Cow<'_, str> = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(host.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(host)
+        };
+        let path = uri.path();
+        let mut best: Option<(Rank, usize)> = None;
+        let consider = |best: &mut Option<(Rank, usize)>, by_prefix: &ByPrefix| {
+            for_prefixes_of(by_prefix, path, |candidates| {
+                for &at in candidates {
+                    if let Some(rank) = self.routes[at].target.specificity(method, uri)
+                        && best.is_none_or(|(b, first)| rank > b || (rank == b && at < first))
+                    {
+                        *best = Some((rank, at));
+                    }
+                }
+            });
+        };
+        if let Some(by_prefix) = self.index.exact.get(host.as_ref()) {
+            consider(&mut best, by_prefix);
+        }
+        // An exact host outranks every wildcard, so wildcards matter only without one.
+        if best.is_none() && !self.index.wildcard.is_empty() {
+            // `*.suffix` matches when the host is `<at least one byte>.suffix`.
+            for (dot, b) in host.bytes().enumerate() {
+                if b == b'.'
+                    && dot > 0
+                    && let Some(by_prefix) = self.index.wildcard.get(&host[dot + 1..])
+                {
+                    consider(&mut best, by_prefix);
+                }
+            }
+        }
+        best.map(|(_, at)| at)
     }
 
     /// The contract with this name: the default first, then routes in registration order.
@@ -333,9 +457,12 @@ impl Contracts {
                 ContractError::new(&route.contract.name, "target", Kind::InvalidTarget(why))
             })?;
         }
-        let all: Vec<&Arc<Contract>> = self.all().collect();
-        for (i, a) in all.iter().enumerate() {
-            if all[..i].iter().any(|b| b.name == a.name && ***b != ***a) {
+        // Each contract against the first of its name: linear, and the same first error as
+        // comparing every pair (all earlier ones of a name equal the first until one differs).
+        let mut first: HashMap<&str, &Arc<Contract>> = HashMap::new();
+        for a in self.all() {
+            let b = *first.entry(a.name.as_str()).or_insert(a);
+            if !Arc::ptr_eq(a, b) && **a != **b {
                 return Err(ContractError::new(
                     &a.name,
                     "name",

@@ -451,6 +451,9 @@ fn retry_after_delay_seconds() {
     assert_eq!(ra("0"), Some(Duration::ZERO));
     assert_eq!(ra(" 7 "), Some(Duration::from_secs(7)));
     assert_eq!(ra("99999999999999999999999"), Some(MAX_RETRY_AFTER));
+    assert_eq!(ra("1000000000000"), Some(MAX_RETRY_AFTER));
+    let h = headers(&[("retry-after-ms", "18446744073709551615")]);
+    assert_eq!(retry_after_from_headers(&h, now()), Some(MAX_RETRY_AFTER));
 }
 
 #[test]
@@ -479,6 +482,11 @@ fn retry_after_past_date_is_zero() {
 #[test]
 fn retry_after_far_date_is_clamped() {
     assert_eq!(ra("Fri, 31 Dec 9999 23:59:59 GMT"), Some(MAX_RETRY_AFTER));
+    let h = headers(&[
+        ("x-ratelimit-remaining", "0"),
+        ("x-ratelimit-reset", "18446744073709551615"),
+    ]);
+    assert_eq!(retry_after_from_headers(&h, now()), Some(MAX_RETRY_AFTER));
 }
 
 #[test]
@@ -811,6 +819,84 @@ fn invalid(c: Contract, field: &str, kind: ContractErrorKind) {
     assert_eq!((err.field(), err.kind()), (field, &kind), "{err}");
     let text = err.to_string();
     assert!(text.contains(field) && text.contains(&c.name), "{text}");
+}
+
+#[test]
+fn numeric_fields_beyond_their_bounds_are_refused() {
+    // A huge retention passed validation and later overflowed `retention_secs * 1000` inside
+    // a spawned recoverer.
+    for (c, field) in [
+        (
+            Contract::ietf_draft().with_retention_secs(u64::MAX),
+            "retention_secs",
+        ),
+        (
+            Contract::ietf_draft().with_retention_secs(MAX_RETENTION_SECS + 1),
+            "retention_secs",
+        ),
+        (
+            Contract::ietf_draft().with_settle_secs(u64::MAX),
+            "settle_secs",
+        ),
+        (
+            Contract::ietf_draft().with_settle_secs(MAX_SETTLE_SECS + 1),
+            "settle_secs",
+        ),
+        (
+            Contract::ietf_draft().with_max_key_len(usize::MAX),
+            "max_key_len",
+        ),
+    ] {
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+        assert!(
+            matches!(err.kind(), ContractErrorKind::TooLarge { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("at most"), "{err}");
+    }
+    // The bounds themselves are fine.
+    Contract::ietf_draft()
+        .with_retention_secs(MAX_RETENTION_SECS)
+        .with_settle_secs(MAX_SETTLE_SECS)
+        .with_max_key_len(MAX_KEY_LEN_LIMIT)
+        .validate()
+        .unwrap();
+    // From JSON, the error names the field too.
+    let err = Contract::from_json(
+        r#"{"name":"x","key":{"in":"header","name":"Idempotency-Key"},"retention_secs":18446744073709551615}"#,
+    )
+    .unwrap_err();
+    assert_eq!(err.field(), "retention_secs");
+    assert_eq!(
+        err.to_string(),
+        "contract `x`, retention_secs: 18446744073709551615 is too large: at most 31536000 (365 days)"
+    );
+}
+
+#[test]
+fn contract_from_json_refuses_duplicate_fields() {
+    // serde's derived structs refuse a repeated field (a map would keep the last silently).
+    for (text, field) in [
+        (
+            r#"{"name":"x","key":{"in":"header","name":"Idempotency-Key"},"retention_secs":86400,"retention_secs":1}"#,
+            "retention_secs",
+        ),
+        (
+            r#"{"name":"x","key":{"in":"header","in":"query","name":"Idempotency-Key"}}"#,
+            "in",
+        ),
+        (
+            r#"{"name":"x","key":{"in":"header","name":"Idempotency-Key"},"remote_ref":{"pointer":"/id","pointer":"/x"}}"#,
+            "pointer",
+        ),
+    ] {
+        let err = Contract::from_json(text).unwrap_err();
+        let ContractErrorKind::Parse(why) = err.kind() else {
+            panic!("{err:?}")
+        };
+        assert!(why.contains(&format!("duplicate field `{field}`")), "{why}");
+    }
 }
 
 #[test]
@@ -1345,6 +1431,92 @@ fn registry_validation() {
         assert!(
             matches!(err.kind(), ContractErrorKind::InvalidTarget(_)),
             "{bad:?}"
+        );
+    }
+}
+
+/// The selection rule written as the plain scan it replaced: every route, the highest rank,
+/// the first registered on a tie.
+fn select_by_scan<'a>(cs: &'a Contracts, method: &Method, u: &Uri) -> &'a str {
+    let mut best: Option<(super::registry::Rank, &str)> = None;
+    for (target, contract) in cs.routes() {
+        if let Some(rank) = target.specificity(method, u)
+            && best.is_none_or(|(b, _)| rank > b)
+        {
+            best = Some((rank, &contract.name));
+        }
+    }
+    best.map_or(&cs.default_contract().name, |(_, name)| name)
+}
+
+fn arb_target() -> impl Strategy<Value = Target> {
+    let host = prop::sample::select(vec![
+        "a.test",
+        "A.test",
+        "a.test.",
+        "b.a.test",
+        "*.test",
+        "*.a.test",
+        "*.A.TEST",
+        "*.b.a.test",
+        "a.test:8443",
+        "a.test:443",
+        "*.test:80",
+        "[::1]",
+        "[::1]:8080",
+        "x",
+        "*.",
+        "",
+    ]);
+    let prefix = prop::option::of(prop::sample::select(vec![
+        "", "/", "//", "/v1", "/v1/", "/v1//", "/v1/x", "/v10", "/V1", "v1", "/v1/x/",
+    ]));
+    let method = prop::option::of(prop::sample::select(vec![Method::POST, Method::GET]));
+    (host, prefix, method).prop_map(|(h, p, m)| {
+        let mut t = Target::host(h);
+        if let Some(p) = p {
+            t = t.path_prefix(p);
+        }
+        if let Some(m) = m {
+            t = t.method(m);
+        }
+        t
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// The host index narrows the candidates and nothing else: selection equals the plain scan.
+    #[test]
+    fn indexed_selection_equals_the_scan(
+        targets in prop::collection::vec(arb_target(), 0..24),
+        host in prop::sample::select(vec![
+            "a.test", "A.TEST", "a.test.", "b.a.test", "c.b.a.test", "test", "x.test", "a..test",
+            "[::1]", "x", ".a.test",
+        ]),
+        port in prop::option::of(prop::sample::select(vec![80u16, 443, 8080, 8443])),
+        scheme in prop::sample::select(vec!["http", "https"]),
+        path in prop::sample::select(vec![
+            "/", "/v1", "/v1/", "/v1/x", "/v10", "/v1/x/y", "/w", "//", "/v1//x", "/V1/x",
+        ]),
+        method in prop::sample::select(vec![Method::POST, Method::GET, Method::PUT]),
+    ) {
+        let mut cs = Contracts::default();
+        for (i, t) in targets.into_iter().enumerate() {
+            cs = cs.route(t, named(&format!("r{i}")));
+        }
+        let authority = match port {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
+        };
+        let Ok(u) = format!("{scheme}://{authority}{path}").parse::<Uri>() else {
+            return Ok(());
+        };
+        prop_assert_eq!(
+            cs.select(&method, &u).name.as_str(),
+            select_by_scan(&cs, &method, &u),
+            "{}", u
         );
     }
 }

@@ -4,7 +4,10 @@ use http::HeaderName;
 
 use super::error::{ContractError, ContractErrorKind as Kind};
 use super::key::pointer_tokens;
-use super::{Contract, GENERATED_KEY_LEN, KeyPlacement, Lookup};
+use super::{
+    Contract, GENERATED_KEY_LEN, KeyPlacement, Lookup, MAX_KEY_LEN_LIMIT, MAX_RETENTION_SECS,
+    MAX_SETTLE_SECS,
+};
 use crate::operation::PayloadDigest;
 
 pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
@@ -41,6 +44,36 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
                 min: GENERATED_KEY_LEN,
             },
         ));
+    }
+    // Bounded so that no later time arithmetic (`retention_secs * 1000`, `now + settle`) can
+    // overflow, and a typo of a few digits is caught at load instead of in a spawned recoverer.
+    let too_large = |field: &str, value: u64, max: u64, unit_secs| {
+        Err(err(
+            field.into(),
+            Kind::TooLarge {
+                value,
+                max,
+                unit_secs,
+            },
+        ))
+    };
+    if c.max_key_len > MAX_KEY_LEN_LIMIT {
+        return too_large(
+            "max_key_len",
+            u64::try_from(c.max_key_len).unwrap_or(u64::MAX),
+            MAX_KEY_LEN_LIMIT as u64,
+            false,
+        );
+    }
+    if let Some(secs) = c.retention_secs
+        && secs > MAX_RETENTION_SECS
+    {
+        return too_large("retention_secs", secs, MAX_RETENTION_SECS, true);
+    }
+    if let Some(secs) = c.settle_secs
+        && secs > MAX_SETTLE_SECS
+    {
+        return too_large("settle_secs", secs, MAX_SETTLE_SECS, true);
     }
     for (i, rule) in c.rules.iter().enumerate() {
         let Some(status) = rule.status else {

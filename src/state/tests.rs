@@ -1430,7 +1430,8 @@ mod budget_policy {
         ];
         for (p, field) in cases {
             let err = p.validate().expect_err(field);
-            assert!(err.contains(field), "{field}: {err}");
+            assert_eq!(err.field(), field);
+            assert!(err.to_string().contains(field), "{field}: {err}");
         }
     }
 
