@@ -127,7 +127,9 @@ pub fn build(vendor_base_url: &str, ledger: Arc<dyn Ledger>, policy: BudgetPolic
     let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
         .retry_canceled_requests(false)
         .build_http();
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone()).budget(policy.clone());
+    let layer = RecoverableWriteLayer::from_arc(ledger.clone())
+        .budget(policy.clone())
+        .expect("a valid budget");
     let guard = SendOnceGuardLayer::new();
 
     // Where the timeout goes matters. Above the layer, a timeout would drop the layer's future

@@ -195,7 +195,8 @@ async fn run(ledger: &PostgresLedger) -> Result<(), BoxError> {
     let policy = BudgetPolicy::default();
     let layer = RecoverableWriteLayer::from_arc(Arc::new(ledger.clone()) as Arc<dyn Ledger>)
         .contract((*contract).clone())
-        .budget(policy.clone());
+        .budget(policy.clone())
+        .expect("a valid budget");
     let client = Client::builder(TokioExecutor::new())
         .retry_canceled_requests(false) // one retry owner: the recovery engine
         .build_http::<Full<Bytes>>();

@@ -64,9 +64,9 @@ use crate::review::Reviews;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// The budget is out of bounds; the message names the field.
-    #[error("budget: {0}")]
-    Budget(String),
+    /// The budget is out of bounds; the error names the field and the bound.
+    #[error(transparent)]
+    Budget(#[from] crate::budget::BudgetError),
     /// A contract is invalid; the error names the contract and the field.
     #[error(transparent)]
     Contract(#[from] ContractError),
@@ -270,10 +270,7 @@ impl ConfigBuilder {
             field,
             problem: problem.to_owned(),
         };
-        self.shared
-            .policy
-            .validate()
-            .map_err(|e| BuildError::Budget(e.to_string()))?;
+        self.shared.policy.validate()?;
         self.shared.contracts.validate()?;
         if self.shared.max_request_body == 0 {
             return Err(invalid("max_request_body", "must be at least 1 byte"));

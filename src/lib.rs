@@ -81,7 +81,7 @@ pub mod state;
 pub mod testing;
 
 pub use authorize::{Access, Authorizer, Denied};
-pub use budget::{BudgetPolicy, ReplayLimiter};
+pub use budget::{BudgetBound, BudgetError, BudgetPolicy, ReplayLimiter};
 pub use builder::{BuildError, Config, ConfigBuilder};
 pub use contract::{Contract, Contracts};
 pub use evidence::{ConflictKind, Evidence};

@@ -199,3 +199,30 @@ async fn the_faces_of_one_configuration_share_the_ledger() {
         .await;
     assert!(missing.is_err());
 }
+
+/// Issue 10 item 17: the layer's own budget setter validates too (it used to store anything:
+/// `max_attempts: 0` sent every write to review unsent; values near `u64::MAX` overflowed).
+#[test]
+fn the_layer_refuses_an_invalid_budget_by_name() {
+    for (policy, field) in [
+        (
+            BudgetPolicy {
+                max_attempts: 0,
+                ..BudgetPolicy::default()
+            },
+            "max_attempts",
+        ),
+        (
+            BudgetPolicy {
+                window_ms: u64::MAX,
+                ..BudgetPolicy::default()
+            },
+            "window_ms",
+        ),
+    ] {
+        let err = recoverable_write::RecoverableWriteLayer::new(MemoryLedger::new())
+            .budget(policy)
+            .unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+    }
+}

@@ -567,11 +567,15 @@ async fn a_late_result_after_takeover_is_evidence_only() {
         .vendor
         .faults()
         .delay_response(Duration::from_millis(300), 1);
-    let layer = drill.layer.clone().budget(recoverable_write::BudgetPolicy {
-        attempt_timeout_ms: 2_000,
-        lease_margin_ms: 1,
-        ..fast_policy()
-    });
+    let layer = drill
+        .layer
+        .clone()
+        .budget(recoverable_write::BudgetPolicy {
+            attempt_timeout_ms: 2_000,
+            lease_margin_ms: 1,
+            ..fast_policy()
+        })
+        .expect("a valid budget");
     let mut svc = tower::ServiceBuilder::new()
         .layer(layer)
         .layer(drill.guard.clone())

@@ -66,6 +66,7 @@ async fn the_first_send_of_an_existing_prepared_row_uses_its_frozen_contract_and
     // The outbox: the row is made under the old configuration, in the caller's transaction.
     let old_layer = RecoverableWriteLayer::from_arc(drill.ledger.clone())
         .budget(fast_policy())
+        .expect("a valid budget")
         .contract(old.clone());
     let outbox_req = Request::post(drill.vendor.url("/tickets"))
         .header("content-type", "application/json")
@@ -85,6 +86,7 @@ async fn the_first_send_of_an_existing_prepared_row_uses_its_frozen_contract_and
     let contracts = Contracts::new(new).route(Target::host("old-contract.example"), old);
     let new_layer = RecoverableWriteLayer::from_arc(drill.ledger.clone())
         .budget(fast_policy())
+        .expect("a valid budget")
         .contracts(contracts);
     let mut svc = writer_over(&new_layer, &drill);
     let reordered = format!(

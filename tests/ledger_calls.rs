@@ -145,7 +145,9 @@ async fn row(ledger: &Counting, intent: &str) -> OperationRecord {
 async fn a_new_write_costs_two_ledger_calls() {
     let vendor = FakeVendor::start().await;
     let ledger = Arc::new(Counting::default());
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone()).budget(fast_policy());
+    let layer = RecoverableWriteLayer::from_arc(ledger.clone())
+        .budget(fast_policy())
+        .expect("a valid budget");
 
     let status = write(&layer, &vendor, "intent-two-calls")
         .await
@@ -176,6 +178,7 @@ async fn with_an_authorizer_the_claim_waits_for_the_check() {
     let ledger = Arc::new(Counting::default());
     let layer = RecoverableWriteLayer::from_arc(ledger.clone())
         .budget(fast_policy())
+        .expect("a valid budget")
         .authorizer(|op: &OperationRecord, access: Access| {
             if op.intent_ref == "intent-denied" {
                 Err(Denied::new(access, "not this one"))
@@ -208,7 +211,9 @@ async fn with_an_authorizer_the_claim_waits_for_the_check() {
 async fn a_repeated_write_is_answered_from_the_ledger_without_a_claim() {
     let vendor = FakeVendor::start().await;
     let ledger = Arc::new(Counting::default());
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone()).budget(fast_policy());
+    let layer = RecoverableWriteLayer::from_arc(ledger.clone())
+        .budget(fast_policy())
+        .expect("a valid budget");
 
     write(&layer, &vendor, "intent-again").await.expect("sent");
     let status = write(&layer, &vendor, "intent-again")

@@ -91,7 +91,9 @@ fn http_client() -> Client<HttpConnector, Full<Bytes>> {
 }
 
 fn layer(ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> RecoverableWriteLayer {
-    RecoverableWriteLayer::from_arc(ledger).budget(policy)
+    RecoverableWriteLayer::from_arc(ledger)
+        .budget(policy)
+        .expect("a valid budget")
 }
 
 /// The full client stack: layer → guard → hyper-util client, bodies collected.

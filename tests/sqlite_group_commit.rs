@@ -73,7 +73,11 @@ fn child_sends_one_write_and_waits_to_be_killed() {
     rt.block_on(async move {
         let ledger = SqliteLedger::open(&ledger).await.expect("open ledger");
         let svc = ServiceBuilder::new()
-            .layer(RecoverableWriteLayer::new(ledger).budget(child_policy()))
+            .layer(
+                RecoverableWriteLayer::new(ledger)
+                    .budget(child_policy())
+                    .expect("a valid budget"),
+            )
             .layer(SendOnceGuardLayer::new())
             .service(http_client());
         let svc = BoxCloneSyncService::new(svc);

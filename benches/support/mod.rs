@@ -75,6 +75,7 @@ pub fn layered(ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> Svc {
         .layer(
             RecoverableWriteLayer::from_arc(ledger)
                 .budget(policy)
+                .expect("a valid budget")
                 .track_all_writes(true),
         )
         .layer(SendOnceGuardLayer::new())

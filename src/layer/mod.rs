@@ -302,9 +302,15 @@ impl RecoverableWriteLayer {
         self.contracts(Contracts::new(contract))
     }
 
-    /// The budget frozen onto new operations.
-    pub fn budget(self, policy: BudgetPolicy) -> Self {
-        self.edit(|s| s.policy = policy)
+    /// The budget frozen onto new operations, validated.
+    ///
+    /// # Errors
+    ///
+    /// [`BudgetError`](crate::budget::BudgetError) naming the field out of bounds; the layer
+    /// is not changed.
+    pub fn budget(self, policy: BudgetPolicy) -> Result<Self, crate::budget::BudgetError> {
+        let policy = policy.validated()?;
+        Ok(self.edit(|s| s.policy = policy))
     }
 
     /// Largest request body a write may have (default 1 MiB). Larger bodies fail with

@@ -455,7 +455,9 @@ impl Recoverer {
             return None;
         }
         // Unknown retention: not safe (the key may already be pruned and the replay run anew).
-        let retention_ms = contract.retention_secs? as i64 * 1000;
+        let retention_ms = i64::try_from(contract.retention_secs?)
+            .ok()?
+            .saturating_mul(1000);
         let first_sent = first_sent_ms(row)?;
         let must_finish_by = self.shared.clock.now_ms()
             + row.policy.attempt_timeout_ms as i64

@@ -337,7 +337,7 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 ));
             }
             if let Some(left) = window_left(s.deadline_ms)
-                && left < policy.attempt_timeout_ms as i64
+                && left < policy.attempt_timeout().as_millis() as i64
             {
                 return Ok(escalate(
                     "recovery window cannot fit another attempt".into(),
@@ -348,7 +348,9 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 to: State::InFlight,
                 bump_generation: true,
                 attempts_used: s.attempts_used + 1,
-                deadline_ms: s.deadline_ms.or(Some(now + policy.window_ms as i64)),
+                deadline_ms: s
+                    .deadline_ms
+                    .or(Some(now.saturating_add(policy.window().as_millis() as i64))),
                 ..stay()
             })
         }
@@ -436,7 +438,7 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                             may_have_applied: false,
                             queries_used: queries,
                             next_check_ms: Some(
-                                now + retry_after.map_or(0, |d| d.as_millis() as i64),
+                                now.saturating_add(crate::budget::hint_ms(*retry_after)),
                             ),
                             reason: Some(why.clone()),
                             operation_level: true,
@@ -530,7 +532,7 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 ));
             }
             if let Some(left) = window_left(s.deadline_ms)
-                && left < policy.attempt_timeout_ms as i64
+                && left < policy.attempt_timeout().as_millis() as i64
             {
                 return Ok(escalate(
                     "recovery window cannot fit another attempt".into(),
@@ -636,7 +638,7 @@ fn after_attempt(
             } else {
                 Transition {
                     to: State::RetryReady,
-                    next_check_ms: Some(now + retry_after.map_or(0, |d| d.as_millis() as i64)),
+                    next_check_ms: Some(now.saturating_add(crate::budget::hint_ms(*retry_after))),
                     reason: Some(why.clone()),
                     ..stay.clone()
                 }

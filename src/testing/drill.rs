@@ -194,6 +194,7 @@ impl Drill {
         let credential = Arc::new(Mutex::new(CREDENTIAL.to_owned()));
         let mut layer = RecoverableWriteLayer::from_arc(ledger.clone())
             .budget(options.policy.clone())
+            .expect("a valid budget")
             .contract(options.contract.clone());
         if let Some(a) = options.authorizer.clone() {
             layer = layer.authorizer(move |op: &OperationRecord, access: Access| a(op, access));
