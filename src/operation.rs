@@ -332,9 +332,28 @@ pub const DEFAULT_SECRET_HEADERS: &[&str] = &[
     "api-key",
 ];
 
-/// Headers that describe the connection or are recomputed at send time, never frozen.
+/// Query parameters that are never stored (credentials some vendors take in the URL), compared
+/// case-insensitively. Contracts may name more
+/// ([`Contract::secret_query_params`](crate::Contract::secret_query_params)). Like secret
+/// headers, the first send carries the caller's values; a replay gets them from the stack it is
+/// sent through.
+pub const DEFAULT_SECRET_QUERY_PARAMS: &[&str] = &[
+    "api_key",
+    "apikey",
+    "key",
+    "token",
+    "access_token",
+    "auth",
+    "password",
+    "secret",
+    "client_secret",
+    "signature",
+    "sig",
+];
+
+/// Headers that describe the connection or are recomputed at send time, never frozen. `Host`
+/// is frozen: it names the virtual host the write was sent to.
 const UNFROZEN_HEADERS: &[&str] = &[
-    "host",
     "content-length",
     "connection",
     "transfer-encoding",
@@ -345,42 +364,109 @@ const UNFROZEN_HEADERS: &[&str] = &[
     "proxy-connection",
 ];
 
+/// A frozen header value: its exact bytes.
+///
+/// Stored as a JSON string when the bytes are UTF-8 (every visible-ASCII value, and text such
+/// as `Zoë`), otherwise as `{"hex": "…"}`, so that no value is lost or altered on a replay.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HeaderBytes(Bytes);
+
+impl HeaderBytes {
+    /// The value's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The value as text, when it is UTF-8.
+    pub fn to_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+}
+
+impl From<&str> for HeaderBytes {
+    fn from(s: &str) -> Self {
+        Self(Bytes::copy_from_slice(s.as_bytes()))
+    }
+}
+
+impl From<&http::HeaderValue> for HeaderBytes {
+    fn from(v: &http::HeaderValue) -> Self {
+        Self(Bytes::copy_from_slice(v.as_bytes()))
+    }
+}
+
+impl fmt::Debug for HeaderBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.to_str() {
+            Some(s) => fmt::Debug::fmt(s, f),
+            None => write!(f, "hex:{}", hex(&self.0)),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum StoredHeaderValue {
+    Text(String),
+    Raw { hex: String },
+}
+
+impl Serialize for HeaderBytes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.to_str() {
+            Some(s) => serializer.serialize_str(s),
+            None => StoredHeaderValue::Raw { hex: hex(&self.0) }.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for HeaderBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match StoredHeaderValue::deserialize(deserializer)? {
+            StoredHeaderValue::Text(s) => Ok(Self(Bytes::from(s))),
+            StoredHeaderValue::Raw { hex } => unhex(&hex)
+                .map(|b| Self(Bytes::from(b)))
+                .ok_or_else(|| serde::de::Error::custom("header value: invalid hex")),
+        }
+    }
+}
+
 /// The request as frozen when the operation was created: what every attempt sends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FrozenRequest {
     /// HTTP method.
     pub method: String,
-    /// Absolute URL.
+    /// The URL the write was sent to, without credentials: no userinfo, no secret query
+    /// parameter.
     pub url: String,
-    /// Non-secret headers in order (name lower-cased, value as UTF-8 or dropped if not).
-    pub headers: Vec<(String, String)>,
+    /// Non-secret headers in order (names lower-cased, values as their exact bytes), `Host`
+    /// included when the request carried one.
+    pub headers: Vec<(String, HeaderBytes)>,
     /// The body bytes, before any idempotency key is placed into them.
     pub body: Bytes,
 }
 
 impl FrozenRequest {
     /// Freezes a request: drops credentials (`secret_headers` on top of
-    /// [`DEFAULT_SECRET_HEADERS`]), connection headers, and headers whose values are not UTF-8.
+    /// [`DEFAULT_SECRET_HEADERS`]; userinfo and `secret_params` on top of
+    /// [`DEFAULT_SECRET_QUERY_PARAMS`] from the URL) and connection headers. Every other header
+    /// value is kept byte for byte.
     pub fn freeze(
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         body: Bytes,
         secret_headers: &[String],
+        secret_params: &[String],
     ) -> Self {
         let headers = headers
             .iter()
             .filter(|(name, _)| !is_secret(name, secret_headers) && !is_unfrozen(name))
-            .filter_map(|(name, value)| {
-                value
-                    .to_str()
-                    .ok()
-                    .map(|v| (name.as_str().to_owned(), v.to_owned()))
-            })
+            .map(|(name, value)| (name.as_str().to_owned(), HeaderBytes::from(value)))
             .collect();
         Self {
             method: method.as_str().to_owned(),
-            url: uri.to_string(),
+            url: redacted_uri(uri, secret_params).to_string(),
             headers,
             body,
         }
@@ -392,19 +478,80 @@ impl FrozenRequest {
             .method(self.method.as_str())
             .uri(self.url.as_str());
         for (name, value) in &self.headers {
-            builder = builder.header(name.as_str(), value.as_str());
+            builder = builder.header(name.as_str(), value.as_bytes());
         }
         builder.body(self.body.clone())
     }
 }
 
-fn is_secret(name: &HeaderName, extra: &[String]) -> bool {
+/// Whether `name` is a credential header (the defaults or one of `extra`).
+pub(crate) fn is_secret(name: &HeaderName, extra: &[String]) -> bool {
     let n = name.as_str();
     DEFAULT_SECRET_HEADERS.contains(&n) || extra.iter().any(|s| s.eq_ignore_ascii_case(n))
 }
 
 fn is_unfrozen(name: &HeaderName) -> bool {
     UNFROZEN_HEADERS.contains(&name.as_str())
+}
+
+/// Whether the query pair `pair` (`name=value`, still percent-encoded) names a secret parameter.
+pub(crate) fn is_secret_param(pair: &str, extra: &[String]) -> bool {
+    let raw = pair.split_once('=').map_or(pair, |(n, _)| n);
+    let plus;
+    let raw = if raw.contains('+') {
+        plus = raw.replace('+', " ");
+        plus.as_str()
+    } else {
+        raw
+    };
+    let name = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
+    DEFAULT_SECRET_QUERY_PARAMS
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(&name))
+        || extra.iter().any(|s| s.eq_ignore_ascii_case(&name))
+}
+
+/// `uri` without its credentials: userinfo and secret query parameters removed. Borrowed (no
+/// allocation) when there is nothing to remove, the common case.
+pub(crate) fn redacted_uri<'a>(
+    uri: &'a Uri,
+    secret_params: &[String],
+) -> std::borrow::Cow<'a, Uri> {
+    let userinfo = uri.authority().is_some_and(|a| a.as_str().contains('@'));
+    let secret_query = uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| is_secret_param(p, secret_params)));
+    if !userinfo && !secret_query {
+        return std::borrow::Cow::Borrowed(uri);
+    }
+    let mut parts = uri.clone().into_parts();
+    if let Some(authority) = &parts.authority
+        && let Some((_, host)) = authority.as_str().rsplit_once('@')
+        && let Ok(a) = host.parse()
+    {
+        parts.authority = Some(a);
+    }
+    if secret_query && let Some(pq) = &parts.path_and_query {
+        let kept: Vec<&str> = pq
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !is_secret_param(p, secret_params))
+            .collect();
+        let rebuilt = if kept.is_empty() {
+            pq.path().to_owned()
+        } else {
+            format!("{}?{}", pq.path(), kept.join("&"))
+        };
+        if let Ok(pq) = rebuilt.parse() {
+            parts.path_and_query = Some(pq);
+        }
+    }
+    match Uri::from_parts(parts) {
+        Ok(u) => std::borrow::Cow::Owned(u),
+        // Cannot happen for parts taken from a valid URI; never keep the credentials.
+        Err(_) => std::borrow::Cow::Owned(Uri::from_static("/")),
+    }
 }
 
 /// Which parts of a JSON body define the business payload.
@@ -575,6 +722,17 @@ fn write_json<T: Serialize + ?Sized>(v: &T, h: &mut Sha256) {
     let _ = serde_json::to_writer(h, v);
 }
 
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    let hex_val = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let b = s.as_bytes();
+    if !b.len().is_multiple_of(2) {
+        return None;
+    }
+    b.chunks(2)
+        .map(|p| Some(hex_val(p[0])? << 4 | hex_val(p[1])?))
+        .collect()
+}
+
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
@@ -661,12 +819,73 @@ mod tests {
             &headers,
             Bytes::from_static(b"{}"),
             &["X-Vendor-Secret".to_owned()],
+            &[],
         );
         assert_eq!(
             f.headers,
-            vec![("content-type".to_owned(), "application/json".to_owned())]
+            vec![(
+                "content-type".to_owned(),
+                HeaderBytes::from("application/json")
+            )]
         );
         assert!(!format!("{f:?}").contains("sk_live"));
+    }
+
+    /// Issue 10 item 4: header values that are not visible ASCII (UTF-8 text, obs-text bytes)
+    /// and the `Host` header are frozen exactly, survive a JSON round trip, and come back.
+    #[test]
+    fn freezing_keeps_every_header_byte_and_the_host() {
+        let mut headers = HeaderMap::new();
+        headers.insert("host", "tickets.vendor.test".parse().unwrap());
+        headers.insert(
+            "x-requester",
+            http::HeaderValue::from_bytes("Zoë".as_bytes()).unwrap(),
+        );
+        headers.insert(
+            "x-latin1",
+            http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+        );
+        let f = FrozenRequest::freeze(
+            &Method::POST,
+            &"http://10.0.0.7/t".parse().unwrap(),
+            &headers,
+            Bytes::new(),
+            &[],
+            &[],
+        );
+        let json = serde_json::to_string(&f.headers).unwrap();
+        assert!(json.contains("Zoë"), "{json}");
+        assert!(json.contains(r#"{"hex":"636166e9"}"#), "{json}");
+        let back: Vec<(String, HeaderBytes)> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, f.headers);
+        let req = f.to_request().unwrap();
+        assert_eq!(req.headers()["host"], "tickets.vendor.test");
+        assert_eq!(req.headers()["x-requester"].as_bytes(), "Zoë".as_bytes());
+        assert_eq!(req.headers()["x-latin1"].as_bytes(), b"caf\xe9");
+    }
+
+    /// Issue 10 item 13: userinfo and secret query parameters never reach the frozen URL.
+    #[test]
+    fn freezing_drops_url_credentials() {
+        let uri: Uri = "https://user:SECRET1@vendor.test/v1/t?a=1&api_key=SECRET2&Token=SECRET3&my%5Fsecret=SECRET4&b=2"
+            .parse()
+            .unwrap();
+        let f = FrozenRequest::freeze(
+            &Method::POST,
+            &uri,
+            &HeaderMap::new(),
+            Bytes::new(),
+            &[],
+            &["my_secret".to_owned()],
+        );
+        assert_eq!(f.url, "https://vendor.test/v1/t?a=1&b=2");
+        let only: Uri = "http://v.test/p?sig=abc".parse().unwrap();
+        assert_eq!(redacted_uri(&only, &[]).to_string(), "http://v.test/p");
+        let clean: Uri = "http://v.test/p?q=1".parse().unwrap();
+        assert!(matches!(
+            redacted_uri(&clean, &[]),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 }
 

@@ -82,10 +82,8 @@ async fn d1_credentials_are_never_stored() {
         .expect("created");
     let row = drill.record(op.id()).await;
     assert!(
-        row.request
-            .headers
-            .iter()
-            .all(|(k, v)| k != "authorization" && !v.contains("sk_test_secret"))
+        row.request.headers.iter().all(|(k, v)| k != "authorization"
+            && !v.to_str().unwrap_or_default().contains("sk_test_secret"))
     );
     // ...but the vendor did get them on the first send: the stack applied them.
     let seen = drill.vendor.requests();
@@ -283,6 +281,7 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
             &parts.uri,
             &parts.headers,
             body,
+            &[],
             &[],
         );
         let hash = recoverable_write::operation::PayloadHash::compute(

@@ -516,6 +516,54 @@ impl Ledger for PausingLedger {
 /// Its lease expires; worker B claims it (g+1) and resolves it. A wakes: its result and a claim
 /// computed from its old read are both refused by the generation, its answer is kept as late
 /// evidence, and the vendor has one ticket.
+/// A worker clock ten seconds ahead of the database's: more than half the 5 s recovery lease,
+/// well inside the 60 s recovery window.
+#[derive(Debug)]
+struct TenSecondsAhead;
+impl recoverable_write::clock::Clock for TenSecondsAhead {
+    fn now_ms(&self) -> i64 {
+        recoverable_write::clock::ProcessClock.now_ms() + 10_000
+    }
+}
+
+/// Issue 10 item 11: with the database clock, a worker whose own clock runs ahead of the
+/// database's by more than half a lease claimed rows and then skipped each one as "lease nearly
+/// spent" (its clock against a database-clock lease): nothing was ever recovered, and other
+/// workers were fenced out by its claims. Lease comparisons now use the ledger's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_clock_ahead_of_the_database_by_more_than_half_a_lease_still_recovers() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Schema::new(&url);
+    let ledger: Arc<dyn Ledger> = Arc::new(schema.ledger(2).await);
+    let vendor = FakeVendor::start().await;
+    lose_responses(&vendor, ledger.clone(), 3, 1).await;
+
+    let skewed = recoverer(ledger.clone(), &vendor.base_url(), Duration::from_secs(5))
+        .clock(TenSecondsAhead);
+    let mut passes = 0;
+    while open_work(&url, &schema.name).await > 0 {
+        passes += 1;
+        assert!(
+            passes <= 200,
+            "the skewed worker never recovered: {:?}",
+            states(&schema).await
+        );
+        let report = skewed.run_once().await.expect("pass");
+        assert_eq!(
+            report.stale, 0,
+            "no fresh claim is skipped as nearly spent: {report:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        vendor.tickets_created(),
+        3,
+        "recovered by lookup, nothing re-sent"
+    );
+    assert_eq!(vendor.posts_received(), 3);
+    assert_eq!(states(&schema).await.get("SUCCEEDED"), Some(&3));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d17_paused_old_worker_is_refused_by_the_generation_after_a_new_worker_resumed() {
     let Some(url) = pg_url().await else { return };
@@ -835,6 +883,7 @@ async fn d18_eight_senders_race_for_each_outbox_operation_and_exactly_one_sends(
             &parts.headers,
             body,
             &contract.secret_headers,
+            &contract.secret_query_params,
         );
         let hash =
             PayloadHash::compute(&frozen.method, &frozen.url, &frozen.body, &contract.digest);

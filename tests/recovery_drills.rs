@@ -71,6 +71,66 @@ async fn d2_not_found_on_first_query_keeps_unknown_then_succeeds() {
     assert_eq!(drill.vendor.posts_received(), 1);
 }
 
+/// Issue 10 item 20: a PROCESSING operation under a replay-safe contract with no reconciler used
+/// to be offered a same-key replay every pass, which the state machine refused: one late-evidence
+/// entry and one notice per lease period, forever. It now goes to a human, once.
+#[tokio::test]
+async fn processing_without_a_lookup_escalates_once_instead_of_logging_refusals() {
+    let vendor = FakeVendor::builder()
+        .processing_retry_after(None)
+        .start()
+        .await
+        .unwrap();
+    let drill = Drill::with(
+        vendor,
+        DrillOptions {
+            contract: replay_safe_contract(),
+            ..DrillOptions::default()
+        },
+    )
+    .await;
+    let recoverer = drill
+        .layer
+        .recoverer()
+        .replay_through(
+            tower::ServiceBuilder::new()
+                .layer(drill.guard.clone())
+                .service(authed_client(drill.credential.clone())),
+        )
+        .lease(Duration::from_millis(50));
+    let mut svc = drill.writer();
+    let op = new_op("intent-processing-no-lookup");
+    drill.vendor.faults().hold_processing(true);
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    assert_eq!(drill.record(op.id()).await.state, State::Processing);
+    // Several lease periods, and the escalation.
+    for _ in 0..200 {
+        recoverer.run_once().await.unwrap();
+        if drill.record(op.id()).await.state == State::ManualReview {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for _ in 0..10 {
+        recoverer.run_once().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::ManualReview, "{:?}", row.reason);
+    let log = kinds(&drill.evidence(op.id()).await);
+    assert!(
+        !log.contains(&"late_evidence".to_owned()),
+        "no refusal logged: {log:?}"
+    );
+    assert_eq!(
+        log.iter().filter(|k| *k == "escalated").count(),
+        1,
+        "{log:?}"
+    );
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
 #[tokio::test]
 async fn d3_stuck_in_processing_backs_off_then_goes_to_manual_review() {
     let vendor = FakeVendor::builder()
@@ -594,6 +654,73 @@ async fn d26_401_is_rejected_without_silent_reauth_and_the_unknown_is_recovered_
     assert_eq!(drill.record(op2.id()).await.state, State::Rejected);
 }
 
+/// Issue 10 item 6: a same-key replay the contract made safe (path (b)), then delayed — here by
+/// a write permission withheld at the moment of sending — past the vendor's key retention, must
+/// not go out with a key the vendor may have forgotten: retention is checked again right before
+/// the send, and the operation goes to a human instead.
+#[tokio::test]
+async fn a_deferred_replay_past_the_key_retention_is_not_sent() {
+    let hold = Arc::new(AtomicBool::new(false));
+    let flag = hold.clone();
+    let vendor = FakeVendor::builder()
+        .key_retention(Duration::from_secs(2))
+        .start()
+        .await
+        .unwrap();
+    let drill = Drill::with(
+        vendor,
+        DrillOptions {
+            contract: replay_safe_contract().with_retention_secs(2),
+            // Withheld only when the replay is about to be claimed, so the path-(b) decision is
+            // taken and the send is then delayed.
+            authorizer: Some(Arc::new(move |op: &OperationRecord, access: Access| {
+                if access == Access::Write
+                    && op.state == State::RetryReady
+                    && flag.load(Ordering::SeqCst)
+                {
+                    Err(Denied::new(access, "approval pending"))
+                } else {
+                    Ok(())
+                }
+            })),
+            ..DrillOptions::default()
+        },
+    )
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-item6");
+    drill.vendor.faults().drop_after_commit(1);
+    drill.vendor.faults().lookup_not_found(1_000);
+    hold.store(true, Ordering::SeqCst);
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::RetryReady)
+        .await;
+    assert!(
+        row.may_have_applied,
+        "path (b): the first attempt may have applied"
+    );
+
+    // The send waits past the vendor's retention of the key.
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    hold.store(false, Ordering::SeqCst);
+    let row = drill
+        .recover_until(op.id(), |r| r.state != State::RetryReady)
+        .await;
+    assert_eq!(row.state, State::ManualReview, "{:?}", row.reason);
+    assert!(
+        row.reason.as_deref().unwrap_or("").contains("retention"),
+        "{:?}",
+        row.reason
+    );
+    assert_eq!(
+        drill.vendor.posts_received(),
+        1,
+        "no replay with a forgotten key"
+    );
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
 #[tokio::test]
 async fn d27_a_reviewer_claim_while_recovery_is_about_to_replay_revokes_the_send() {
     // The authorizer runs right before the engine claims send rights for the replay; the human
@@ -910,4 +1037,53 @@ async fn the_replay_limiter_caps_replays_per_target() {
     }
     attempts.sort();
     assert_eq!(attempts, vec![1, 1, 2]);
+}
+
+/// A reconciler with a bug: it panics on its first lookup.
+#[derive(Debug, Default)]
+struct PanicsOnce(std::sync::atomic::AtomicBool);
+
+impl recoverable_write::Reconciler for PanicsOnce {
+    fn reconcile<'a>(
+        &'a self,
+        _op: &'a OperationRecord,
+    ) -> recoverable_write::ledger::BoxFuture<'a, Evidence> {
+        Box::pin(async move {
+            if !self.0.swap(true, Ordering::SeqCst) {
+                panic!("reconciler bug");
+            }
+            Evidence::Succeeded {
+                remote_ref: Some("W731".into()),
+            }
+        })
+    }
+}
+
+/// Issue 10 item 17: a panic inside a spawned recoverer must never pass silently, and must not
+/// end recovery: the pass is reported and the next one runs.
+#[tokio::test]
+async fn a_panicking_pass_does_not_kill_the_spawned_recoverer() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-panic");
+    drill.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    let handle = drill
+        .layer
+        .recoverer()
+        .reconciler(PanicsOnce::default())
+        .lease(Duration::from_millis(200))
+        .interval(Duration::from_millis(10))
+        .spawn();
+    let mut state = State::Unknown;
+    for _ in 0..300 {
+        state = drill.record(op.id()).await.state;
+        if state == State::Succeeded {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    handle.shutdown().await;
+    assert_eq!(state, State::Succeeded, "the recoverer survived its panic");
+    assert_eq!(drill.vendor.tickets_created(), 1);
 }

@@ -86,6 +86,7 @@ const CONTRACT_KEYS: &[&str] = &[
     "extra_rules",
     "remote_ref",
     "secret_headers",
+    "secret_query_params",
     "digest",
     "lookup",
     "settle_secs",
@@ -570,6 +571,17 @@ impl Loader<'_> {
             for h in field::<Vec<String>>(v, &at("secret_headers"), origin)? {
                 if !c.secret_headers.iter().any(|s| s.eq_ignore_ascii_case(&h)) {
                     c.secret_headers.push(h);
+                }
+            }
+        }
+        if let Some(v) = table.get("secret_query_params") {
+            for q in field::<Vec<String>>(v, &at("secret_query_params"), origin)? {
+                if !c
+                    .secret_query_params
+                    .iter()
+                    .any(|s| s.eq_ignore_ascii_case(&q))
+                {
+                    c.secret_query_params.push(q);
                 }
             }
         }

@@ -153,6 +153,12 @@ pub struct Contract {
     /// `Proxy-Authorization` (case-insensitive names).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secret_headers: Vec<String>,
+    /// Query parameters never stored in the ledger, beyond
+    /// [`DEFAULT_SECRET_QUERY_PARAMS`](crate::operation::DEFAULT_SECRET_QUERY_PARAMS)
+    /// (case-insensitive names). The first send carries the caller's values; replays get them
+    /// from the stack they are sent through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_query_params: Vec<String>,
     /// Which parts of the body define the payload (for the payload hash).
     #[serde(default)]
     pub digest: PayloadDigest,
@@ -462,6 +468,7 @@ impl Contract {
             rules: Vec::new(),
             remote_ref: None,
             secret_headers: Vec::new(),
+            secret_query_params: Vec::new(),
             digest: PayloadDigest::Full,
             lookup: None,
             settle_secs: None,
@@ -521,6 +528,12 @@ impl Contract {
     /// Marks one more header as secret.
     pub fn with_secret_header(mut self, name: impl Into<String>) -> Self {
         self.secret_headers.push(name.into());
+        self
+    }
+
+    /// Marks one more query parameter as secret.
+    pub fn with_secret_query_param(mut self, name: impl Into<String>) -> Self {
+        self.secret_query_params.push(name.into());
         self
     }
 

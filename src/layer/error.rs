@@ -194,6 +194,19 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// The operation exists, was never sent, and was made under a contract this configuration
+    /// does not hold with the same content (renamed, edited, removed). Its first send must use
+    /// the contract frozen on it; nothing was sent and it stays `PREPARED`. Configure that
+    /// contract again (see [`Contracts::find`](crate::Contracts::find)).
+    #[error(
+        "{operation} was made under contract {contract:?}, which is not configured with the same content; nothing was sent"
+    )]
+    ContractUnavailable {
+        /// The operation (left `PREPARED`).
+        operation: OperationId,
+        /// The name of the contract frozen on it.
+        contract: String,
+    },
     /// The contract could not place the idempotency key. Nothing was sent.
     #[error("idempotency key could not be placed; nothing was sent")]
     KeyPlacement {
@@ -226,7 +239,9 @@ impl Error {
     /// The operation this error is about, if one was identified.
     pub fn operation_id(&self) -> Option<&OperationId> {
         match self {
-            Error::Conflict { operation } | Error::Denied { operation, .. } => Some(operation),
+            Error::Conflict { operation }
+            | Error::Denied { operation, .. }
+            | Error::ContractUnavailable { operation, .. } => Some(operation),
             Error::Ledger { operation, .. } => operation.as_ref(),
             other => other.outcome().map(|o| &o.operation_id),
         }

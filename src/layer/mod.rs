@@ -28,6 +28,7 @@
 
 mod error;
 mod future;
+pub(crate) mod outgoing;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -40,6 +41,7 @@ use http_body_util::{BodyExt, Either, Full, Limited};
 use tower_layer::Layer;
 use tower_service::Service;
 
+pub(crate) use self::error::Short;
 pub use self::error::{Error, Outcome};
 pub use self::future::ResponseFuture;
 use crate::BoxError;
@@ -104,8 +106,19 @@ impl Shared {
         body: Bytes,
     ) -> (NewOperation, Arc<Contract>) {
         let (contract, contract_ref) = self.contracts.select_with_reference(method, uri);
-        let frozen = FrozenRequest::freeze(method, uri, headers, body, &contract.secret_headers);
-        let payload_hash = PayloadHash::compute_for(method, uri, &frozen.body, &contract.digest);
+        let frozen = FrozenRequest::freeze(
+            method,
+            uri,
+            headers,
+            body,
+            &contract.secret_headers,
+            &contract.secret_query_params,
+        );
+        // Over the URL without credentials: rotating an API key in the query is not another
+        // payload.
+        let redacted = crate::operation::redacted_uri(uri, &contract.secret_query_params);
+        let payload_hash =
+            PayloadHash::compute_for(method, &redacted, &frozen.body, &contract.digest);
         let new = NewOperation {
             tenant: op.tenant().clone(),
             operation_id: op.id().clone(),
@@ -447,18 +460,18 @@ where
         Err(source) => return Err(Error::BodyRead { source }),
     };
 
-    let (new, contract) = shared.new_operation(
-        &op,
-        &parts.method,
-        &parts.uri,
-        &parts.headers,
-        bytes.clone(),
-    );
+    let (new, contract) =
+        shared.new_operation(&op, &parts.method, &parts.uri, &parts.headers, bytes);
     let payload_hash = new.payload_hash.clone();
     let ledger_err = |source| Error::Ledger {
         operation: Some(op.id().clone()),
         source,
     };
+    // The exact request is built, key placed, before anything is written: a request the
+    // contract cannot place its key in leaves nothing behind.
+    let carried = outgoing::Carried::take(&mut parts, &contract);
+    let fresh = outgoing::build(&new.request, &contract, &new.idempotency_key, carried)
+        .map_err(|e| build_error(op.id(), e))?;
 
     // Without an authorizer, a new operation is created and its first send claimed in one
     // ledger call. With one, permission is checked on the PREPARED row before send rights are
@@ -474,8 +487,8 @@ where
         None => shared.ledger.create_or_get(new).await,
     }
     .map_err(ledger_err)?;
-    let record = match created {
-        Created::New(r) => r,
+    let (record, request, contract) = match created {
+        Created::New(r) => (r, fresh, contract),
         Created::Existing(r) => {
             if r.payload_hash != payload_hash {
                 metrics::counter!(
@@ -493,7 +506,31 @@ where
                     operation: r.operation_id,
                 });
             }
-            r
+            if r.state != State::Prepared {
+                // Resolved or owned by the recovery engine: nothing to build, nothing to send.
+                return match claim_send(&shared, r, attempt).await? {
+                    Ok(_) => unreachable!("only a PREPARED operation is claimed"),
+                    Err(done) => Ok(Step::Done(done)),
+                };
+            }
+            // Someone else created it (an outbox row, another instance mid-deploy): its first
+            // send uses the contract and the bytes frozen on its row, not this call's.
+            let Some(frozen_contract) = shared.contracts.find(&r.contract).cloned() else {
+                tracing::warn!(
+                    operation = %r.operation_id,
+                    contract = %r.contract.name,
+                    "the operation's contract is not configured with the same content; nothing sent"
+                );
+                return Err(Error::ContractUnavailable {
+                    operation: r.operation_id,
+                    contract: r.contract.name,
+                });
+            };
+            let carried = outgoing::Carried::take(&mut fresh_parts(fresh), &frozen_contract);
+            let request =
+                outgoing::build(&r.request, &frozen_contract, &r.idempotency_key, carried)
+                    .map_err(|e| build_error(&r.operation_id, e))?;
+            (r, request, frozen_contract)
         }
     };
 
@@ -511,18 +548,14 @@ where
                 source: denied,
             });
         }
-        match claim_send(&shared, record, attempt).await {
-            Ok(Ok(record)) => record,
-            Ok(Err(done)) => return Ok(Step::Done(done)),
-            Err(e) => return Err(e),
+        match claim_send(&shared, record, attempt).await? {
+            Ok(record) => record,
+            Err(done) => return Ok(Step::Done(done)),
         }
     };
 
-    // The attempt is durable. Build the bytes to send: same key, same frozen body.
-    let body = contract
-        .attach_key(&mut parts, bytes, &record.idempotency_key)
-        .map_err(|source| Error::KeyPlacement { source })?;
-    parts.headers.remove(http::header::CONTENT_LENGTH);
+    // The attempt is durable: send the request built above.
+    let (mut parts, body) = request.into_parts();
     let token = AttemptToken::new(record.operation_id.clone(), attempt);
     parts.extensions.insert(token.clone());
     let timeout = record.policy.attempt_timeout();
@@ -543,6 +576,25 @@ where
             deadline: tokio::time::Instant::now() + timeout,
         }),
     ))
+}
+
+/// The caller's parts back from a request built for a new operation (credentials, extensions),
+/// to rebuild it from another row.
+fn fresh_parts(req: Request<Bytes>) -> http::request::Parts {
+    req.into_parts().0
+}
+
+fn build_error(operation: &crate::OperationId, e: outgoing::BuildError) -> Error {
+    match e {
+        outgoing::BuildError::Key(source) => Error::KeyPlacement { source },
+        outgoing::BuildError::Frozen(detail) => Error::Ledger {
+            operation: Some(operation.clone()),
+            source: crate::ledger::LedgerError::Corrupt {
+                operation: operation.to_string(),
+                detail: format!("the frozen request does not rebuild: {detail}"),
+            },
+        },
+    }
 }
 
 /// Claims send rights on an existing operation (two-step path). Only PREPARED (first send) is

@@ -24,6 +24,7 @@ use crate::contract::Contract;
 use crate::engine::{self, Applied, Extras};
 use crate::evidence::Evidence;
 use crate::guard::AttemptToken;
+use crate::layer::outgoing;
 use crate::layer::{AttemptCtx, Observed, Shared, record_attempt};
 use crate::ledger::{Ledger, LedgerError, OperationRecord};
 use crate::operation::AttemptId;
@@ -335,8 +336,13 @@ impl Recoverer {
             }
         }
 
-        // Still unknown. Path (b): a same-key replay the contract makes safe.
-        if let (Some(reason), Some(_)) = (self.replay_safe(&row, contract.as_deref()), &self.replay)
+        // Still unknown. Path (b): a same-key replay the contract makes safe. Only from
+        // UNKNOWN: the vendor said a PROCESSING write was accepted, so resending it proves
+        // nothing (and the state machine refuses it: offering it every pass would append a
+        // refusal to the log every lease period).
+        if row.state == State::Unknown
+            && let (Some(reason), Some(_)) =
+                (self.replay_safe(&row, contract.as_deref()), &self.replay)
         {
             match self.shared.authorizer.check(&row, Access::Write).await {
                 Ok(()) => {
@@ -449,6 +455,42 @@ impl Recoverer {
                 )
                 .await;
         };
+        // A replay made safe by the contract alone (path (b): the first attempt may have
+        // applied) is only safe while the vendor still holds the key. The decision may have been
+        // taken long ago (a rate limit, an authorizer, a restart): check again now, right before
+        // the claim; the skew margin covers the claim itself.
+        if row.state == State::RetryReady
+            && row.may_have_applied
+            && self.replay_safe(&row, Some(&contract)).is_none()
+        {
+            return self
+                .escalate(
+                    &row,
+                    "a same-key replay is no longer covered by the vendor's key retention".into(),
+                )
+                .await;
+        }
+        // The exact request, key placed, before send rights are claimed: one that cannot be
+        // built leaves nothing claimed.
+        let request = match outgoing::build(
+            &row.request,
+            &contract,
+            &row.idempotency_key,
+            outgoing::Carried::nothing(),
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                let why = match e {
+                    outgoing::BuildError::Key(e) => format!("the key cannot be placed: {e}"),
+                    outgoing::BuildError::Frozen(e) => {
+                        format!("the frozen request does not rebuild: {e}")
+                    }
+                };
+                return self
+                    .escalate(&row, format!("{why}; nothing was sent"))
+                    .await;
+            }
+        };
 
         let attempt = AttemptId::generate();
         let lease_until = self.shared.clock.now_ms() + row.policy.lease().as_millis() as i64;
@@ -471,24 +513,20 @@ impl Recoverer {
             other => return self.settle(&row, other, Evidence::unknown("replay")).await,
         };
 
-        // The attempt is durable; build the stored bytes with the stored key.
+        // The attempt is durable; send the bytes built above.
         let deadline = tokio::time::Instant::now() + claimed.policy.attempt_timeout();
         let token = AttemptToken::new(claimed.operation_id.clone(), attempt);
-        let observed: Observed<UnsyncBoxBody<Bytes, BoxError>> = match self
-            .build_replay(&claimed, &contract, &token)
-        {
-            Ok(req) => {
-                report.replays += 1;
-                tracing::info!(attempt = %attempt, generation = %claimed.generation, "replaying with the same key and bytes");
-                match tokio::time::timeout_at(deadline, service.oneshot(req)).await {
-                    Ok(Ok(res)) => Observed::Response(res),
-                    Ok(Err(e)) => Observed::Failed(e),
-                    Err(_) => Observed::TimedOut,
-                }
-            }
-            // Never sent: the guard error type proves it to the classifier.
-            Err(e) => Observed::Failed(e),
-        };
+        let (mut parts, body) = request.into_parts();
+        parts.extensions.insert(token.clone());
+        let request = Request::from_parts(parts, Full::new(body));
+        report.replays += 1;
+        tracing::info!(attempt = %attempt, generation = %claimed.generation, "replaying with the same key and bytes");
+        let observed: Observed<UnsyncBoxBody<Bytes, BoxError>> =
+            match tokio::time::timeout_at(deadline, service.oneshot(request)).await {
+                Ok(Ok(res)) => Observed::Response(res),
+                Ok(Err(e)) => Observed::Failed(e),
+                Err(_) => Observed::TimedOut,
+            };
         let ctx = Box::new(AttemptCtx {
             shared: self.shared.clone(),
             contract,
@@ -505,19 +543,6 @@ impl Recoverer {
         self.ledger()
             .get(&claimed.tenant, &claimed.operation_id)
             .await
-    }
-
-    fn build_replay(
-        &self,
-        row: &OperationRecord,
-        contract: &Contract,
-        token: &AttemptToken,
-    ) -> Result<Request<Full<Bytes>>, BoxError> {
-        let (mut parts, body) = row.request.to_request()?.into_parts();
-        let body = contract.attach_key(&mut parts, body, &row.idempotency_key)?;
-        parts.headers.remove(http::header::CONTENT_LENGTH);
-        parts.extensions.insert(token.clone());
-        Ok(Request::from_parts(parts, Full::new(body)))
     }
 
     /// A resend that cannot go now waits for the next pass, or hands over once the window can
@@ -621,12 +646,33 @@ impl Recoverer {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
-            match self.run_once().await {
-                Ok(report) if report != RecoveryReport::default() => {
+            // Each pass runs as its own task, so a panic in it (a reconciler's bug, say) is
+            // caught, reported and counted, and the next pass runs: a recovery engine that died
+            // silently would leave every unknown operation unowned.
+            let pass = tokio::spawn({
+                let this = self.clone();
+                async move { this.run_once().await }
+            });
+            match pass.await {
+                Ok(Ok(report)) if report != RecoveryReport::default() => {
                     tracing::debug!(?report, "recovery pass");
                 }
-                Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "recovery pass failed; retrying"),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "recovery pass failed; retrying"),
+                Err(e) if e.is_panic() => {
+                    let panic = e.into_panic();
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a non-string panic payload".into());
+                    metrics::counter!("recoverable_write_recovery_panics_total").increment(1);
+                    tracing::error!(
+                        panic = %crate::layer::Short(&what),
+                        "recovery pass panicked; the rows it held are retried after their lease"
+                    );
+                }
+                Err(e) => tracing::error!(error = %e, "recovery pass was cancelled"),
             }
             tokio::select! {
                 _ = &mut shutdown => return,

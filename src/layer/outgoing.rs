@@ -1,0 +1,224 @@
+//! The exact request an attempt sends.
+//!
+//! Every send of an operation — the first one, the first one of an operation someone else
+//! created (an outbox row, a fleet mid-deploy), and every replay — is built here from the
+//! request **frozen on the operation's row** and the **contract frozen on it**, never from the
+//! bytes or the configuration of the call that happens to send it: the payload hash only proves
+//! the two payloads are equivalent, not identical. It is built, key placed, *before* send rights
+//! are claimed, so a request that cannot be built leaves nothing claimed.
+//!
+//! What the ledger never stores (credentials: secret headers, URL userinfo, secret query
+//! parameters) comes back from the caller's own request on a first send ([`Carried`]); a replay
+//! gets it from the stack it is sent through.
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::uri::{Authority, PathAndQuery};
+use http::{Extensions, HeaderName, HeaderValue, Request, Uri, Version};
+
+use crate::contract::{Contract, ContractError};
+use crate::operation::{FrozenRequest, IdempotencyKey, is_secret, is_secret_param};
+
+/// What the caller's request carries that the ledger never stores, put back on its first send.
+#[derive(Debug, Default)]
+pub(crate) struct Carried {
+    headers: Vec<(HeaderName, HeaderValue)>,
+    userinfo: Option<String>,
+    query: Vec<String>,
+    extensions: Extensions,
+    version: Version,
+}
+
+impl Carried {
+    /// Nothing: a replay, whose stack applies credentials.
+    pub(crate) fn nothing() -> Self {
+        Self::default()
+    }
+
+    /// Takes the caller's credentials (as `contract` names them) and extensions from `parts`.
+    pub(crate) fn take(parts: &mut Parts, contract: &Contract) -> Self {
+        let headers = parts
+            .headers
+            .iter()
+            .filter(|(name, _)| is_secret(name, &contract.secret_headers))
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        let userinfo = parts
+            .uri
+            .authority()
+            .and_then(|a| a.as_str().rsplit_once('@'))
+            .map(|(info, _)| info.to_owned());
+        let query = parts
+            .uri
+            .query()
+            .map(|q| {
+                q.split('&')
+                    .filter(|p| is_secret_param(p, &contract.secret_query_params))
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            headers,
+            userinfo,
+            query,
+            extensions: std::mem::take(&mut parts.extensions),
+            version: parts.version,
+        }
+    }
+}
+
+/// Why an attempt's request could not be built. Nothing was claimed or sent.
+#[derive(Debug)]
+pub(crate) enum BuildError {
+    /// The contract could not place the key in this request.
+    Key(ContractError),
+    /// The frozen request does not make a valid request (a corrupt row).
+    Frozen(String),
+}
+
+/// The request an attempt of the operation frozen as `frozen` sends under `contract` with `key`.
+pub(crate) fn build(
+    frozen: &FrozenRequest,
+    contract: &Contract,
+    key: &IdempotencyKey,
+    carried: Carried,
+) -> Result<Request<Bytes>, BuildError> {
+    let (mut parts, body) = frozen
+        .to_request()
+        .map_err(|e| BuildError::Frozen(e.to_string()))?
+        .into_parts();
+    parts.uri = with_credentials(&parts.uri, carried.userinfo.as_deref(), &carried.query)
+        .map_err(BuildError::Frozen)?;
+    for (name, value) in carried.headers {
+        parts.headers.append(name, value);
+    }
+    parts.extensions = carried.extensions;
+    parts.version = carried.version;
+    let body = contract
+        .attach_key(&mut parts, body, key)
+        .map_err(BuildError::Key)?;
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    Ok(Request::from_parts(parts, body))
+}
+
+/// `uri` with the caller's userinfo and secret query pairs put back (appended after the stored
+/// pairs).
+fn with_credentials(uri: &Uri, userinfo: Option<&str>, query: &[String]) -> Result<Uri, String> {
+    if userinfo.is_none() && query.is_empty() {
+        return Ok(uri.clone());
+    }
+    let mut parts = uri.clone().into_parts();
+    if let (Some(info), Some(authority)) = (userinfo, &parts.authority) {
+        let a: Authority = format!("{info}@{authority}")
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+        parts.authority = Some(a);
+    }
+    if !query.is_empty() {
+        let (path, stored) = parts
+            .path_and_query
+            .as_ref()
+            .map_or(("/", None), |pq| (pq.path(), pq.query()));
+        let mut q: Vec<&str> = stored.into_iter().filter(|s| !s.is_empty()).collect();
+        q.extend(query.iter().map(String::as_str));
+        let pq: PathAndQuery = format!("{path}?{}", q.join("&"))
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+        parts.path_and_query = Some(pq);
+    }
+    Uri::from_parts(parts).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::KeyPlacement;
+    use http::Method;
+
+    fn caller() -> Request<()> {
+        Request::post("https://bot:PW@vendor.test/v1/t?a=1&api_key=K1")
+            .header("authorization", "Bearer T")
+            .header(
+                "x-requester",
+                HeaderValue::from_bytes("Zoë".as_bytes()).unwrap(),
+            )
+            .header("content-length", "2")
+            .body(())
+            .unwrap()
+    }
+
+    #[test]
+    fn a_first_send_is_the_frozen_request_plus_the_callers_credentials() {
+        let contract = Contract::conservative();
+        let (mut parts, ()) = caller().into_parts();
+        let frozen = FrozenRequest::freeze(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            Bytes::from_static(b"{}"),
+            &contract.secret_headers,
+            &contract.secret_query_params,
+        );
+        assert!(!frozen.url.contains("PW") && !frozen.url.contains("K1"));
+        let key = IdempotencyKey::from_stored("k-1");
+        let carried = Carried::take(&mut parts, &contract);
+        let req = build(&frozen, &contract, &key, carried).unwrap();
+        assert_eq!(req.method(), Method::POST);
+        assert_eq!(
+            req.uri().to_string(),
+            "https://bot:PW@vendor.test/v1/t?a=1&api_key=K1"
+        );
+        assert_eq!(req.headers()["authorization"], "Bearer T");
+        assert_eq!(req.headers()["x-requester"].as_bytes(), "Zoë".as_bytes());
+        assert_eq!(req.headers()["idempotency-key"], "k-1");
+        assert!(req.headers().get("content-length").is_none());
+        assert_eq!(req.body().as_ref(), b"{}");
+    }
+
+    #[test]
+    fn a_replay_carries_no_credentials() {
+        let contract = Contract::conservative();
+        let (parts, ()) = caller().into_parts();
+        let frozen = FrozenRequest::freeze(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            Bytes::new(),
+            &[],
+            &[],
+        );
+        let req = build(
+            &frozen,
+            &contract,
+            &IdempotencyKey::from_stored("k"),
+            Carried::nothing(),
+        )
+        .unwrap();
+        assert_eq!(req.uri().to_string(), "https://vendor.test/v1/t?a=1");
+        assert!(req.headers().get("authorization").is_none());
+    }
+
+    #[test]
+    fn a_key_that_cannot_be_placed_is_an_error_before_anything_else() {
+        let contract = Contract::conservative().with_key(KeyPlacement::JsonBody {
+            pointer: "/idempotency_key".into(),
+        });
+        let frozen = FrozenRequest::freeze(
+            &Method::POST,
+            &"http://v.test/t".parse().unwrap(),
+            &http::HeaderMap::new(),
+            Bytes::from_static(b"not json"),
+            &[],
+            &[],
+        );
+        let err = build(
+            &frozen,
+            &contract,
+            &IdempotencyKey::from_stored("k"),
+            Carried::nothing(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, BuildError::Key(_)), "{err:?}");
+    }
+}
