@@ -759,7 +759,7 @@ impl Ledger for PlantedItem1 {
 struct SeedResult {
     /// Invariant violations (the seed fails).
     violations: Vec<String>,
-    /// `?api_key=` stored (issue 10 item 13, reported separately until it is fixed).
+    /// `?api_key=` stored (issue 10 item 13).
     query_secret_stored: bool,
     /// Duplicates on operations whose applied key a vendor restart forgot (the vendor broke its
     /// promise; not held against the crate).
@@ -1256,10 +1256,10 @@ fn run_one(seed: u64, opts: Options) -> SeedResult {
     rt.block_on(run_seed(seed, opts))
 }
 
-/// Whether `?api_key=` values must not be stored (issue 10 item 13). Off by default until the
-/// fix lands; `RW_SIM_QUERY_SECRETS=1` makes a stored one fail the seed.
+/// Whether a stored `?api_key=` value fails the seed (issue 10 item 13, fixed):
+/// `RW_SIM_QUERY_SECRETS=0` only reports it.
 fn query_secrets_strict() -> bool {
-    std::env::var("RW_SIM_QUERY_SECRETS").is_ok_and(|v| v == "1")
+    std::env::var("RW_SIM_QUERY_SECRETS").map_or(true, |v| v != "0")
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -1382,8 +1382,8 @@ fn simulation_seeds() {
     eprintln!("simulation: {summary} in {:.1?}", t0.elapsed());
     if !summary.query_secret_seeds.is_empty() {
         eprintln!(
-            "simulation: KNOWN (issue 10 item 13): the ?api_key= query credential is stored \
-             (first seeds: {:?}); RW_SIM_QUERY_SECRETS=1 makes it fail",
+            "simulation: the ?api_key= query credential is stored (issue 10 item 13; first \
+             seeds: {:?})",
             &summary.query_secret_seeds[..summary.query_secret_seeds.len().min(5)]
         );
     }
