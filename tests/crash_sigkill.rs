@@ -166,6 +166,11 @@ fn sigkill_children_writing_through_the_layer() {
                 State::Succeeded => {
                     succeeded += 1;
                     assert_eq!(
+                        held.len(),
+                        1,
+                        "{id}: SUCCEEDED but the vendor holds {held:?}"
+                    );
+                    assert_eq!(
                         row.remote_ref.as_deref(),
                         held.first().map(String::as_str),
                         "{id}: SUCCEEDED with another ticket than the vendor's"
