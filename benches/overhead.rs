@@ -91,7 +91,8 @@ mod reqwest_rows {
         };
         use reqwest_retry::RetryTransientMiddleware;
         use reqwest_retry::policies::ExponentialBackoff;
-        let layer = RecoverableWriteLayer::new(MemoryLedger::new());
+        // The bench's writes name no Operation: track them anyway (ad-hoc operations).
+        let layer = RecoverableWriteLayer::new(MemoryLedger::new()).track_all_writes(true);
         let client =
             reqwest_middleware::ClientBuilder::new(client_builder().build().expect("client"))
                 .with(RecoverableWriteMiddleware::new(&layer))

@@ -25,6 +25,7 @@ use reqwest_retry::policies::ExponentialBackoff;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The fake vendor, a SQLite ledger file, the layer and its recovery engine.
     let drill = Drill::start().await;
+    // client_builder(): redirects and reqwest's own retries off (a followed 307 re-sends the write).
     let client = ClientBuilder::new(client_builder().build()?)
         .with(RecoverableWriteMiddleware::new(&drill.layer))
         .with(RetryTransientMiddleware::new_with_policy_and_strategy(

@@ -10,6 +10,18 @@
 //! the request and dropped its extensions, or the write bypassed the layer) is refused as well,
 //! unless the guard was built with [`SendOnceGuardLayer::allow_untracked_writes`].
 //!
+//! # Writes the layer chose not to track
+//!
+//! By default the layer tracks only requests that carry an [`Operation`](crate::Operation) (see
+//! [`RecoverableWriteLayer::track_all_writes`](crate::RecoverableWriteLayer::track_all_writes)).
+//! A write it lets through untracked (an OAuth token request through an app-wide client, say) is
+//! marked with [`Untracked`], and the guard lets a marked write through: it is not recoverable
+//! by choice, and refusing it would break every client that shares the stack. A tracked write
+//! never carries the marker, so a tracked write whose token an inner layer dropped is still
+//! refused. The guard cannot tell the two apart once an inner layer drops *all* extensions: a
+//! rebuilt copy of an untracked write is refused too (keep extensions in such layers, or name the
+//! write's [`Operation`](crate::Operation) so it is recoverable).
+//!
 //! ```
 //! use tower::ServiceBuilder;
 //! use recoverable_write::{MemoryLedger, RecoverableWriteLayer, SendOnceGuardLayer};
@@ -85,6 +97,20 @@ impl AttemptToken {
     }
 }
 
+/// Marks a write that [`RecoverableWrite`](crate::RecoverableWrite) (or the reqwest middleware)
+/// saw and chose not to track: the guard lets it through (see the [module docs](self)). Put it
+/// on a write yourself only for a write that is deliberately not recoverable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Untracked;
+
+/// Marks `req` as a write the layer chose not to track; reads need no mark (the guard lets them
+/// through anyway, and the passthrough path stays allocation-free).
+pub(crate) fn mark_untracked<B>(req: &mut Request<B>) {
+    if !is_idempotent(req.method()) {
+        req.extensions_mut().insert(Untracked);
+    }
+}
+
 /// Why the guard refused to send. The request never left the process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -96,7 +122,7 @@ pub enum SendRefused {
         /// The attempt that was already sent.
         attempt: AttemptId,
     },
-    /// A non-idempotent request without an attempt token.
+    /// A non-idempotent request without an attempt token nor the [`Untracked`] mark.
     Untracked {
         /// The request method.
         method: Method,
@@ -153,13 +179,15 @@ pub struct SendOnceGuardLayer {
 }
 
 impl SendOnceGuardLayer {
-    /// A guard that refuses duplicate sends and untracked non-idempotent requests.
+    /// A guard that refuses duplicate sends, and non-idempotent requests that carry neither a
+    /// token nor the [`Untracked`] mark the layer puts on writes it chose not to track.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Lets non-idempotent requests without a token through (writes that are not recoverable,
-    /// by choice). Duplicates of tracked attempts are still refused.
+    /// Lets every non-idempotent request without a token through, marked [`Untracked`] or not
+    /// (for writes that bypass the layer). Duplicates of tracked attempts are still refused, but
+    /// a tracked write whose token an inner layer dropped is no longer caught.
     pub fn allow_untracked_writes(mut self, allow: bool) -> Self {
         self.allow_untracked = allow;
         self
@@ -214,15 +242,16 @@ impl<S> SendOnceGuard<S> {
 }
 
 /// The guard's decision, shared by the tower guard and the reqwest middleware: lets a token
-/// through once, refuses its copies, and refuses untracked non-idempotent requests unless
-/// allowed. Counts every decision.
+/// through once, refuses its copies, and refuses non-idempotent requests with neither a token
+/// nor the [`Untracked`] mark unless allowed. Counts every decision.
 pub(crate) fn admit(
-    token: Option<&AttemptToken>,
+    extensions: &http::Extensions,
     method: &Method,
     allow_untracked: bool,
     stats: &GuardStats,
 ) -> Result<(), SendRefused> {
-    match token {
+    let allow_untracked = allow_untracked || extensions.get::<Untracked>().is_some();
+    match extensions.get::<AttemptToken>() {
         Some(token) if !token.take() => {
             stats.refused_duplicates.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
@@ -270,8 +299,12 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let token = req.extensions().get::<AttemptToken>();
-        match admit(token, req.method(), self.allow_untracked, &self.stats) {
+        match admit(
+            req.extensions(),
+            req.method(),
+            self.allow_untracked,
+            &self.stats,
+        ) {
             Err(err) => ResponseFuture {
                 state: GuardState::Refused { err: Some(err) },
             },

@@ -80,7 +80,7 @@ pub use budget::{BudgetPolicy, ReplayLimiter};
 pub use contract::{Contract, Contracts};
 pub use evidence::{ConflictKind, Evidence};
 pub use guard::{SendOnceGuard, SendOnceGuardLayer};
-pub use layer::{Error, Outcome, RecoverableWrite, RecoverableWriteLayer};
+pub use layer::{Error, Outcome, RecoverableWrite, RecoverableWriteLayer, ResponseBody};
 #[cfg(feature = "postgres")]
 pub use ledger::PostgresLedger;
 #[cfg(feature = "sqlite")]

@@ -211,16 +211,21 @@ impl fmt::Display for Generation {
 /// (a second ticket the user really wants) takes a new `intent_ref`. Content similarity is never
 /// the test.
 ///
-/// A write that reaches the layer without an `Operation` gets a generated one (tenant
-/// [`Tenant::DEFAULT`], action `"<METHOD> <host><path>"`, a fresh intent): it is protected
-/// against lost responses, inner retries and crashes, but a caller that retries at a higher level
-/// without naming the operation creates a new intent. Name the operation to get resumption.
+/// A write that reaches the layer without an `Operation` passes through untracked (nothing is
+/// stored: an OAuth token request through an app-wide client must not end up in the ledger).
+/// With [`RecoverableWriteLayer::track_all_writes`](crate::RecoverableWriteLayer::track_all_writes)
+/// it gets a generated one (tenant [`Tenant::DEFAULT`], action `"<METHOD> <host><path>"`, a fresh
+/// intent): it is protected against lost responses, inner retries and crashes, but a caller that
+/// retries at a higher level without naming the operation creates a new intent. Name the
+/// operation to get resumption.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Operation {
     tenant: Tenant,
     id: OperationId,
     action: String,
     intent_ref: String,
+    /// Made by [`Operation::resume`]: the operation must already exist.
+    existing_only: bool,
 }
 
 impl Operation {
@@ -236,6 +241,7 @@ impl Operation {
             id: OperationId::generate(),
             action: action.into(),
             intent_ref: intent_ref.into(),
+            existing_only: false,
         }
     }
 
@@ -268,11 +274,14 @@ impl Operation {
             id: OperationId::new(format!("op-{}", &digest[..32])),
             action,
             intent_ref,
+            existing_only: false,
         }
     }
 
-    /// Names an existing (or caller-identified) operation by its id, e.g. to resume `op-204`.
-    /// If no such operation exists, one is created with `intent_ref` equal to the id.
+    /// Names an existing operation by its id, e.g. to resume `op-204`: a call with it returns the
+    /// operation's state or stored result, or sends it if it was recorded and never sent. It
+    /// never creates anything: an id the ledger does not hold for this tenant (a typo) is
+    /// [`Error::NotFound`](crate::Error::NotFound) and nothing is sent.
     pub fn resume(tenant: impl Into<String>, id: OperationId) -> Self {
         let intent = id.as_str().to_owned();
         Self {
@@ -280,7 +289,13 @@ impl Operation {
             id,
             action: String::new(),
             intent_ref: intent,
+            existing_only: true,
         }
+    }
+
+    /// Whether this names an existing operation only ([`resume`](Self::resume)).
+    pub fn is_resume(&self) -> bool {
+        self.existing_only
     }
 
     /// Sets a caller-chosen operation id.
@@ -297,6 +312,7 @@ impl Operation {
             action: format!("{} {}{}", method, uri.host().unwrap_or(""), uri.path()),
             intent_ref: id.as_str().to_owned(),
             id,
+            existing_only: false,
         }
     }
 
@@ -322,7 +338,10 @@ impl Operation {
 }
 
 /// Headers that are never stored: credentials are applied by the stack below the layer at send
-/// time. Contracts may name more.
+/// time. Contracts may name more. Lower case (header names compare lower-cased).
+///
+/// Beyond the standard ones, the names common vendors use for API keys and tokens (GitLab's
+/// `private-token`, AWS's session token, Google's and Azure's API keys, Datadog's keys, ...).
 pub const DEFAULT_SECRET_HEADERS: &[&str] = &[
     "authorization",
     "proxy-authorization",
@@ -330,6 +349,22 @@ pub const DEFAULT_SECRET_HEADERS: &[&str] = &[
     "set-cookie",
     "x-api-key",
     "api-key",
+    "apikey",
+    "x-auth-token",
+    "x-access-token",
+    "access-token",
+    "private-token",
+    "x-private-token",
+    "x-amz-security-token",
+    "x-goog-api-key",
+    "ocp-apim-subscription-key",
+    "x-vault-token",
+    "x-csrf-token",
+    "x-xsrf-token",
+    "x-client-secret",
+    "x-refresh-token",
+    "dd-api-key",
+    "dd-application-key",
 ];
 
 /// Query parameters that are never stored (credentials some vendors take in the URL), compared
@@ -447,28 +482,27 @@ pub struct FrozenRequest {
 }
 
 impl FrozenRequest {
-    /// Freezes a request: drops credentials (`secret_headers` on top of
-    /// [`DEFAULT_SECRET_HEADERS`]; userinfo and `secret_params` on top of
-    /// [`DEFAULT_SECRET_QUERY_PARAMS`] from the URL) and connection headers. Every other header
-    /// value is kept byte for byte.
+    /// Freezes a request: drops credentials (`secrets.headers` on top of
+    /// [`DEFAULT_SECRET_HEADERS`]; userinfo and `secrets.query_params` on top of
+    /// [`DEFAULT_SECRET_QUERY_PARAMS`] from the URL; `secrets.body_fields` from the body) and
+    /// connection headers. Every other header value is kept byte for byte.
     pub fn freeze(
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         body: Bytes,
-        secret_headers: &[String],
-        secret_params: &[String],
+        secrets: SecretNames<'_>,
     ) -> Self {
         let headers = headers
             .iter()
-            .filter(|(name, _)| !is_secret(name, secret_headers) && !is_unfrozen(name))
+            .filter(|(name, _)| !is_secret(name, secrets.headers) && !is_unfrozen(name))
             .map(|(name, value)| (name.as_str().to_owned(), HeaderBytes::from(value)))
             .collect();
         Self {
             method: method.as_str().to_owned(),
-            url: redacted_uri(uri, secret_params).to_string(),
+            url: redacted_uri(uri, secrets.query_params).to_string(),
             headers,
-            body,
+            body: redact_body(&body, secrets.body_fields),
         }
     }
 
@@ -481,6 +515,76 @@ impl FrozenRequest {
             builder = builder.header(name.as_str(), value.as_bytes());
         }
         builder.body(self.body.clone())
+    }
+}
+
+/// The names of a write's credentials, which are never stored: a contract's
+/// ([`Contract::secrets`](crate::Contract::secrets)), on top of the defaults.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SecretNames<'a> {
+    /// Header names, beyond [`DEFAULT_SECRET_HEADERS`].
+    pub headers: &'a [String],
+    /// Query parameter names, beyond [`DEFAULT_SECRET_QUERY_PARAMS`].
+    pub query_params: &'a [String],
+    /// Body fields: JSON pointers (`/client_secret`) for JSON bodies, field names
+    /// (`client_secret`) for form bodies.
+    pub body_fields: &'a [String],
+}
+
+/// `body` without the secret `fields` (see [`SecretNames::body_fields`]); the same bytes when
+/// there is nothing to remove. A JSON body that loses a field is re-serialized compactly (it is
+/// never sent as stored: the first send carries the caller's bytes, a replay needs the replay
+/// stack to put the secrets back).
+pub(crate) fn redact_body(body: &Bytes, fields: &[String]) -> Bytes {
+    if fields.is_empty() || body.is_empty() {
+        return body.clone();
+    }
+    let (pointers, names): (Vec<&String>, Vec<&String>) =
+        fields.iter().partition(|f| f.starts_with('/'));
+    if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) {
+        let mut removed = false;
+        for p in pointers {
+            removed |= remove_pointer(&mut value, p);
+        }
+        return match removed {
+            true => serde_json::to_vec(&value).map_or_else(|_| Bytes::new(), Bytes::from),
+            false => body.clone(),
+        };
+    }
+    let Ok(form) = std::str::from_utf8(body) else {
+        return body.clone();
+    };
+    let is_named = |pair: &str| {
+        let raw = pair
+            .split_once('=')
+            .map_or(pair, |(n, _)| n)
+            .replace('+', " ");
+        let name = percent_encoding::percent_decode_str(&raw).decode_utf8_lossy();
+        names.iter().any(|n| **n == name)
+    };
+    if !form.split('&').any(is_named) {
+        return body.clone();
+    }
+    let kept: Vec<&str> = form.split('&').filter(|p| !is_named(p)).collect();
+    Bytes::from(kept.join("&"))
+}
+
+/// Removes the member `pointer` (RFC 6901) names; `true` if there was one.
+fn remove_pointer(value: &mut serde_json::Value, pointer: &str) -> bool {
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return false;
+    };
+    let last = last.replace("~1", "/").replace("~0", "~");
+    match value.pointer_mut(parent) {
+        Some(serde_json::Value::Object(map)) => map.remove(&last).is_some(),
+        Some(serde_json::Value::Array(items)) => match last.parse::<usize>() {
+            Ok(i) if i < items.len() => {
+                items.remove(i);
+                true
+            }
+            _ => false,
+        },
+        _ => false,
     }
 }
 
@@ -818,8 +922,10 @@ mod tests {
             &"http://v/t".parse().unwrap(),
             &headers,
             Bytes::from_static(b"{}"),
-            &["X-Vendor-Secret".to_owned()],
-            &[],
+            SecretNames {
+                headers: &["X-Vendor-Secret".to_owned()],
+                ..SecretNames::default()
+            },
         );
         assert_eq!(
             f.headers,
@@ -850,8 +956,7 @@ mod tests {
             &"http://10.0.0.7/t".parse().unwrap(),
             &headers,
             Bytes::new(),
-            &[],
-            &[],
+            SecretNames::default(),
         );
         let json = serde_json::to_string(&f.headers).unwrap();
         assert!(json.contains("Zoë"), "{json}");
@@ -875,8 +980,10 @@ mod tests {
             &uri,
             &HeaderMap::new(),
             Bytes::new(),
-            &[],
-            &["my_secret".to_owned()],
+            SecretNames {
+                query_params: &["my_secret".to_owned()],
+                ..SecretNames::default()
+            },
         );
         assert_eq!(f.url, "https://vendor.test/v1/t?a=1&b=2");
         let only: Uri = "http://v.test/p?sig=abc".parse().unwrap();
@@ -959,5 +1066,36 @@ mod golden {
                 );
             }
         }
+    }
+
+    #[test]
+    fn no_default_secret_header_is_frozen() {
+        let mut headers = HeaderMap::new();
+        for name in DEFAULT_SECRET_HEADERS {
+            // Lower case, or `is_secret` (which compares the lower-cased name) would miss it.
+            assert_eq!(*name, name.to_ascii_lowercase());
+            headers.insert(
+                HeaderName::from_static(name),
+                http::HeaderValue::from_static("s3cr3t-value"),
+            );
+        }
+        for name in ["x-api-key", "x-auth-token", "private-token", "api-key"] {
+            assert!(DEFAULT_SECRET_HEADERS.contains(&name), "{name}");
+        }
+        headers.insert("x-request-id", http::HeaderValue::from_static("r-1"));
+        let uri: Uri = "https://vendor.test/tickets".parse().unwrap();
+        let frozen = FrozenRequest::freeze(
+            &Method::POST,
+            &uri,
+            &headers,
+            Bytes::new(),
+            SecretNames::default(),
+        );
+        let names: Vec<_> = frozen.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["x-request-id"],
+            "only the non-secret header is frozen"
+        );
     }
 }

@@ -40,9 +40,25 @@
 //! # }
 //! ```
 //!
+//! # Redirects must be off
+//!
+//! reqwest follows redirects by default, below this middleware and below the send-once guard: a
+//! 307 or 308 makes the client send the write again, to another URL, and neither the guard nor
+//! the ledger sees that second send. Build the client with [`client_builder`] (redirects off,
+//! reqwest's own retries off) or set `redirect(reqwest::redirect::Policy::none())` yourself.
+//! reqwest does not expose a built client's policy, so this cannot be checked when the
+//! middleware is built; it is detected per attempt instead: when the response comes from
+//! another URL than the one the attempt was sent to, the attempt is recorded as `Unknown`
+//! ([`RedirectFollowed`]; the write may have been applied at either URL), a warning is logged,
+//! and the recovery engine reconciles it. The redirected answer is never taken as success. A
+//! redirect back to the very same URL leaves no such trace: only the client's policy prevents it.
+//!
 //! # Differences from the tower layer
 //!
-//! - The operation is named with `RequestBuilder::with_extension(Operation::new(..))`.
+//! - The operation is named with `RequestBuilder::with_extension(Operation::new(..))`. As with
+//!   the layer, only requests naming one are tracked, unless the layer was built with
+//!   [`track_all_writes`](RecoverableWriteLayer::track_all_writes); other writes pass through
+//!   marked [`Untracked`], which [`SendOnceMiddleware`] lets through.
 //! - Errors come back as `reqwest_middleware::Error::Middleware` wrapping a
 //!   [`crate::Error`]; use [`error`] / [`outcome`] to get at it.
 //! - Replays by the [`Recoverer`](crate::Recoverer) go through a tower service; give it
@@ -57,7 +73,7 @@ use reqwest_middleware::{Middleware, Next};
 use reqwest_retry::{Retryable, RetryableStrategy};
 
 use crate::BoxError;
-use crate::guard::{AttemptToken, GuardStats, SendRefused, admit};
+use crate::guard::{AttemptToken, GuardStats, SendRefused, Untracked, admit};
 use crate::layer::{
     Error, Observed, Outcome, RecoverableWriteLayer, Shared, Step, await_resolution, prepare_inner,
     record_attempt,
@@ -80,7 +96,13 @@ pub struct RecoverableWriteMiddleware {
 }
 
 impl RecoverableWriteMiddleware {
-    /// Shares `layer`'s ledger, contracts, budget, authorizer and notifier.
+    /// Shares `layer`'s ledger, contracts, budget, authorizer, notifier and tracking choice.
+    ///
+    /// **The client below must not follow redirects**: build it with [`client_builder`] or
+    /// `redirect(reqwest::redirect::Policy::none())`. reqwest's default policy re-sends a POST
+    /// on 307/308 to another URL, a second send nothing below this middleware can refuse.
+    /// reqwest does not let this be checked here; a followed redirect is detected per attempt
+    /// and recorded as `Unknown` (see [`RedirectFollowed`]).
     pub fn new(layer: &RecoverableWriteLayer) -> Self {
         Self {
             shared: layer.shared().clone(),
@@ -101,12 +123,17 @@ pub fn outcome(err: &reqwest_middleware::Error) -> Option<&Outcome> {
     error(err).and_then(Error::outcome)
 }
 
-fn is_tracked(req: &reqwest::Request, ext: &Extensions) -> bool {
-    ext.get::<Operation>().is_some()
-        || !matches!(
-            *req.method(),
-            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS | http::Method::TRACE
-        )
+/// Same rule as the tower layer's: an [`Operation`] is tracked; any other write only with
+/// [`RecoverableWriteLayer::track_all_writes`].
+fn is_tracked(req: &reqwest::Request, ext: &Extensions, track_all_writes: bool) -> bool {
+    ext.get::<Operation>().is_some() || (track_all_writes && !is_idempotent(req.method()))
+}
+
+fn is_idempotent(method: &http::Method) -> bool {
+    matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS | http::Method::TRACE
+    )
 }
 
 fn wrap(e: Error) -> reqwest_middleware::Error {
@@ -161,7 +188,11 @@ impl Middleware for RecoverableWriteMiddleware {
         ext: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
-        if !is_tracked(&req, ext) {
+        if !is_tracked(&req, ext, self.shared.track_all_writes) {
+            // Not recoverable by choice: tell the send-once guard below to let it through.
+            if !is_idempotent(req.method()) {
+                ext.insert(Untracked);
+            }
             return next.run(req, ext).await;
         }
         let url = req.url().clone();
@@ -213,7 +244,20 @@ impl Middleware for RecoverableWriteMiddleware {
         }
 
         let deadline = ctx.deadline;
+        let sent_to = out.url().clone();
         let observed = match tokio::time::timeout_at(deadline, next.run(out, ext)).await {
+            // The client followed a redirect: the write was sent again, to another URL, below
+            // the guard. Never a success from the redirected answer.
+            Ok(Ok(res)) if *res.url() != sent_to => {
+                let followed = RedirectFollowed::new(res.url());
+                tracing::warn!(
+                    operation = %ctx.record.operation_id,
+                    attempt = %ctx.attempt,
+                    to = %followed.to,
+                    "the reqwest client followed a redirect for a recoverable write; its outcome is unknown. Disable redirects: build the client with recoverable_write::reqwest::client_builder() or .redirect(reqwest::redirect::Policy::none())"
+                );
+                Observed::Failed(Box::new(followed))
+            }
             Ok(Ok(res)) => Observed::Response(http::Response::<reqwest::Body>::from(res)),
             Ok(Err(e)) => Observed::Failed(unpack(e)),
             Err(_) => Observed::TimedOut,
@@ -227,6 +271,37 @@ impl Middleware for RecoverableWriteMiddleware {
             Ok(res) => Ok(to_reqwest(res, &url).await),
             Err(e) => Err(wrap(e)),
         }
+    }
+}
+
+/// The reqwest client below [`RecoverableWriteMiddleware`] followed a redirect: the write was
+/// sent to the redirect's target too (307 and 308 keep the method and body), so it may have been
+/// applied at either URL. The attempt is recorded as [`Evidence::Unknown`](crate::Evidence) and
+/// reconciled; the redirected answer is never taken as success.
+///
+/// Build the client with [`client_builder`] (or `redirect(reqwest::redirect::Policy::none())`).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "the client followed a redirect, so the write may have applied at either URL; build it with client_builder() or redirect::Policy::none(); it ended at {to}"
+)]
+pub struct RedirectFollowed {
+    /// Scheme, authority and path of the final URL: no userinfo, no query (may hold secrets).
+    to: String,
+}
+
+impl RedirectFollowed {
+    fn new(url: &reqwest::Url) -> Self {
+        let host = url.host_str().unwrap_or("?");
+        let to = match url.port() {
+            Some(port) => format!("{}://{host}:{port}{}", url.scheme(), url.path()),
+            None => format!("{}://{host}{}", url.scheme(), url.path()),
+        };
+        Self { to }
+    }
+
+    /// Scheme, host and path the client ended at (userinfo and query left out).
+    pub fn final_url(&self) -> &str {
+        &self.to
     }
 }
 
@@ -249,12 +324,15 @@ pub struct SendOnceMiddleware {
 }
 
 impl SendOnceMiddleware {
-    /// Refuses duplicate sends of an attempt and untracked non-idempotent requests.
+    /// Refuses duplicate sends of an attempt, and non-idempotent requests that carry neither a
+    /// token nor the [`Untracked`] mark [`RecoverableWriteMiddleware`] puts on writes it chose
+    /// not to track (see [`crate::guard`]).
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Lets untracked writes through (duplicates of tracked attempts are still refused).
+    /// Lets every write without a token through, marked [`Untracked`] or not (duplicates of
+    /// tracked attempts are still refused; a tracked write that lost its token is not caught).
     pub fn allow_untracked_writes(mut self, allow: bool) -> Self {
         self.allow_untracked = allow;
         self
@@ -274,17 +352,12 @@ impl Middleware for SendOnceMiddleware {
         ext: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
-        let token = ext.get::<AttemptToken>().cloned();
-        if let Err(r) = admit(
-            token.as_ref(),
-            req.method(),
-            self.allow_untracked,
-            &self.stats,
-        ) {
+        if let Err(r) = admit(ext, req.method(), self.allow_untracked, &self.stats) {
             return Err(reqwest_middleware::Error::Middleware(anyhow::Error::new(r)));
         }
+        let tracked = ext.get::<AttemptToken>().is_some();
         let result = next.run(req, ext).await;
-        if token.is_none() {
+        if !tracked {
             return result;
         }
         match result {
@@ -352,6 +425,27 @@ impl<S: RetryableStrategy> RetryableStrategy for RecoverableWriteStrategy<S> {
             }
         } else {
             self.0.handle(res)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_followed_redirect_is_unknown_never_proof_of_non_execution() {
+        let url = reqwest::Url::parse("https://user:pw@vendor.test:8443/v2/tickets?api_key=s3cr3t")
+            .expect("url");
+        let followed = RedirectFollowed::new(&url);
+        assert_eq!(followed.final_url(), "https://vendor.test:8443/v2/tickets");
+        let evidence = crate::Contract::conservative().classify_error(&followed);
+        match evidence {
+            crate::Evidence::Unknown { why, .. } => {
+                assert!(why.contains("redirect"), "{why}");
+                assert!(!why.contains("s3cr3t") && !why.contains("pw"), "{why}");
+            }
+            other => panic!("a followed redirect may have applied the write: {other:?}"),
         }
     }
 }

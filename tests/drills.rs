@@ -190,6 +190,13 @@ async fn d13_resume_by_operation_reference_returns_the_result_without_a_create()
         .expect("resolved");
     assert_eq!(outcome(&res).remote_ref.as_deref(), Some("W731"));
     assert_eq!(drill.vendor.posts_received(), 1);
+    // Resolved by a lookup: the vendor's answer was never seen, and the crate's own answer says
+    // so instead of passing for the vendor's 201.
+    assert_eq!(res.status(), StatusCode::OK);
+    let h = res.headers();
+    assert_eq!(h[recoverable_write::layer::OUTCOME_HEADER], "synthesized");
+    assert_eq!(h[recoverable_write::layer::STATUS_CLASS_HEADER], "2xx");
+    assert_eq!(h[recoverable_write::layer::REMOTE_REF_HEADER], "W731");
 
     // The same approved intent under a freshly generated operation id is still one operation.
     // (Same approved parameters, so the same frozen body.)
@@ -210,6 +217,32 @@ async fn d13_resume_by_operation_reference_returns_the_result_without_a_create()
     assert_eq!(res.status(), StatusCode::CREATED);
     assert_eq!(outcome(&res).remote_ref.as_deref(), Some("W732"));
     assert_eq!(drill.vendor.tickets_created(), 2);
+}
+
+/// Issue 11: `Operation::resume` with a mistyped id used to create a new operation and send it.
+#[tokio::test]
+async fn d13_a_mistyped_resume_creates_nothing_and_sends_nothing() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let typo = Operation::resume(TENANT, recoverable_write::OperationId::new("op-2O4"));
+    let err = send(&mut svc, drill.ticket_request(&typo, "E17"))
+        .await
+        .expect_err("no such operation");
+    assert!(
+        matches!(&err, Error::NotFound { operation, .. } if operation.as_str() == "op-2O4"),
+        "{err:?}"
+    );
+    assert!(err.nothing_sent());
+    assert_eq!(
+        drill
+            .ledger
+            .get(typo.tenant(), typo.id())
+            .await
+            .expect("ledger"),
+        None,
+        "nothing created"
+    );
+    assert_eq!(drill.vendor.posts_received(), 0);
 }
 
 #[tokio::test]
@@ -281,8 +314,7 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
             &parts.uri,
             &parts.headers,
             body,
-            &[],
-            &[],
+            Default::default(),
         );
         let hash = recoverable_write::operation::PayloadHash::compute(
             &frozen.method,

@@ -319,3 +319,126 @@ async fn contract_secret_query_params_are_redacted_and_do_not_change_the_payload
     let row = drill.record(op.id()).await;
     assert!(!row.request.url.contains("OLD1"), "{}", row.request.url);
 }
+
+/// Issue 10 item 15: body fields a contract names secret (here a JSON pointer) reach the vendor
+/// on the first send and are stored nowhere; the payload hash ignores them.
+#[tokio::test]
+async fn secret_body_fields_are_sent_but_never_stored() {
+    let drill = Drill::with_options(DrillOptions {
+        contract: Contract::conservative().with_secret_body_field("/client_secret"),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-body-secret");
+    let body = format!(
+        r#"{{"operation_id":"{}","device_id":"E17","priority":"P2","client_secret":"BODYSECRET5"}}"#,
+        op.id()
+    );
+    let mut req = Request::post(drill.vendor.url("/tickets"))
+        .header("content-type", "application/json")
+        .header("x-tenant", op.tenant().as_str())
+        .body(Full::new(Bytes::from(body.clone())))
+        .unwrap();
+    req.extensions_mut().insert(op.clone());
+    send(&mut svc, req).await.expect("answered");
+    let seen = drill.vendor.requests();
+    assert_eq!(seen[0].body, Bytes::from(body), "the caller's exact bytes");
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::Succeeded);
+    let stored = format!("{:?} {:?}", row, drill.evidence(op.id()).await);
+    assert!(!stored.contains("BODYSECRET5"));
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+/// A replay has no secret body fields to send: unless the contract says the replay stack puts
+/// them back, the operation goes to a human instead of a replay missing them.
+#[tokio::test]
+async fn a_replay_without_its_secret_body_fields_is_refused() {
+    let drill = Drill::with_options(DrillOptions {
+        contract: Contract::conservative().with_secret_body_field("/client_secret"),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-body-secret-replay");
+    let body = format!(
+        r#"{{"operation_id":"{}","device_id":"E17","client_secret":"BODYSECRET6"}}"#,
+        op.id()
+    );
+    let mut req = Request::post(drill.vendor.url("/tickets"))
+        .header("content-type", "application/json")
+        .header("x-tenant", op.tenant().as_str())
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    req.extensions_mut().insert(op.clone());
+    drill.vendor.faults().refuse_connections(true).unwrap();
+    let _ = send(&mut svc, req).await;
+    drill.vendor.faults().refuse_connections(false).unwrap();
+    assert_eq!(drill.record(op.id()).await.state, State::RetryReady);
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::ManualReview)
+        .await;
+    assert!(
+        row.reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("secret body fields"),
+        "{:?}",
+        row.reason
+    );
+    assert_eq!(
+        drill.vendor.posts_received(),
+        0,
+        "no replay without its secrets"
+    );
+}
+
+/// Issue 11 (honest answers): a caller's own idempotency key, where the contract places keys,
+/// is adopted for a new operation, and a later call carrying another key for the same operation
+/// is refused: never silently replaced.
+#[tokio::test]
+async fn a_callers_own_key_is_adopted_and_never_silently_replaced() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-own-key");
+    let mut req = drill.ticket_request(&op, "E17");
+    req.headers_mut().insert(
+        "idempotency-key",
+        HeaderValue::from_static("caller-key-0042"),
+    );
+    send(&mut svc, req).await.expect("created");
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.idempotency_key.as_str(), "caller-key-0042");
+    assert_eq!(
+        drill.vendor.requests()[0].idempotency_key.as_deref(),
+        Some("caller-key-0042")
+    );
+
+    let mut other = drill.ticket_request(&op, "E17");
+    other
+        .headers_mut()
+        .insert("idempotency-key", HeaderValue::from_static("another-key"));
+    let err = send(&mut svc, other).await.expect_err("refused");
+    assert!(matches!(err, Error::KeyMismatch { .. }), "{err:?}");
+    assert!(err.nothing_sent());
+    // The same key, or none, gets the stored answer.
+    let mut same = drill.ticket_request(&op, "E17");
+    same.headers_mut().insert(
+        "idempotency-key",
+        HeaderValue::from_static("caller-key-0042"),
+    );
+    assert_eq!(
+        send(&mut svc, same).await.unwrap().status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        send(&mut svc, drill.ticket_request(&op, "E17"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}

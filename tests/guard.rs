@@ -10,7 +10,10 @@ use bytes::Bytes;
 use common::*;
 use http::{Request, Response};
 use http_body_util::Full;
-use recoverable_write::{Error, SendOnceGuardLayer, State};
+use recoverable_write::testing::FakeVendor;
+use recoverable_write::{
+    Error, MemoryLedger, Outcome, RecoverableWriteLayer, SendOnceGuardLayer, State,
+};
 use tower::retry::{Policy, RetryLayer};
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -148,4 +151,105 @@ async fn guard_lets_reads_and_tracked_writes_through_and_can_allow_untracked_wri
     let res = lenient.oneshot(post()).await.expect("allowed");
     assert_eq!(res.status(), 201);
     assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+/// A write that is not a business intent, e.g. an OAuth token request through the app-wide
+/// client: its body holds a secret and it names no `Operation`.
+fn token_like_post(vendor: &FakeVendor) -> Request<Full<Bytes>> {
+    Request::post(vendor.url("/tickets"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", "k-app-wide")
+        .body(Full::new(Bytes::from_static(
+            br#"{"device_id":"E1","client_secret":"cs_live_s3cr3t"}"#,
+        )))
+        .unwrap()
+}
+
+/// Issue 10 item 15: only requests naming an `Operation` are tracked by default. A write without
+/// one is not stored and passes the (strict) send-once guard exactly once; tracking every write
+/// is an explicit opt-in.
+#[tokio::test]
+async fn a_write_without_an_operation_is_not_stored_and_is_sent_once_unless_opted_in() {
+    let vendor = FakeVendor::start().await;
+    let ledger = MemoryLedger::new();
+    let guard = SendOnceGuardLayer::new();
+    let stats = guard.stats();
+    let stack = |layer: RecoverableWriteLayer| {
+        ServiceBuilder::new()
+            .layer(layer)
+            .layer(guard.clone())
+            .service(http_client())
+    };
+
+    let res = stack(RecoverableWriteLayer::new(ledger.clone()))
+        .oneshot(token_like_post(&vendor))
+        .await
+        .expect("an untracked write is sent");
+    assert_eq!(res.status(), 201);
+    assert!(res.extensions().get::<Outcome>().is_none());
+    assert!(
+        ledger.is_empty(),
+        "nothing stored: not the secret, not the row"
+    );
+    assert_eq!(vendor.posts_received(), 1);
+    assert_eq!(vendor.tickets_created(), 1);
+    assert_eq!((stats.passed(), stats.refused_untracked()), (1, 0));
+
+    // Opted in: the same kind of write is tracked (an operation is generated for it).
+    let res = stack(RecoverableWriteLayer::new(ledger.clone()).track_all_writes(true))
+        .oneshot(token_like_post(&vendor))
+        .await
+        .expect("a tracked write is sent");
+    assert_eq!(res.status(), 201);
+    let o = res.extensions().get::<Outcome>().cloned().expect("tracked");
+    assert_eq!(o.state, State::Succeeded);
+    assert_eq!(ledger.len(), 1);
+    // The request carries its own key, which the layer adopts (never silently replaces): the
+    // vendor dedupes it with the untracked send of the same key, one ticket.
+    assert_eq!(o.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(vendor.posts_received(), 2);
+    assert_eq!(vendor.tickets_created(), 1);
+    assert_eq!((stats.passed(), stats.refused_untracked()), (2, 0));
+}
+
+/// The mark the layer puts on an untracked write cannot let a tracked write's re-send through:
+/// an inner retry that keeps extensions is refused as a duplicate (the token wins over any mark),
+/// one that drops them loses the mark too and is refused as untracked.
+#[tokio::test]
+async fn the_untracked_mark_never_lets_a_tracked_resend_through() {
+    for keep_extensions in [true, false] {
+        let drill = Drill::start().await;
+        let guard = SendOnceGuardLayer::new();
+        let stats = guard.stats();
+        let svc = ServiceBuilder::new()
+            .layer(drill.layer.clone())
+            // A tracked request that also carries the mark (set by hand, say).
+            .map_request(|mut req: Request<Full<Bytes>>| {
+                req.extensions_mut()
+                    .insert(recoverable_write::guard::Untracked);
+                req
+            })
+            .layer(RetryLayer::new(RetryErrors {
+                left: 1,
+                retried: Arc::new(AtomicUsize::new(0)),
+                keep_extensions,
+            }))
+            .layer(guard)
+            .service(http_client());
+        let op = new_op("marked-tracked");
+        drill.vendor.faults().drop_after_commit(1);
+        let err = svc
+            .oneshot(drill.ticket_request(&op, "E17"))
+            .await
+            .expect_err("the response was lost");
+        assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+        assert_eq!(drill.vendor.posts_received(), 1, "keep: {keep_extensions}");
+        assert_eq!(stats.passed(), 1);
+        if keep_extensions {
+            assert_eq!(stats.refused_duplicates(), 1);
+        } else {
+            assert_eq!(stats.refused_untracked(), 1);
+        }
+        assert_eq!(drill.record(op.id()).await.state, State::Unknown);
+    }
 }

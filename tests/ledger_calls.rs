@@ -69,6 +69,16 @@ impl Ledger for Counting {
         self.apply.fetch_add(1, Ordering::SeqCst);
         self.inner.apply(update)
     }
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        self.inner
+            .claim_prepared(now_ms, older_than_ms, lease_ms, limit)
+    }
     fn claim_due(
         &self,
         now_ms: i64,

@@ -295,7 +295,8 @@ async fn sqlite_corrupt_rows_are_errors_not_panics() {
         "to_state",
     );
 
-    // A due row that cannot be decoded fails the claim as a whole: nothing is claimed.
+    // A due row that cannot be decoded is quarantined by the claim, not claimed, and the
+    // claim itself succeeds (issue 10 item 10: one bad row must not stop recovery).
     let due = create(&ledger, "op-due-corrupt").await;
     let due = ledger
         .apply(update_of(
@@ -314,29 +315,34 @@ async fn sqlite_corrupt_rows_are_errors_not_panics() {
         "UPDATE rw_operations SET request_headers = 'oops' WHERE operation_id = 'op-due-corrupt'",
     )
     .await;
-    assert_corrupt(
-        ledger.claim_due(T0 + 1, 1_000, 10).await,
-        "op-due-corrupt",
-        "request_headers",
+    let claimed = ledger
+        .claim_due(T0 + 1, 1_000, 10)
+        .await
+        .expect("claim_due");
+    assert!(claimed.is_empty(), "{claimed:?}");
+    let quarantined = ledger.quarantined(10).await.expect("quarantined");
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    assert_eq!(quarantined[0].operation_id, due.operation_id);
+    assert!(
+        quarantined[0].error.contains("request_headers"),
+        "{quarantined:?}"
+    );
+    assert!(
+        ledger
+            .claim_due(T0 + 1_000_000, 1_000, 10)
+            .await
+            .expect("claim_due")
+            .is_empty(),
+        "a quarantined row is never claimed again"
     );
     let mut conn = raw(&path).await;
-    let (generation, version): (i64, i64) = sqlx::query_as(
-        "SELECT generation, version FROM rw_operations WHERE operation_id = 'op-due-corrupt'",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
-    assert_eq!(
-        (generation, version),
-        (due.generation.0 as i64, due.version as i64)
-    );
     let claimed_entries: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM rw_evidence WHERE operation_id = 'op-due-corrupt' AND kind = 'recovery_claimed'",
     )
     .fetch_one(&mut conn)
     .await
     .unwrap();
-    assert_eq!(claimed_entries, 0, "a failed claim must roll back");
+    assert_eq!(claimed_entries, 0, "a quarantined row gets no claim entry");
 }
 
 #[tokio::test]

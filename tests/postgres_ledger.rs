@@ -193,7 +193,7 @@ async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
     .fetch_all(&mut conn)
     .await
     .expect("migration bookkeeping in the schema");
-    assert_eq!(applied, [(1, true)]);
+    assert_eq!(applied, [(1, true), (2, true)]);
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
     )
@@ -309,7 +309,8 @@ async fn corrupt_rows_are_errors_not_panics() {
         "to_state",
     );
 
-    // A due row that cannot be decoded fails the claim as a whole: nothing is claimed.
+    // A due row that cannot be decoded is quarantined by the claim, not claimed, and the
+    // claim itself succeeds (issue 10 item 10: one bad row must not stop recovery).
     let due = create(&ledger, "op-due-corrupt").await;
     let due = ledger
         .apply(update_of(
@@ -329,24 +330,27 @@ async fn corrupt_rows_are_errors_not_panics() {
              WHERE operation_id = 'op-due-corrupt'"
         ))
         .await;
-    assert_corrupt(
-        ledger.claim_due(T0 + 1, 1_000, 10).await,
-        "op-due-corrupt",
-        "request_headers",
+    let claimed = ledger
+        .claim_due(T0 + 1, 1_000, 10)
+        .await
+        .expect("claim_due");
+    assert!(claimed.is_empty(), "{claimed:?}");
+    let quarantined = ledger.quarantined(10).await.expect("quarantined");
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    assert_eq!(quarantined[0].operation_id, due.operation_id);
+    assert!(
+        quarantined[0].error.contains("request_headers"),
+        "{quarantined:?}"
+    );
+    assert!(
+        ledger
+            .claim_due(T0 + 1_000_000, 1_000, 10)
+            .await
+            .expect("claim_due")
+            .is_empty(),
+        "a quarantined row is never claimed again"
     );
     let mut conn = schema.raw().await;
-    let (generation, version): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
-        "SELECT generation, version FROM \"{s}\".rw_operations \
-         WHERE operation_id = 'op-due-corrupt'"
-    )))
-    .fetch_one(&mut conn)
-    .await
-    .expect("row");
-    assert_eq!(
-        (generation, version),
-        (due.generation.0 as i64, due.version as i64),
-        "a failed claim must roll back"
-    );
     let claimed_entries: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{s}\".rw_evidence \
          WHERE operation_id = 'op-due-corrupt' AND kind = 'recovery_claimed'"
@@ -354,7 +358,7 @@ async fn corrupt_rows_are_errors_not_panics() {
     .fetch_one(&mut conn)
     .await
     .expect("count");
-    assert_eq!(claimed_entries, 0, "a failed claim must roll back");
+    assert_eq!(claimed_entries, 0, "a quarantined row gets no claim entry");
     let _ = conn.close().await;
 }
 
@@ -869,4 +873,219 @@ async fn the_ledger_pool_forces_custom_plans_and_rejects_a_bad_url() {
             other.map(|_| ())
         ),
     }
+}
+
+// ── input PostgreSQL text cannot hold ───────────────────────────────────────────────────────────
+
+fn assert_names_nul<T: std::fmt::Debug>(result: Result<T, LedgerError>, field: &str) {
+    match result {
+        Err(LedgerError::Config(msg)) => {
+            assert!(msg.contains(field) && msg.contains("NUL"), "{msg}");
+        }
+        other => panic!("{field}: expected a configuration error naming it, got {other:?}"),
+    }
+}
+
+/// A NUL in a key field is refused before any statement, with an error that names the field
+/// (it used to come back as "ledger unavailable", as if the database were down).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_in_a_key_field_is_an_error_naming_the_field() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Schema::new(&url);
+    let ledger = schema.ledger(ClockSource::Caller).await;
+    let cases = [
+        ("tenant", new_operation("ten\0ant", "op-1", "intent-1")),
+        (
+            "operation id",
+            new_operation("tenant-a", "op\0-1", "intent-1"),
+        ),
+        ("intent", new_operation("tenant-a", "op-1", "intent\0-1")),
+        ("action", {
+            let mut new = new_operation("tenant-a", "op-1", "intent-1");
+            new.action = "create\0ticket".to_owned();
+            new
+        }),
+    ];
+    for (field, new) in cases {
+        assert_names_nul(ledger.create_or_get(new.clone()).await, field);
+        let first = {
+            let r = new.clone().into_prepared();
+            update_of(&r, keep(&r, State::InFlight, T0 + 1), "attempt_registered")
+        };
+        assert_names_nul(ledger.create_and_apply(new.clone(), first).await, field);
+        let mut conn = ledger.pool().acquire().await.expect("acquire");
+        assert_names_nul(ledger.create_in(&mut conn, new).await, field);
+    }
+    let r = create(&ledger, "op-ok").await;
+    let tenant = Tenant::new("tenant\0a");
+    let id = OperationId::new("op\0ok");
+    assert_names_nul(ledger.get(&tenant, &r.operation_id).await, "tenant");
+    assert_names_nul(ledger.get(&r.tenant, &id).await, "operation id");
+    let mut update = update_of(&r, keep(&r, State::InFlight, T0 + 1), "attempt_registered");
+    update.tenant = tenant.clone();
+    assert_names_nul(ledger.apply(update.clone()).await, "tenant");
+    assert_names_nul(ledger.record(update).await, "tenant");
+    assert_names_nul(
+        ledger
+            .append_evidence(&r.tenant, &id, evidence_entry("note", T0))
+            .await,
+        "operation id",
+    );
+    assert_names_nul(ledger.evidence(&tenant, &r.operation_id).await, "tenant");
+    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM \"{}\".rw_operations",
+        schema.name
+    )))
+    .fetch_one(ledger.pool())
+    .await
+    .expect("count");
+    assert_eq!(rows, 1, "only op-ok was stored");
+}
+
+// ── durability of the pre-send claim ────────────────────────────────────────────────────────────
+
+/// A login role whose sessions default to `synchronous_commit = off`, dropped with the guard.
+struct AsyncRole {
+    admin_url: String,
+    name: String,
+}
+
+impl AsyncRole {
+    async fn new(schema: &Schema) -> Self {
+        let name = format!(
+            "rw_async_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        for sql in [
+            format!("CREATE ROLE {name} LOGIN"),
+            format!("ALTER ROLE {name} SET synchronous_commit = off"),
+            format!(
+                "DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO {name}', \
+                 current_database()); END $$"
+            ),
+            format!("GRANT USAGE, CREATE ON SCHEMA public TO {name}"),
+        ] {
+            schema.exec(sql).await;
+        }
+        Self {
+            admin_url: schema.url.clone(),
+            name,
+        }
+    }
+
+    /// The test server's URL with this role as the user (trust authentication).
+    fn url(&self) -> String {
+        let at = self.admin_url.rfind('@').expect("URL with a user");
+        let scheme = self.admin_url.find("://").expect("URL with a scheme") + 3;
+        format!(
+            "{}{}{}",
+            &self.admin_url[..scheme],
+            self.name,
+            &self.admin_url[at..]
+        )
+    }
+}
+
+impl Drop for AsyncRole {
+    fn drop(&mut self) {
+        let (url, name) = (self.admin_url.clone(), self.name.clone());
+        let cleanup = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("cleanup runtime");
+            rt.block_on(async move {
+                let mut conn = sqlx::PgConnection::connect(&url).await?;
+                for sql in [
+                    format!("REASSIGN OWNED BY {name} TO CURRENT_USER"),
+                    format!("DROP OWNED BY {name}"),
+                    format!("DROP ROLE IF EXISTS {name}"),
+                ] {
+                    sqlx::query(AssertSqlSafe(sql)).execute(&mut conn).await?;
+                }
+                conn.close().await
+            })
+        });
+        if let Ok(Err(e)) = cleanup.join() {
+            eprintln!("could not drop role {}: {e}", self.name);
+        }
+    }
+}
+
+/// A role (or database) set to `synchronous_commit = off` would let a crash of the server lose
+/// a pre-send claim after the bytes left. The ledger's own pool runs every statement with
+/// `synchronous_commit = on` regardless; only `record` relaxes it, for its own transaction, and
+/// that does not leak to the next statement on the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_statements_run_with_synchronous_commit_on_even_for_an_async_role() {
+    let Some(url) = pg_url().await else { return };
+    let schema = Schema::new(&url);
+    let role = AsyncRole::new(&schema).await;
+    // The setup is real: a plain session of this role commits asynchronously.
+    let mut plain = sqlx::PgConnection::connect(&role.url())
+        .await
+        .expect("connect as the role");
+    let setting: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&mut plain)
+        .await
+        .expect("show");
+    assert_eq!(setting, "off");
+    let _ = plain.close().await;
+
+    // One connection, so every statement below runs on the same session.
+    let options = schema
+        .options()
+        .clock(ClockSource::Caller)
+        .max_connections(1);
+    let ledger = PostgresLedger::connect_with(&role.url(), options)
+        .await
+        .expect("connect the ledger as the role");
+    let show = |ledger: PostgresLedger| async move {
+        sqlx::query_scalar::<_, String>("SHOW synchronous_commit")
+            .fetch_one(ledger.pool())
+            .await
+            .expect("show")
+    };
+    assert_eq!(show(ledger.clone()).await, "on");
+    let r = create(&ledger, "op-1").await;
+    let claimed = ledger
+        .apply(update_of(
+            &r,
+            keep(&r, State::InFlight, T0 + 1),
+            "attempt_registered",
+        ))
+        .await
+        .expect("apply")
+        .expect("claimed");
+    let recorded = ledger
+        .record(update_of(
+            &claimed,
+            keep(&claimed, State::Succeeded, T0 + 2),
+            "attempt_result",
+        ))
+        .await
+        .expect("record")
+        .expect("recorded");
+    assert_eq!(recorded.state, State::Succeeded);
+    assert_eq!(
+        show(ledger.clone()).await,
+        "on",
+        "record's setting is local"
+    );
+    ledger.close().await;
+
+    // A pool the application built without forcing it is refused at construction.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&role.url())
+        .await
+        .expect("the application's pool");
+    match PostgresLedger::from_pool(pool.clone(), schema.options()).await {
+        Err(LedgerError::Config(msg)) => assert!(msg.contains("synchronous_commit"), "{msg}"),
+        other => panic!(
+            "expected a configuration error, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    pool.close().await;
 }

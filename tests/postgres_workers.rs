@@ -478,6 +478,17 @@ impl Ledger for PausingLedger {
         })
     }
 
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        self.inner
+            .claim_prepared(now_ms, older_than_ms, lease_ms, limit)
+    }
+
     fn claim_due(
         &self,
         now_ms: i64,
@@ -882,8 +893,7 @@ async fn d18_eight_senders_race_for_each_outbox_operation_and_exactly_one_sends(
             &parts.uri,
             &parts.headers,
             body,
-            &contract.secret_headers,
-            &contract.secret_query_params,
+            contract.secrets(),
         );
         let hash =
             PayloadHash::compute(&frozen.method, &frozen.url, &frozen.body, &contract.digest);

@@ -751,11 +751,15 @@ async fn d27_a_reviewer_claim_while_recovery_is_about_to_replay_revokes_the_send
     }
     let mut drill = Drill::start().await;
     drill.layer = drill.layer.clone().authorizer(ClaimOnWrite(hook));
-    drill.recoverer = drill.layer.recoverer().replay_through(
-        tower::ServiceBuilder::new()
-            .layer(drill.guard.clone())
-            .service(authed_client(drill.credential.clone())),
-    );
+    drill.recoverer = drill
+        .layer
+        .recoverer()
+        .replay_through(
+            tower::ServiceBuilder::new()
+                .layer(drill.guard.clone())
+                .service(authed_client(drill.credential.clone())),
+        )
+        .lease(Duration::from_millis(500));
     *slot.lock().unwrap() = Some(drill.layer.reviews());
 
     let mut svc = drill.writer();
@@ -802,6 +806,13 @@ async fn d27_a_reviewer_claim_while_recovery_is_about_to_replay_revokes_the_send
     assert_eq!(row.state, State::RetryReady);
     assert_eq!(row.attempts_used, 0);
     *slot.lock().unwrap() = None;
+    // The lease the row carried when the reviewer claimed it is kept (on RETRY_READY it may be
+    // an attempt's): nothing is claimed before it is over.
+    if let Some(until) = row.lease_until_ms {
+        let left = until
+            - recoverable_write::clock::Clock::now_ms(&recoverable_write::clock::ProcessClock);
+        tokio::time::sleep(Duration::from_millis(left.max(0) as u64 + 20)).await;
+    }
     let row = drill
         .recover_until(op.id(), |r| r.state == State::Succeeded)
         .await;
@@ -860,6 +871,23 @@ async fn d27_a_reviewer_resolving_not_executed_while_the_attempt_is_on_the_wire_
         .await
         .unwrap();
     assert_eq!(resolved.state, State::RetryReady);
+    assert_eq!(resolved.lease_until_ms, Some(lease_until));
+    // A second review cycle keeps it too (the simulation's first finding).
+    let again = reviews
+        .claim(op.tenant(), op.id(), "bob", resolved.version)
+        .await
+        .unwrap();
+    assert_eq!(again.lease_until_ms, Some(lease_until));
+    let resolved = reviews
+        .resolve(
+            op.tenant(),
+            op.id(),
+            "bob",
+            again.version,
+            ReviewDecision::ConfirmedNotExecuted,
+        )
+        .await
+        .unwrap();
     assert_eq!(resolved.lease_until_ms, Some(lease_until));
 
     // The first attempt is still on the wire: however often recovery runs, nothing is sent.

@@ -179,6 +179,128 @@ async fn reqwest_untracked_reads_pass_and_writes_without_the_layer_are_refused()
     let _ = Arc::clone(&guard.stats());
 }
 
+/// Issue 10 item 15, through reqwest: a write without an `Operation` is neither stored nor
+/// refused by the strict guard, and is sent once; `track_all_writes(true)` tracks it.
+#[tokio::test]
+async fn reqwest_write_without_an_operation_is_not_stored_unless_opted_in() {
+    let vendor = recoverable_write::testing::FakeVendor::start().await;
+    let ledger = recoverable_write::MemoryLedger::new();
+    let guard = SendOnceMiddleware::new();
+    let stats = guard.stats();
+    let send = |layer: recoverable_write::RecoverableWriteLayer| {
+        let client = ClientBuilder::new(client_builder().build().expect("client"))
+            .with(RecoverableWriteMiddleware::new(&layer))
+            .with(guard.clone())
+            .build();
+        let url = vendor.url("/tickets");
+        async move {
+            client
+                .post(url)
+                .header("content-type", "application/json")
+                .header("idempotency-key", "k-app-wide")
+                .body(r#"{"device_id":"E1","client_secret":"cs_live_s3cr3t"}"#)
+                .send()
+                .await
+        }
+    };
+
+    let layer = recoverable_write::RecoverableWriteLayer::new(ledger.clone());
+    let res = send(layer).await.expect("an untracked write is sent");
+    assert_eq!(res.status(), 201);
+    assert!(res.extensions().get::<Outcome>().is_none());
+    assert!(ledger.is_empty(), "nothing stored");
+    assert_eq!(vendor.posts_received(), 1);
+    assert_eq!(vendor.tickets_created(), 1);
+    assert_eq!((stats.passed(), stats.refused_untracked()), (1, 0));
+
+    let layer =
+        recoverable_write::RecoverableWriteLayer::new(ledger.clone()).track_all_writes(true);
+    let res = send(layer).await.expect("a tracked write is sent");
+    let o = res.extensions().get::<Outcome>().cloned().expect("tracked");
+    assert_eq!(o.state, State::Succeeded);
+    assert_eq!(ledger.len(), 1);
+    // The request's own key is adopted, never replaced: the vendor dedupes it, one ticket.
+    assert_eq!(vendor.posts_received(), 2);
+    assert_eq!(vendor.tickets_created(), 1);
+    assert_eq!((stats.passed(), stats.refused_untracked()), (2, 0));
+}
+
+/// A server on 127.0.0.1 that answers every `POST /old/tickets` with a 307 to `target`.
+async fn redirecting_to(target: String) -> String {
+    let app = axum::Router::new().route(
+        "/old/tickets",
+        axum::routing::post(move || {
+            let target = target.clone();
+            async move {
+                (
+                    http::StatusCode::TEMPORARY_REDIRECT,
+                    [(http::header::LOCATION, target)],
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/old/tickets")
+}
+
+/// Issue 10 item 5: a client keeping reqwest's default redirect policy re-sends the POST to the
+/// 307's target below the middleware. The write happened (at the other URL); the attempt is
+/// recorded UNKNOWN, never SUCCEEDED from the redirected response, and reconciliation settles it.
+#[tokio::test]
+async fn reqwest_client_following_a_307_records_unknown_not_succeeded() {
+    let drill = Drill::start().await;
+    let old = redirecting_to(drill.vendor.url("/tickets")).await;
+    let guard = SendOnceMiddleware::new();
+    let client = ClientBuilder::new(reqwest::Client::new()) // default policy: follows redirects
+        .with(RecoverableWriteMiddleware::new(&drill.layer))
+        .with(guard.clone())
+        .build();
+    let op = new_op("reqwest-redirect");
+    let res = client
+        .post(&old)
+        .header("content-type", "application/json")
+        .header("x-tenant", op.tenant().as_str())
+        .with_extension(op.clone())
+        .body(ticket_body(&op, "E17"))
+        .send()
+        .await;
+    let err = res
+        .map(|r| r.status())
+        .expect_err("a followed redirect is not a success");
+    let o = error_outcome(&err).expect("names the operation");
+    assert_eq!(o.state, State::Unknown);
+    assert!(
+        o.message.contains("do not create it again"),
+        "{}",
+        o.message
+    );
+
+    // The vendor did create the ticket, at the redirect's target.
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    assert_eq!(guard.stats().passed(), 1);
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::Unknown);
+    assert!(row.remote_ref.is_none());
+    let log = format!("{:?}", drill.evidence(op.id()).await);
+    assert!(
+        log.contains("redirect"),
+        "the evidence names the redirect: {log}"
+    );
+
+    // The lookup finds the ticket: one side effect, resolved without a second send.
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
 trait JsonOrText {
     async fn json_or_text(self) -> serde_json::Value;
 }

@@ -578,3 +578,72 @@ async fn max_batch_one_commits_every_request_alone() {
         Err(LedgerError::Config(_))
     ));
 }
+
+// ── a failed batch does not wedge the writer ────────────────────────────────────────────────────
+
+/// A new operation whose 256 KiB body needs pages the database cannot grow to.
+fn big_operation(id: &str) -> recoverable_write::ledger::NewOperation {
+    let mut new = new_operation("tenant-a", id, &format!("intent-{id}"));
+    let mut request = (*new.request).clone();
+    request.body = Bytes::from(vec![b'x'; 256 * 1024]);
+    new.request = Arc::new(request);
+    new
+}
+
+/// A full disk (here: `max_page_count` pinned to the file's current size on the writer's
+/// connection) fails a whole batch. Every caller of that batch gets `Unavailable` and nothing of
+/// it is kept; once there is room again, the next writes succeed on the same ledger handle,
+/// without reopening (the writer task cleans up its connection by itself).
+#[tokio::test(flavor = "current_thread")]
+async fn the_writer_recovers_by_itself_after_a_disk_full_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = open(&dir).await;
+    let before = create(&ledger, "op-before").await;
+    ledger
+        .pragma_on_writer_for_tests("PRAGMA max_page_count = 1")
+        .await
+        .expect("pin the database size");
+
+    let (a, b) = tokio::join!(
+        ledger.create_or_get(big_operation("op-full-a")),
+        ledger.create_or_get(big_operation("op-full-b")),
+    );
+    for (name, result) in [("a", a), ("b", b)] {
+        assert!(
+            matches!(&result, Err(LedgerError::Unavailable(_))),
+            "{name}: {result:?}"
+        );
+    }
+
+    // Room again ("space freed"): raise the limit on whatever connection the writer now holds.
+    ledger
+        .pragma_on_writer_for_tests("PRAGMA max_page_count = 1073741823")
+        .await
+        .expect("the writer accepts work again after a failed batch");
+    let after = create(&ledger, "op-after").await;
+    let claimed = ledger
+        .apply(claim(&after))
+        .await
+        .expect("apply after recovery")
+        .expect("precondition holds");
+    assert_eq!(claimed.state, State::InFlight);
+    assert!(matches!(
+        ledger.create_or_get(big_operation("op-big-later")).await,
+        Ok(Created::New(_))
+    ));
+
+    // Nothing of the failed batch was kept; what was committed before is intact.
+    for id in ["op-full-a", "op-full-b"] {
+        let found = ledger
+            .get(&before.tenant, &OperationId::new(id))
+            .await
+            .unwrap();
+        assert!(found.is_none(), "{id} must not exist: {found:?}");
+    }
+    let kept = ledger
+        .get(&before.tenant, &before.operation_id)
+        .await
+        .unwrap()
+        .expect("op-before survives");
+    assert_eq!(kept, before);
+}

@@ -71,7 +71,12 @@ pub fn bare() -> Svc {
 /// The layer (with `policy`) and the send-once guard over the same client.
 pub fn layered(ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> Svc {
     let svc = ServiceBuilder::new()
-        .layer(RecoverableWriteLayer::from_arc(ledger).budget(policy))
+        // The bench's writes name no Operation: track them anyway (ad-hoc operations).
+        .layer(
+            RecoverableWriteLayer::from_arc(ledger)
+                .budget(policy)
+                .track_all_writes(true),
+        )
         .layer(SendOnceGuardLayer::new())
         .service(client());
     BoxCloneService::new(

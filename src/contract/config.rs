@@ -87,6 +87,8 @@ const CONTRACT_KEYS: &[&str] = &[
     "remote_ref",
     "secret_headers",
     "secret_query_params",
+    "secret_body_fields",
+    "replay_supplies_body_secrets",
     "digest",
     "lookup",
     "settle_secs",
@@ -584,6 +586,17 @@ impl Loader<'_> {
                     c.secret_query_params.push(q);
                 }
             }
+        }
+        if let Some(v) = table.get("secret_body_fields") {
+            for f in field::<Vec<String>>(v, &at("secret_body_fields"), origin)? {
+                if !c.secret_body_fields.contains(&f) {
+                    c.secret_body_fields.push(f);
+                }
+            }
+        }
+        if let Some(v) = table.get("replay_supplies_body_secrets") {
+            c.replay_supplies_body_secrets =
+                field::<bool>(v, &at("replay_supplies_body_secrets"), origin)?;
         }
         if let Some(v) = table.get("digest") {
             if let Some(obj) = v.as_object() {

@@ -159,6 +159,17 @@ pub struct Contract {
     /// from the stack they are sent through.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secret_query_params: Vec<String>,
+    /// Body fields never stored in the ledger: JSON pointers (`/client_secret`) for JSON bodies,
+    /// field names (`client_secret`) for form bodies. The first send carries the caller's
+    /// values; a replay has none, so a contract that names any refuses replays (the operation
+    /// goes to a human) unless [`replay_supplies_body_secrets`](Self::replay_supplies_body_secrets)
+    /// says the replay stack puts them back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_body_fields: Vec<String>,
+    /// The stack replays are sent through re-inserts the [`secret_body_fields`](Self::secret_body_fields)
+    /// (default `false`: such replays are refused).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replay_supplies_body_secrets: bool,
     /// Which parts of the body define the payload (for the payload hash).
     #[serde(default)]
     pub digest: PayloadDigest,
@@ -469,6 +480,8 @@ impl Contract {
             remote_ref: None,
             secret_headers: Vec::new(),
             secret_query_params: Vec::new(),
+            secret_body_fields: Vec::new(),
+            replay_supplies_body_secrets: false,
             digest: PayloadDigest::Full,
             lookup: None,
             settle_secs: None,
@@ -535,6 +548,29 @@ impl Contract {
     pub fn with_secret_query_param(mut self, name: impl Into<String>) -> Self {
         self.secret_query_params.push(name.into());
         self
+    }
+
+    /// Marks one more body field as secret (a JSON pointer, or a form field name).
+    pub fn with_secret_body_field(mut self, field: impl Into<String>) -> Self {
+        self.secret_body_fields.push(field.into());
+        self
+    }
+
+    /// Says the replay stack re-inserts the secret body fields (see
+    /// [`replay_supplies_body_secrets`](Self::replay_supplies_body_secrets)).
+    pub fn with_replay_supplied_body_secrets(mut self, supplied: bool) -> Self {
+        self.replay_supplies_body_secrets = supplied;
+        self
+    }
+
+    /// The names of the credentials this contract never stores, for
+    /// [`FrozenRequest::freeze`](crate::operation::FrozenRequest::freeze).
+    pub fn secrets(&self) -> crate::operation::SecretNames<'_> {
+        crate::operation::SecretNames {
+            headers: &self.secret_headers,
+            query_params: &self.secret_query_params,
+            body_fields: &self.secret_body_fields,
+        }
     }
 
     /// Sets which parts of the body define the payload.

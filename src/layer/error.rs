@@ -150,6 +150,25 @@ pub enum Error {
         /// Why it was escalated.
         reason: String,
     },
+    /// [`Operation::resume`](crate::Operation::resume) named an operation this tenant's ledger
+    /// does not hold (a mistyped id, another tenant's). Nothing was created or sent.
+    #[error("no operation {operation} for tenant {tenant}; nothing was created or sent")]
+    NotFound {
+        /// The tenant asked for.
+        tenant: Tenant,
+        /// The id asked for.
+        operation: OperationId,
+    },
+    /// The request carries an idempotency key of its own (where the contract places keys) that
+    /// is not the existing operation's key. Keys are never silently replaced: send the
+    /// operation's own key, or none. Nothing was sent.
+    #[error(
+        "{operation} has another idempotency key than the one this request carries; nothing was sent"
+    )]
+    KeyMismatch {
+        /// The existing operation.
+        operation: OperationId,
+    },
     /// The operation exists with another payload (seed 000: device E18 instead of E17). Nothing
     /// was sent.
     #[error("{operation} already exists with a different payload; nothing was sent")]
@@ -207,6 +226,16 @@ pub enum Error {
         /// The name of the contract frozen on it.
         contract: String,
     },
+    /// The operation's contract keeps secret body fields out of the ledger, and this call's body
+    /// is not the request frozen on the operation (with its secrets): the secrets cannot be
+    /// put back. Nothing was sent.
+    #[error(
+        "{operation}: this call's body is not the stored request, and its secret fields are not stored; nothing was sent"
+    )]
+    SecretsUnavailable {
+        /// The operation (left `PREPARED`).
+        operation: OperationId,
+    },
     /// The contract could not place the idempotency key. Nothing was sent.
     #[error("idempotency key could not be placed; nothing was sent")]
     KeyPlacement {
@@ -240,8 +269,11 @@ impl Error {
     pub fn operation_id(&self) -> Option<&OperationId> {
         match self {
             Error::Conflict { operation }
+            | Error::KeyMismatch { operation }
+            | Error::NotFound { operation, .. }
             | Error::Denied { operation, .. }
-            | Error::ContractUnavailable { operation, .. } => Some(operation),
+            | Error::ContractUnavailable { operation, .. }
+            | Error::SecretsUnavailable { operation } => Some(operation),
             Error::Ledger { operation, .. } => operation.as_ref(),
             other => other.outcome().map(|o| &o.operation_id),
         }

@@ -1,7 +1,8 @@
 //! [`RecoverableWriteLayer`]: makes consequential writes recoverable.
 //!
-//! For every write (any method but GET, HEAD, OPTIONS, TRACE, or any request carrying an
-//! [`Operation`] extension) the service:
+//! For every request carrying an [`Operation`] extension (and, with
+//! [`RecoverableWriteLayer::track_all_writes`], every write: any method but GET, HEAD, OPTIONS,
+//! TRACE) the service:
 //!
 //! 1. identifies the operation (the request's [`Operation`] extension, or a generated one);
 //! 2. buffers the body up to a limit and freezes the request (credentials are never stored);
@@ -18,7 +19,10 @@
 //! There is no retry loop in the request path. Unknown outcomes are left to the
 //! [`Recoverer`](crate::Recoverer), the single retry owner.
 //!
-//! Requests the layer does not track pass through untouched.
+//! Requests the layer does not track pass through untouched, except that a write is marked
+//! [`Untracked`](crate::guard::Untracked) for the send-once guard. Tracking is opt-in per request
+//! because a tracked request is stored: an app-wide client's other writes (token requests with
+//! `client_secret`, ...) must not end up in the ledger.
 //!
 //! # Differences from `tower::retry`
 //!
@@ -90,6 +94,7 @@ pub(crate) struct Shared {
     pub(crate) authorizer: SharedAuthorizer,
     pub(crate) notifier: Notifier,
     pub(crate) wait: Option<Duration>,
+    pub(crate) track_all_writes: bool,
     pub(crate) clock: SharedClock,
 }
 
@@ -106,14 +111,7 @@ impl Shared {
         body: Bytes,
     ) -> (NewOperation, Arc<Contract>) {
         let (contract, contract_ref) = self.contracts.select_with_reference(method, uri);
-        let frozen = FrozenRequest::freeze(
-            method,
-            uri,
-            headers,
-            body,
-            &contract.secret_headers,
-            &contract.secret_query_params,
-        );
+        let frozen = FrozenRequest::freeze(method, uri, headers, body, contract.secrets());
         // Over the URL without credentials: rotating an API key in the query is not another
         // payload.
         let redacted = crate::operation::redacted_uri(uri, &contract.secret_query_params);
@@ -124,7 +122,10 @@ impl Shared {
             operation_id: op.id().clone(),
             action: op.action().to_owned(),
             intent_ref: op.intent_ref().to_owned(),
-            idempotency_key: IdempotencyKey::generate(),
+            // The caller's own key, where the contract places keys, is adopted (and checked
+            // like any key when it is placed); otherwise a fresh opaque one.
+            idempotency_key: outgoing::caller_key(contract, uri, headers, &frozen.body)
+                .map_or_else(IdempotencyKey::generate, IdempotencyKey::from_stored),
             payload_hash,
             request: Arc::new(frozen),
             contract: contract_ref.clone(),
@@ -145,6 +146,7 @@ impl Shared {
             authorizer: SharedAuthorizer::default(),
             notifier: Notifier::default(),
             wait: None,
+            track_all_writes: false,
             clock: SharedClock::default(),
         }
     }
@@ -161,6 +163,7 @@ impl std::fmt::Debug for Shared {
             .field("stored_body", &self.stored_body)
             .field("authorizer", &self.authorizer)
             .field("wait", &self.wait)
+            .field("track_all_writes", &self.track_all_writes)
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
@@ -236,6 +239,16 @@ impl RecoverableWriteLayer {
     /// 250 ms for engines in other processes); it never polls the vendor itself.
     pub fn wait_for_resolution(self, bound: Duration) -> Self {
         self.edit(|s| s.wait = Some(bound))
+    }
+
+    /// Tracks every write (any method but GET, HEAD, OPTIONS, TRACE), not only requests that
+    /// carry an [`Operation`]; a write without one gets a generated operation. Off by default,
+    /// for privacy: a tracked write's body and non-secret headers are stored in the ledger, and
+    /// an app-wide client also sends writes that are not business intents, such as an OAuth
+    /// token request whose body holds `client_secret`. Untracked writes pass through marked
+    /// [`Untracked`](crate::guard::Untracked), which the send-once guard lets through.
+    pub fn track_all_writes(self, track: bool) -> Self {
+        self.edit(|s| s.track_all_writes = track)
     }
 
     /// The operation row this layer would create for `req` under `op`, with the same contract
@@ -354,12 +367,15 @@ impl<S> RecoverableWrite<S> {
     }
 }
 
-fn is_tracked<B>(req: &Request<B>) -> bool {
+/// Tracked: a request naming its [`Operation`], or, with
+/// [`RecoverableWriteLayer::track_all_writes`], any write.
+fn is_tracked<B>(req: &Request<B>, track_all_writes: bool) -> bool {
     req.extensions().get::<Operation>().is_some()
-        || !matches!(
-            *req.method(),
-            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
-        )
+        || (track_all_writes
+            && !matches!(
+                *req.method(),
+                Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+            ))
 }
 
 impl<S, B, RB> Service<Request<B>> for RecoverableWrite<S>
@@ -384,8 +400,9 @@ where
             .map_err(|e| Error::Inner { source: e.into() })
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        if !is_tracked(&req) {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if !is_tracked(&req, self.shared.track_all_writes) {
+            crate::guard::mark_untracked(&mut req);
             return ResponseFuture::passthrough(self.inner.call(req));
         }
         // The inner service was driven to readiness; take that one and leave a clone behind.
@@ -460,8 +477,13 @@ where
         Err(source) => return Err(Error::BodyRead { source }),
     };
 
-    let (new, contract) =
-        shared.new_operation(&op, &parts.method, &parts.uri, &parts.headers, bytes);
+    let (new, contract) = shared.new_operation(
+        &op,
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        bytes.clone(),
+    );
     let payload_hash = new.payload_hash.clone();
     let ledger_err = |source| Error::Ledger {
         operation: Some(op.id().clone()),
@@ -469,7 +491,7 @@ where
     };
     // The exact request is built, key placed, before anything is written: a request the
     // contract cannot place its key in leaves nothing behind.
-    let carried = outgoing::Carried::take(&mut parts, &contract);
+    let carried = outgoing::Carried::take(&mut parts, &contract).with_body(&contract, &bytes);
     let fresh = outgoing::build(&new.request, &contract, &new.idempotency_key, carried)
         .map_err(|e| build_error(op.id(), e))?;
 
@@ -482,11 +504,29 @@ where
     } else {
         None
     };
-    let created = match first {
-        Some(first) => shared.ledger.create_and_apply(new, first).await,
-        None => shared.ledger.create_or_get(new).await,
-    }
-    .map_err(ledger_err)?;
+    let created = if op.is_resume() {
+        // A resume never creates: an id the ledger does not hold is an error, nothing is sent.
+        match shared
+            .ledger
+            .get(op.tenant(), op.id())
+            .await
+            .map_err(ledger_err)?
+        {
+            Some(row) => Created::Existing(row),
+            None => {
+                return Err(Error::NotFound {
+                    tenant: op.tenant().clone(),
+                    operation: op.id().clone(),
+                });
+            }
+        }
+    } else {
+        match first {
+            Some(first) => shared.ledger.create_and_apply(new, first).await,
+            None => shared.ledger.create_or_get(new).await,
+        }
+        .map_err(ledger_err)?
+    };
     let (record, request, contract) = match created {
         Created::New(r) => (r, fresh, contract),
         Created::Existing(r) => {
@@ -503,6 +543,16 @@ where
                     "conflicting payload for an existing operation; nothing sent"
                 );
                 return Err(Error::Conflict {
+                    operation: r.operation_id,
+                });
+            }
+            // A caller's own key must be the operation's: never silently replaced.
+            let row_contract = shared.contracts.find(&r.contract).unwrap_or(&contract);
+            if let Some(key) =
+                outgoing::caller_key(row_contract, &parts.uri, &parts.headers, &bytes)
+                && key != r.idempotency_key.as_str()
+            {
+                return Err(Error::KeyMismatch {
                     operation: r.operation_id,
                 });
             }
@@ -526,7 +576,8 @@ where
                     contract: r.contract.name,
                 });
             };
-            let carried = outgoing::Carried::take(&mut fresh_parts(fresh), &frozen_contract);
+            let carried = outgoing::Carried::take(&mut fresh_parts(fresh), &frozen_contract)
+                .with_body(&frozen_contract, &bytes);
             let request =
                 outgoing::build(&r.request, &frozen_contract, &r.idempotency_key, carried)
                     .map_err(|e| build_error(&r.operation_id, e))?;
@@ -587,6 +638,9 @@ fn fresh_parts(req: Request<Bytes>) -> http::request::Parts {
 fn build_error(operation: &crate::OperationId, e: outgoing::BuildError) -> Error {
     match e {
         outgoing::BuildError::Key(source) => Error::KeyPlacement { source },
+        outgoing::BuildError::Secrets => Error::SecretsUnavailable {
+            operation: operation.clone(),
+        },
         outgoing::BuildError::Frozen(detail) => Error::Ledger {
             operation: Some(operation.clone()),
             source: crate::ledger::LedgerError::Corrupt {
@@ -659,8 +713,46 @@ async fn claim_send(
     Ok(Ok(record))
 }
 
-/// The answer for a caller naming a resolved operation: the stored response, or a small JSON
-/// document describing the outcome when the operation was resolved by a lookup or a human.
+/// Marks a response the crate wrote itself because the vendor's own answer was never seen (the
+/// operation was resolved by a lookup, a callback or a human): `recoverable-write-outcome:
+/// synthesized`.
+pub const OUTCOME_HEADER: &str = "recoverable-write-outcome";
+/// On a synthesized response: the vendor's status class the outcome stands for (`2xx` for
+/// `SUCCEEDED`, `4xx` for `REJECTED`).
+pub const STATUS_CLASS_HEADER: &str = "recoverable-write-status-class";
+/// On a synthesized response: the vendor's reference of the created object, when known.
+pub const REMOTE_REF_HEADER: &str = "recoverable-write-remote-ref";
+
+/// The answer when no vendor response is stored: `200 OK` for `SUCCEEDED`, `422 Unprocessable
+/// Entity` for `REJECTED`, with the [`Outcome`] as JSON and the headers above. Code that parses
+/// the vendor's body must check [`OUTCOME_HEADER`] first.
+fn synthesized(record: &OperationRecord, outcome: &Outcome) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec(outcome).unwrap_or_default();
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let (status, class) = match record.state {
+        State::Rejected => (http::StatusCode::UNPROCESSABLE_ENTITY, "4xx"),
+        _ => (http::StatusCode::OK, "2xx"),
+    };
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    h.insert(OUTCOME_HEADER, http::HeaderValue::from_static("synthesized"));
+    h.insert(STATUS_CLASS_HEADER, http::HeaderValue::from_static(class));
+    if let Some(v) = record
+        .remote_ref
+        .as_deref()
+        .and_then(|r| http::HeaderValue::from_str(r).ok())
+    {
+        h.insert(REMOTE_REF_HEADER, v);
+    }
+    r
+}
+
+/// The answer for a caller naming a resolved operation: the stored response, or a synthesized
+/// one (see [`OUTCOME_HEADER`]) when the operation was resolved by a lookup or a human.
 fn stored_result(record: &OperationRecord) -> Response<Full<Bytes>> {
     let outcome = Outcome::from_record(record, None, true);
     let mut res = match &record.response {
@@ -673,15 +765,7 @@ fn stored_result(record: &OperationRecord) -> Response<Full<Bytes>> {
         }
         None => None,
     }
-    .unwrap_or_else(|| {
-        let body = serde_json::to_vec(&outcome).unwrap_or_default();
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
-        r
-    });
+    .unwrap_or_else(|| synthesized(record, &outcome));
     res.extensions_mut().insert(outcome);
     res
 }

@@ -17,7 +17,7 @@ use http::uri::{Authority, PathAndQuery};
 use http::{Extensions, HeaderName, HeaderValue, Request, Uri, Version};
 
 use crate::contract::{Contract, ContractError};
-use crate::operation::{FrozenRequest, IdempotencyKey, is_secret, is_secret_param};
+use crate::operation::{FrozenRequest, IdempotencyKey, is_secret, is_secret_param, redact_body};
 
 /// What the caller's request carries that the ledger never stores, put back on its first send.
 #[derive(Debug, Default)]
@@ -27,6 +27,7 @@ pub(crate) struct Carried {
     query: Vec<String>,
     extensions: Extensions,
     version: Version,
+    body: Option<Bytes>,
 }
 
 impl Carried {
@@ -64,7 +65,17 @@ impl Carried {
             query,
             extensions: std::mem::take(&mut parts.extensions),
             version: parts.version,
+            body: None,
         }
+    }
+
+    /// The caller's own body, which holds the secret body fields the ledger never stores
+    /// (needed only under a contract that names some).
+    pub(crate) fn with_body(mut self, contract: &Contract, body: &Bytes) -> Self {
+        if !contract.secret_body_fields.is_empty() {
+            self.body = Some(body.clone());
+        }
+        self
     }
 }
 
@@ -75,6 +86,10 @@ pub(crate) enum BuildError {
     Key(ContractError),
     /// The frozen request does not make a valid request (a corrupt row).
     Frozen(String),
+    /// The contract keeps secret body fields out of the ledger, and no body that holds them
+    /// for this very request is at hand (a replay whose stack does not supply them, or a caller
+    /// whose bytes are not the ones frozen).
+    Secrets,
 }
 
 /// The request an attempt of the operation frozen as `frozen` sends under `contract` with `key`.
@@ -95,6 +110,14 @@ pub(crate) fn build(
     }
     parts.extensions = carried.extensions;
     parts.version = carried.version;
+    // Secret body fields: the caller's own bytes, if they are the frozen request with its
+    // secrets; a replay sends the stored body only when its stack puts them back.
+    let body = match carried.body {
+        _ if contract.secret_body_fields.is_empty() => body,
+        Some(caller) if redact_body(&caller, &contract.secret_body_fields) == frozen.body => caller,
+        None if contract.replay_supplies_body_secrets => body,
+        _ => return Err(BuildError::Secrets),
+    };
     let body = contract
         .attach_key(&mut parts, body, key)
         .map_err(BuildError::Key)?;
@@ -130,6 +153,50 @@ fn with_credentials(uri: &Uri, userinfo: Option<&str>, query: &[String]) -> Resu
     Uri::from_parts(parts).map_err(|e| e.to_string())
 }
 
+/// The idempotency key the caller already put where `contract` places keys, if any: a caller's
+/// own key is adopted for a new operation and must match an existing one's, never silently
+/// replaced.
+pub(crate) fn caller_key(
+    contract: &Contract,
+    uri: &Uri,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Option<String> {
+    use crate::contract::{KeyFormat, KeyPlacement};
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let pair = |list: &str, name: &str| {
+        list.split('&').find_map(|p| {
+            let (n, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(n) == name).then(|| decode(v))
+        })
+    };
+    let key = match &contract.key {
+        KeyPlacement::Header { name, format } => {
+            let raw = headers.get(name.as_str())?.to_str().ok()?.trim();
+            match format {
+                KeyFormat::Quoted => {
+                    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+                    inner.replace("\\\"", "\"").replace("\\\\", "\\")
+                }
+                _ => raw.to_owned(),
+            }
+        }
+        KeyPlacement::Query { name } => pair(uri.query()?, name)?,
+        KeyPlacement::FormBody { name } => pair(std::str::from_utf8(body).ok()?, name)?,
+        KeyPlacement::JsonBody { pointer } => serde_json::from_slice::<serde_json::Value>(body)
+            .ok()?
+            .pointer(pointer)?
+            .as_str()?
+            .to_owned(),
+        _ => return None,
+    };
+    (!key.is_empty()).then_some(key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,8 +224,7 @@ mod tests {
             &parts.uri,
             &parts.headers,
             Bytes::from_static(b"{}"),
-            &contract.secret_headers,
-            &contract.secret_query_params,
+            contract.secrets(),
         );
         assert!(!frozen.url.contains("PW") && !frozen.url.contains("K1"));
         let key = IdempotencyKey::from_stored("k-1");
@@ -185,8 +251,7 @@ mod tests {
             &parts.uri,
             &parts.headers,
             Bytes::new(),
-            &[],
-            &[],
+            Default::default(),
         );
         let req = build(
             &frozen,
@@ -209,8 +274,7 @@ mod tests {
             &"http://v.test/t".parse().unwrap(),
             &http::HeaderMap::new(),
             Bytes::from_static(b"not json"),
-            &[],
-            &[],
+            Default::default(),
         );
         let err = build(
             &frozen,

@@ -114,6 +114,11 @@ macro_rules! ledger_conformance_tests {
                 concurrent_create_and_apply_of_one_intent_has_one_sender,
                 record_is_the_same_compare_and_swap_as_apply,
                 lifecycle_lost_response_recovered_by_lookup,
+                claim_prepared_claims_only_old_unleased_prepared_rows,
+                claim_prepared_lease_fences_a_second_claim_until_it_expires,
+                concurrent_claim_prepared_gets_disjoint_rows,
+                a_prepared_row_claimed_for_recovery_can_be_claimed_for_sending,
+                corrupt_rows_are_quarantined_and_the_healthy_rows_recovered,
             );
         }
     };
@@ -1769,4 +1774,332 @@ pub async fn lifecycle_lost_response_recovered_by_lookup<L: Ledger>(ledger: L) {
     assert_eq!(entries[1].entry.attempt_id, Some(attempt));
     assert_eq!(entries[2].entry.attempt_id, Some(attempt));
     assert_eq!(entries[4].entry.evidence, Some(found));
+}
+
+// ── PREPARED rows without an owner ──────────────────────────────────────────────────────────────
+
+/// A new operation `id` created at `created_ms`.
+async fn create_at<L: Ledger>(ledger: &L, id: &str, created_ms: i64) -> OperationRecord {
+    let new = NewOperation {
+        now_ms: created_ms,
+        ..new_operation("tenant-a", id, &format!("intent-{id}"))
+    };
+    create(ledger, new).await
+}
+
+/// The age and lease the `claim_prepared` checks use.
+const PREPARED_AGE_MS: i64 = 30_000;
+const PREPARED_LEASE_MS: i64 = 10_000;
+
+/// Only `PREPARED` rows old enough and not leased are claimed, oldest first: generation and
+/// version +1, the lease from now, still `PREPARED`, a `recovery_claimed` entry. Young rows,
+/// rows already sent (`IN_FLIGHT`) and finished ones are left alone.
+pub async fn claim_prepared_claims_only_old_unleased_prepared_rows<L: Ledger>(ledger: L) {
+    // Created out of age order: the claim order is by creation time.
+    let old_b = create_at(&ledger, "old-b", T0 + 1_000).await;
+    let old_a = create_at(&ledger, "old-a", T0).await;
+    let young = create_at(&ledger, "young", T0 + 50_000).await;
+    let flying = put(&ledger, "flying", State::InFlight, None, Some(T0 + 1)).await;
+    let done = put(&ledger, "done", State::Succeeded, None, None).await;
+    let now = T0 + 60_000;
+    assert!(
+        must(
+            ledger
+                .claim_prepared(now, PREPARED_AGE_MS, PREPARED_LEASE_MS, 0)
+                .await,
+            "claim_prepared"
+        )
+        .is_empty(),
+        "limit 0 claims nothing"
+    );
+    let claimed = must(
+        ledger
+            .claim_prepared(now, PREPARED_AGE_MS, PREPARED_LEASE_MS, 10)
+            .await,
+        "claim_prepared",
+    );
+    assert_eq!(ids(&claimed), ["old-a", "old-b"]);
+    for (row, before) in claimed.iter().zip([&old_a, &old_b]) {
+        assert_eq!(row.state, State::Prepared);
+        assert_eq!(row.generation, Generation(1));
+        assert_eq!(row.version, 1);
+        assert_eq!(row.lease_until_ms, Some(now + PREPARED_LEASE_MS));
+        assert_eq!(row.updated_ms, now);
+        assert_eq!(row.created_ms, before.created_ms);
+        assert_eq!(row.request, before.request);
+        assert_eq!(&get(&ledger, row).await, row);
+        let entries = log(&ledger, row).await;
+        assert_eq!(kinds(&entries), ["created", "recovery_claimed"]);
+        let entry = &entries[1].entry;
+        assert_eq!(entry.generation, Generation(1));
+        assert_eq!(entry.from_state, Some(State::Prepared));
+        assert_eq!(entry.to_state, Some(State::Prepared));
+        assert_eq!(entry.at_ms, now);
+    }
+    for untouched in [&young, &flying, &done] {
+        assert_eq!(&get(&ledger, untouched).await, untouched);
+    }
+}
+
+/// A claimed `PREPARED` row is not claimed again while its lease runs; once it expires the row
+/// is claimed again at the next generation.
+pub async fn claim_prepared_lease_fences_a_second_claim_until_it_expires<L: Ledger>(ledger: L) {
+    create_at(&ledger, "old", T0).await;
+    let now = T0 + 60_000;
+    let claim = |at: i64| ledger.claim_prepared(at, PREPARED_AGE_MS, PREPARED_LEASE_MS, 10);
+    let first = must(claim(now).await, "claim_prepared");
+    assert_eq!(ids(&first), ["old"]);
+    for at in [now, now + 1, now + PREPARED_LEASE_MS - 1] {
+        assert!(
+            must(claim(at).await, "claim_prepared").is_empty(),
+            "claimed again at +{} ms while leased",
+            at - now
+        );
+    }
+    let again = must(claim(now + PREPARED_LEASE_MS).await, "claim_prepared");
+    assert_eq!(ids(&again), ["old"]);
+    assert_eq!(again[0].generation, Generation(2));
+    assert_eq!(again[0].version, 2);
+}
+
+/// Concurrent claimers of old `PREPARED` rows get disjoint sets that together cover every row.
+pub async fn concurrent_claim_prepared_gets_disjoint_rows<L: Ledger>(ledger: L) {
+    const ROWS: usize = 24;
+    const CLAIMERS: usize = 6;
+    let ledger = Arc::new(ledger);
+    for i in 0..ROWS {
+        create_at(&*ledger, &format!("old-{i:02}"), T0 + i as i64).await;
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(CLAIMERS));
+    let mut tasks = Vec::with_capacity(CLAIMERS);
+    for _ in 0..CLAIMERS {
+        let (ledger, barrier) = (ledger.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut mine = Vec::new();
+            loop {
+                let got = must(
+                    ledger
+                        .claim_prepared(T0 + 60_000, PREPARED_AGE_MS, PREPARED_LEASE_MS, 3)
+                        .await,
+                    "claim_prepared",
+                );
+                if got.is_empty() {
+                    return mine;
+                }
+                mine.extend(got.into_iter().map(|r| r.operation_id.to_string()));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        match task.await {
+            Ok(mine) => all.extend(mine),
+            Err(e) => panic!("claimer task failed: {e}"),
+        }
+    }
+    let distinct: BTreeSet<&String> = all.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        all.len(),
+        "a row was claimed twice: {all:?}"
+    );
+    assert_eq!(all.len(), ROWS, "every old row is claimed once");
+}
+
+/// A `PREPARED` row claimed for recovery is sent with the usual compare-and-swap at the claimed
+/// generation (`PREPARED` → `IN_FLIGHT`); the creator's own first claim, which expects the
+/// fresh row, is refused: one sender.
+pub async fn a_prepared_row_claimed_for_recovery_can_be_claimed_for_sending<L: Ledger>(ledger: L) {
+    let new = new_operation("tenant-a", "op-outbox", "intent-outbox");
+    let r = create(&ledger, new.clone()).await;
+    let now = T0 + 60_000;
+    let claimed = must(
+        ledger
+            .claim_prepared(now, PREPARED_AGE_MS, PREPARED_LEASE_MS, 10)
+            .await,
+        "claim_prepared",
+    );
+    assert_eq!(ids(&claimed), ["op-outbox"]);
+    let row = &claimed[0];
+    let t = step(row, &Event::ClaimSend, now + 1);
+    let attempt = AttemptId::generate();
+    let send = row.update_for(
+        &t,
+        Some(attempt),
+        Some(now + 1 + row.policy.lease().as_millis() as i64),
+        None,
+        evidence_entry("attempt_registered", now + 1),
+        now + 1,
+    );
+    let sent = apply_ok(&ledger, send).await;
+    assert_eq!(sent.state, State::InFlight);
+    assert_eq!(sent.generation, Generation(2));
+    assert_eq!(sent.current_attempt, Some(attempt));
+    assert_eq!(sent.attempts_used, 1);
+    // The creator comes back with the claim it built on the fresh row: refused.
+    let (_, stale) = first_claim(&new, now + 2, "creator");
+    let stale = Update {
+        expect_generation: r.generation,
+        expect_version: r.version,
+        ..stale
+    };
+    assert_eq!(must(ledger.apply(stale).await, "apply"), None);
+    assert_eq!(get(&ledger, &r).await, sent);
+    assert_eq!(
+        kinds(&log(&ledger, &r).await),
+        ["created", "recovery_claimed", "attempt_registered"]
+    );
+    // An IN_FLIGHT row is never claimed as PREPARED, however old.
+    assert!(
+        must(
+            ledger
+                .claim_prepared(now + 1_000_000, PREPARED_AGE_MS, PREPARED_LEASE_MS, 10)
+                .await,
+            "claim_prepared"
+        )
+        .is_empty()
+    );
+}
+
+// ── rows that cannot be decoded ─────────────────────────────────────────────────────────────────
+
+/// Overwrites columns of `r`'s stored row with `set` (an SQL `SET` list valid for SQLite and
+/// PostgreSQL) behind the ledger's back. `false` for a backend whose rows are typed values and
+/// cannot be corrupted (`MemoryLedger`), or that this suite does not know.
+async fn corrupt<L: Ledger>(ledger: &L, r: &OperationRecord, set: &str) -> bool {
+    let any: &dyn std::any::Any = ledger;
+    #[cfg(feature = "sqlite")]
+    if let Some(sqlite) = any.downcast_ref::<super::SqliteLedger>() {
+        let sql = format!("UPDATE rw_operations SET {set} WHERE tenant = ?1 AND operation_id = ?2");
+        must(
+            sqlite
+                .exec_for_conformance(sql, &r.tenant, &r.operation_id)
+                .await,
+            "corrupt a row",
+        );
+        return true;
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(pg) = any.downcast_ref::<super::PostgresLedger>() {
+        let sql = format!(
+            "UPDATE \"{}\".rw_operations SET {set} WHERE tenant = $1 AND operation_id = $2",
+            pg.schema()
+        );
+        if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(r.tenant.as_str())
+            .bind(r.operation_id.as_str())
+            .execute(pg.pool())
+            .await
+        {
+            panic!("corrupt a row: {e}");
+        }
+        return true;
+    }
+    let _ = (any, r, set);
+    false
+}
+
+/// Rows that cannot be decoded (garbage in a JSON column, an unknown state name) do not stop
+/// recovery: `claim_due`, `sweep_expired` and `claim_prepared` quarantine them (listed by
+/// `quarantined` with the decode error, never claimed again) and claim or sweep the healthy
+/// rows of the same batch. A budget written by a newer version, with a field this one does not
+/// know, is read (the extra field ignored), not quarantined.
+pub async fn corrupt_rows_are_quarantined_and_the_healthy_rows_recovered<L: Ledger>(ledger: L) {
+    let due = |id: &'static str| put(&ledger, id, State::Unknown, Some(T0), None);
+    let (due_a, due_b) = (due("due-a").await, due("due-b").await);
+    let bad_json = due("due-bad-json").await;
+    let bad_state = due("due-bad-state").await;
+    let newer = due("due-newer-policy").await;
+    let flying = |id: &'static str| put(&ledger, id, State::InFlight, None, Some(T0 + 1));
+    let (fly_a, fly_bad) = (flying("fly-a").await, flying("fly-bad").await);
+    let prep_a = create_at(&ledger, "prep-a", T0).await;
+    let prep_bad = create_at(&ledger, "prep-bad", T0).await;
+
+    let mut newer_policy = match serde_json::to_value(test_policy()) {
+        Ok(v) => v,
+        Err(e) => panic!("serialize the policy: {e}"),
+    };
+    newer_policy["added_by_a_newer_version"] = serde_json::json!(true);
+    let newer_policy = newer_policy.to_string().replace('\'', "''");
+    let corrupted = [
+        (&bad_json, "request_headers = 'not json'".to_owned()),
+        (&bad_state, "last_result = 'NOT_A_STATE'".to_owned()),
+        (&newer, format!("budget_policy = '{newer_policy}'")),
+        (&fly_bad, "response_headers = '{'".to_owned()),
+        (&prep_bad, "request_headers = '[[1]]'".to_owned()),
+    ];
+    for (r, set) in &corrupted {
+        if !corrupt(&ledger, r, set).await {
+            // MemoryLedger keeps typed rows: nothing can be undecodable, so there is nothing to
+            // quarantine. Check only that its list is empty and that claims are unaffected.
+            assert!(must(ledger.quarantined(10).await, "quarantined").is_empty());
+            return;
+        }
+    }
+    // `fly-bad`'s `response_headers` are only read with a status: give it one.
+    assert!(corrupt(&ledger, &fly_bad, "response_status = 200").await);
+
+    let now = T0 + 10;
+    let claimed = must(ledger.claim_due(now, 1_000, 10).await, "claim_due");
+    assert_eq!(ids(&claimed), ["due-a", "due-b", "due-newer-policy"]);
+    assert_eq!(claimed[2].policy, test_policy());
+    let swept = must(ledger.sweep_expired(now).await, "sweep_expired");
+    assert_eq!(ids(&swept), ["fly-a"]);
+    let prepared = must(
+        ledger
+            .claim_prepared(now + 60_000, PREPARED_AGE_MS, PREPARED_LEASE_MS, 10)
+            .await,
+        "claim_prepared",
+    );
+    assert_eq!(ids(&prepared), ["prep-a"]);
+
+    let quarantined = must(ledger.quarantined(10).await, "quarantined");
+    let mut listed: Vec<(&str, &str)> = quarantined
+        .iter()
+        .map(|q| (q.operation_id.as_str(), q.error.as_str()))
+        .collect();
+    listed.sort();
+    let expected = [
+        ("due-bad-json", "request_headers"),
+        ("due-bad-state", "last_result"),
+        ("fly-bad", "response_headers"),
+        ("prep-bad", "request_headers"),
+    ];
+    assert_eq!(listed.len(), expected.len(), "{quarantined:?}");
+    for ((id, error), (want_id, column)) in listed.iter().zip(expected) {
+        assert_eq!(*id, want_id);
+        assert!(
+            error.contains(column),
+            "{id}: {error:?} should name {column}"
+        );
+    }
+    for q in &quarantined {
+        assert_eq!(q.tenant, Tenant::new("tenant-a"));
+        let expected_at = if q.operation_id.as_str() == "prep-bad" {
+            now + 60_000
+        } else {
+            now
+        };
+        assert_eq!(q.at_ms, expected_at, "{}", q.operation_id);
+    }
+    assert_eq!(must(ledger.quarantined(1).await, "quarantined").len(), 1);
+
+    // Later passes never pick the quarantined rows again; the healthy ones go on as usual.
+    let later = now + 1_000_000;
+    let claimed = must(ledger.claim_due(later, 1_000, 10).await, "claim_due");
+    assert_eq!(
+        ids(&claimed),
+        ["due-a", "due-b", "due-newer-policy", "fly-a"]
+    );
+    assert!(must(ledger.sweep_expired(later).await, "sweep_expired").is_empty());
+    let prepared = must(
+        ledger
+            .claim_prepared(later, PREPARED_AGE_MS, PREPARED_LEASE_MS, 10)
+            .await,
+        "claim_prepared",
+    );
+    assert_eq!(ids(&prepared), ["prep-a"]);
+    assert_eq!(must(ledger.quarantined(10).await, "quarantined").len(), 4);
+    let _ = (due_a, due_b, fly_a, prep_a);
 }

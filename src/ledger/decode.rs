@@ -144,7 +144,11 @@ macro_rules! row_decoder {
                     name: c.text("contract_name")?,
                     hash: c.text("contract_hash")?,
                 },
-                policy: c.json("budget_policy")?,
+                policy: {
+                    let stored = c.text("budget_policy")?;
+                    $crate::ledger::decode::stored_policy(&stored)
+                        .map_err(|e| c.corrupt(format!("column budget_policy: {e}")))?
+                },
                 state: c.state("state")?,
                 last_result: c.opt_state("last_result")?,
                 generation: Generation(c.u64("generation")?),
@@ -184,3 +188,68 @@ macro_rules! row_decoder {
 }
 
 pub(crate) use row_decoder;
+
+/// What is kept as the quarantine reason of a row that failed to decode: the decode error
+/// without the operation id (kept in its own column). Logged with `tracing::error!`, naming the
+/// operation, never its body.
+pub(crate) fn quarantine(
+    tenant: Option<&str>,
+    operation_id: Option<&str>,
+    during: &'static str,
+    error: &super::LedgerError,
+) -> String {
+    let reason = match error {
+        super::LedgerError::Corrupt { detail, .. } => detail.clone(),
+        other => other.to_string(),
+    };
+    tracing::error!(
+        tenant = tenant.unwrap_or("<unreadable>"),
+        operation_id = operation_id.unwrap_or("<unreadable>"),
+        during,
+        error = %reason,
+        "ledger row cannot be decoded: quarantined, recovery goes on without it"
+    );
+    reason
+}
+
+/// Reads a budget frozen on a row. A newer version may have added fields: they are ignored here
+/// (only the fields this version knows are kept), while `BudgetPolicy`'s own deserialization
+/// keeps refusing unknown fields in user configuration, where they are typos. Fields missing
+/// from an older row take their defaults, as before.
+pub(crate) fn stored_policy(
+    stored: &str,
+) -> Result<crate::budget::BudgetPolicy, serde_json::Error> {
+    let mut value: serde_json::Value = serde_json::from_str(stored)?;
+    // The fields this version knows: those it writes.
+    if let (Some(map), Ok(serde_json::Value::Object(known))) = (
+        value.as_object_mut(),
+        serde_json::to_value(crate::budget::BudgetPolicy::default()),
+    ) {
+        map.retain(|field, _| known.contains_key(field));
+    }
+    serde_json::from_value(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stored_policy;
+    use crate::budget::BudgetPolicy;
+
+    #[test]
+    fn a_stored_policy_with_a_field_from_a_newer_version_is_read() {
+        let mut value = serde_json::to_value(BudgetPolicy {
+            max_attempts: 7,
+            ..BudgetPolicy::default()
+        })
+        .unwrap();
+        value["added_by_a_newer_version"] = serde_json::json!({"x": 1});
+        let stored = value.to_string();
+        // User configuration still refuses it; the stored row is read.
+        assert!(serde_json::from_str::<BudgetPolicy>(&stored).is_err());
+        let policy = stored_policy(&stored).unwrap();
+        assert_eq!(policy.max_attempts, 7);
+        assert_eq!(stored_policy("{}").unwrap(), BudgetPolicy::default());
+        assert!(stored_policy("\"three\"").is_err());
+        assert!(stored_policy("{\"max_attempts\": \"many\"}").is_err());
+    }
+}

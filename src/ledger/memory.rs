@@ -184,6 +184,49 @@ impl MemoryLedger {
         Ok(claimed)
     }
 
+    fn claim_prepared_now(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<OperationRecord>, LedgerError> {
+        let mut guard = self.tables()?;
+        let t = &mut *guard;
+        let created_by = now_ms.saturating_sub(older_than_ms);
+        let mut old: Vec<(i64, u64, Key)> = t
+            .operations
+            .iter()
+            .filter_map(|(key, row)| {
+                let r = &row.record;
+                let unleased = r.lease_until_ms.is_none_or(|l| l <= now_ms);
+                (r.state == State::Prepared && r.created_ms <= created_by && unleased)
+                    .then(|| (r.created_ms, row.created_seq, key.clone()))
+            })
+            .collect();
+        old.sort();
+        old.truncate(limit as usize);
+        let lease_until = now_ms.saturating_add(lease_ms);
+        let mut claimed = Vec::with_capacity(old.len());
+        for (_, _, key) in old {
+            let Some(row) = t.operations.get_mut(&key) else {
+                continue;
+            };
+            let r = &mut row.record;
+            r.generation = r.generation.next();
+            r.version += 1;
+            r.lease_until_ms = Some(lease_until);
+            r.updated_ms = now_ms;
+            let out = r.clone();
+            row.log(
+                &mut t.next_seq,
+                store_entries::recovery_claimed(&out, now_ms),
+            );
+            claimed.push(out);
+        }
+        Ok(claimed)
+    }
+
     fn sweep_expired_now(&self, now_ms: i64) -> Result<Vec<OperationRecord>, LedgerError> {
         let mut guard = self.tables()?;
         let t = &mut *guard;
@@ -358,12 +401,24 @@ impl Ledger for MemoryLedger {
         Box::pin(async move { self.claim_due_now(now_ms, lease_ms, limit) })
     }
 
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        Box::pin(async move { self.claim_prepared_now(now_ms, older_than_ms, lease_ms, limit) })
+    }
+
     fn sweep_expired(
         &self,
         now_ms: i64,
     ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
         Box::pin(async move { self.sweep_expired_now(now_ms) })
     }
+
+    // `quarantined`: the provided empty list. Rows here are typed values, never undecodable.
 
     fn append_evidence<'a>(
         &'a self,

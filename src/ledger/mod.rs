@@ -265,6 +265,21 @@ pub struct EvidenceEntry {
     pub entry: NewEvidence,
 }
 
+/// A row the store could not decode, set aside by a claim or a sweep (see
+/// [`Ledger::quarantined`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QuarantinedRow {
+    /// The row's tenant, as stored.
+    pub tenant: Tenant,
+    /// The row's operation id, as stored.
+    pub operation_id: OperationId,
+    /// The decode error (which column, and what is wrong with it).
+    pub error: String,
+    /// When the row was quarantined (ms since epoch, on the ledger's clock).
+    pub at_ms: i64,
+}
+
 /// Why a ledger call failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -372,6 +387,10 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// whose lease (if any) has expired: increments each one's generation and version, sets
     /// `lease_until_ms`, appends a `recovery_claimed` entry. Returns the claimed rows, earliest
     /// next check first (ties in creation order).
+    ///
+    /// One row that cannot be decoded does not stop recovery: it is quarantined in the same
+    /// transaction (see [`quarantined`](Self::quarantined)) and the healthy rows are claimed
+    /// and returned as usual.
     fn claim_due(
         &self,
         now_ms: i64,
@@ -379,13 +398,48 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>>;
 
+    /// Claims up to `limit` `PREPARED` operations created at least `older_than_ms` ago (on the
+    /// ledger's clock) whose lease, if any, has expired: generation and version +1, lease set to
+    /// now + `lease_ms`, state stays `PREPARED`, a `recovery_claimed` entry appended. Oldest first.
+    ///
+    /// A `PREPARED` row was never sent, so whoever holds it may make the first send: with
+    /// [`apply`](Self::apply), a `PREPARED` → `IN_FLIGHT` compare-and-swap at the claimed
+    /// generation. The claim fences out the creator's own first claim (which expects generation
+    /// 0) and every other claimer until the lease runs out. Rows that cannot be decoded are
+    /// quarantined, as in [`claim_due`](Self::claim_due).
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>>;
+
     /// Moves every `IN_FLIGHT` operation whose lease has expired to `UNKNOWN`: generation and
     /// version incremented, `may_have_applied` set, next check due now, a `lease_expired` entry
     /// appended. Returns the swept rows, in creation order.
+    ///
+    /// A row that cannot be decoded (garbage in a column, a value written by a newer version
+    /// that this one cannot read) is swept like the others, then quarantined in the same
+    /// transaction instead of failing the sweep; see [`quarantined`](Self::quarantined).
     fn sweep_expired(
         &self,
         now_ms: i64,
     ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>>;
+
+    /// Rows the store could not decode while claiming or sweeping, oldest quarantine first, at
+    /// most `limit`. A quarantined row is never claimed or swept again: it needs a human (fix
+    /// or remove the row, then clear its quarantine). Claims and sweeps skip such a row, log
+    /// it with `tracing::error!` (its tenant, operation id and the decode error, never its
+    /// body) and go on with the healthy rows.
+    ///
+    /// The provided implementation returns an empty list: right for a store that can only hold
+    /// rows it can decode ([`MemoryLedger`]). A backend whose rows can become undecodable must
+    /// quarantine them and override this.
+    fn quarantined(&self, limit: u32) -> BoxFuture<'_, Result<Vec<QuarantinedRow>, LedgerError>> {
+        let _ = limit;
+        Box::pin(async { Ok(Vec::new()) })
+    }
 
     /// Appends an evidence entry without changing the row (late responses, reviewer notes).
     /// Evidence for an operation that does not exist (another tenant's, or an unknown id) is

@@ -63,6 +63,28 @@ use super::{check_first_update, first_applied, store_entries};
 /// worker's clock with the stored deadline, so keep workers' clocks synchronized (NTP) all the
 /// same: a skewed worker can escalate early or late, but never breaks a lease or a fence.
 ///
+/// # Durability
+///
+/// Every statement that must be durable before a request is sent (`create_or_get`,
+/// `create_and_apply`, `apply`, `claim_due`, `claim_prepared`, `sweep_expired`,
+/// `append_evidence`, and the outbox commit of [`create_in`](Self::create_in) on a
+/// transaction begun on [`pool`](Self::pool)) runs with `synchronous_commit = on`: the pool made by
+/// [`connect_with`](Self::connect_with) sets it for every session at connect time, which
+/// overrides an `ALTER ROLE` or `ALTER DATABASE ... SET synchronous_commit = off`, and
+/// [`from_pool`](Self::from_pool) refuses a pool whose sessions have it `off`. Only
+/// [`Ledger::record`], the result written after the send, commits without waiting for the WAL
+/// flush (`SET LOCAL` for its own transaction): losing it costs a lookup, never a duplicate.
+/// Connecting to a hot standby (a server in recovery) is refused with [`LedgerError::Config`].
+///
+/// What the crate guarantees is a flush on the server it talks to, before the send. Whether a
+/// commit also waits for a replica is the operator's choice (`synchronous_standby_names`, and
+/// `synchronous_commit = on` or `remote_apply` are then honoured as configured): with only
+/// asynchronous replicas, a failover to a replica that had not received the last commits can
+/// lose a claim whose request was already sent, and a replay of it may then duplicate the write.
+/// Run the ledger on a primary with at least one synchronous standby if failover must not lose
+/// claims. The `'on'` set at connect never weakens a stronger server setting (`remote_apply`
+/// differs from `on` only in read visibility on the standby, which the ledger does not use).
+///
 /// # Schema and migrations
 ///
 /// Everything lives in one schema ([`PostgresLedgerOptions::schema`], default `public`): the
@@ -80,16 +102,23 @@ use super::{check_first_update, first_applied, store_entries};
 /// IN ('UNKNOWN','PROCESSING','RETRY_READY')` and `rw_operations_in_flight_lease (lease_until_ms) WHERE state =
 /// 'IN_FLIGHT'`. The claim reads the first in order and stops after `limit` claimable rows; the
 /// sweep reads only expired leases. Finished operations, the bulk of the table, are never read.
+/// [`Ledger::claim_prepared`] reads `rw_operations_prepared (created_ms, seq) WHERE state =
+/// 'PREPARED'` in order, with `FOR UPDATE SKIP LOCKED` like the claim of due work.
 ///
 /// # Errors
 ///
 /// Connection, statement and commit failures are [`LedgerError::Unavailable`] (nothing was
-/// changed). A row that cannot be decoded is [`LedgerError::Corrupt`], never a panic. A bad
+/// changed). A row that cannot be decoded is [`LedgerError::Corrupt`], never a panic; a claim
+/// or sweep that meets one quarantines it in the same transaction and goes on with the healthy
+/// rows (see [`Ledger::quarantined`]). A bad
 /// schema name, or migrations that do not match the database's history, is
 /// [`LedgerError::Config`].
 ///
 /// Free text the database cannot hold (a NUL character in a reason, note or remote reference) is
 /// stored with U+FFFD in its place, so a vendor's odd answer never makes a result unrecordable.
+/// A NUL in a key field (tenant, operation id, action, intent, idempotency key, the request's
+/// method or URL, the contract's name or hash) is refused before any statement with a
+/// [`LedgerError::Config`] that names the field.
 ///
 /// # Example
 ///
@@ -275,7 +304,14 @@ impl PostgresLedger {
         // here with autovacuum off: 9 ms per request at concurrency 1 instead of 0.9 ms). Custom
         // plans are made for the actual key every time: a little planning per statement, no
         // cliff.
-        let connect = connect.options([("plan_cache_mode", "force_custom_plan")]);
+        //
+        // `synchronous_commit = on` in the startup packet overrides an `ALTER ROLE` or
+        // `ALTER DATABASE ... SET synchronous_commit = off`: a claim must be flushed before its
+        // bytes are sent (see "Durability" in the type's docs).
+        let connect = connect.options([
+            ("plan_cache_mode", "force_custom_plan"),
+            ("synchronous_commit", "on"),
+        ]);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -296,11 +332,21 @@ impl PostgresLedger {
 
     /// A ledger over an existing pool (the application's own, for instance). Creates the schema
     /// if needed and runs the embedded migrations; the pool-size options are not used.
+    ///
+    /// The pool's sessions must commit synchronously: build it with
+    /// `PgConnectOptions::options([("synchronous_commit", "on")])` if the role or database
+    /// defaults to `off`. See [Durability](Self#durability).
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Config`] if the server is a hot standby (in recovery) or a session of the
+    /// pool has `synchronous_commit = off`.
     pub async fn from_pool(
         pool: PgPool,
         options: PostgresLedgerOptions,
     ) -> Result<Self, LedgerError> {
         validate_schema(&options.schema)?;
+        check_durability(&pool).await?;
         migrate(&pool, &options.schema).await?;
         Ok(Self {
             sql: Arc::new(Statements::new(&options.schema)),
@@ -380,6 +426,7 @@ impl PostgresLedger {
         conn: &mut PgConnection,
         new: NewOperation,
     ) -> Result<Created, LedgerError> {
+        check_new(&new)?;
         let headers = to_json("request headers", &new.request.headers)?;
         let policy = to_json("budget policy", &new.policy)?;
         let created = EvidenceColumns::encode(store_entries::created(new.now_ms))?;
@@ -457,12 +504,15 @@ impl PostgresLedger {
     }
 
     /// The compare-and-swap of `apply`, with `sql`: the plain statement, or the one that commits
-    /// without waiting for the WAL flush (`record`).
-    async fn apply_with(
+    /// without waiting for the WAL flush (`record`), on `executor` (the pool; a transaction in
+    /// tests).
+    async fn apply_with<'e>(
         &self,
+        executor: impl sqlx::PgExecutor<'e>,
         sql: Arc<str>,
         update: Update,
     ) -> Result<Option<OperationRecord>, LedgerError> {
+        check_key(&update.tenant, &update.operation_id)?;
         let c = &update.changes;
         let (response_status, response_headers, response_body) = match &c.response {
             Some(r) => (
@@ -506,7 +556,7 @@ impl PostgresLedger {
             .bind(evidence.evidence)
             .bind(evidence.note)
             .bind(evidence.at_ms)
-            .fetch_all(&self.pool)
+            .fetch_all(executor)
             .await
             .map_err(unavailable)?;
         rows.first().map(decode_operation).transpose()
@@ -536,8 +586,8 @@ impl PostgresLedger {
             .await
             .map_err(unavailable)?;
         // RETURNING gives no order guarantee: restore the claim order. A row that cannot be
-        // decoded fails the whole claim (the caller rolls back).
-        let mut claimed = decode_stamped(&rows)?;
+        // decoded is quarantined, the others are claimed.
+        let mut claimed = self.decode_or_quarantine(tx, &rows, "claim_due").await?;
         claimed.sort_by_key(|(seq, _, r)| (r.next_check_ms, *seq));
         let entries = claimed
             .iter()
@@ -561,7 +611,9 @@ impl PostgresLedger {
             .await
             .map_err(unavailable)?;
         // In creation order, as the other ledgers do.
-        let mut swept = decode_stamped(&rows)?;
+        let mut swept = self
+            .decode_or_quarantine(tx, &rows, "sweep_expired")
+            .await?;
         swept.sort_by_key(|(seq, _, _)| *seq);
         let entries = swept
             .iter()
@@ -570,6 +622,76 @@ impl PostgresLedger {
         let swept: Vec<OperationRecord> = swept.into_iter().map(|(_, _, r)| r).collect();
         self.insert_entries(tx, &swept, entries).await?;
         Ok(swept)
+    }
+
+    /// The `claim_prepared` statement and its `recovery_claimed` entries, on one transaction.
+    async fn claim_prepared_in(
+        &self,
+        tx: &mut PgConnection,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<OperationRecord>, LedgerError> {
+        let rows = sqlx::query(AssertSqlSafe(self.sql.claim_prepared.clone()))
+            .bind(self.caller_now(now_ms))
+            .bind(lease_ms)
+            .bind(older_than_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        // Oldest first, as claimed.
+        let mut claimed = self
+            .decode_or_quarantine(tx, &rows, "claim_prepared")
+            .await?;
+        claimed.sort_by_key(|(seq, _, r)| (r.created_ms, *seq));
+        let entries = claimed
+            .iter()
+            .map(|(_, at, r)| store_entries::recovery_claimed(r, *at))
+            .collect();
+        let claimed: Vec<OperationRecord> = claimed.into_iter().map(|(_, _, r)| r).collect();
+        self.insert_entries(tx, &claimed, entries).await?;
+        Ok(claimed)
+    }
+
+    /// Decodes rows a claim or sweep returned with `seq` and `rw_now` (the statement's clock):
+    /// `(seq, now, row)`. A row that cannot be decoded is quarantined in the same transaction
+    /// and left out: one bad row must not stop the recovery of the others.
+    async fn decode_or_quarantine(
+        &self,
+        tx: &mut PgConnection,
+        rows: &[PgRow],
+        during: &'static str,
+    ) -> Result<Vec<(i64, i64, OperationRecord)>, LedgerError> {
+        let mut decoded = Vec::with_capacity(rows.len());
+        let (mut seqs, mut reasons, mut at) = (Vec::new(), Vec::new(), Vec::new());
+        for row in rows {
+            let c = Columns::new(row, "<claimed row>");
+            let (seq, now) = (c.get::<i64>("seq")?, c.get::<i64>("rw_now")?);
+            match decode_operation(row) {
+                Ok(record) => decoded.push((seq, now, record)),
+                Err(e) => {
+                    let tenant = row.try_get::<String, _>("tenant").ok();
+                    let id = row.try_get::<String, _>("operation_id").ok();
+                    let reason =
+                        super::decode::quarantine(tenant.as_deref(), id.as_deref(), during, &e);
+                    seqs.push(seq);
+                    reasons.push(pg_text(Some(&reason)).unwrap_or_default());
+                    at.push(now);
+                }
+            }
+        }
+        if !seqs.is_empty() {
+            sqlx::query(AssertSqlSafe(self.sql.quarantine.clone()))
+                .bind(seqs)
+                .bind(reasons)
+                .bind(at)
+                .execute(&mut *tx)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(decoded)
     }
 
     /// Inserts the evidence entries of rows claimed or swept by one statement, in the same
@@ -621,6 +743,32 @@ async fn finish<T>(
             Err(e)
         }
     }
+}
+
+/// Refuses a server or session that cannot make a claim durable before its send: a hot
+/// standby (it cannot take writes, and a promoted one would be another question), or a session
+/// that commits without waiting for the WAL flush.
+async fn check_durability(pool: &PgPool) -> Result<(), LedgerError> {
+    let (in_recovery, synchronous_commit): (bool, String) =
+        sqlx::query_as("SELECT pg_is_in_recovery(), current_setting('synchronous_commit')")
+            .fetch_one(pool)
+            .await
+            .map_err(unavailable)?;
+    if in_recovery {
+        return Err(LedgerError::Config(
+            "the PostgreSQL server is a hot standby (in recovery): the ledger needs the primary"
+                .to_owned(),
+        ));
+    }
+    if synchronous_commit == "off" {
+        return Err(LedgerError::Config(
+            "the pool's sessions run with synchronous_commit = off, which can lose a claim \
+             after its request was sent: connect with synchronous_commit = on \
+             (PgConnectOptions::options) or use PostgresLedger::connect_with"
+                .to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 // ── migrations ──────────────────────────────────────────────────────────────────────────────────
@@ -717,6 +865,36 @@ fn to_json<T: serde::Serialize>(what: &str, v: &T) -> Result<String, LedgerError
         .map_err(|e| LedgerError::Config(format!("cannot serialize {what}: {e}")))
 }
 
+/// PostgreSQL text cannot hold NUL. A key field with one could never be stored nor found, so it
+/// is refused before any statement, with an error that names the field (the server's own error
+/// would read as an outage).
+fn no_nul(field: &str, value: &str) -> Result<(), LedgerError> {
+    if value.contains('\0') {
+        return Err(LedgerError::Config(format!(
+            "{field} contains a NUL byte, which PostgreSQL text cannot store"
+        )));
+    }
+    Ok(())
+}
+
+/// [`no_nul`] for the key of an operation.
+fn check_key(tenant: &Tenant, id: &OperationId) -> Result<(), LedgerError> {
+    no_nul("tenant", tenant.as_str())?;
+    no_nul("operation id", id.as_str())
+}
+
+/// [`no_nul`] for every text column of a new operation that is not free text.
+fn check_new(new: &NewOperation) -> Result<(), LedgerError> {
+    check_key(&new.tenant, &new.operation_id)?;
+    no_nul("action", &new.action)?;
+    no_nul("intent", &new.intent_ref)?;
+    no_nul("idempotency key", new.idempotency_key.as_str())?;
+    no_nul("request method", &new.request.method)?;
+    no_nul("request URL", &new.request.url)?;
+    no_nul("contract name", &new.contract.name)?;
+    no_nul("contract hash", &new.contract.hash)
+}
+
 /// PostgreSQL text cannot hold NUL: free text keeps everything else and shows U+FFFD there.
 fn pg_text(s: Option<&str>) -> Option<String> {
     s.map(|s| {
@@ -746,7 +924,10 @@ struct Statements {
     apply: Arc<str>,
     apply_after_send: Arc<str>,
     claim_due: Arc<str>,
+    claim_prepared: Arc<str>,
     sweep_expired: Arc<str>,
+    quarantine: Arc<str>,
+    select_quarantined: Arc<str>,
     insert_evidence_batch: Arc<str>,
     append_evidence: Arc<str>,
     select_evidence: Arc<str>,
@@ -900,6 +1081,7 @@ due AS (
     WHERE o.state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY')
       AND o.next_check_ms <= (SELECT now_ms FROM clock)
       AND (o.lease_until_ms IS NULL OR o.lease_until_ms <= (SELECT now_ms FROM clock))
+      AND o.quarantine_reason IS NULL
     ORDER BY o.next_check_ms, o.seq
     LIMIT $3
     FOR UPDATE OF o SKIP LOCKED
@@ -919,6 +1101,7 @@ expired AS (
     SELECT o.tenant, o.operation_id
     FROM {ops} AS o
     WHERE o.state = 'IN_FLIGHT' AND o.lease_until_ms < (SELECT now_ms FROM clock)
+      AND o.quarantine_reason IS NULL
     FOR UPDATE OF o SKIP LOCKED
 )
 UPDATE {ops} AS o SET
@@ -933,6 +1116,40 @@ UPDATE {ops} AS o SET
 FROM expired, clock
 WHERE o.tenant = expired.tenant AND o.operation_id = expired.operation_id
 RETURNING o.*, clock.now_ms AS rw_now"
+        );
+        // `$3` is the age in ms: rows created at or before `now - $3` are old enough.
+        let claim_prepared = format!(
+            "WITH {CLOCK_CTE},
+old AS (
+    SELECT o.tenant, o.operation_id
+    FROM {ops} AS o
+    WHERE o.state = 'PREPARED'
+      AND o.created_ms <= (SELECT now_ms FROM clock) - $3::bigint
+      AND (o.lease_until_ms IS NULL OR o.lease_until_ms <= (SELECT now_ms FROM clock))
+      AND o.quarantine_reason IS NULL
+    ORDER BY o.created_ms, o.seq
+    LIMIT $4
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {ops} AS o SET
+    generation = o.generation + 1,
+    version = o.version + 1,
+    lease_until_ms = clock.now_ms + $2::bigint,
+    updated_ms = clock.now_ms
+FROM old, clock
+WHERE o.tenant = old.tenant AND o.operation_id = old.operation_id
+RETURNING o.*, clock.now_ms AS rw_now"
+        );
+        let quarantine = format!(
+            "UPDATE {ops} AS o SET quarantine_reason = q.reason, quarantined_ms = q.at_ms
+FROM UNNEST($1::bigint[], $2::text[], $3::bigint[]) AS q(seq, reason, at_ms)
+WHERE o.seq = q.seq"
+        );
+        let select_quarantined = format!(
+            "SELECT tenant, operation_id, quarantine_reason, quarantined_ms FROM {ops}
+WHERE quarantine_reason IS NOT NULL
+ORDER BY quarantined_ms, seq
+LIMIT $1"
         );
         let insert_evidence_batch = format!(
             "INSERT INTO {ev} ({ev_columns})
@@ -957,7 +1174,10 @@ WHERE EXISTS (SELECT 1 FROM {ops} WHERE tenant = $2::text AND operation_id = $3:
             apply: apply.into(),
             apply_after_send: apply_after_send.into(),
             claim_due: claim_due.into(),
+            claim_prepared: claim_prepared.into(),
             sweep_expired: sweep_expired.into(),
+            quarantine: quarantine.into(),
+            select_quarantined: select_quarantined.into(),
             insert_evidence_batch: insert_evidence_batch.into(),
             append_evidence: append_evidence.into(),
             select_evidence: select_evidence.into(),
@@ -1043,6 +1263,7 @@ impl Ledger for PostgresLedger {
     ) -> BoxFuture<'_, Result<Created, LedgerError>> {
         Box::pin(async move {
             check_first_update(&new, &first)?;
+            check_new(&new)?;
             let created_at = new.now_ms;
             let created = EvidenceColumns::encode(store_entries::created(created_at))?;
             let headers = to_json("request headers", &new.request.headers)?;
@@ -1132,6 +1353,7 @@ impl Ledger for PostgresLedger {
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(async move {
+            check_key(tenant, id)?;
             let row = sqlx::query(AssertSqlSafe(self.sql.select_by_id.clone()))
                 .bind(tenant.as_str())
                 .bind(id.as_str())
@@ -1143,14 +1365,14 @@ impl Ledger for PostgresLedger {
     }
 
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(self.apply_with(self.sql.apply.clone(), update))
+        Box::pin(self.apply_with(&self.pool, self.sql.apply.clone(), update))
     }
 
     fn record(
         &self,
         update: Update,
     ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(self.apply_with(self.sql.apply_after_send.clone(), update))
+        Box::pin(self.apply_with(&self.pool, self.sql.apply_after_send.clone(), update))
     }
 
     fn claim_due(
@@ -1166,6 +1388,36 @@ impl Ledger for PostgresLedger {
             let mut tx = self.pool.begin().await.map_err(unavailable)?;
             let claimed = self.claim_in(&mut tx, now_ms, lease_ms, limit).await;
             finish(tx, claimed).await
+        })
+    }
+
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let claimed = self
+                .claim_prepared_in(&mut tx, now_ms, older_than_ms, lease_ms, limit)
+                .await;
+            finish(tx, claimed).await
+        })
+    }
+
+    fn quarantined(&self, limit: u32) -> BoxFuture<'_, Result<Vec<QuarantinedRow>, LedgerError>> {
+        Box::pin(async move {
+            let rows = sqlx::query(AssertSqlSafe(self.sql.select_quarantined.clone()))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            rows.iter().map(decode_quarantined).collect()
         })
     }
 
@@ -1187,6 +1439,7 @@ impl Ledger for PostgresLedger {
         entry: NewEvidence,
     ) -> BoxFuture<'a, Result<(), LedgerError>> {
         Box::pin(async move {
+            check_key(tenant, id)?;
             let at_ms = self.caller_now(entry.at_ms);
             let e = EvidenceColumns::encode(entry)?;
             sqlx::query(AssertSqlSafe(self.sql.append_evidence.clone()))
@@ -1213,6 +1466,7 @@ impl Ledger for PostgresLedger {
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
         Box::pin(async move {
+            check_key(tenant, id)?;
             let rows = sqlx::query(AssertSqlSafe(self.sql.select_evidence.clone()))
                 .bind(tenant.as_str())
                 .bind(id.as_str())
@@ -1226,15 +1480,14 @@ impl Ledger for PostgresLedger {
 
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
 
-/// Decodes rows returned with `seq` and `rw_now` (the statement's clock): `(seq, now, row)`.
-fn decode_stamped(rows: &[PgRow]) -> Result<Vec<(i64, i64, OperationRecord)>, LedgerError> {
-    rows.iter()
-        .map(|row| {
-            let record = decode_operation(row)?;
-            let c = Columns::new(row, record.operation_id.as_str());
-            Ok((c.get::<i64>("seq")?, c.get::<i64>("rw_now")?, record))
-        })
-        .collect()
+fn decode_quarantined(row: &PgRow) -> Result<QuarantinedRow, LedgerError> {
+    let c = Columns::new(row, "<quarantined row>");
+    Ok(QuarantinedRow {
+        tenant: Tenant::new(c.text("tenant")?),
+        operation_id: OperationId::new(c.text("operation_id")?),
+        error: c.text("quarantine_reason")?,
+        at_ms: c.get::<Option<i64>>("quarantined_ms")?.unwrap_or_default(),
+    })
 }
 
 super::decode::row_decoder!(PgRow, sqlx::Postgres);
@@ -1387,6 +1640,82 @@ mod tests {
         assert!(!claim.contains("Seq Scan on rw_operations"), "{claim}");
         assert!(sweep.contains("rw_operations_in_flight_lease"), "{sweep}");
         assert!(!sweep.contains("Seq Scan on rw_operations"), "{sweep}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claim_prepared_reads_only_its_partial_index() {
+        let Some(url) = pg_url().await else { return };
+        let (ledger, schema, _) = filled(&url, 20_000).await;
+        let mut tx = ledger.pool().begin().await.expect("begin");
+        let plan: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "EXPLAIN {}",
+            ledger.sql.claim_prepared
+        )))
+        .bind(10_000_i64)
+        .bind(30_000_i64)
+        .bind(60_000_i64)
+        .bind(32_i64)
+        .fetch_all(&mut *tx)
+        .await
+        .expect("explain");
+        tx.rollback().await.expect("rollback");
+        drop_schema(ledger, &schema).await;
+        let plan = plan.join("\n");
+        assert!(plan.contains("rw_operations_prepared"), "{plan}");
+        assert!(!plan.contains("Seq Scan on rw_operations"), "{plan}");
+    }
+
+    /// `record`'s statement relaxes `synchronous_commit` for its own transaction only: inside
+    /// it the setting reads `off`, after its commit (same session) `on` again, and `apply`'s
+    /// statement leaves it `on`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn record_relaxes_synchronous_commit_for_its_own_transaction_only() {
+        use crate::ledger::conformance::{T0, keep, new_operation, update_of};
+        let Some(url) = pg_url().await else { return };
+        let schema = format!("rw_sync_{}", uuid::Uuid::new_v4().simple());
+        let options = PostgresLedgerOptions::new()
+            .schema(schema.clone())
+            .expect("schema")
+            .clock(ClockSource::Caller)
+            .max_connections(1);
+        let ledger = PostgresLedger::connect_with(&url, options)
+            .await
+            .expect("connect");
+        let r = ledger
+            .create_or_get(new_operation("tenant-a", "op-1", "intent-1"))
+            .await
+            .expect("create")
+            .into_record();
+        let show = "SHOW synchronous_commit";
+        let mut settings = Vec::new();
+        let steps = [
+            (State::InFlight, ledger.sql.apply.clone()),
+            (State::Succeeded, ledger.sql.apply_after_send.clone()),
+        ];
+        let mut row = r;
+        for (to, sql) in steps {
+            let update = update_of(&row, keep(&row, to, T0 + 1), "step");
+            let mut tx = ledger.pool().begin().await.expect("begin");
+            row = ledger
+                .apply_with(&mut *tx, sql, update)
+                .await
+                .expect("apply")
+                .expect("applied");
+            let inside: String = sqlx::query_scalar(show)
+                .fetch_one(&mut *tx)
+                .await
+                .expect("show");
+            tx.commit().await.expect("commit");
+            let after: String = sqlx::query_scalar(show)
+                .fetch_one(ledger.pool())
+                .await
+                .expect("show");
+            settings.push((inside, after));
+        }
+        drop_schema(ledger, &schema).await;
+        assert_eq!(row.state, State::Succeeded);
+        let expected = [("on", "on"), ("off", "on")].map(|(a, b)| (a.to_owned(), b.to_owned()));
+        assert_eq!(settings, expected);
     }
 
     /// The issue's check: 1,000,000 finished operations and a little live work. Prints the

@@ -41,7 +41,11 @@
 //!   the "register, then send" rule holds for each claim in the batch. If the `COMMIT` itself
 //!   fails, every caller in the batch gets [`LedgerError::Unavailable`] (nothing is reported as
 //!   done, not even a refused precondition, which may have been computed against a row another
-//!   request of the failed batch had changed).
+//!   request of the failed batch had changed). The writer task then goes on with the next
+//!   batch by itself: after a full disk or an I/O error SQLite may have ended the transaction
+//!   on its own, so a connection left with a transaction open is closed and replaced (for a
+//!   file ledger) instead of failing every later write. Once there is room again, writes
+//!   succeed on the same handle, without reopening.
 //! - A caller that stopped waiting (its future was dropped) before its request was taken is
 //!   skipped; once taken, the request completes and commits like the others (as a single
 //!   transaction would once its `COMMIT` had been sent).
@@ -75,7 +79,11 @@
 //!
 //! Connection, statement and commit failures are [`LedgerError::Unavailable`] (nothing was
 //! changed). A row that cannot be decoded (an unknown state name, bad JSON, a malformed attempt
-//! id) is [`LedgerError::Corrupt`], never a panic.
+//! id) is [`LedgerError::Corrupt`], never a panic, when it is read by itself. A claim or sweep
+//! that meets one quarantines it in the same transaction (its `quarantine_reason` column holds
+//! the decode error, listed by [`Ledger::quarantined`]) and goes on with the healthy rows; a
+//! quarantined row is never claimed or swept again. A budget stored by a newer version, with
+//! fields this one does not know, is read with those fields ignored.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -417,6 +425,27 @@ impl SqliteLedger {
         answer.await.map_err(|_| writer_stopped())?
     }
 
+    /// Runs `pragma` (such as `PRAGMA max_page_count = 1`) on the writer task's connection,
+    /// between batches. A fault-injection hook for tests (a full disk without a full disk); not
+    /// part of the API.
+    #[doc(hidden)]
+    pub async fn pragma_on_writer_for_tests(
+        &self,
+        pragma: &'static str,
+    ) -> Result<(), LedgerError> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                sqlx::query(pragma)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
+                // A connection setting, not a change: nothing to commit.
+                Ok(Finish::Unchanged(()))
+            })
+        })
+        .await
+    }
+
     #[cfg(test)]
     fn writer_pool(&self) -> &SqlitePool {
         &self.writer
@@ -581,11 +610,26 @@ async fn run_writer(
                 }
             },
         };
-        if !run_batch(c, &mut batch, &stats).await || !keep_connection {
+        let committed = run_batch(c, &mut batch, &stats).await;
+        // After a failed COMMIT or ROLLBACK (a full disk, an I/O error) SQLite may have rolled
+        // the transaction back by itself while sqlx still counts it as open: every later
+        // `BEGIN` would then fail. Such a connection is closed and the pool opens a fresh one.
+        // An in-memory database lives only in its connection, so it is never closed.
+        if !committed && keep_connection && !still_usable(c).await {
+            c.close_on_drop();
+        }
+        if !committed || !keep_connection {
             conn = None;
         }
         batch.clear();
     }
+}
+
+/// Whether the writer's connection can start the next batch after one that failed as a whole:
+/// it answers, and no transaction is left open on it (the rollback sqlx queued when the failed
+/// transaction was dropped runs before the probe, in order).
+async fn still_usable(conn: &mut SqliteConnection) -> bool {
+    sqlx::raw_sql("SELECT 1").execute(&mut *conn).await.is_ok() && !conn.is_in_transaction()
 }
 
 /// Runs `writes` in one transaction and answers each caller after the commit.
@@ -796,10 +840,40 @@ WHERE rowid IN (
     WHERE state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY')
       AND next_check_ms <= ?1
       AND (lease_until_ms IS NULL OR lease_until_ms <= ?1)
+      AND quarantine_reason IS NULL
     ORDER BY next_check_ms, rowid
     LIMIT ?3
 )
 RETURNING rowid AS rw_rowid, *";
+
+/// [`Ledger::claim_prepared`]: ?1 now, ?2 the new lease end, ?3 the latest creation time that
+/// is old enough, ?4 the limit.
+const CLAIM_PREPARED: &str = "
+UPDATE rw_operations SET
+    generation = generation + 1,
+    version = version + 1,
+    lease_until_ms = ?2,
+    updated_ms = ?1
+WHERE rowid IN (
+    SELECT rowid FROM rw_operations
+    WHERE state = 'PREPARED'
+      AND created_ms <= ?3
+      AND (lease_until_ms IS NULL OR lease_until_ms <= ?1)
+      AND quarantine_reason IS NULL
+    ORDER BY created_ms, rowid
+    LIMIT ?4
+)
+RETURNING rowid AS rw_rowid, *";
+
+/// Sets a row that could not be decoded aside: ?1 the reason, ?2 now, ?3 its rowid.
+const QUARANTINE: &str =
+    "UPDATE rw_operations SET quarantine_reason = ?1, quarantined_ms = ?2 WHERE rowid = ?3";
+
+const SELECT_QUARANTINED: &str = "
+SELECT tenant, operation_id, quarantine_reason, quarantined_ms FROM rw_operations
+WHERE quarantine_reason IS NOT NULL
+ORDER BY quarantined_ms, rowid
+LIMIT ?1";
 
 const SWEEP_EXPIRED: &str = "
 UPDATE rw_operations SET
@@ -811,7 +885,7 @@ UPDATE rw_operations SET
     lease_until_ms = NULL,
     reason = ?2,
     updated_ms = ?1
-WHERE state = 'IN_FLIGHT' AND lease_until_ms < ?1
+WHERE state = 'IN_FLIGHT' AND lease_until_ms < ?1 AND quarantine_reason IS NULL
 RETURNING rowid AS rw_rowid, *";
 
 const INSERT_EVIDENCE: &str = "
@@ -1043,7 +1117,8 @@ impl Ledger for SqliteLedger {
                         .await
                         .map_err(unavailable)?;
                     // RETURNING gives no order guarantee: restore the claim order.
-                    let mut claimed = decode_with_rowid(&rows)?;
+                    let mut claimed =
+                        decode_or_quarantine(conn, &rows, now_ms, "claim_due").await?;
                     claimed.sort_by_key(|(rowid, r)| (r.next_check_ms, *rowid));
                     let claimed: Vec<OperationRecord> =
                         claimed.into_iter().map(|(_, r)| r).collect();
@@ -1073,7 +1148,8 @@ impl Ledger for SqliteLedger {
                         .await
                         .map_err(unavailable)?;
                     // In creation order, as the memory ledger does.
-                    let mut swept = decode_with_rowid(&rows)?;
+                    let mut swept =
+                        decode_or_quarantine(conn, &rows, now_ms, "sweep_expired").await?;
                     swept.sort_by_key(|(rowid, _)| *rowid);
                     let swept: Vec<OperationRecord> = swept.into_iter().map(|(_, r)| r).collect();
                     for r in &swept {
@@ -1085,6 +1161,56 @@ impl Ledger for SqliteLedger {
                 })
             })
             .await
+        })
+    }
+
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            self.write(move |conn| {
+                Box::pin(async move {
+                    let rows = sqlx::query(CLAIM_PREPARED)
+                        .bind(now_ms)
+                        .bind(now_ms.saturating_add(lease_ms))
+                        .bind(now_ms.saturating_sub(older_than_ms))
+                        .bind(i64::from(limit))
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err(unavailable)?;
+                    // Oldest first, as claimed.
+                    let mut claimed =
+                        decode_or_quarantine(conn, &rows, now_ms, "claim_prepared").await?;
+                    claimed.sort_by_key(|(rowid, r)| (r.created_ms, *rowid));
+                    let claimed: Vec<OperationRecord> =
+                        claimed.into_iter().map(|(_, r)| r).collect();
+                    for r in &claimed {
+                        EvidenceColumns::encode(store_entries::recovery_claimed(r, now_ms))?
+                            .insert(INSERT_EVIDENCE, conn, &r.tenant, &r.operation_id)
+                            .await?;
+                    }
+                    Ok(Finish::Commit(claimed))
+                })
+            })
+            .await
+        })
+    }
+
+    fn quarantined(&self, limit: u32) -> BoxFuture<'_, Result<Vec<QuarantinedRow>, LedgerError>> {
+        Box::pin(async move {
+            let rows = sqlx::query(SELECT_QUARANTINED)
+                .bind(i64::from(limit))
+                .fetch_all(&self.reader)
+                .await
+                .map_err(unavailable)?;
+            rows.iter().map(decode_quarantined).collect()
         })
     }
 
@@ -1285,15 +1411,73 @@ fn bind_operation(
 
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
 
-/// Decodes rows returned with `rowid AS rw_rowid`, each with its rowid (creation order).
-fn decode_with_rowid(rows: &[SqliteRow]) -> Result<Vec<(i64, OperationRecord)>, LedgerError> {
-    rows.iter()
-        .map(|row| {
-            let record = decode_operation(row)?;
-            let rowid = Columns::new(row, record.operation_id.as_str()).get::<i64>("rw_rowid")?;
-            Ok((rowid, record))
+/// Decodes rows a claim or sweep returned with `rowid AS rw_rowid`, each with its rowid
+/// (creation order). A row that cannot be decoded is quarantined in the same transaction and
+/// left out: one bad row must not stop the recovery of the others.
+async fn decode_or_quarantine(
+    conn: &mut SqliteConnection,
+    rows: &[SqliteRow],
+    now_ms: i64,
+    during: &'static str,
+) -> Result<Vec<(i64, OperationRecord)>, LedgerError> {
+    let mut decoded = Vec::with_capacity(rows.len());
+    for row in rows {
+        let rowid = Columns::new(row, "<claimed row>").get::<i64>("rw_rowid")?;
+        match decode_operation(row) {
+            Ok(record) => decoded.push((rowid, record)),
+            Err(e) => {
+                let tenant = row.try_get::<String, _>("tenant").ok();
+                let id = row.try_get::<String, _>("operation_id").ok();
+                let reason =
+                    super::decode::quarantine(tenant.as_deref(), id.as_deref(), during, &e);
+                sqlx::query(QUARANTINE)
+                    .bind(reason)
+                    .bind(now_ms)
+                    .bind(rowid)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
+            }
+        }
+    }
+    Ok(decoded)
+}
+
+fn decode_quarantined(row: &SqliteRow) -> Result<QuarantinedRow, LedgerError> {
+    let c = Columns::new(row, "<quarantined row>");
+    Ok(QuarantinedRow {
+        tenant: Tenant::new(c.text("tenant")?),
+        operation_id: OperationId::new(c.text("operation_id")?),
+        error: c.text("quarantine_reason")?,
+        at_ms: c.get::<Option<i64>>("quarantined_ms")?.unwrap_or_default(),
+    })
+}
+
+/// A raw statement through the writer task, for the conformance suite's corrupt-row checks:
+/// `sql` with the tenant as `?1` and the operation id as `?2`.
+#[cfg(feature = "test-util")]
+impl SqliteLedger {
+    pub(crate) async fn exec_for_conformance(
+        &self,
+        sql: String,
+        tenant: &Tenant,
+        id: &OperationId,
+    ) -> Result<(), LedgerError> {
+        let (tenant, id) = (tenant.as_str().to_owned(), id.as_str().to_owned());
+        self.write(move |conn| {
+            let (sql, tenant, id) = (sql.clone(), tenant.clone(), id.clone());
+            Box::pin(async move {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(tenant)
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(Finish::Commit(()))
+            })
         })
-        .collect()
+        .await
+    }
 }
 
 super::decode::row_decoder!(SqliteRow, sqlx::Sqlite);
@@ -1730,6 +1914,7 @@ mod tests {
         for (sql, index) in [
             (CLAIM_DUE, "rw_operations_due"),
             (SWEEP_EXPIRED, "rw_operations_in_flight_lease"),
+            (CLAIM_PREPARED, "rw_operations_prepared"),
         ] {
             let explain = format!("EXPLAIN QUERY PLAN {sql}");
             let rows = sqlx::query(sqlx::AssertSqlSafe(explain))

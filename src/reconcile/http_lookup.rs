@@ -50,6 +50,13 @@ impl Default for LookupStatuses {
 /// default. A 404 or 410 is weak evidence ([`Evidence::Unknown`]). Credentials are applied by the
 /// client stack (`client`), never stored in the ledger.
 ///
+/// Lookups fail closed: when the request cannot carry its scope (a [tenant
+/// header](Self::tenant_header) whose value is empty or not a valid header value, a placeholder
+/// the operation has no value for, e.g. `{remote_ref}` before the vendor named one) no request is
+/// made and the answer is [`Evidence::Unknown`] naming the problem. An unscoped lookup would be
+/// answered from the vendor's default scope, where another customer's object could mark this
+/// operation succeeded.
+///
 /// ```
 /// use recoverable_write::HttpLookup;
 /// # fn build<S>(client: S) -> HttpLookup<S> {
@@ -100,7 +107,9 @@ impl<S> HttpLookup<S> {
         }
     }
 
-    /// Sends the operation's tenant in this header.
+    /// Sends the operation's tenant in this header. A tenant the header cannot carry (empty,
+    /// surrounding whitespace, control characters) makes no lookup: the evidence is
+    /// [`Evidence::Unknown`].
     pub fn tenant_header(mut self, name: HeaderName) -> Self {
         self.tenant_header = Some(name);
         self
@@ -137,15 +146,54 @@ impl<S> HttpLookup<S> {
         self
     }
 
-    fn url_for(&self, op: &OperationRecord) -> String {
-        self.template
-            .replace("{operation_id}", &encode(op.operation_id.as_str()))
-            .replace("{idempotency_key}", &encode(op.idempotency_key.as_str()))
-            .replace("{tenant}", &encode(op.tenant.as_str()))
-            .replace(
-                "{remote_ref}",
-                &encode(op.remote_ref.as_deref().unwrap_or_default()),
-            )
+    /// The lookup request, carrying every scope the configuration names, or why it cannot be
+    /// made. Fails closed: a request without its scope would be answered from the vendor's
+    /// default scope, possibly with another customer's object. The reason names the problem,
+    /// never the value (a tenant may be personal data).
+    fn scoped_request(&self, op: &OperationRecord) -> Result<Request<Full<Bytes>>, String> {
+        let placeholders = [
+            ("{operation_id}", Some(op.operation_id.as_str())),
+            ("{idempotency_key}", Some(op.idempotency_key.as_str())),
+            ("{tenant}", Some(op.tenant.as_str())),
+            ("{remote_ref}", op.remote_ref.as_deref()),
+        ];
+        let mut url = self.template.clone();
+        for (placeholder, value) in placeholders {
+            if !url.contains(placeholder) {
+                continue;
+            }
+            // An empty path segment or query value names no scope (`/tickets/` lists them all).
+            match value.filter(|v| !v.is_empty()) {
+                Some(v) => url = url.replace(placeholder, &encode(v)),
+                None => {
+                    return Err(format!(
+                        "the URL template needs {placeholder} and the operation has no value for it"
+                    ));
+                }
+            }
+        }
+        let mut req = Request::get(url)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| format!("the lookup URL is invalid: {e}"))?;
+        if let Some(h) = &self.tenant_header {
+            let tenant = op.tenant.as_str();
+            // HTTP strips surrounding whitespace and many vendors read an empty header as absent:
+            // either would name another tenant.
+            let carried = (!tenant.is_empty() && tenant.trim() == tenant)
+                .then(|| HeaderValue::from_str(tenant).ok())
+                .flatten();
+            match carried {
+                Some(v) => {
+                    req.headers_mut().insert(h.clone(), v);
+                }
+                None => {
+                    return Err(format!(
+                        "the tenant cannot be sent in header {h} (empty, surrounding whitespace, or not a valid header value)"
+                    ));
+                }
+            }
+        }
+        Ok(req)
     }
 
     fn judge(
@@ -243,16 +291,13 @@ where
 {
     fn reconcile<'a>(&'a self, op: &'a OperationRecord) -> BoxFuture<'a, Evidence> {
         Box::pin(async move {
-            let url = self.url_for(op);
-            let mut req = match Request::get(url).body(Full::new(Bytes::new())) {
-                Ok(r) => r,
-                Err(e) => return Evidence::unknown(format!("lookup URL invalid: {e}")),
+            let req = match self.scoped_request(op) {
+                Ok(req) => req,
+                Err(why) => {
+                    tracing::warn!(operation = %op.operation_id, %why, "lookup not made: it cannot carry its scope");
+                    return Evidence::unknown(format!("lookup not made: {why}"));
+                }
             };
-            if let Some(h) = &self.tenant_header
-                && let Ok(v) = HeaderValue::from_str(op.tenant.as_str())
-            {
-                req.headers_mut().insert(h.clone(), v);
-            }
             let mut client = self.client.clone();
             let call = async {
                 std::future::poll_fn(|cx| client.poll_ready(cx))
@@ -272,5 +317,100 @@ where
                 Err(_) => Evidence::unknown("lookup timed out"),
             }
         })
+    }
+}
+
+#[cfg(all(test, feature = "test-util"))]
+mod tests {
+    use super::*;
+    use crate::ledger::Created;
+    use crate::testing::FakeVendor;
+    use crate::testing::drill::http_client;
+    use crate::{MemoryLedger, Operation, OperationId, RecoverableWriteLayer};
+
+    /// A row for `tenant` naming operation `id`, as the layer would create it.
+    async fn row(vendor: &FakeVendor, tenant: &str, id: &str) -> OperationRecord {
+        let layer = RecoverableWriteLayer::new(MemoryLedger::new());
+        let op = Operation::new(tenant, "create_ticket", id).with_id(OperationId::new(id));
+        let req = Request::post(vendor.url("/tickets"))
+            .body(Bytes::from_static(br#"{"device_id":"E17"}"#))
+            .expect("request");
+        let new = layer.new_operation(&op, &req);
+        match layer.ledger().create_or_get(new).await.expect("create") {
+            Created::New(r) | Created::Existing(r) => r,
+        }
+    }
+
+    /// Another customer (the vendor's default scope) created an operation with the same id.
+    async fn default_scope_has(vendor: &FakeVendor, id: &str) {
+        let body = format!(r#"{{"operation_id":"{id}","device_id":"E99"}}"#);
+        let req = Request::post(vendor.url("/tickets"))
+            .header("idempotency-key", "k-other-customer")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .expect("request");
+        let res = http_client().call(req).await.expect("create");
+        assert_eq!(res.status(), StatusCode::CREATED);
+    }
+
+    fn unknown_why(evidence: &Evidence) -> &str {
+        match evidence {
+            Evidence::Unknown { why, .. } => why,
+            other => panic!("expected Unknown, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tenant_the_header_cannot_carry_makes_no_lookup_and_is_unknown() {
+        let vendor = FakeVendor::start().await;
+        default_scope_has(&vendor, "op-shared").await;
+        let lookup = HttpLookup::new(
+            http_client(),
+            format!("{}/operations/{{operation_id}}", vendor.base_url()),
+        )
+        .tenant_header(HeaderName::from_static("x-tenant"));
+        for tenant in ["bad\nvalue", "nul\0", "", " padded "] {
+            let op = row(&vendor, tenant, "op-shared").await;
+            let evidence = lookup.reconcile(&op).await;
+            let why = unknown_why(&evidence);
+            assert!(why.contains("x-tenant"), "{tenant:?}: {why}");
+            assert!(why.contains("not made"), "{tenant:?}: {why}");
+            if !tenant.trim().is_empty() {
+                assert!(
+                    !why.contains(tenant.trim()),
+                    "the value is not echoed: {why}"
+                );
+            }
+        }
+        assert_eq!(vendor.lookups_received(), 0, "no unscoped lookup was made");
+
+        // A tenant the header can carry is looked up in its own scope: not another's operation.
+        let op = row(&vendor, "tenant-a", "op-shared").await;
+        let evidence = lookup.reconcile(&op).await;
+        assert!(matches!(evidence, Evidence::Unknown { .. }), "{evidence:?}");
+        assert_eq!(vendor.lookups_received(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_url_placeholder_without_a_value_makes_no_lookup() {
+        let vendor = FakeVendor::start().await;
+        let lookup = HttpLookup::new(
+            http_client(),
+            format!("{}/tickets/{{remote_ref}}", vendor.base_url()),
+        );
+        let op = row(&vendor, "tenant-a", "op-no-ref").await;
+        let why = unknown_why(&lookup.reconcile(&op).await).to_owned();
+        assert!(why.contains("remote_ref"), "{why}");
+        let by_tenant = HttpLookup::new(
+            http_client(),
+            format!(
+                "{}/t/{{tenant}}/operations/{{operation_id}}",
+                vendor.base_url()
+            ),
+        );
+        let op = row(&vendor, "", "op-empty-tenant").await;
+        let why = unknown_why(&by_tenant.reconcile(&op).await).to_owned();
+        assert!(why.contains("tenant"), "{why}");
+        assert!(vendor.requests().is_empty(), "nothing was sent");
     }
 }

@@ -485,6 +485,9 @@ impl Recoverer {
                     outgoing::BuildError::Frozen(e) => {
                         format!("the frozen request does not rebuild: {e}")
                     }
+                    outgoing::BuildError::Secrets => "the contract keeps secret body fields out \
+                        of the ledger and the replay stack does not supply them"
+                        .to_owned(),
                 };
                 return self
                     .escalate(&row, format!("{why}; nothing was sent"))

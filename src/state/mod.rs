@@ -485,7 +485,7 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 // already be on the wire: it may have applied, and its lease stays.
                 bump_generation: s.state == State::InFlight,
                 may_have_applied: s.may_have_applied || s.state == State::InFlight,
-                keep_lease: s.state == State::InFlight,
+                keep_lease: matches!(s.state, State::InFlight | State::RetryReady),
                 ..escalate(reason.clone(), business)
             })
         }
@@ -568,9 +568,15 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 bump_generation: true,
                 may_have_applied: s.may_have_applied || s.state == State::InFlight,
                 last_result: business,
-                // An attempt's lease (IN_FLIGHT, or kept into MANUAL_REVIEW); a recovery
-                // engine's lease guards no bytes on the wire and is dropped.
-                keep_lease: matches!(s.state, State::InFlight | State::ManualReview),
+                // An attempt's lease: IN_FLIGHT, or one kept into MANUAL_REVIEW and on into
+                // RETRY_READY by a reviewer's "not executed" (a second review cycle must not drop
+                // it). On RETRY_READY it may also be the recovery engine's own lease: keeping it
+                // only delays the replay by that lease. UNKNOWN and PROCESSING rows never carry
+                // an attempt's lease.
+                keep_lease: matches!(
+                    s.state,
+                    State::InFlight | State::ManualReview | State::RetryReady
+                ),
                 ..escalate(format!("claimed by reviewer {reviewer}"), State::Unknown)
             })
         }

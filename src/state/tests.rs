@@ -1530,7 +1530,10 @@ fn human_decisions_keep_a_live_attempt_lease_and_nothing_else_does() {
     };
     assert!(ok(Row::typical(State::InFlight), &claim, now).keep_lease);
     assert!(ok(Row::typical(State::ManualReview), &claim, now).keep_lease);
-    for from in [State::Unknown, State::Processing, State::RetryReady] {
+    // A second review cycle: the RETRY_READY row a reviewer re-approved may still carry the
+    // live attempt's lease (found by the simulation, seeds 44, 1536, 2040).
+    assert!(ok(Row::typical(State::RetryReady), &claim, now).keep_lease);
+    for from in [State::Unknown, State::Processing] {
         assert!(
             !ok(Row::typical(from), &claim, now).keep_lease,
             "a recovery lease on {from} guards no bytes on the wire"
@@ -1540,6 +1543,7 @@ fn human_decisions_keep_a_live_attempt_lease_and_nothing_else_does() {
         reason: "budget".into(),
     };
     assert!(ok(Row::typical(State::InFlight), &escalate, now).keep_lease);
+    assert!(ok(Row::typical(State::RetryReady), &escalate, now).keep_lease);
     assert!(!ok(Row::typical(State::Unknown), &escalate, now).keep_lease);
     let not_executed = ok(
         Row::typical(State::ManualReview),
