@@ -666,6 +666,15 @@ impl Ledger for CrashLedger {
     ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
         self.write(move |l| l.claim_due(now_ms, lease_ms, limit))
     }
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        self.write(move |l| l.claim_prepared(now_ms, older_than_ms, lease_ms, limit))
+    }
     fn sweep_expired(
         &self,
         now_ms: i64,
@@ -762,6 +771,16 @@ impl Ledger for Tamper {
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
         self.inner.claim_due(now_ms, lease_ms, limit)
+    }
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        self.inner
+            .claim_prepared(now_ms, older_than_ms, lease_ms, limit)
     }
     fn sweep_expired(
         &self,
