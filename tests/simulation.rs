@@ -32,7 +32,7 @@
 //! command that re-runs it alone.
 //!
 //! ```text
-//! cargo test --test simulation -- --nocapture                       # CI: 2,000 seeds
+//! cargo test --test simulation -- --nocapture                       # CI: 5,000 seeds
 //! RW_SIM_SEED=1234 cargo test --test simulation -- --nocapture      # one seed
 //! RW_SIM_START=0 RW_SIM_SEEDS=100000 cargo test --release --test simulation simulation_seeds -- --nocapture
 //! ```
@@ -1446,7 +1446,7 @@ fn threads() -> usize {
     env_u64("RW_SIM_THREADS").map_or(2, |n| n as usize)
 }
 
-/// The CI run: 2,000 seeds by default (`RW_SIM_SEEDS`, `RW_SIM_START`, `RW_SIM_SEED`).
+/// The CI run: 5,000 seeds by default (`RW_SIM_SEEDS`, `RW_SIM_START`, `RW_SIM_SEED`).
 #[test]
 fn simulation_seeds() {
     let mut opts = Options {
@@ -1461,7 +1461,7 @@ fn simulation_seeds() {
         }
         None => {
             let start = env_u64("RW_SIM_START").unwrap_or(0);
-            let count = env_u64("RW_SIM_SEEDS").unwrap_or(2_000);
+            let count = env_u64("RW_SIM_SEEDS").unwrap_or(5_000);
             (start..start + count).collect()
         }
     };
