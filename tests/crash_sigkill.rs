@@ -239,6 +239,7 @@ async fn child_main() {
     let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&db).await.expect("open ledger"));
     let layer = RecoverableWriteLayer::from_arc(ledger.clone())
         .budget(fast_policy())
+        .expect("a valid budget")
         .contract(replay_safe_contract());
     let guard = SendOnceGuardLayer::new();
     // The stack below the layer applies the credential at send time, as in the drills.

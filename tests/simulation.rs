@@ -1018,6 +1018,7 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         let layer = RecoverableWriteLayer::from_arc(ledger.clone())
             .contract(contract.clone())
             .budget(policy.clone())
+            .expect("a valid budget")
             .clock(make_clock(0, &mut rng));
         let gate = Gate {
             vendor: vendor.clone(),
@@ -1549,6 +1550,7 @@ fn a_second_review_cycle_keeps_the_live_attempts_lease() {
         let layer = RecoverableWriteLayer::from_arc(mem.clone())
             .contract(replay_safe_contract(86_400))
             .budget(policy())
+            .expect("a valid budget")
             .clock(clock());
         let gate = Gate {
             vendor: vendor.clone(),
