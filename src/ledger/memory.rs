@@ -148,40 +148,10 @@ impl MemoryLedger {
         lease_ms: i64,
         limit: u32,
     ) -> Result<Vec<OperationRecord>, LedgerError> {
-        let mut guard = self.tables()?;
-        let t = &mut *guard;
-        let mut due: Vec<(i64, u64, Key)> = t
-            .operations
-            .iter()
-            .filter_map(|(key, row)| {
-                let r = &row.record;
-                let next = r.next_check_ms?;
-                let unleased = r.lease_until_ms.is_none_or(|l| l <= now_ms);
-                (r.state.is_due_work() && next <= now_ms && unleased)
-                    .then(|| (next, row.created_seq, key.clone()))
-            })
-            .collect();
-        due.sort();
-        due.truncate(limit as usize);
-        let lease_until = now_ms.saturating_add(lease_ms);
-        let mut claimed = Vec::with_capacity(due.len());
-        for (_, _, key) in due {
-            let Some(row) = t.operations.get_mut(&key) else {
-                continue;
-            };
-            let r = &mut row.record;
-            r.generation = r.generation.next();
-            r.version += 1;
-            r.lease_until_ms = Some(lease_until);
-            r.updated_ms = now_ms;
-            let out = r.clone();
-            row.log(
-                &mut t.next_seq,
-                store_entries::recovery_claimed(&out, now_ms),
-            );
-            claimed.push(out);
-        }
-        Ok(claimed)
+        self.claim_where(now_ms, lease_ms, limit, |r| {
+            let next = r.next_check_ms?;
+            (r.state.is_due_work() && next <= now_ms).then_some(next)
+        })
     }
 
     fn claim_prepared_now(
@@ -191,24 +161,39 @@ impl MemoryLedger {
         lease_ms: i64,
         limit: u32,
     ) -> Result<Vec<OperationRecord>, LedgerError> {
+        let created_by = now_ms.saturating_sub(older_than_ms);
+        self.claim_where(now_ms, lease_ms, limit, |r| {
+            (r.state == State::Prepared && r.created_ms <= created_by).then_some(r.created_ms)
+        })
+    }
+
+    /// Claims up to `limit` unleased rows that `due` picks (with the time they sort by, earliest
+    /// first, then in creation order): generation and version +1, a lease, a `recovery_claimed`
+    /// entry. The one claim behind `claim_due` and `claim_prepared`.
+    fn claim_where(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+        due: impl Fn(&OperationRecord) -> Option<i64>,
+    ) -> Result<Vec<OperationRecord>, LedgerError> {
         let mut guard = self.tables()?;
         let t = &mut *guard;
-        let created_by = now_ms.saturating_sub(older_than_ms);
-        let mut old: Vec<(i64, u64, Key)> = t
+        let mut picked: Vec<(i64, u64, Key)> = t
             .operations
             .iter()
             .filter_map(|(key, row)| {
                 let r = &row.record;
                 let unleased = r.lease_until_ms.is_none_or(|l| l <= now_ms);
-                (r.state == State::Prepared && r.created_ms <= created_by && unleased)
-                    .then(|| (r.created_ms, row.created_seq, key.clone()))
+                let at = due(r).filter(|_| unleased)?;
+                Some((at, row.created_seq, key.clone()))
             })
             .collect();
-        old.sort();
-        old.truncate(limit as usize);
+        picked.sort();
+        picked.truncate(limit as usize);
         let lease_until = now_ms.saturating_add(lease_ms);
-        let mut claimed = Vec::with_capacity(old.len());
-        for (_, _, key) in old {
+        let mut claimed = Vec::with_capacity(picked.len());
+        for (_, _, key) in picked {
             let Some(row) = t.operations.get_mut(&key) else {
                 continue;
             };

@@ -585,17 +585,15 @@ impl PostgresLedger {
             .fetch_all(&mut *tx)
             .await
             .map_err(unavailable)?;
-        // RETURNING gives no order guarantee: restore the claim order. A row that cannot be
-        // decoded is quarantined, the others are claimed.
-        let mut claimed = self.decode_or_quarantine(tx, &rows, "claim_due").await?;
-        claimed.sort_by_key(|(seq, _, r)| (r.next_check_ms, *seq));
-        let entries = claimed
-            .iter()
-            .map(|(_, at, r)| store_entries::recovery_claimed(r, *at))
-            .collect();
-        let claimed: Vec<OperationRecord> = claimed.into_iter().map(|(_, _, r)| r).collect();
-        self.insert_entries(tx, &claimed, entries).await?;
-        Ok(claimed)
+        // RETURNING gives no order guarantee: restore the claim order.
+        self.log_returned(
+            tx,
+            &rows,
+            "claim_due",
+            |seq, r| (r.next_check_ms, seq),
+            store_entries::recovery_claimed,
+        )
+        .await
     }
 
     /// The sweep statement and its `lease_expired` entries, on one transaction.
@@ -611,17 +609,14 @@ impl PostgresLedger {
             .await
             .map_err(unavailable)?;
         // In creation order, as the other ledgers do.
-        let mut swept = self
-            .decode_or_quarantine(tx, &rows, "sweep_expired")
-            .await?;
-        swept.sort_by_key(|(seq, _, _)| *seq);
-        let entries = swept
-            .iter()
-            .map(|(_, at, r)| store_entries::lease_expired(r, *at))
-            .collect();
-        let swept: Vec<OperationRecord> = swept.into_iter().map(|(_, _, r)| r).collect();
-        self.insert_entries(tx, &swept, entries).await?;
-        Ok(swept)
+        self.log_returned(
+            tx,
+            &rows,
+            "sweep_expired",
+            |seq, _| (None, seq),
+            store_entries::lease_expired,
+        )
+        .await
     }
 
     /// The `claim_prepared` statement and its `recovery_claimed` entries, on one transaction.
@@ -642,17 +637,33 @@ impl PostgresLedger {
             .await
             .map_err(unavailable)?;
         // Oldest first, as claimed.
-        let mut claimed = self
-            .decode_or_quarantine(tx, &rows, "claim_prepared")
-            .await?;
-        claimed.sort_by_key(|(seq, _, r)| (r.created_ms, *seq));
-        let entries = claimed
-            .iter()
-            .map(|(_, at, r)| store_entries::recovery_claimed(r, *at))
-            .collect();
-        let claimed: Vec<OperationRecord> = claimed.into_iter().map(|(_, _, r)| r).collect();
-        self.insert_entries(tx, &claimed, entries).await?;
-        Ok(claimed)
+        self.log_returned(
+            tx,
+            &rows,
+            "claim_prepared",
+            |seq, r| (Some(r.created_ms), seq),
+            store_entries::recovery_claimed,
+        )
+        .await
+    }
+
+    /// The rows a claim or sweep statement returned, decoded (a row that cannot be is
+    /// quarantined, the others are kept), put in `order` and logged with `entry`, on the same
+    /// transaction.
+    async fn log_returned(
+        &self,
+        tx: &mut PgConnection,
+        rows: &[PgRow],
+        during: &'static str,
+        order: impl Fn(i64, &OperationRecord) -> (Option<i64>, i64),
+        entry: fn(&OperationRecord, i64) -> NewEvidence,
+    ) -> Result<Vec<OperationRecord>, LedgerError> {
+        let mut rows = self.decode_or_quarantine(tx, rows, during).await?;
+        rows.sort_by_key(|(seq, _, r)| order(*seq, r));
+        let entries = rows.iter().map(|(_, at, r)| entry(r, *at)).collect();
+        let rows: Vec<OperationRecord> = rows.into_iter().map(|(_, _, r)| r).collect();
+        self.insert_entries(tx, &rows, entries).await?;
+        Ok(rows)
     }
 
     /// Decodes rows a claim or sweep returned with `seq` and `rw_now` (the statement's clock):

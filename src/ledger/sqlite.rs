@@ -1117,16 +1117,15 @@ impl Ledger for SqliteLedger {
                         .await
                         .map_err(unavailable)?;
                     // RETURNING gives no order guarantee: restore the claim order.
-                    let mut claimed =
-                        decode_or_quarantine(conn, &rows, now_ms, "claim_due").await?;
-                    claimed.sort_by_key(|(rowid, r)| (r.next_check_ms, *rowid));
-                    let claimed: Vec<OperationRecord> =
-                        claimed.into_iter().map(|(_, r)| r).collect();
-                    for r in &claimed {
-                        EvidenceColumns::encode(store_entries::recovery_claimed(r, now_ms))?
-                            .insert(INSERT_EVIDENCE, conn, &r.tenant, &r.operation_id)
-                            .await?;
-                    }
+                    let claimed = log_returned(
+                        conn,
+                        &rows,
+                        now_ms,
+                        "claim_due",
+                        |rowid, r| (r.next_check_ms, rowid),
+                        store_entries::recovery_claimed,
+                    )
+                    .await?;
                     Ok(Finish::Commit(claimed))
                 })
             })
@@ -1148,15 +1147,15 @@ impl Ledger for SqliteLedger {
                         .await
                         .map_err(unavailable)?;
                     // In creation order, as the memory ledger does.
-                    let mut swept =
-                        decode_or_quarantine(conn, &rows, now_ms, "sweep_expired").await?;
-                    swept.sort_by_key(|(rowid, _)| *rowid);
-                    let swept: Vec<OperationRecord> = swept.into_iter().map(|(_, r)| r).collect();
-                    for r in &swept {
-                        EvidenceColumns::encode(store_entries::lease_expired(r, now_ms))?
-                            .insert(INSERT_EVIDENCE, conn, &r.tenant, &r.operation_id)
-                            .await?;
-                    }
+                    let swept = log_returned(
+                        conn,
+                        &rows,
+                        now_ms,
+                        "sweep_expired",
+                        |rowid, _| (None, rowid),
+                        store_entries::lease_expired,
+                    )
+                    .await?;
                     Ok(Finish::Commit(swept))
                 })
             })
@@ -1186,16 +1185,15 @@ impl Ledger for SqliteLedger {
                         .await
                         .map_err(unavailable)?;
                     // Oldest first, as claimed.
-                    let mut claimed =
-                        decode_or_quarantine(conn, &rows, now_ms, "claim_prepared").await?;
-                    claimed.sort_by_key(|(rowid, r)| (r.created_ms, *rowid));
-                    let claimed: Vec<OperationRecord> =
-                        claimed.into_iter().map(|(_, r)| r).collect();
-                    for r in &claimed {
-                        EvidenceColumns::encode(store_entries::recovery_claimed(r, now_ms))?
-                            .insert(INSERT_EVIDENCE, conn, &r.tenant, &r.operation_id)
-                            .await?;
-                    }
+                    let claimed = log_returned(
+                        conn,
+                        &rows,
+                        now_ms,
+                        "claim_prepared",
+                        |rowid, r| (Some(r.created_ms), rowid),
+                        store_entries::recovery_claimed,
+                    )
+                    .await?;
                     Ok(Finish::Commit(claimed))
                 })
             })
@@ -1414,6 +1412,27 @@ fn bind_operation(
 /// Decodes rows a claim or sweep returned with `rowid AS rw_rowid`, each with its rowid
 /// (creation order). A row that cannot be decoded is quarantined in the same transaction and
 /// left out: one bad row must not stop the recovery of the others.
+/// The rows a claim or sweep statement returned, decoded (a row that cannot be is quarantined,
+/// the others are kept), put in `order` and logged with `entry`, in the same transaction.
+async fn log_returned(
+    conn: &mut SqliteConnection,
+    rows: &[SqliteRow],
+    now_ms: i64,
+    during: &'static str,
+    order: impl Fn(i64, &OperationRecord) -> (Option<i64>, i64),
+    entry: fn(&OperationRecord, i64) -> NewEvidence,
+) -> Result<Vec<OperationRecord>, LedgerError> {
+    let mut rows = decode_or_quarantine(conn, rows, now_ms, during).await?;
+    rows.sort_by_key(|(rowid, r)| order(*rowid, r));
+    let rows: Vec<OperationRecord> = rows.into_iter().map(|(_, r)| r).collect();
+    for r in &rows {
+        EvidenceColumns::encode(entry(r, now_ms))?
+            .insert(INSERT_EVIDENCE, conn, &r.tenant, &r.operation_id)
+            .await?;
+    }
+    Ok(rows)
+}
+
 async fn decode_or_quarantine(
     conn: &mut SqliteConnection,
     rows: &[SqliteRow],
