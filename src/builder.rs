@@ -44,9 +44,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Full};
-use tower::ServiceExt;
-use tower::util::BoxCloneSyncService;
+use http_body_util::Full;
 use tower_service::Service;
 
 use crate::BoxError;
@@ -208,10 +206,7 @@ impl ConfigBuilder {
         RB: Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
     {
-        let svc = service
-            .map_err(Into::into)
-            .map_response(|res: Response<RB>| res.map(|b| b.map_err(Into::into).boxed_unsync()));
-        self.transport = Some(BoxCloneSyncService::new(svc));
+        self.transport = Some(crate::reconcile::boxed_transport(service));
         self
     }
 

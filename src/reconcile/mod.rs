@@ -15,6 +15,7 @@ pub use self::http_lookup::{HttpLookup, LookupStatuses};
 pub use self::recoverer::{Recoverer, RecovererHandle, RecoveryReport};
 /// The stack lookups and replays go through, boxed.
 pub(crate) type Transport = self::recoverer::ReplayService;
+pub(crate) use self::recoverer::boxed_transport;
 
 use crate::evidence::Evidence;
 use crate::ledger::{BoxFuture, OperationRecord};

@@ -174,10 +174,7 @@ impl Recoverer {
         RB: Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
     {
-        let svc = service
-            .map_err(Into::into)
-            .map_response(|res: Response<RB>| res.map(|b| b.map_err(Into::into).boxed_unsync()));
-        self.replay = Some(BoxCloneSyncService::new(svc));
+        self.replay = Some(boxed_transport(service));
         self
     }
 
@@ -756,6 +753,21 @@ impl Recoverer {
         }));
         RecovererHandle { stop: tx, task }
     }
+}
+
+/// `service` as the boxed stack lookups and replays go through.
+pub(crate) fn boxed_transport<S, RB>(service: S) -> ReplayService
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<RB>> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    let svc = service
+        .map_err(Into::into)
+        .map_response(|res: Response<RB>| res.map(|b| b.map_err(Into::into).boxed_unsync()));
+    BoxCloneSyncService::new(svc)
 }
 
 /// When the first attempt was sent: the window's start.
