@@ -523,6 +523,25 @@ impl Ledger for PausingLedger {
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
         self.inner.evidence(tenant, id)
     }
+    fn list<'a>(
+        &'a self,
+        query: &'a recoverable_write::ledger::OperationQuery,
+    ) -> BoxFuture<'a, Result<recoverable_write::ledger::Page, LedgerError>> {
+        self.inner.list(query)
+    }
+    fn count_by_state<'a>(
+        &'a self,
+        scope: &'a recoverable_write::ledger::TenantScope,
+    ) -> BoxFuture<'a, Result<recoverable_write::ledger::StateCounts, LedgerError>> {
+        self.inner.count_by_state(scope)
+    }
+    fn oldest<'a>(
+        &'a self,
+        scope: &'a recoverable_write::ledger::TenantScope,
+        states: &'a [recoverable_write::state::State],
+    ) -> BoxFuture<'a, Result<recoverable_write::ledger::OldestPerState, LedgerError>> {
+        self.inner.oldest(scope, states)
+    }
 }
 
 /// Worker A claims the unknown operation (generation g) and pauses before recording its lookup.

@@ -696,6 +696,25 @@ impl Ledger for CrashLedger {
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
         self.read(move |l| l.evidence(tenant, id))
     }
+    fn list<'a>(
+        &'a self,
+        query: &'a recoverable_write::ledger::OperationQuery,
+    ) -> BoxFuture<'a, Result<recoverable_write::ledger::Page, LedgerError>> {
+        self.read(move |l| l.list(query))
+    }
+    fn count_by_state<'a>(
+        &'a self,
+        scope: &'a recoverable_write::ledger::TenantScope,
+    ) -> BoxFuture<'a, Result<recoverable_write::ledger::StateCounts, LedgerError>> {
+        self.read(move |l| l.count_by_state(scope))
+    }
+    fn oldest<'a>(
+        &'a self,
+        scope: &'a recoverable_write::ledger::TenantScope,
+        states: &'a [recoverable_write::state::State],
+    ) -> BoxFuture<'a, Result<recoverable_write::ledger::OldestPerState, LedgerError>> {
+        self.read(move |l| l.oldest(scope, states))
+    }
 }
 
 /// What [`Tamper`] changes in the updates it passes on.
@@ -802,6 +821,25 @@ impl Ledger for Tamper {
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
         self.inner.evidence(tenant, id)
+    }
+    fn list<'a>(
+        &'a self,
+        query: &'a recoverable_write::ledger::OperationQuery,
+    ) -> BoxFuture<'a, Result<recoverable_write::ledger::Page, LedgerError>> {
+        self.inner.list(query)
+    }
+    fn count_by_state<'a>(
+        &'a self,
+        scope: &'a recoverable_write::ledger::TenantScope,
+    ) -> BoxFuture<'a, Result<recoverable_write::ledger::StateCounts, LedgerError>> {
+        self.inner.count_by_state(scope)
+    }
+    fn oldest<'a>(
+        &'a self,
+        scope: &'a recoverable_write::ledger::TenantScope,
+        states: &'a [recoverable_write::state::State],
+    ) -> BoxFuture<'a, Result<recoverable_write::ledger::OldestPerState, LedgerError>> {
+        self.inner.oldest(scope, states)
     }
 }
 

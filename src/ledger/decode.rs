@@ -168,6 +168,54 @@ macro_rules! row_decoder {
             })
         }
 
+        /// A listing page from the rows of [`list_sql`](super::query::list_sql) (one more
+        /// than `limit` when another page follows). Undecodable rows are skipped, logged and
+        /// reported; only the key columns must be readable.
+        fn decode_page(rows: &[$row], limit: u32) -> Result<Page, LedgerError> {
+            let limit = limit as usize;
+            let mut page = Page::new(Vec::new(), None, Vec::new());
+            for row in rows.iter().take(limit) {
+                match decode_operation(row) {
+                    Ok(r) => page.rows.push(r),
+                    Err(e) => {
+                        let c = Columns::new(row, "<listed row>");
+                        let skipped = super::SkippedRow {
+                            tenant: Tenant::new(c.text("tenant")?),
+                            operation_id: OperationId::new(c.text("operation_id")?),
+                            error: e.to_string(),
+                        };
+                        tracing::error!(
+                            tenant = skipped.tenant.as_str(),
+                            operation_id = skipped.operation_id.as_str(),
+                            error = %skipped.error,
+                            "listing skipped a ledger row that cannot be decoded"
+                        );
+                        page.skipped.push(skipped);
+                    }
+                }
+            }
+            if rows.len() > limit {
+                if let Some(last) = limit.checked_sub(1).and_then(|i| rows.get(i)) {
+                    let c = Columns::new(last, "<listed row>");
+                    page.next = Some(super::query::Cursor::new(
+                        c.get::<i64>("created_ms")?,
+                        c.get::<i64>("rw_key")?,
+                    ));
+                }
+            }
+            Ok(page)
+        }
+
+        /// The counts of [`count_sql`](super::query::count_sql)'s rows (`state`, `n`).
+        fn decode_counts(rows: &[$row]) -> Result<StateCounts, LedgerError> {
+            let mut counts = StateCounts::default();
+            for row in rows {
+                let c = Columns::new(row, "<state count>");
+                counts.set(c.state("state")?, c.u64("n")?);
+            }
+            Ok(counts)
+        }
+
         fn decode_evidence(row: &$row, id: &OperationId) -> Result<EvidenceEntry, LedgerError> {
             let c = Columns::new(row, id.as_str());
             Ok(EvidenceEntry {

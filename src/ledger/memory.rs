@@ -246,6 +246,59 @@ impl MemoryLedger {
         Ok(swept)
     }
 
+    fn list_now(&self, q: &OperationQuery) -> Result<Page, LedgerError> {
+        q.validate()?;
+        let after = q.after.as_ref().map(Cursor::parts).transpose()?;
+        let t = self.tables()?;
+        let key = |row: &Row| {
+            (
+                row.record.created_ms,
+                i64::try_from(row.created_seq).unwrap_or(i64::MAX),
+            )
+        };
+        let newest = q.order == Order::NewestFirst;
+        let mut hits: Vec<(&Row, (i64, i64))> = t
+            .operations
+            .values()
+            .filter(|row| q.matches(&row.record))
+            .map(|row| (row, key(row)))
+            .filter(|(_, k)| match after {
+                None => true,
+                Some(c) if newest => *k < c,
+                Some(c) => *k > c,
+            })
+            .collect();
+        hits.sort_by_key(|(_, k)| *k);
+        if newest {
+            hits.reverse();
+        }
+        let limit = q.limit as usize;
+        let next = (hits.len() > limit).then(|| {
+            let (created, k) = hits[limit - 1].1;
+            Cursor::new(created, k)
+        });
+        let rows = hits
+            .into_iter()
+            .take(limit)
+            .map(|(row, _)| row.record.clone())
+            .collect();
+        Ok(Page::new(rows, next, Vec::new()))
+    }
+
+    fn count_now(&self, scope: &TenantScope) -> Result<StateCounts, LedgerError> {
+        let t = self.tables()?;
+        let mut counts = StateCounts::default();
+        for state in OPEN_STATES {
+            let n = t
+                .operations
+                .values()
+                .filter(|row| row.record.state == state && scope.contains(&row.record.tenant))
+                .count();
+            counts.set(state, n as u64);
+        }
+        Ok(counts)
+    }
+
     fn append_evidence_now(
         &self,
         tenant: &Tenant,
@@ -404,6 +457,25 @@ impl Ledger for MemoryLedger {
     }
 
     // `quarantined`: the provided empty list. Rows here are typed values, never undecodable.
+
+    fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
+        Box::pin(async move { self.list_now(query) })
+    }
+
+    fn count_by_state<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+    ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
+        Box::pin(async move { self.count_now(scope) })
+    }
+
+    fn oldest<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        states: &'a [State],
+    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
+        Box::pin(super::query::oldest_via_list(self, scope, states))
+    }
 
     fn append_evidence<'a>(
         &'a self,

@@ -31,6 +31,11 @@ use crate::state::State;
 mod decode;
 mod memory;
 pub use memory::MemoryLedger;
+mod query;
+pub use query::{
+    Cursor, DEFAULT_LIMIT, MAX_LIMIT, OPEN_STATES, OldestPerState, OldestRow, OperationQuery,
+    Order, Page, SkippedRow, StateCounts, TenantScope, TextMatch, WATCHED_STATES,
+};
 
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -458,6 +463,51 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         tenant: &'a Tenant,
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>>;
+
+    /// One page of the operations matching `query`, in its order, with a keyset cursor to the
+    /// next page. Only rows in the query's [`TenantScope`] ever come back. Quarantined rows are
+    /// left out unless [`OperationQuery::include_quarantined`]; a row that cannot be decoded is
+    /// skipped, logged and reported in [`Page::skipped`], never failing the page. A read: the
+    /// bundled backends never take the write path for it.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`] ("listing not supported by
+    /// this ledger"): a third-party backend keeps compiling, and overrides it to support
+    /// listing. Every bundled backend implements it.
+    fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
+        let _ = query;
+        Box::pin(async { Err(listing_unsupported()) })
+    }
+
+    /// The number of operations in each open state ([`OPEN_STATES`]) within `scope`,
+    /// quarantined rows left out. Terminal states are not counted (they would make every scan
+    /// read the whole history).
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as [`list`](Self::list).
+    fn count_by_state<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+    ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
+        let _ = scope;
+        Box::pin(async { Err(listing_unsupported()) })
+    }
+
+    /// The oldest operation (by creation time) in each of `states` within `scope`
+    /// ([`WATCHED_STATES`] for the gauges), quarantined rows left out.
+    ///
+    /// The provided implementation reads the first page of [`list`](Self::list) for each
+    /// state, oldest first, one row each; so a backend without listing returns its error.
+    fn oldest<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        states: &'a [State],
+    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
+        Box::pin(query::oldest_via_list(self, scope, states))
+    }
+}
+
+/// The error of the provided [`Ledger::list`] and [`Ledger::count_by_state`].
+fn listing_unsupported() -> LedgerError {
+    LedgerError::Config("listing not supported by this ledger".to_owned())
 }
 
 impl NewOperation {

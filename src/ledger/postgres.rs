@@ -928,6 +928,9 @@ const DB_NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::big
 /// [`ClockSource::Caller`], or NULL to read the database clock once for the whole statement.
 #[derive(Debug)]
 struct Statements {
+    /// The schema-qualified operations table, for the listing statements (built per query:
+    /// their filters vary).
+    operations: String,
     insert_operation: Arc<str>,
     insert_claimed: Arc<str>,
     select_by_id: Arc<str>,
@@ -1178,6 +1181,7 @@ WHERE EXISTS (SELECT 1 FROM {ops} WHERE tenant = $2::text AND operation_id = $3:
             "SELECT id, {ev_columns} FROM {ev} WHERE tenant = $1 AND operation_id = $2 ORDER BY id"
         );
         Self {
+            operations: ops,
             insert_operation: insert_operation.into(),
             insert_claimed: insert_claimed.into(),
             select_by_id: select_by_id.into(),
@@ -1471,6 +1475,39 @@ impl Ledger for PostgresLedger {
         })
     }
 
+    fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
+        Box::pin(async move {
+            let sql = super::query::list_sql(query, &self.sql.operations, "seq", '$')?;
+            let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            decode_page(&rows, query.page_size())
+        })
+    }
+
+    fn count_by_state<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+    ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
+        Box::pin(async move {
+            let sql = super::query::count_sql(scope, &self.sql.operations, '$')?;
+            let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            decode_counts(&rows)
+        })
+    }
+
+    fn oldest<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        states: &'a [State],
+    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
+        Box::pin(super::query::oldest_via_list(self, scope, states))
+    }
+
     fn evidence<'a>(
         &'a self,
         tenant: &'a Tenant,
@@ -1516,6 +1553,20 @@ impl Columns<'_> {
             })
             .transpose()
     }
+}
+
+/// Binds a listing statement's arguments in order.
+fn bind_args(
+    mut query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    args: Vec<super::query::Arg>,
+) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    for a in args {
+        query = match a {
+            super::query::Arg::Text(t) => query.bind(t),
+            super::query::Arg::Int(i) => query.bind(i),
+        };
+    }
+    query
 }
 
 #[cfg(test)]
@@ -1638,6 +1689,62 @@ mod tests {
         let sweep = out.pop().unwrap_or_default();
         let claim = out.pop().unwrap_or_default();
         (claim, sweep)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_review_queue_listing_and_the_counts_read_the_state_indexes() {
+        use super::super::query::{count_sql, list_sql};
+        let Some(url) = pg_url().await else { return };
+        let (ledger, schema, _) = filled(&url, 20_000).await;
+        let one = OperationQuery::tenant(Tenant::new("tenant-a")).state(State::ManualReview);
+        let all = OperationQuery::all_tenants().state(State::ManualReview);
+        let mut checks = Vec::new();
+        for (q, index) in [
+            (one.clone(), "rw_operations_by_tenant_state"),
+            (
+                one.clone().order(Order::OldestFirst),
+                "rw_operations_by_tenant_state",
+            ),
+            (
+                one.after(Cursor::new(5, 7)),
+                "rw_operations_by_tenant_state",
+            ),
+            (all.clone(), "rw_operations_by_state"),
+            (
+                all.order(Order::OldestFirst).after(Cursor::new(5, 7)),
+                "rw_operations_by_state",
+            ),
+        ] {
+            let sql = list_sql(&q, &ledger.sql.operations, "seq", '$').expect("sql");
+            checks.push((format!("{q:?}"), sql, index));
+        }
+        for (scope, index) in [
+            (
+                TenantScope::Tenant(Tenant::new("tenant-a")),
+                "rw_operations_by_tenant_state",
+            ),
+            (TenantScope::AllTenants, "rw_operations_by_state"),
+        ] {
+            let sql = count_sql(&scope, &ledger.sql.operations, '$').expect("sql");
+            checks.push((format!("{scope:?}"), sql, index));
+        }
+        let mut failures = Vec::new();
+        for (what, sql, index) in checks {
+            let explain = format!("EXPLAIN {}", sql.text);
+            let plan = bind_args(sqlx::query(AssertSqlSafe(explain)), sql.args)
+                .fetch_all(ledger.pool())
+                .await
+                .expect("explain")
+                .iter()
+                .map(|r| r.get::<String, _>(0))
+                .collect::<Vec<_>>()
+                .join("\n");
+            if !plan.contains(index) || plan.contains("Seq Scan") {
+                failures.push(format!("{what}\n{plan}"));
+            }
+        }
+        drop_schema(ledger, &schema).await;
+        assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -829,6 +829,9 @@ INSERT INTO rw_evidence (
     tenant, operation_id, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms
 ) SELECT ?18, ?19, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31 WHERE changes() = 1";
 
+// The claims and the sweep name their partial index (INDEXED BY): without statistics
+// (no ANALYZE) the planner would rather take the listing index `rw_operations_by_state` for
+// their `state` terms, then sort every row of those states instead of reading only the due ones.
 const CLAIM_DUE: &str = "
 UPDATE rw_operations SET
     generation = generation + 1,
@@ -836,7 +839,7 @@ UPDATE rw_operations SET
     lease_until_ms = ?2,
     updated_ms = ?1
 WHERE rowid IN (
-    SELECT rowid FROM rw_operations
+    SELECT rowid FROM rw_operations INDEXED BY rw_operations_due
     WHERE state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY')
       AND next_check_ms <= ?1
       AND (lease_until_ms IS NULL OR lease_until_ms <= ?1)
@@ -855,7 +858,7 @@ UPDATE rw_operations SET
     lease_until_ms = ?2,
     updated_ms = ?1
 WHERE rowid IN (
-    SELECT rowid FROM rw_operations
+    SELECT rowid FROM rw_operations INDEXED BY rw_operations_prepared
     WHERE state = 'PREPARED'
       AND created_ms <= ?3
       AND (lease_until_ms IS NULL OR lease_until_ms <= ?1)
@@ -876,7 +879,7 @@ ORDER BY quarantined_ms, rowid
 LIMIT ?1";
 
 const SWEEP_EXPIRED: &str = "
-UPDATE rw_operations SET
+UPDATE rw_operations INDEXED BY rw_operations_in_flight_lease SET
     state = 'UNKNOWN',
     generation = generation + 1,
     version = version + 1,
@@ -1238,6 +1241,39 @@ impl Ledger for SqliteLedger {
         })
     }
 
+    fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
+        Box::pin(async move {
+            let sql = super::query::list_sql(query, "rw_operations", "rowid", '?')?;
+            let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
+                .fetch_all(&self.reader)
+                .await
+                .map_err(unavailable)?;
+            decode_page(&rows, query.page_size())
+        })
+    }
+
+    fn count_by_state<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+    ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
+        Box::pin(async move {
+            let sql = super::query::count_sql(scope, "rw_operations", '?')?;
+            let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
+                .fetch_all(&self.reader)
+                .await
+                .map_err(unavailable)?;
+            decode_counts(&rows)
+        })
+    }
+
+    fn oldest<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        states: &'a [State],
+    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
+        Box::pin(super::query::oldest_via_list(self, scope, states))
+    }
+
     fn evidence<'a>(
         &'a self,
         tenant: &'a Tenant,
@@ -1518,6 +1554,20 @@ impl Columns<'_> {
             })
             .transpose()
     }
+}
+
+/// Binds a listing statement's arguments in order.
+fn bind_args(
+    mut query: sqlx::query::Query<'_, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    args: Vec<super::query::Arg>,
+) -> sqlx::query::Query<'_, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+    for a in args {
+        query = match a {
+            super::query::Arg::Text(t) => query.bind(t),
+            super::query::Arg::Int(i) => query.bind(i),
+        };
+    }
+    query
 }
 
 #[cfg(test)]
@@ -1902,7 +1952,7 @@ mod tests {
         let ledger = SqliteLedger::in_memory().await.unwrap();
         let claim = plan(
             &ledger,
-            "EXPLAIN QUERY PLAN SELECT rowid FROM rw_operations \
+            "EXPLAIN QUERY PLAN SELECT rowid FROM rw_operations INDEXED BY rw_operations_due \
              WHERE state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY') AND next_check_ms <= ?1 \
                AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
              ORDER BY next_check_ms, rowid LIMIT ?3",
@@ -1913,7 +1963,7 @@ mod tests {
         let sweep = plan(
             &ledger,
             "EXPLAIN QUERY PLAN SELECT rowid FROM rw_operations \
-             WHERE state = 'IN_FLIGHT' AND lease_until_ms < ?1 AND ?2 = ?2 AND ?3 = ?3",
+             INDEXED BY rw_operations_in_flight_lease WHERE state = 'IN_FLIGHT' AND lease_until_ms < ?1 AND ?2 = ?2 AND ?3 = ?3",
         )
         .await;
         assert!(sweep.contains("rw_operations_in_flight_lease"), "{sweep}");
@@ -1949,6 +1999,63 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n");
             assert!(plan.contains(index), "{sql}\n{plan}");
+        }
+    }
+
+    /// The plan of a listing or counting statement, its arguments bound.
+    async fn plan_of(ledger: &SqliteLedger, sql: super::super::query::Sql) -> String {
+        let explain = format!("EXPLAIN QUERY PLAN {}", sql.text);
+        let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(explain)), sql.args)
+            .fetch_all(&ledger.reader)
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| r.get::<String, _>("detail"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[tokio::test]
+    async fn the_review_queue_listing_and_the_counts_read_the_state_indexes() {
+        use super::super::query::{count_sql, list_sql};
+        let ledger = SqliteLedger::in_memory().await.unwrap();
+        let one = OperationQuery::tenant(Tenant::new("t")).state(State::ManualReview);
+        let all = OperationQuery::all_tenants().state(State::ManualReview);
+        for (q, index) in [
+            (one.clone(), "rw_operations_by_tenant_state"),
+            (
+                one.clone().order(Order::OldestFirst),
+                "rw_operations_by_tenant_state",
+            ),
+            (
+                one.after(Cursor::new(5, 7)),
+                "rw_operations_by_tenant_state",
+            ),
+            (all.clone(), "rw_operations_by_state"),
+            (
+                all.clone()
+                    .order(Order::OldestFirst)
+                    .after(Cursor::new(5, 7)),
+                "rw_operations_by_state",
+            ),
+        ] {
+            let plan = plan_of(
+                &ledger,
+                list_sql(&q, "rw_operations", "rowid", '?').unwrap(),
+            )
+            .await;
+            assert!(plan.contains(index), "{q:?}\n{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{q:?}\n{plan}");
+        }
+        for (scope, index) in [
+            (
+                TenantScope::Tenant(Tenant::new("t")),
+                "rw_operations_by_tenant_state",
+            ),
+            (TenantScope::AllTenants, "rw_operations_by_state"),
+        ] {
+            let plan = plan_of(&ledger, count_sql(&scope, "rw_operations", '?').unwrap()).await;
+            assert!(plan.contains(index), "{scope:?}\n{plan}");
         }
     }
 }
