@@ -21,6 +21,12 @@
 //! - `sweep_expired/10_expired`: the sweeper moving 10 expired in-flight rows to `UNKNOWN` (the
 //!   rows are put back in flight through the ledger, untimed, before every call).
 //!
+//! Operator listing (issue 12), on the same files (50 of the finished rows are put in
+//! `MANUAL_REVIEW`) and, with `RW_POSTGRES_URL` set and feature `postgres`, on PostgreSQL
+//! schemas filled the same way by `generate_series` (group `listing_pg`):
+//! - `listing/review_queue_first_page`: `list` of one tenant's review queue, oldest first, 50 rows;
+//! - `listing/count_by_state`: `count_by_state` of one tenant.
+//!
 //! The ledgers run with `synchronous=OFF` here: a commit's fsync (milliseconds, and very noisy on
 //! a shared disk) would swamp the query costs this benchmark is about. The table prints each
 //! time at both sizes and the ratio, against the target "flat within 2x".
@@ -52,7 +58,11 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use recoverable_write::ledger::conformance::{keep, update_of};
-use recoverable_write::ledger::{Changes, Ledger, SqliteLedgerOptions, Synchronous};
+use recoverable_write::ledger::{
+    Changes, Ledger, OperationQuery, Order, SqliteLedgerOptions, Synchronous, TenantScope,
+};
+#[cfg(feature = "postgres")]
+use recoverable_write::ledger::{ClockSource, PostgresLedger, PostgresLedgerOptions};
 use recoverable_write::{BudgetPolicy, MemoryLedger, OperationId, SqliteLedger, State, Tenant};
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
@@ -162,6 +172,14 @@ UPDATE rw_operations SET operation_id = 'op-sweep-' || operation_id
 WHERE operation_id IN (SELECT operation_id FROM rw_operations
                        WHERE operation_id NOT LIKE 'op-due-%' ORDER BY rowid LIMIT 10)";
 
+/// The review queue the listing benchmarks read: 50 finished rows put in `MANUAL_REVIEW`.
+const MAKE_REVIEW: &str = "
+UPDATE rw_operations SET state = 'MANUAL_REVIEW', last_result = NULL,
+       operation_id = 'op-review-' || operation_id
+WHERE operation_id IN (SELECT operation_id FROM rw_operations
+                       WHERE operation_id NOT LIKE 'op-due-%' AND operation_id NOT LIKE 'op-sweep-%'
+                       ORDER BY rowid LIMIT 50)";
+
 async fn raw(path: &std::path::Path) -> SqliteConnection {
     SqliteConnection::connect_with(
         &SqliteConnectOptions::new()
@@ -202,6 +220,10 @@ async fn filled(dir: &std::path::Path, rows: u64) -> (SqliteLedger, Vec<Operatio
         .execute(&mut *tx)
         .await
         .expect("sweepable rows");
+    sqlx::query(MAKE_REVIEW)
+        .execute(&mut *tx)
+        .await
+        .expect("review rows");
     tx.commit().await.expect("commit");
     sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
         .execute(&mut conn)
@@ -360,7 +382,157 @@ fn scans(c: &mut Criterion, dir: &std::path::Path) -> Samples {
         });
     }
     group.finish();
+
+    let ledgers: Vec<(u64, &dyn Ledger)> = files
+        .iter()
+        .map(|(rows, ledger, _)| (*rows, ledger as &dyn Ledger))
+        .collect();
+    listing(c, &rt, "listing", &ledgers, &record);
+    #[cfg(feature = "postgres")]
+    if let Ok(url) = std::env::var("RW_POSTGRES_URL") {
+        let mut pg = Vec::new();
+        for rows in SIZES {
+            let (ledger, setup) = rt.block_on(pg_filled(&url, rows));
+            println!(
+                "setup: PostgreSQL, {rows} terminal rows in {:.1} s",
+                setup.as_secs_f64()
+            );
+            pg.push((rows, ledger));
+        }
+        let ledgers: Vec<(u64, &dyn Ledger)> = pg
+            .iter()
+            .map(|(rows, ledger)| (*rows, ledger as &dyn Ledger))
+            .collect();
+        listing(c, &rt, "listing_pg", &ledgers, &record);
+        for (_, ledger) in pg {
+            rt.block_on(async {
+                let drop = format!("DROP SCHEMA \"{}\" CASCADE", ledger.schema());
+                sqlx::query(sqlx::AssertSqlSafe(drop))
+                    .execute(ledger.pool())
+                    .await
+                    .expect("drop schema");
+                ledger.close().await;
+            });
+        }
+    } else {
+        println!("RW_POSTGRES_URL not set: no PostgreSQL listing rows");
+    }
     samples.into_inner().expect("samples")
+}
+
+/// The operator's queries (issue 12): the first page of the review queue (50 rows, oldest
+/// first, one tenant) and the counts by state of one tenant, on each ledger.
+fn listing(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    group_name: &'static str,
+    ledgers: &[(u64, &dyn Ledger)],
+    record: &dyn Fn(&'static str, u64, f64),
+) {
+    let (page_name, count_name) = if group_name == "listing" {
+        ("listing/review_queue_first_page", "listing/count_by_state")
+    } else {
+        (
+            "listing_pg/review_queue_first_page",
+            "listing_pg/count_by_state",
+        )
+    };
+    let tenant = Tenant::new("tenant-a");
+    let queue = OperationQuery::tenant(tenant.clone())
+        .state(State::ManualReview)
+        .order(Order::OldestFirst)
+        .limit(50);
+    let scope = TenantScope::Tenant(tenant);
+    let mut group = c.benchmark_group(group_name);
+    for (rows, ledger) in ledgers {
+        group.bench_function(format!("review_queue_first_page/{rows}"), |b| {
+            b.iter_custom(|iters| {
+                let elapsed = rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let page = ledger.list(&queue).await.expect("list");
+                        assert_eq!(page.rows.len(), 50);
+                    }
+                    start.elapsed()
+                });
+                record(page_name, *rows, per_call(elapsed, iters));
+                elapsed
+            })
+        });
+    }
+    for (rows, ledger) in ledgers {
+        group.bench_function(format!("count_by_state/{rows}"), |b| {
+            b.iter_custom(|iters| {
+                let elapsed = rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let counts = ledger.count_by_state(&scope).await.expect("count");
+                        assert_eq!(counts.get(State::ManualReview), Some(50));
+                    }
+                    start.elapsed()
+                });
+                record(count_name, *rows, per_call(elapsed, iters));
+                elapsed
+            })
+        });
+    }
+    group.finish();
+}
+
+/// A PostgreSQL ledger in a schema of its own with `rows` finished operations, the 50 oldest in
+/// `MANUAL_REVIEW`, analyzed; and the setup time.
+#[cfg(feature = "postgres")]
+async fn pg_filled(url: &str, rows: u64) -> (PostgresLedger, Duration) {
+    let schema = format!("rw_bench_listing_{rows}");
+    let start = Instant::now();
+    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("drop old schema");
+    conn.close().await.expect("close");
+    let options = PostgresLedgerOptions::new()
+        .schema(schema.clone())
+        .expect("schema")
+        .clock(ClockSource::Caller)
+        .max_connections(2);
+    let ledger = PostgresLedger::connect_with(url, options)
+        .await
+        .expect("connect ledger");
+    let policy = serde_json::to_string(&BudgetPolicy::default()).expect("policy json");
+    let fill = format!(
+        "INSERT INTO \"{schema}\".rw_operations (
+            tenant, operation_id, action, intent_ref, idempotency_key, payload_hash,
+            request_method, request_url, request_headers, request_body,
+            contract_name, contract_hash, budget_policy, state, last_result,
+            generation, version, attempts_used, may_have_applied, remote_ref,
+            created_ms, updated_ms)
+         SELECT 'tenant-a', 'op-' || i, 'create_ticket', 'intent-' || i,
+                md5(i::text), md5('h' || i::text), 'POST', 'http://vendor.test/tickets',
+                '[[\"content-type\",\"application/json\"]]', '\\x7b7d'::bytea,
+                'default', 'x', $1,
+                CASE WHEN i <= 50 THEN 'MANUAL_REVIEW' WHEN i % 10 = 0 THEN 'REJECTED'
+                     ELSE 'SUCCEEDED' END,
+                CASE WHEN i <= 50 THEN NULL WHEN i % 10 = 0 THEN 'REJECTED'
+                     ELSE 'SUCCEEDED' END,
+                1, 2, 1, TRUE, 'W' || i, 1700000000000 + i, 1700000000000 + i
+         FROM generate_series(1, $2::bigint) AS i"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(fill))
+        .bind(policy)
+        .bind(rows as i64 + 50)
+        .execute(ledger.pool())
+        .await
+        .expect("fill");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ANALYZE \"{schema}\".rw_operations"
+    )))
+    .execute(ledger.pool())
+    .await
+    .expect("analyze");
+    (ledger, start.elapsed())
 }
 
 fn per_call(elapsed: Duration, iters: u64) -> f64 {
@@ -572,7 +744,8 @@ fn main() {
 
     if !samples.is_empty() {
         println!(
-            "\nrecovery scans, SQLite (synchronous=OFF), median time per call; target: flat within 2x"
+            "\nrecovery scans and operator listing (SQLite synchronous=OFF; listing_pg: \
+             PostgreSQL), median time per call; target: flat within 2x"
         );
         println!(
             "{:<32} {:>14} {:>14} {:>8} {:>8}",
