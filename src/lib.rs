@@ -61,6 +61,8 @@
 pub mod authorize;
 pub mod budget;
 pub mod builder;
+#[cfg(feature = "callbacks")]
+pub mod callbacks;
 pub mod clock;
 pub mod contract;
 mod engine;
