@@ -370,6 +370,15 @@ impl HmacHeader {
         }
     }
 
+    /// The signature header, the value prefix and the timestamp header (for senders).
+    pub fn parts(&self) -> (&str, Option<&str>, Option<&str>) {
+        (
+            self.header.as_str(),
+            self.value_prefix.as_deref(),
+            self.timestamp.as_ref().map(|(h, _, _)| h.as_str()),
+        )
+    }
+
     fn mac_over(&self, secret: &Secret, timestamp: Option<&str>, body: &[u8]) -> HmacSha256 {
         let mut mac = secret.mac();
         if let Some(p) = &self.signed_prefix {
