@@ -396,3 +396,35 @@ fn verifiers_are_object_safe() {
         );
     }
 }
+
+#[test]
+fn adyen_hmac_matches_adyens_own_library_vector() {
+    // Adyen/adyen-php-api-library, tests/Adyen/Util/HmacSignatureTest.php.
+    let item = json!({
+        "pspReference": "7914073381342284",
+        "merchantAccountCode": "TestMerchant",
+        "merchantReference": "TestPayment-1407325143704",
+        "amount": {"value": 1130, "currency": "EUR"},
+        "eventCode": "AUTHORISATION",
+        "success": "true"
+    });
+    let key = "DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00";
+    assert_eq!(
+        AdyenHmac::sign(&Secret::from_hex(key).unwrap(), &item),
+        "Ny9gS2veKo5E4w8/OL6xz1/wvT/hYkAXy1xNc/QvO4I="
+    );
+    let mut signed = item.clone();
+    signed["additionalData"] =
+        json!({"hmacSignature": "Ny9gS2veKo5E4w8/OL6xz1/wvT/hYkAXy1xNc/QvO4I="});
+    let body = json!({"live": "false", "notificationItems": [{"NotificationRequestItem": signed}]});
+    let verifier = AdyenHmac::new("00").unwrap().with_key(key).unwrap();
+    assert!(
+        verifier
+            .verify(
+                &HeaderMap::new(),
+                body.to_string().as_bytes(),
+                SystemTime::now()
+            )
+            .is_ok()
+    );
+}
