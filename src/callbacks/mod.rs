@@ -8,7 +8,7 @@
 //!    parsed. An unverified delivery changes nothing, is counted, and is answered 4xx.
 //! 2. **Parse** ([`parse`] with a [`CallbackMapping`]): the delivery becomes one or more
 //!    [`ParsedEvent`]s, each with the vendor's event id, what to match the operation by, the
-//!    vendor account and the [`Evidence`](crate::Evidence) it carries (none for ignored types).
+//!    vendor account and the [`Evidence`] it carries (none for ignored types).
 //! 3. **Deduplicate** ([`CallbackEvents::record_event`]): the event id is recorded with the
 //!    evidence; a second delivery of one event is a [`Recorded::Duplicate`] and changes nothing.
 //! 4. **Match and apply**: the account maps to a tenant ([`AccountTenants`]); the operation is
