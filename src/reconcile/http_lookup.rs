@@ -175,16 +175,18 @@ impl<S> HttpLookup<S> {
             }
         }
         // A template that is a path (`/operations/{operation_id}`, as contracts write it) asks
-        // the host the write was sent to.
-        if url.starts_with('/') {
-            let origin = op
-                .request
-                .url
-                .parse::<http::Uri>()
-                .ok()
+        // the host the write was sent to; one that is a query (`?client_token=...`) asks the
+        // write's own URL.
+        if url.starts_with('/') || url.starts_with('?') {
+            let own = op.request.url.parse::<http::Uri>().ok();
+            let origin = own
+                .as_ref()
                 .and_then(|u| Some(format!("{}://{}", u.scheme_str()?, u.authority()?)))
-                .ok_or("the URL template is a path and the operation's URL has no origin")?;
-            url = format!("{origin}{url}");
+                .ok_or("the URL template is relative and the operation's URL has no origin")?;
+            url = match url.starts_with('?') {
+                true => format!("{origin}{}{url}", own.as_ref().map_or("/", |u| u.path())),
+                false => format!("{origin}{url}"),
+            };
         }
         let mut req = Request::get(url)
             .body(Full::new(Bytes::new()))
