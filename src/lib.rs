@@ -63,6 +63,7 @@ pub mod budget;
 pub mod builder;
 pub mod clock;
 pub mod contract;
+mod encoding;
 mod engine;
 pub mod evidence;
 pub mod guard;

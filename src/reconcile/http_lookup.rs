@@ -12,6 +12,7 @@ use tower_service::Service;
 use super::Reconciler;
 use crate::BoxError;
 use crate::contract::parse_retry_after;
+use crate::encoding::encode_component;
 use crate::evidence::Evidence;
 use crate::ledger::{BoxFuture, OperationRecord};
 
@@ -166,7 +167,7 @@ impl<S> HttpLookup<S> {
             }
             // An empty path segment or query value names no scope (`/tickets/` lists them all).
             match value.filter(|v| !v.is_empty()) {
-                Some(v) => url = url.replace(placeholder, &encode(v)),
+                Some(v) => url = url.replace(placeholder, &encode_component(v)),
                 None => {
                     return Err(format!(
                         "the URL template needs {placeholder} and the operation has no value for it"
@@ -284,18 +285,6 @@ fn truncate(s: &str) -> &str {
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters.
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 impl<S, RB> Reconciler for HttpLookup<S>
 where
     S: Service<Request<Full<Bytes>>, Response = Response<RB>> + Clone + Send + Sync + 'static,
