@@ -584,7 +584,9 @@ where
                     contract: r.contract.name,
                 });
             };
-            let carried = outgoing::Carried::take(&mut fresh_parts(fresh), &frozen_contract)
+            // The caller's credentials and extensions, from the request built for a new
+            // operation, under the row's contract.
+            let carried = outgoing::Carried::take(&mut fresh.into_parts().0, &frozen_contract)
                 .with_body(&frozen_contract, &bytes);
             let request =
                 outgoing::build(&r.request, &frozen_contract, &r.idempotency_key, carried)
@@ -635,12 +637,6 @@ where
             deadline: tokio::time::Instant::now() + timeout,
         }),
     ))
-}
-
-/// The caller's parts back from a request built for a new operation (credentials, extensions),
-/// to rebuild it from another row.
-fn fresh_parts(req: Request<Bytes>) -> http::request::Parts {
-    req.into_parts().0
 }
 
 fn build_error(operation: &crate::OperationId, e: outgoing::BuildError) -> Error {
