@@ -65,6 +65,7 @@ pub mod builder;
 pub mod callbacks;
 pub mod clock;
 pub mod contract;
+mod encoding;
 mod engine;
 pub mod evidence;
 pub mod guard;
