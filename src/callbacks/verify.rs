@@ -15,6 +15,8 @@ use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderName};
 use sha2::Sha256;
 
+use crate::operation::hex;
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// The default tolerance on a signed timestamp, in both directions (Stripe's libraries use 300 s).
@@ -210,10 +212,7 @@ impl StripeSignature {
         mac.update(timestamp.to_string().as_bytes());
         mac.update(b".");
         mac.update(body);
-        format!(
-            "t={timestamp},v1={}",
-            encode_hex(&mac.finalize().into_bytes())
-        )
+        format!("t={timestamp},v1={}", hex(&mac.finalize().into_bytes()))
     }
 }
 
@@ -365,7 +364,7 @@ impl HmacHeader {
         let mac = self.mac_over(secret, timestamp, body);
         let bytes = mac.finalize().into_bytes();
         match self.encoding {
-            Encoding::Hex => encode_hex(&bytes),
+            Encoding::Hex => hex(&bytes),
             Encoding::Base64 => BASE64.encode(bytes),
         }
     }
@@ -677,16 +676,7 @@ fn unix_to_time(t: i64) -> SystemTime {
     }
 }
 
-pub(crate) fn encode_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 0xf)] as char);
-    }
-    s
-}
-
+// The inverse of `crate::operation::hex`; signatures may also arrive in upper case.
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
