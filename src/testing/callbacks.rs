@@ -33,7 +33,10 @@ use serde_json::{Value, json};
 
 use super::Ticket;
 use crate::BoxError;
-use crate::callbacks::{HmacHeader, Secret, StripeSignature};
+use crate::callbacks::{
+    CallbackMapping, EventRule, HmacHeader, MatchBy, MatchField, Secret, StatusRule,
+    StripeSignature,
+};
 
 /// How deliveries are signed.
 #[derive(Clone, Debug)]
@@ -144,6 +147,60 @@ pub fn stripe_event(event_id: &str, event_type: &str, ticket: &Ticket) -> Value 
             "metadata": metadata,
         }}
     })
+}
+
+/// The fake vendor's own callback for a ticket (its ticket API of seed 000), to be signed with
+/// any [`HmacHeader`] scheme and read with [`ticket_mapping`]: `ticket.created` when the ticket
+/// exists, `ticket.updated` with the status otherwise.
+pub fn ticket_event(event_id: &str, event_type: &str, ticket: &Ticket) -> Value {
+    json!({
+        "event": {"id": event_id, "type": event_type},
+        "tenant": ticket.tenant,
+        "ticket": {
+            "id": ticket.id,
+            "status": ticket.status.as_str(),
+            "operation_id": ticket.operation_id,
+            "idempotency_key": ticket.idempotency_key,
+        }
+    })
+}
+
+/// The mapping of [`ticket_event`]: the echoed idempotency key first, then the operation id,
+/// then the ticket id; the tenant is the account.
+pub fn ticket_mapping() -> CallbackMapping {
+    let rule = |status: &str| {
+        EventRule::WithStatus(StatusRule {
+            event_type: "ticket.updated".into(),
+            status: status.into(),
+        })
+    };
+    CallbackMapping {
+        vendor: "fake-vendor".into(),
+        items: None,
+        event_id: vec!["/event/id".into()],
+        event_type: "/event/type".into(),
+        status: Some("/ticket/status".into()),
+        matchers: vec![
+            MatchField {
+                pointer: "/ticket/idempotency_key".into(),
+                by: MatchBy::IdempotencyKey,
+            },
+            MatchField {
+                pointer: "/ticket/operation_id".into(),
+                by: MatchBy::OperationId,
+            },
+            MatchField {
+                pointer: "/ticket/id".into(),
+                by: MatchBy::RemoteRef,
+            },
+        ],
+        remote_ref: vec!["/ticket/id".into()],
+        account: Some("/tenant".into()),
+        reason: vec!["/ticket/status".into()],
+        succeeded: vec![EventRule::Type("ticket.created".into()), rule("SUCCEEDED")],
+        rejected: vec![rule("REJECTED")],
+        processing: vec![rule("PROCESSING")],
+    }
 }
 
 /// How a batch of deliveries is sent.
@@ -304,6 +361,40 @@ mod tests {
     }
 
     #[test]
+    fn ticket_events_parse_with_the_ticket_mapping() {
+        let secret = Secret::new("fake-vendor-secret");
+        let scheme = HmacHeader::new(
+            http::HeaderName::from_static("x-vendor-signature"),
+            Encoding::Hex,
+            secret.clone(),
+        );
+        let now = SystemTime::now();
+        let d = Signer::Hmac(scheme.clone(), secret).sign(
+            "ev-1",
+            &ticket_event("ev-1", "ticket.updated", &ticket()),
+            now,
+        );
+        let verified = scheme.verify(&d.headers, &d.body, now).unwrap();
+        let events = crate::callbacks::parse(&ticket_mapping(), &verified).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].event_id, "ev-1");
+        assert_eq!(events[0].account.as_deref(), Some("tenant-a"));
+        assert_eq!(
+            events[0].matcher,
+            Some(crate::callbacks::Matcher {
+                by: MatchBy::IdempotencyKey,
+                value: "k".into()
+            })
+        );
+        assert_eq!(
+            events[0].evidence,
+            Some(crate::Evidence::Succeeded {
+                remote_ref: Some("W731".into())
+            })
+        );
+    }
+
+    #[test]
     fn schedule_duplicates_and_reorders() {
         let secret = Secret::new("x");
         let now = SystemTime::now();
@@ -349,13 +440,18 @@ mod tests {
             &stripe_event("evt_9", "payment_intent.succeeded", &ticket()),
             now,
         );
+        let started = std::time::Instant::now();
         let statuses = CallbackSender::new()
             .send_all(
                 &format!("http://{addr}/cb"),
                 vec![d],
-                &Schedule::new().duplicate(1),
+                &Schedule::new()
+                    .duplicate(1)
+                    .delay(Duration::from_millis(20)),
             )
             .await;
+        // Each of the two sends waited its delay first.
+        assert!(started.elapsed() >= Duration::from_millis(40));
         assert_eq!(statuses, vec![Ok(StatusCode::OK), Ok(StatusCode::OK)]);
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 2);
