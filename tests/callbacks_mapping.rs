@@ -8,7 +8,7 @@ use http::StatusCode;
 use recoverable_write::Evidence;
 use recoverable_write::callbacks::{
     AccountTenants, CallbackMapping, DeliveryOutcome, MatchBy, Matcher, ParseError, ParsedEvent,
-    VerifiedDelivery, parse,
+    VerifiedDelivery, batch_status, parse,
 };
 use recoverable_write::{OperationId, Tenant};
 use serde_json::{Value, json};
@@ -470,4 +470,22 @@ fn delivery_outcomes_answer_the_vendor() {
     ] {
         assert_eq!(o.status(), status, "{}", o.label());
     }
+}
+
+#[test]
+fn a_batch_answers_retry_if_any_event_needs_it() {
+    let ok = DeliveryOutcome::Duplicate;
+    assert_eq!(
+        batch_status(&[ok.clone(), DeliveryOutcome::Ignored]),
+        StatusCode::OK
+    );
+    assert_eq!(
+        batch_status(&[ok.clone(), DeliveryOutcome::StoreUnavailable]),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(
+        batch_status(&[ok, DeliveryOutcome::Unparseable { why: "x".into() }]),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(batch_status(&[]), StatusCode::BAD_REQUEST);
 }

@@ -18,6 +18,27 @@
 //! This module holds steps 1 and 2 and the types of steps 3 and 4; the ledger-backed dedupe
 //! table, the application and the axum endpoint build on them.
 //!
+//! # The next step (designed, not built)
+//!
+//! The endpoint is one function over the raw request, `receive(headers, body, now) ->
+//! (StatusCode, Vec<DeliveryOutcome>)`, wrapped for axum; per event:
+//!
+//! - [`Verifier::verify`] fails: [`DeliveryOutcome::Unverified`] (counted, nothing stored);
+//!   [`parse`] fails: [`DeliveryOutcome::Unparseable`].
+//! - [`AccountTenants::tenant_for`] gives no tenant: quarantined (`unknown account`).
+//! - [`CallbackEvents::record_event`] says duplicate: [`DeliveryOutcome::Duplicate`]; the store
+//!   is down: [`DeliveryOutcome::StoreUnavailable`] (503, the vendor retries).
+//! - No evidence (ignored type): [`DeliveryOutcome::Ignored`].
+//! - The [`Matcher`] is looked up **in that tenant only**: by `(tenant, idempotency key)`,
+//!   `(tenant, operation id)`, or `(tenant, remote ref)` (the ledger needs an index on the
+//!   remote reference for this). No operation: quarantined (`no operation`); the same value
+//!   found only in another tenant: quarantined (`foreign tenant`), never applied.
+//! - Otherwise the evidence goes through the state machine with the operation's generation, as a
+//!   lookup answer does: a move is [`DeliveryOutcome::Applied`]; evidence that cannot move it
+//!   (a `processing` after `SUCCEEDED`, anything after `MANUAL_REVIEW`) is appended and
+//!   surfaced as [`DeliveryOutcome::Late`].
+//! - Then [`CallbackEvents::settle`], and the answer is [`batch_status`] of the outcomes.
+//!
 //! ```
 //! use std::time::{Duration, SystemTime, UNIX_EPOCH};
 //! use recoverable_write::callbacks::{parse, CallbackMapping, Secret, StripeSignature, Verifier};
@@ -221,5 +242,21 @@ impl DeliveryOutcome {
             Self::Unparseable { .. } => "unparseable",
             Self::StoreUnavailable => "store_unavailable",
         }
+    }
+}
+
+/// The one status answering a delivery that carried several events (Adyen batches): 503 if any
+/// event needs the vendor to retry (a redelivery is deduplicated, so the accepted ones are not
+/// applied twice), else the first 4xx, else 200. An empty batch is 400.
+pub fn batch_status(outcomes: &[DeliveryOutcome]) -> StatusCode {
+    let statuses: Vec<StatusCode> = outcomes.iter().map(DeliveryOutcome::status).collect();
+    if statuses.iter().any(StatusCode::is_server_error) {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else if let Some(s) = statuses.iter().find(|s| s.is_client_error()) {
+        *s
+    } else if statuses.is_empty() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
     }
 }
