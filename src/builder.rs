@@ -55,7 +55,7 @@ use crate::contract::{Contract, ContractError, Contracts, Lookup};
 use crate::layer::{RecoverableWrite, RecoverableWriteLayer, Shared};
 use crate::ledger::Ledger;
 use crate::notify::Notifier;
-use crate::reconcile::{HttpLookup, Reconciler, Recoverer, Transport};
+use crate::reconcile::{HttpLookup, LookupStatuses, Reconciler, Recoverer, Transport};
 use crate::review::Reviews;
 
 /// Why a configuration was refused. Nothing was built.
@@ -318,15 +318,39 @@ fn lookup_for(
     timeout: Duration,
 ) -> Option<Arc<dyn Reconciler>> {
     match contract.lookup.as_ref()? {
-        Lookup::HttpGet { url_template } => {
+        Lookup::HttpGet {
+            url_template,
+            answer,
+        } => {
             let mut lookup =
                 HttpLookup::new(transport.clone(), url_template.clone()).timeout(timeout);
             // A URL built from the operation's own id or key identifies it: the answer need not
-            // repeat it.
-            if url_template.contains("{operation_id}") || url_template.contains("{idempotency_key}")
-            {
-                lookup = lookup.id_pointer(None);
+            // repeat it, unless the contract says where it must.
+            let identifies = url_template.contains("{operation_id}")
+                || url_template.contains("{idempotency_key}");
+            lookup = match (&answer.operation_id, identifies) {
+                (Some(p), _) => lookup.id_pointer(Some(p)),
+                (None, true) => lookup.id_pointer(None),
+                (None, false) => lookup,
+            };
+            if let Some(p) = &answer.status {
+                lookup = lookup.status_pointer(p);
             }
+            if let Some(p) = &answer.remote_ref {
+                lookup = lookup.remote_ref_pointer(p);
+            }
+            let mut statuses = LookupStatuses::default();
+            for (set, from) in [
+                (&mut statuses.succeeded, &answer.succeeded),
+                (&mut statuses.processing, &answer.processing),
+                (&mut statuses.rejected, &answer.rejected),
+                (&mut statuses.not_executed, &answer.not_executed),
+            ] {
+                if let Some(v) = from {
+                    set.clone_from(v);
+                }
+            }
+            lookup = lookup.statuses(statuses);
             if let Some(h) = tenant_header {
                 lookup = lookup.tenant_header(h.clone());
             }

@@ -67,8 +67,8 @@ pub struct AttemptToken {
 }
 
 impl AttemptToken {
-    /// A fresh, unsent token.
-    pub fn new(operation: OperationId, attempt: AttemptId) -> Self {
+    /// A fresh, unsent token. Only the crate mints tokens: one per attempt it registered.
+    pub(crate) fn new(operation: OperationId, attempt: AttemptId) -> Self {
         Self {
             operation,
             attempt,

@@ -61,8 +61,11 @@
 pub mod authorize;
 pub mod budget;
 pub mod builder;
+#[cfg(feature = "callbacks")]
+pub mod callbacks;
 pub mod clock;
 pub mod contract;
+mod encoding;
 mod engine;
 pub mod evidence;
 pub mod guard;

@@ -78,8 +78,9 @@ impl Notifier {
         self.tx.receiver_count() > 0
     }
 
-    /// Publishes a notice (dropped when nobody listens).
-    pub fn publish(&self, notice: Notice) {
+    /// Publishes a notice (dropped when nobody listens). Only the engine publishes: a notice
+    /// states what the ledger recorded.
+    pub(crate) fn publish(&self, notice: Notice) {
         let _ = self.tx.send(notice);
     }
 }

@@ -25,6 +25,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::encoding::decode_component_str;
+
 /// The tenant an operation belongs to.
 ///
 /// Comes from a trusted context (the authenticated caller), never from model output. Writes
@@ -559,11 +561,7 @@ pub(crate) fn redact_body(body: &Bytes, fields: &[String]) -> Bytes {
         return body.clone();
     };
     let is_named = |pair: &str| {
-        let raw = pair
-            .split_once('=')
-            .map_or(pair, |(n, _)| n)
-            .replace('+', " ");
-        let name = percent_encoding::percent_decode_str(&raw).decode_utf8_lossy();
+        let name = decode_component_str(pair.split_once('=').map_or(pair, |(n, _)| n));
         names.iter().any(|n| **n == name)
     };
     if !form.split('&').any(is_named) {
@@ -604,15 +602,7 @@ fn is_unfrozen(name: &HeaderName) -> bool {
 
 /// Whether the query pair `pair` (`name=value`, still percent-encoded) names a secret parameter.
 pub(crate) fn is_secret_param(pair: &str, extra: &[String]) -> bool {
-    let raw = pair.split_once('=').map_or(pair, |(n, _)| n);
-    let plus;
-    let raw = if raw.contains('+') {
-        plus = raw.replace('+', " ");
-        plus.as_str()
-    } else {
-        raw
-    };
-    let name = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
+    let name = decode_component_str(pair.split_once('=').map_or(pair, |(n, _)| n));
     DEFAULT_SECRET_QUERY_PARAMS
         .iter()
         .any(|s| s.eq_ignore_ascii_case(&name))

@@ -226,3 +226,100 @@ fn the_layer_refuses_an_invalid_budget_by_name() {
         assert_eq!(err.field(), field, "{err}");
     }
 }
+
+/// A vendor whose lookup answers in its own shape: `GET /by-op/{operation_id}` gives
+/// `{"state":"open","ticket":{"id":"W…"}}` for a ticket the fake vendor holds, 404 otherwise;
+/// its search lags: the first `lagging` lookups miss.
+async fn own_shape_lookup(vendor: &FakeVendor, lagging: usize) -> String {
+    let tickets = vendor.clone();
+    let lag = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(lagging));
+    let app = axum::Router::new().route(
+        "/by-op/{id}",
+        axum::routing::get(
+            move |axum::extract::Path(id): axum::extract::Path<String>| {
+                let (tickets, lag) = (tickets.clone(), lag.clone());
+                async move {
+                    let lagging = lag
+                        .fetch_update(
+                            std::sync::atomic::Ordering::SeqCst,
+                            std::sync::atomic::Ordering::SeqCst,
+                            |n| n.checked_sub(1),
+                        )
+                        .is_ok();
+                    match tickets
+                        .tickets()
+                        .into_iter()
+                        .find(|t| !lagging && t.operation_id.as_deref() == Some(id.as_str()))
+                    {
+                        Some(t) => (
+                            http::StatusCode::OK,
+                            axum::Json(
+                                serde_json::json!({"state": "open", "ticket": {"id": t.id}}),
+                            ),
+                        ),
+                        None => (
+                            http::StatusCode::NOT_FOUND,
+                            axum::Json(serde_json::json!({"error": "no such ticket"})),
+                        ),
+                    }
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+/// Issue 11 item 2: how a lookup's answer is read is configured in the contract, and a
+/// search-style lookup's settle time makes an early miss no evidence at all.
+#[tokio::test]
+async fn the_contract_says_how_to_read_the_answer_and_honours_its_settle_time() {
+    let vendor = FakeVendor::start().await;
+    let lookup_base = own_shape_lookup(&vendor, 1).await;
+    let toml = format!(
+        r#"
+[[route]]
+host = "127.0.0.1"
+contract = "tickets"
+
+[contracts.tickets]
+extends = "ietf-draft"
+settle_secs = 1
+lookup = {{ kind = "http_get", url_template = "{lookup_base}/by-op/{{operation_id}}", answer = {{ status = "/state", remote_ref = "/ticket/id", succeeded = ["open", "closed"] }} }}
+"#
+    );
+    let below = ServiceBuilder::new()
+        .layer(SendOnceGuardLayer::new())
+        .service(http_client());
+    let rw = RecoverableWrite::builder(MemoryLedger::new())
+        .contracts(Contracts::from_toml_str(&toml, "contracts.toml").unwrap())
+        .budget(fast_policy())
+        .transport(below.clone())
+        .lookup_timeout(Duration::from_millis(500))
+        .recovery_lease(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
+    let op = new_op("intent-own-shape");
+    // The vendor creates the ticket and loses the answer; its search lags (the first lookup
+    // misses).
+    vendor.faults().drop_after_commit(1);
+    let _ = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17")).await;
+    let row = run_until(&rw.recoverer(), rw.ledger(), &op, |s| s == State::Succeeded).await;
+    assert_eq!(
+        row.remote_ref.as_deref(),
+        Some("W731"),
+        "read at /ticket/id"
+    );
+    // The miss before the settle time was no evidence: deferred, no query used for it.
+    assert_eq!(row.queries_used, 1, "only the lookup that found it counts");
+    let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    assert!(
+        log.iter().any(|e| e.entry.kind == "deferred"
+            && e.entry.note.as_deref().unwrap_or("").contains("settle")),
+        "{log:?}"
+    );
+    assert_eq!(vendor.tickets_created(), 1);
+}

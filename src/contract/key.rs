@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::error::{ContractError, ContractErrorKind as Kind};
 use super::{Contract, KeyFormat, KeyPlacement};
+use crate::encoding::{decode_component, encode_component};
 
 pub(super) fn check_len(contract: &Contract, key: &str) -> Result<(), ContractError> {
     let err = |kind| ContractError::new(&contract.name, "key", kind);
@@ -204,12 +205,12 @@ fn set_json_field(body: &Bytes, pointer: &str, key: &str) -> Result<Bytes, Kind>
 fn set_pair(list: &str, name: &str, value: &str) -> Option<String> {
     let is_ours = |pair: &str| {
         let raw_name = pair.split_once('=').map_or(pair, |(n, _)| n);
-        percent_decode(raw_name) == name.as_bytes()
+        *decode_component(raw_name) == *name.as_bytes()
     };
     let ours: Vec<&str> = list.split('&').filter(|p| is_ours(p)).collect();
     if let [only] = ours.as_slice() {
         let raw_value = only.split_once('=').map_or("", |(_, v)| v);
-        if percent_decode(raw_value) == value.as_bytes() {
+        if *decode_component(raw_value) == *value.as_bytes() {
             return None;
         }
     }
@@ -221,9 +222,9 @@ fn set_pair(list: &str, name: &str, value: &str) -> Option<String> {
     if !out.is_empty() {
         out.push('&');
     }
-    percent_encode(name, &mut out);
+    out.push_str(&encode_component(name));
     out.push('=');
-    percent_encode(value, &mut out);
+    out.push_str(&encode_component(value));
     Some(out)
 }
 
@@ -233,50 +234,4 @@ fn with_query(uri: &Uri, path: &str, query: &str) -> Result<Uri, String> {
     let mut parts = uri.clone().into_parts();
     parts.path_and_query = Some(pq);
     Uri::from_parts(parts).map_err(|e| e.to_string())
-}
-
-/// Percent-encodes everything but the RFC 3986 unreserved characters.
-fn percent_encode(s: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
-        }
-    }
-}
-
-/// Decodes `%XX` escapes and `+` (a space in form encoding); malformed escapes stay as they are.
-fn percent_decode(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => match (hex_val(b[i + 1]), hex_val(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h << 4 | l);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    out
-}
-
-fn hex_val(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
 }

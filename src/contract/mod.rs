@@ -365,6 +365,9 @@ pub enum Lookup {
     HttpGet {
         /// The URL template.
         url_template: String,
+        /// How the answer is read (defaults documented on [`LookupAnswer`]).
+        #[serde(default, skip_serializing_if = "LookupAnswer::is_default")]
+        answer: LookupAnswer,
     },
     /// `GET` a list or search filtered by a reference the client attached (Stripe metadata,
     /// EC2's `client-token` filter) and find the item carrying it. Only an item that carries the
@@ -400,15 +403,66 @@ pub enum Lookup {
     Unavailable,
 }
 
+/// How the answer of an [`Lookup::HttpGet`] is read. Every field is optional; in TOML:
+/// `answer = { status = "/state", remote_ref = "/ticket/id", succeeded = ["OPEN", "CLOSED"] }`.
+///
+/// | field | default | meaning |
+/// |---|---|---|
+/// | `status` | `/status` | JSON pointer to the status |
+/// | `remote_ref` | `/resource_id` | JSON pointer to the created object's reference |
+/// | `operation_id` | none when the URL template holds `{operation_id}` or `{idempotency_key}` (the URL identifies the operation), else `/operation_id` | JSON pointer where the answer must repeat the operation id for it to count |
+/// | `succeeded` | `SUCCEEDED`, `SUCCESS`, `COMPLETED`, `DONE` | statuses meaning done |
+/// | `processing` | `PROCESSING`, `PENDING`, `IN_PROGRESS`, `RUNNING` | still running |
+/// | `rejected` | `REJECTED`, `FAILED`, `DECLINED` | refused, no side effect |
+/// | `not_executed` | `NOT_EXECUTED` | the vendor's record says it never ran |
+/// | `not_found` | `unknown` | what a 404/410 means: `unknown` (weak evidence: the operation stays unknown) |
+///
+/// Statuses compare case-insensitively; any other status is weak evidence. A 404 is never
+/// proof of anything by default: a vendor whose lookup is eventually consistent, or whose record
+/// is written after the side effect, answers 404 for a write that happened.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupAnswer {
+    /// JSON pointer to the status (default `/status`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// JSON pointer to the remote reference (default `/resource_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_ref: Option<String>,
+    /// JSON pointer where the answer names the operation (see the table for the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<String>,
+    /// Statuses meaning done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<Vec<String>>,
+    /// Statuses meaning still running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processing: Option<Vec<String>>,
+    /// Statuses meaning refused with no side effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<Vec<String>>,
+    /// Statuses meaning never executed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_executed: Option<Vec<String>>,
+}
+
+impl LookupAnswer {
+    /// All defaults (the field is left out of the contract's serialization).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 fn default_reference() -> String {
     "{operation_id}".to_owned()
 }
 
 impl Lookup {
-    /// A `GET` by URL template.
+    /// A `GET` by URL template, its answer read with the defaults of [`LookupAnswer`].
     pub fn http_get(url_template: impl Into<String>) -> Self {
         Self::HttpGet {
             url_template: url_template.into(),
+            answer: LookupAnswer::default(),
         }
     }
 
@@ -428,7 +482,7 @@ impl fmt::Display for Lookup {
     /// A short description: `GET /operations/{operation_id}`, `same-key replay`, ...
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::HttpGet { url_template } => write!(f, "GET {url_template}"),
+            Self::HttpGet { url_template, .. } => write!(f, "GET {url_template}"),
             Self::ListByReference { url_template, .. } => write!(f, "list {url_template}"),
             Self::SameKeyReplay => f.write_str("same-key replay"),
             Self::Webhooks { events } if events.is_empty() => f.write_str("webhooks"),

@@ -119,8 +119,20 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
         }
     }
     match &c.lookup {
-        Some(Lookup::HttpGet { url_template }) => {
+        Some(Lookup::HttpGet {
+            url_template,
+            answer,
+        }) => {
             template(url_template).map_err(|k| err("lookup.url_template".into(), k))?;
+            for (name, p) in [
+                ("status", &answer.status),
+                ("remote_ref", &answer.remote_ref),
+                ("operation_id", &answer.operation_id),
+            ] {
+                if let Some(p) = p {
+                    pointer_ok(p).map_err(|k| err(format!("lookup.answer.{name}"), k))?;
+                }
+            }
         }
         Some(Lookup::ListByReference {
             url_template,

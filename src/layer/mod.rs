@@ -567,12 +567,9 @@ where
                     operation: r.operation_id,
                 });
             }
-            if r.state != State::Prepared {
-                // Resolved or owned by the recovery engine: nothing to build, nothing to send.
-                return match claim_send(&shared, r, attempt).await? {
-                    Ok(_) => unreachable!("only a PREPARED operation is claimed"),
-                    Err(done) => Ok(Step::Done(done)),
-                };
+            // Resolved, or owned by the recovery engine: nothing to build, nothing to send.
+            if let Some(answer) = not_sendable(&r) {
+                return answer.map(Step::Done);
             }
             // Someone else created it (an outbox row, another instance mid-deploy): its first
             // send uses the contract and the bytes frozen on its row, not this call's.
@@ -587,7 +584,9 @@ where
                     contract: r.contract.name,
                 });
             };
-            let carried = outgoing::Carried::take(&mut fresh_parts(fresh), &frozen_contract)
+            // The caller's credentials and extensions, from the request built for a new
+            // operation, under the row's contract.
+            let carried = outgoing::Carried::take(&mut fresh.into_parts().0, &frozen_contract)
                 .with_body(&frozen_contract, &bytes);
             let request =
                 outgoing::build(&r.request, &frozen_contract, &r.idempotency_key, carried)
@@ -640,12 +639,6 @@ where
     ))
 }
 
-/// The caller's parts back from a request built for a new operation (credentials, extensions),
-/// to rebuild it from another row.
-fn fresh_parts(req: Request<Bytes>) -> http::request::Parts {
-    req.into_parts().0
-}
-
 fn build_error(operation: &crate::OperationId, e: outgoing::BuildError) -> Error {
     match e {
         outgoing::BuildError::Key(source) => Error::KeyPlacement { source },
@@ -678,10 +671,8 @@ async fn claim_send(
     // Claim send rights. Only PREPARED (first send) is claimed here; every other state belongs
     // to the recovery engine or is resolved.
     loop {
-        match record.state {
-            State::Prepared => {}
-            State::Succeeded | State::Rejected => return Ok(Err(stored_result(&record))),
-            _ => return Err(Error::for_state(&record, None, None, None)),
+        if let Some(answer) = not_sendable(&record) {
+            return answer.map(Err);
         }
         let lease_until = shared.clock.now_ms() + record.policy.lease().as_millis() as i64;
         let applied = engine::apply_event(
@@ -722,6 +713,16 @@ async fn claim_send(
     }
 
     Ok(Ok(record))
+}
+
+/// The answer for a caller whose operation this call may not send: its stored result when it is
+/// resolved, its state when the recovery engine owns it; `None` for a `PREPARED` one.
+fn not_sendable(record: &OperationRecord) -> Option<Result<Response<Full<Bytes>>, Error>> {
+    match record.state {
+        State::Prepared => None,
+        State::Succeeded | State::Rejected => Some(Ok(stored_result(record))),
+        _ => Some(Err(Error::for_state(record, None, None, None))),
+    }
 }
 
 /// Marks a response the crate wrote itself because the vendor's own answer was never seen (the

@@ -163,11 +163,7 @@ pub(crate) fn caller_key(
     body: &[u8],
 ) -> Option<String> {
     use crate::contract::{KeyFormat, KeyPlacement};
-    let decode = |s: &str| {
-        percent_encoding::percent_decode_str(&s.replace('+', " "))
-            .decode_utf8_lossy()
-            .into_owned()
-    };
+    let decode = crate::encoding::decode_component_str;
     let pair = |list: &str, name: &str| {
         list.split('&').find_map(|p| {
             let (n, v) = p.split_once('=').unwrap_or((p, ""));

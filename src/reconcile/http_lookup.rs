@@ -12,6 +12,7 @@ use tower_service::Service;
 use super::Reconciler;
 use crate::BoxError;
 use crate::contract::parse_retry_after;
+use crate::encoding::encode_component;
 use crate::evidence::Evidence;
 use crate::ledger::{BoxFuture, OperationRecord};
 
@@ -166,7 +167,7 @@ impl<S> HttpLookup<S> {
             }
             // An empty path segment or query value names no scope (`/tickets/` lists them all).
             match value.filter(|v| !v.is_empty()) {
-                Some(v) => url = url.replace(placeholder, &encode(v)),
+                Some(v) => url = url.replace(placeholder, &encode_component(v)),
                 None => {
                     return Err(format!(
                         "the URL template needs {placeholder} and the operation has no value for it"
@@ -175,16 +176,18 @@ impl<S> HttpLookup<S> {
             }
         }
         // A template that is a path (`/operations/{operation_id}`, as contracts write it) asks
-        // the host the write was sent to.
-        if url.starts_with('/') {
-            let origin = op
-                .request
-                .url
-                .parse::<http::Uri>()
-                .ok()
+        // the host the write was sent to; one that is a query (`?client_token=...`) asks the
+        // write's own URL.
+        if url.starts_with('/') || url.starts_with('?') {
+            let own = op.request.url.parse::<http::Uri>().ok();
+            let origin = own
+                .as_ref()
                 .and_then(|u| Some(format!("{}://{}", u.scheme_str()?, u.authority()?)))
-                .ok_or("the URL template is a path and the operation's URL has no origin")?;
-            url = format!("{origin}{url}");
+                .ok_or("the URL template is relative and the operation's URL has no origin")?;
+            url = match url.starts_with('?') {
+                true => format!("{origin}{}{url}", own.as_ref().map_or("/", |u| u.path())),
+                false => format!("{origin}{url}"),
+            };
         }
         let mut req = Request::get(url)
             .body(Full::new(Bytes::new()))
@@ -282,18 +285,6 @@ fn truncate(s: &str) -> &str {
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters.
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 impl<S, RB> Reconciler for HttpLookup<S>
 where
     S: Service<Request<Full<Bytes>>, Response = Response<RB>> + Clone + Send + Sync + 'static,

@@ -363,6 +363,20 @@ impl Recoverer {
                 };
             report.lookups += 1;
             tracing::info!(evidence = evidence.label(), "lookup answered");
+            // An eventually consistent lookup (a list, a search) may miss a write that happened:
+            // before the contract's settle time a miss is no evidence at all, and uses no query.
+            if matches!(evidence, Evidence::Unknown { .. })
+                && let Some(settled_at) = settle_end(&row, contract.as_deref())
+                && self.shared.clock.now_ms() < settled_at
+            {
+                return self
+                    .defer(
+                        &row,
+                        settled_at,
+                        "the lookup found nothing before the contract's settle time: no evidence yet",
+                    )
+                    .await;
+            }
             let applied = engine::apply_event(
                 &self.shared,
                 &row,
@@ -630,6 +644,18 @@ impl Recoverer {
                 .query_delay(row.queries_used, None, self.shared.clock.jitter())
                 .max(Duration::from_millis(row.policy.query_backoff_base_ms))
                 .as_millis() as i64;
+        self.defer(row, next, why).await
+    }
+
+    /// Leaves the operation as it is until `next_ms`, with a `deferred` entry saying why: no
+    /// state change, no budget used.
+    async fn defer(
+        &self,
+        row: &OperationRecord,
+        next_ms: i64,
+        why: &str,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        let now = self.shared.clock.now_ms();
         let t = Transition {
             to: row.state,
             bump_generation: false,
@@ -637,7 +663,7 @@ impl Recoverer {
             attempts_used: row.attempts_used,
             queries_used: row.queries_used,
             deadline_ms: row.deadline_ms,
-            next_check_ms: Some(next),
+            next_check_ms: Some(next_ms),
             last_result: None,
             remote_ref: None,
             reason: None,
@@ -768,6 +794,15 @@ where
         .map_err(Into::into)
         .map_response(|res: Response<RB>| res.map(|b| b.map_err(Into::into).boxed_unsync()));
     BoxCloneSyncService::new(svc)
+}
+
+/// When the contract's settle time after the first send ends, if it has one (a replay's own miss
+/// after it is weak evidence and uses a query: safe, if not thrifty).
+fn settle_end(row: &OperationRecord, contract: Option<&Contract>) -> Option<i64> {
+    let settle = i64::try_from(contract?.settle_secs?)
+        .ok()?
+        .saturating_mul(1000);
+    Some(first_sent_ms(row)?.saturating_add(settle))
 }
 
 /// When the first attempt was sent: the window's start.

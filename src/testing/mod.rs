@@ -27,6 +27,8 @@
 //! - Faults are deterministic and counted, never random.
 //! - HTTP/1 only.
 
+#[cfg(feature = "callbacks")]
+pub mod callbacks;
 #[cfg(feature = "sqlite")]
 pub mod drill;
 mod faults;

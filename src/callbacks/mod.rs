@@ -1,0 +1,262 @@
+//! Vendor callbacks (webhooks) as evidence (feature `callbacks`).
+//!
+//! A vendor that calls back ("your payment succeeded") resolves an operation faster than any
+//! lookup, and for some vendors (Adyen, Square) it is the only lookup. A delivery goes through
+//! four steps, in this order:
+//!
+//! 1. **Verify** ([`Verifier`]): the signature is checked over the raw bytes before anything is
+//!    parsed. An unverified delivery changes nothing, is counted, and is answered 4xx.
+//! 2. **Parse** ([`parse`] with a [`CallbackMapping`]): the delivery becomes one or more
+//!    [`ParsedEvent`]s, each with the vendor's event id, what to match the operation by, the
+//!    vendor account and the [`Evidence`] it carries (none for ignored types).
+//! 3. **Deduplicate** ([`CallbackEvents::record_event`]): the event id is recorded with the
+//!    evidence; a second delivery of one event is a [`Recorded::Duplicate`] and changes nothing.
+//! 4. **Match and apply**: the account maps to a tenant ([`AccountTenants`]); the operation is
+//!    looked up in that tenant only, and the evidence goes through the same pure transition and
+//!    compare-and-swap as a lookup answer. No match, or a match in another tenant: quarantined.
+//!
+//! This module holds steps 1 and 2 and the types of steps 3 and 4; the ledger-backed dedupe
+//! table, the application and the axum endpoint build on them.
+//!
+//! # The next step (designed, not built)
+//!
+//! The endpoint is one function over the raw request, `receive(headers, body, now) ->
+//! (StatusCode, Vec<DeliveryOutcome>)`, wrapped for axum; per event:
+//!
+//! - [`Verifier::verify`] fails: [`DeliveryOutcome::Unverified`] (counted, nothing stored);
+//!   [`parse`] fails: [`DeliveryOutcome::Unparseable`].
+//! - [`AccountTenants::tenant_for`] gives no tenant: quarantined (`unknown account`).
+//! - [`CallbackEvents::record_event`] says duplicate: [`DeliveryOutcome::Duplicate`]; the store
+//!   is down: [`DeliveryOutcome::StoreUnavailable`] (503, the vendor retries).
+//! - No evidence (ignored type): [`DeliveryOutcome::Ignored`].
+//! - The [`Matcher`] is looked up **in that tenant only**: by `(tenant, idempotency key)`,
+//!   `(tenant, operation id)`, or `(tenant, remote ref)` (the ledger needs an index on the
+//!   remote reference for this). No operation: quarantined (`no operation`); the same value
+//!   found only in another tenant: quarantined (`foreign tenant`), never applied.
+//! - Otherwise the evidence goes through the state machine with the operation's generation, as a
+//!   lookup answer does: a move is [`DeliveryOutcome::Applied`]; evidence that cannot move it
+//!   (a `processing` after `SUCCEEDED`, anything after `MANUAL_REVIEW`) is appended and
+//!   surfaced as [`DeliveryOutcome::Late`].
+//! - Then [`CallbackEvents::settle`], and the answer is [`batch_status`] of the outcomes.
+//!
+//! ```
+//! use std::time::{Duration, SystemTime, UNIX_EPOCH};
+//! use recoverable_write::callbacks::{parse, CallbackMapping, Secret, StripeSignature, Verifier};
+//!
+//! let secret = Secret::new("whsec_test");
+//! let verifier = StripeSignature::new(secret.clone());
+//! let body = br#"{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1"}}}"#;
+//! let now = SystemTime::now();
+//! let t = now.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+//! let mut headers = http::HeaderMap::new();
+//! headers.insert("stripe-signature", StripeSignature::sign(&secret, t, body).parse().unwrap());
+//!
+//! let delivery = verifier.verify(&headers, body, now).unwrap();
+//! let events = parse(&CallbackMapping::stripe(), &delivery).unwrap();
+//! assert_eq!(events[0].event_id, "evt_1");
+//! ```
+
+use std::collections::HashMap;
+
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+
+use crate::evidence::Evidence;
+use crate::ledger::BoxFuture;
+use crate::operation::{OperationId, Tenant};
+
+mod builtin;
+mod mapping;
+mod verify;
+
+pub use mapping::{
+    CallbackMapping, EventRule, MatchBy, MatchField, Matcher, ParseError, ParsedEvent, StatusRule,
+    parse,
+};
+pub use verify::{
+    AdyenHmac, DEFAULT_TOLERANCE, Encoding, HmacHeader, PayPalUnsupported, Secret, SquareSignature,
+    StripeSignature, VerifiedDelivery, Verifier, VerifyError,
+};
+
+/// Which tenant each vendor account belongs to. A delivery is matched only against operations
+/// of the tenant its account maps to; an account that maps to no tenant is quarantined.
+///
+/// Vendors whose events name no account (PayPal) use the endpoint's default tenant, the one
+/// the endpoint was mounted for; with no default, such events are quarantined.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountTenants {
+    /// Vendor account (`acct_...`, a merchant account code, a Square merchant id) to tenant.
+    #[serde(default)]
+    pub accounts: HashMap<String, String>,
+    /// The tenant of events that carry no account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_tenant: Option<String>,
+}
+
+impl AccountTenants {
+    /// The tenant an event belongs to: its account's, or the default when it names none. An
+    /// event naming an unknown account never falls back to the default (that is how a foreign
+    /// tenant's event would slip in).
+    pub fn tenant_for(&self, account: Option<&str>) -> Option<Tenant> {
+        match account {
+            Some(a) => self.accounts.get(a).map(|t| Tenant::new(t.as_str())),
+            None => self.default_tenant.as_deref().map(Tenant::new),
+        }
+    }
+}
+
+/// One event to record in the dedupe table, before anything is applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewCallbackEvent {
+    /// The vendor (the mapping's `vendor`): event ids are unique per vendor only.
+    pub vendor: String,
+    /// The vendor's event id.
+    pub event_id: String,
+    /// The event type.
+    pub event_type: String,
+    /// The tenant its account maps to, when it maps.
+    pub tenant: Option<Tenant>,
+    /// The evidence it carries (none for ignored types).
+    pub evidence: Option<Evidence>,
+    /// When it was received, milliseconds since the Unix epoch.
+    pub received_at_ms: i64,
+}
+
+/// What the dedupe table answers to [`CallbackEvents::record_event`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// First time this `(vendor, event_id)` is seen: the caller applies it.
+    Fresh,
+    /// Seen before: the caller applies nothing and answers 2xx. Carries what the first
+    /// delivery resolved to, when it was settled.
+    Duplicate {
+        /// The outcome of the first delivery, if it has been settled.
+        first: Option<DeliveryOutcome>,
+    },
+}
+
+/// Error of the dedupe store: the store could not answer, so the vendor must retry.
+#[derive(Debug, thiserror::Error)]
+#[error("callback event store unavailable: {0}")]
+pub struct CallbackStoreError(pub String);
+
+/// The dedupe table every ledger backend will offer (next step; not implemented here).
+///
+/// Rules a backend must hold, checked by the conformance suite:
+/// - `record_event` is atomic on `(vendor, event_id)`: of concurrent calls (several application
+///   instances receiving one event) exactly one gets [`Recorded::Fresh`].
+/// - Records are kept at least as long as the vendor may redeliver (Stripe 3 days, PayPal 3
+///   days, Adyen and Square: UNCONFIRMED, so at least 30 days by default).
+/// - The evidence is stored with the record; the payload never is.
+/// - A `Fresh` record whose application failed (the ledger went down in between) must be
+///   re-applicable on redelivery: `settle` marks it done, and an unsettled record older than a
+///   lease is answered `Fresh` again.
+pub trait CallbackEvents: Send + Sync + std::fmt::Debug + 'static {
+    /// Records an event once.
+    fn record_event(
+        &self,
+        event: NewCallbackEvent,
+    ) -> BoxFuture<'_, Result<Recorded, CallbackStoreError>>;
+
+    /// Marks a recorded event as settled with its outcome (quarantine included).
+    fn settle(
+        &self,
+        vendor: &str,
+        event_id: &str,
+        outcome: DeliveryOutcome,
+    ) -> BoxFuture<'_, Result<(), CallbackStoreError>>;
+}
+
+/// What became of one event. A delivery batching several events answers the most urgent status
+/// among them (a 5xx if any needs a retry).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum DeliveryOutcome {
+    /// The evidence moved the operation (through the state machine's compare-and-swap).
+    Applied {
+        /// The operation it moved.
+        operation_id: OperationId,
+    },
+    /// The event was seen before: nothing changed.
+    Duplicate,
+    /// The operation had already moved past what the event says (a `processing` after
+    /// `succeeded`), or is in `MANUAL_REVIEW`: appended as late evidence and surfaced, nothing
+    /// more.
+    Late {
+        /// The operation it was appended to.
+        operation_id: OperationId,
+    },
+    /// Verified, but matched no operation of its tenant (or matched one of another tenant, or
+    /// named an unknown account): stored in quarantine, never applied, never dropped.
+    Quarantined {
+        /// Why, without the payload.
+        why: String,
+    },
+    /// An event type the mapping does not map: recorded for dedupe, nothing applied.
+    Ignored,
+    /// The signature did not verify: nothing was read or recorded.
+    Unverified {
+        /// The verification error's text (never the secret or the body).
+        why: String,
+    },
+    /// Verified but unparseable (no event id, not JSON): refused, nothing recorded.
+    Unparseable {
+        /// The parse error's text.
+        why: String,
+    },
+    /// The ledger or the dedupe table is down: nothing was recorded, the vendor must retry.
+    StoreUnavailable,
+}
+
+impl DeliveryOutcome {
+    /// The HTTP status to answer the vendor with.
+    ///
+    /// 2xx whenever retrying cannot help (applied, duplicate, late, quarantined, ignored: all
+    /// durably recorded); 4xx for what the vendor or an attacker sent wrong (unverified:
+    /// 401, unparseable: 400; vendors retry 4xx for a while and then give up, which is right for a
+    /// misconfigured secret too); 503 only when the vendor should retry because the store is
+    /// down.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Applied { .. }
+            | Self::Duplicate
+            | Self::Late { .. }
+            | Self::Quarantined { .. }
+            | Self::Ignored => StatusCode::OK,
+            Self::Unverified { .. } => StatusCode::UNAUTHORIZED,
+            Self::Unparseable { .. } => StatusCode::BAD_REQUEST,
+            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// A short label, for metrics (`callbacks_total{outcome=...}`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Applied { .. } => "applied",
+            Self::Duplicate => "duplicate",
+            Self::Late { .. } => "late",
+            Self::Quarantined { .. } => "quarantined",
+            Self::Ignored => "ignored",
+            Self::Unverified { .. } => "unverified",
+            Self::Unparseable { .. } => "unparseable",
+            Self::StoreUnavailable => "store_unavailable",
+        }
+    }
+}
+
+/// The one status answering a delivery that carried several events (Adyen batches): 503 if any
+/// event needs the vendor to retry (a redelivery is deduplicated, so the accepted ones are not
+/// applied twice), else the first 4xx, else 200. An empty batch is 400.
+pub fn batch_status(outcomes: &[DeliveryOutcome]) -> StatusCode {
+    let statuses: Vec<StatusCode> = outcomes.iter().map(DeliveryOutcome::status).collect();
+    if statuses.iter().any(StatusCode::is_server_error) {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else if let Some(s) = statuses.iter().find(|s| s.is_client_error()) {
+        *s
+    } else if statuses.is_empty() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    }
+}
