@@ -1219,3 +1219,38 @@ async fn a_prepared_row_whose_first_send_is_refused_goes_to_a_human() {
     );
     assert_eq!(drill.vendor.posts_received(), 0);
 }
+
+/// Issue 12 item 5: the recoverer reads the queue operators own (counts by open state, the oldest
+/// operation in review and in UNKNOWN) and exports it as gauges.
+#[tokio::test]
+async fn the_queue_gauges_count_open_states_and_find_the_oldest_in_review() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let (stuck, lost) = (
+        new_op("intent-gauge-review"),
+        new_op("intent-gauge-unknown"),
+    );
+    drill.vendor.faults().drop_after_commit(2);
+    let _ = send(&mut svc, drill.ticket_request(&stuck, "E17")).await;
+    let _ = send(&mut svc, drill.ticket_request(&lost, "E18")).await;
+    let row = drill.record(stuck.id()).await;
+    drill
+        .layer
+        .reviews()
+        .claim(stuck.tenant(), stuck.id(), "alice", row.version)
+        .await
+        .unwrap();
+    let (counts, oldest) = drill.recoverer.export_gauges().await.unwrap();
+    assert_eq!(counts.get(State::ManualReview), Some(1));
+    assert_eq!(counts.get(State::Unknown), Some(1));
+    assert_eq!(
+        oldest.get(State::ManualReview).map(|r| &r.operation_id),
+        Some(stuck.id())
+    );
+    assert_eq!(
+        oldest.get(State::Unknown).map(|r| &r.operation_id),
+        Some(lost.id())
+    );
+    assert!(oldest.get(State::Processing).is_none());
+    assert_eq!(drill.vendor.tickets_created(), 2);
+}
