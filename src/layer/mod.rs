@@ -509,11 +509,6 @@ where
     // ledger call. With one, permission is checked on the PREPARED row before send rights are
     // claimed: a refusal leaves the operation PREPARED (never sent) for a caller with permission.
     let attempt = AttemptId::generate();
-    let first = if shared.authorizer.is_open() {
-        engine::first_claim(&shared, &new, attempt)
-    } else {
-        None
-    };
     let created = if op.is_resume() {
         // A resume never creates: an id the ledger does not hold is an error, nothing is sent.
         match shared
@@ -531,6 +526,11 @@ where
             }
         }
     } else {
+        let first = if shared.authorizer.is_open() {
+            engine::first_claim(&shared, &new, attempt)
+        } else {
+            None
+        };
         match first {
             Some(first) => shared.ledger.create_and_apply(new, first).await,
             None => shared.ledger.create_or_get(new).await,
@@ -557,10 +557,12 @@ where
                     operation: r.operation_id,
                 });
             }
+            // The contract frozen on the row (looked up once; `None` if no longer configured).
+            let frozen_contract = shared.contracts.find(&r.contract).cloned();
             // A caller's own key must be the operation's: never silently replaced.
-            let row_contract = shared.contracts.find(&r.contract).unwrap_or(&contract);
+            let key_contract = frozen_contract.as_deref().unwrap_or(&contract);
             if let Some(key) =
-                outgoing::caller_key(row_contract, &parts.uri, &parts.headers, &bytes)
+                outgoing::caller_key(key_contract, &parts.uri, &parts.headers, &bytes)
                 && key != r.idempotency_key.as_str()
             {
                 return Err(Error::KeyMismatch {
@@ -573,7 +575,7 @@ where
             }
             // Someone else created it (an outbox row, another instance mid-deploy): its first
             // send uses the contract and the bytes frozen on its row, not this call's.
-            let Some(frozen_contract) = shared.contracts.find(&r.contract).cloned() else {
+            let Some(frozen_contract) = frozen_contract else {
                 tracing::warn!(
                     operation = %r.operation_id,
                     contract = %r.contract.name,
