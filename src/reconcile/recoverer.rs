@@ -21,11 +21,11 @@ use crate::BoxError;
 use crate::authorize::Access;
 use crate::budget::ReplayLimiter;
 use crate::contract::Contract;
-use crate::engine::{self, Applied, Extras};
+use crate::core::engine::{self, Applied, Extras};
+use crate::core::outgoing;
+use crate::core::{AttemptCtx, Observed, Shared, record_attempt};
 use crate::evidence::Evidence;
 use crate::guard::AttemptToken;
-use crate::layer::outgoing;
-use crate::layer::{AttemptCtx, Observed, Shared, record_attempt};
 use crate::ledger::{
     Ledger, LedgerError, OldestPerState, OperationRecord, StateCounts, TenantScope, WATCHED_STATES,
 };
@@ -814,7 +814,7 @@ impl Recoverer {
                     #[cfg(feature = "metrics")]
                     metrics::counter!("recoverable_write_recovery_panics_total").increment(1);
                     tracing::error!(
-                        panic = %crate::layer::Short(&what),
+                        panic = %crate::error::Short(&what),
                         "recovery pass panicked; the rows it held are retried after their lease"
                     );
                 }
