@@ -84,18 +84,23 @@ pub struct RecoveryReport {
 /// Rows a store cannot decode are quarantined by the store and skipped; the others are
 /// recovered. A pass that panics is reported and counted, and the next one runs.
 ///
+/// There is no constructor of its own: a recoverer comes from the configuration its operations
+/// were made under ([`Config::recoverer`](crate::Config::recoverer), or
+/// [`RecoverableWriteLayer::recoverer`](crate::RecoverableWriteLayer::recoverer)), so it always
+/// has their contracts, budget, authorizer, notifier and transport.
+///
 /// ```no_run
-/// # use std::sync::Arc;
-/// # use recoverable_write::{Recoverer, HttpLookup, MemoryLedger, ledger::Ledger};
+/// # use recoverable_write::{HttpLookup, MemoryLedger, RecoverableWrite};
 /// # fn client() -> tower::util::BoxCloneSyncService<http::Request<http_body_util::Full<bytes::Bytes>>, http::Response<http_body_util::Full<bytes::Bytes>>, recoverable_write::BoxError> { unimplemented!() }
-/// # async fn run() {
-/// let ledger: Arc<dyn Ledger> = Arc::new(MemoryLedger::new());
-/// let handle = Recoverer::new(ledger)
+/// # async fn run() -> Result<(), recoverable_write::BuildError> {
+/// let rw = RecoverableWrite::builder(MemoryLedger::new())
+///     .transport(client()) // lookups and replays go through it
 ///     .reconciler(HttpLookup::new(client(), "http://vendor.test/operations/{operation_id}"))
-///     .replay_through(client())
-///     .spawn();
+///     .build()?;
+/// let handle = rw.recoverer().spawn();
 /// // ... on shutdown:
 /// handle.shutdown().await;
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Clone)]
@@ -132,14 +137,6 @@ impl fmt::Debug for Recoverer {
 }
 
 impl Recoverer {
-    /// A recoverer over `ledger` with the conservative default contract and no reconciler or
-    /// replay path: every due operation escalates until one is configured. Prefer
-    /// [`RecoverableWriteLayer::recoverer`](crate::RecoverableWriteLayer::recoverer), which shares
-    /// the layer's contracts, authorizer and notifier.
-    pub fn new(ledger: Arc<dyn Ledger>) -> Self {
-        Self::from_shared(Arc::new(Shared::new(ledger)))
-    }
-
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
         Self {
             shared,
