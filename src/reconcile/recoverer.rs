@@ -87,7 +87,14 @@ pub struct RecoveryReport {
 /// There is no constructor of its own: a recoverer comes from the configuration its operations
 /// were made under ([`Config::recoverer`](crate::Config::recoverer), or
 /// [`RecoverableWriteLayer::recoverer`](crate::RecoverableWriteLayer::recoverer)), so it always
-/// has their contracts, budget, authorizer, notifier and transport.
+/// has their contracts, budget, authorizer, notifier and transport. A recoverer over a bare
+/// ledger does not compile:
+///
+/// ```compile_fail
+/// # use std::sync::Arc;
+/// # use recoverable_write::{MemoryLedger, Recoverer};
+/// let recoverer = Recoverer::new(Arc::new(MemoryLedger::new()));
+/// ```
 ///
 /// ```no_run
 /// # use recoverable_write::{HttpLookup, MemoryLedger, RecoverableWrite};
