@@ -10,12 +10,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use recoverable_write::ledger::conformance::{T0, evidence_entry, keep, new_operation, update_of};
-use recoverable_write::ledger::{
-    Changes, ClockSource, Created, Ledger, LedgerError, NewEvidence, OperationRecord,
-    PostgresLedger, PostgresLedgerOptions,
+use recoverable_write::ledger::backend::NewEvidence;
+use recoverable_write::ledger::conformance::{
+    RawChanges, T0, evidence_entry, keep, new_operation, update_of, update_with,
 };
-use recoverable_write::state::{Clock, Event, State, transition};
+use recoverable_write::ledger::{
+    ClockSource, Created, Ledger, LedgerError, OperationRecord, PostgresLedger,
+    PostgresLedgerOptions,
+};
+use recoverable_write::state::{Clock, Event, State};
 use recoverable_write::{AttemptId, Generation, OperationId, Tenant};
 use sqlx::{AssertSqlSafe, Connection};
 
@@ -315,7 +318,7 @@ async fn corrupt_rows_are_errors_not_panics() {
     let due = ledger
         .apply(update_of(
             &due,
-            Changes {
+            RawChanges {
                 next_check_ms: Some(T0),
                 ..keep(&due, State::Unknown, T0)
             },
@@ -400,12 +403,18 @@ async fn ledgers_work_behind_a_trait_object_and_nul_text_is_kept_readable() {
     let schema = Schema::new(&url);
     let ledger: Arc<dyn Ledger> = Arc::new(schema.ledger(ClockSource::Caller).await);
     let r = create(&*ledger, "op-dyn").await;
-    let changes = Changes {
+    let changes = RawChanges {
         reason: Some("vendor said \0 nothing".to_owned()),
         ..keep(&r, State::Unknown, T0 + 1)
     };
-    let mut update = update_of(&r, changes, "attempt_result");
-    update.evidence.note = Some("note with \0 inside".to_owned());
+    let update = update_with(
+        &r,
+        changes,
+        NewEvidence {
+            note: Some("note with \0 inside".to_owned()),
+            ..evidence_entry("attempt_result", T0 + 1)
+        },
+    );
     let row = ledger
         .apply(update)
         .await
@@ -436,26 +445,22 @@ async fn create_and_apply_follows_the_database_clock_when_a_worker_is_an_hour_of
         let now = wall_ms() + skew;
         let mut new = new_operation("tenant-a", "op-1", "intent-1");
         new.now_ms = now;
-        let t = transition(
-            &new.snapshot(),
-            &Event::ClaimSend,
-            Clock {
-                now_ms: now,
-                jitter: 0.0,
-            },
-        )
-        .expect("claim send");
         let attempt = AttemptId::generate();
-        let first = new.first_update(
-            &t,
-            Some(attempt),
-            Some(now + 200),
-            NewEvidence {
-                attempt_id: Some(attempt),
-                ..evidence_entry("attempt_registered", now)
-            },
-            now,
-        );
+        let first = new
+            .first_update_on(
+                &Event::ClaimSend,
+                Clock {
+                    now_ms: now,
+                    jitter: 0.0,
+                },
+                Some(attempt),
+                Some(now + 200),
+                NewEvidence {
+                    attempt_id: Some(attempt),
+                    ..evidence_entry("attempt_registered", now)
+                },
+            )
+            .expect("claim send");
         let row = match ledger.create_and_apply(new, first).await.expect("create") {
             Created::New(r) => r,
             Created::Existing(r) => panic!("unexpected existing {}", r.operation_id),
@@ -520,19 +525,14 @@ async fn leases_and_due_times_follow_the_database_clock_when_a_worker_is_an_hour
 
         // Claim send: lease and deadline computed on the worker's clock land on the database's.
         let now = worker_now();
-        let t = transition(
-            &r.snapshot(),
-            &Event::ClaimSend,
-            Clock {
-                now_ms: now,
-                jitter: 0.0,
-            },
-        )
-        .expect("claim send");
         let attempt = AttemptId::generate();
-        let in_flight = ledger
-            .apply(r.update_for(
-                &t,
+        let claim = r
+            .update_on(
+                &Event::ClaimSend,
+                Clock {
+                    now_ms: now,
+                    jitter: 0.0,
+                },
                 Some(attempt),
                 Some(now + 200),
                 None,
@@ -540,11 +540,9 @@ async fn leases_and_due_times_follow_the_database_clock_when_a_worker_is_an_hour
                     attempt_id: Some(attempt),
                     ..evidence_entry("attempt_registered", now)
                 },
-                now,
-            ))
-            .await
-            .expect("apply")
-            .expect("claimed");
+            )
+            .expect("claim send");
+        let in_flight = ledger.apply(claim).await.expect("apply").expect("claimed");
         let db_now = ledger.database_now_ms().await.expect("db clock");
         assert_near(in_flight.lease_until_ms, db_now + 200, "lease_until_ms");
         assert_near(
@@ -598,7 +596,7 @@ async fn leases_and_due_times_follow_the_database_clock_when_a_worker_is_an_hour
         // database clock: not due even for a worker an hour fast. Carried-over values stay.
         let row = claimed[0].clone();
         let later = worker_now();
-        let changes = Changes {
+        let changes = RawChanges {
             next_check_ms: Some(later + 600_000),
             lease_until_ms: None,
             ..keep(&row, State::Unknown, later)
@@ -654,7 +652,7 @@ async fn the_caller_clock_uses_the_given_times_verbatim() {
         .expect("create")
         .into_record();
     assert_eq!(r.created_ms, hour_ahead);
-    let changes = Changes {
+    let changes = RawChanges {
         generation: Generation(1),
         lease_until_ms: Some(hour_ahead + 100),
         ..keep(&r, State::InFlight, hour_ahead)
@@ -924,8 +922,13 @@ async fn a_nul_in_a_key_field_is_an_error_naming_the_field() {
     let id = OperationId::new("op\0ok");
     assert_names_nul(ledger.get(&tenant, &r.operation_id).await, "tenant");
     assert_names_nul(ledger.get(&r.tenant, &id).await, "operation id");
-    let mut update = update_of(&r, keep(&r, State::InFlight, T0 + 1), "attempt_registered");
-    update.tenant = tenant.clone();
+    let mut elsewhere = r.clone();
+    elsewhere.tenant = tenant.clone();
+    let update = update_of(
+        &elsewhere,
+        keep(&elsewhere, State::InFlight, T0 + 1),
+        "attempt_registered",
+    );
     assert_names_nul(ledger.apply(update.clone()).await, "tenant");
     assert_names_nul(ledger.record(update).await, "tenant");
     assert_names_nul(

@@ -38,8 +38,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::backend::Changes;
 use super::{
-    Changes, ContractRef, Created, EvidenceEntry, Ledger, LedgerError, NewEvidence, NewOperation,
+    ContractRef, Created, EvidenceEntry, Ledger, LedgerError, NewEvidence, NewOperation,
     OperationRecord, StoredResponse, Update,
 };
 use crate::budget::BudgetPolicy;
@@ -222,9 +223,98 @@ pub fn evidence_entry(kind: &str, at_ms: i64) -> NewEvidence {
     }
 }
 
+/// The new values of a row's mutable columns, field by field: what the suite writes with
+/// [`update_of`] to put a row in any state (the store does not check transitions; the state
+/// machine does, and outside this suite every [`Update`] comes from it). Only for checking a
+/// backend: it exists with the `test-util` feature alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawChanges {
+    /// New state.
+    pub state: State,
+    /// New business result.
+    pub last_result: Option<State>,
+    /// New generation.
+    pub generation: Generation,
+    /// New attempts used.
+    pub attempts_used: u32,
+    /// New queries used.
+    pub queries_used: u32,
+    /// New "may have applied" value (sticky unless `reset_may_have_applied`).
+    pub may_have_applied: bool,
+    /// Clear the sticky fact.
+    pub reset_may_have_applied: bool,
+    /// Current attempt.
+    pub current_attempt: Option<AttemptId>,
+    /// Lease end.
+    pub lease_until_ms: Option<i64>,
+    /// Next check.
+    pub next_check_ms: Option<i64>,
+    /// Deadline.
+    pub deadline_ms: Option<i64>,
+    /// Remote reference.
+    pub remote_ref: Option<String>,
+    /// Reason.
+    pub reason: Option<String>,
+    /// Stored response.
+    pub response: Option<StoredResponse>,
+    /// Change time (ms since epoch).
+    pub now_ms: i64,
+}
+
+/// `update` with its new values rewritten by `f`: for tests that plant a wrong store (one that
+/// writes something else than it was asked to) to check that they notice. Only with the
+/// `test-util` feature.
+pub fn rewrite_changes(update: Update, f: impl FnOnce(&mut RawChanges)) -> Update {
+    let c = update.changes;
+    let mut raw = RawChanges {
+        state: c.state,
+        last_result: c.last_result,
+        generation: c.generation,
+        attempts_used: c.attempts_used,
+        queries_used: c.queries_used,
+        may_have_applied: c.may_have_applied,
+        reset_may_have_applied: c.reset_may_have_applied,
+        current_attempt: c.current_attempt,
+        lease_until_ms: c.lease_until_ms,
+        next_check_ms: c.next_check_ms,
+        deadline_ms: c.deadline_ms,
+        remote_ref: c.remote_ref,
+        reason: c.reason,
+        response: c.response,
+        now_ms: c.now_ms,
+    };
+    f(&mut raw);
+    Update {
+        changes: raw.into_changes(),
+        ..update
+    }
+}
+
+impl RawChanges {
+    fn into_changes(self) -> Changes {
+        Changes {
+            state: self.state,
+            last_result: self.last_result,
+            generation: self.generation,
+            attempts_used: self.attempts_used,
+            queries_used: self.queries_used,
+            may_have_applied: self.may_have_applied,
+            reset_may_have_applied: self.reset_may_have_applied,
+            current_attempt: self.current_attempt,
+            lease_until_ms: self.lease_until_ms,
+            next_check_ms: self.next_check_ms,
+            deadline_ms: self.deadline_ms,
+            remote_ref: self.remote_ref,
+            reason: self.reason,
+            response: self.response,
+            now_ms: self.now_ms,
+        }
+    }
+}
+
 /// The changes that keep every column of `r` as it is, except the state.
-pub fn keep(r: &OperationRecord, state: State, now_ms: i64) -> Changes {
-    Changes {
+pub fn keep(r: &OperationRecord, state: State, now_ms: i64) -> RawChanges {
+    RawChanges {
         state,
         last_result: r.last_result,
         generation: r.generation,
@@ -244,13 +334,20 @@ pub fn keep(r: &OperationRecord, state: State, now_ms: i64) -> Changes {
 }
 
 /// A conditional update of `r` (expecting its current state, generation and version).
-pub fn update_of(r: &OperationRecord, changes: Changes, kind: &str) -> Update {
+pub fn update_of(r: &OperationRecord, changes: RawChanges, kind: &str) -> Update {
     let evidence = NewEvidence {
         generation: changes.generation,
         from_state: Some(r.state),
         to_state: Some(changes.state),
         ..evidence_entry(kind, changes.now_ms)
     };
+    update_with(r, changes, evidence)
+}
+
+/// A conditional update of `r` (expecting its current state, generation and version) that
+/// appends `evidence` as given.
+pub fn update_with(r: &OperationRecord, changes: RawChanges, evidence: NewEvidence) -> Update {
+    let changes = changes.into_changes();
     Update {
         tenant: r.tenant.clone(),
         operation_id: r.operation_id.clone(),
@@ -317,7 +414,7 @@ async fn put<L: Ledger>(
         new_operation("tenant-a", id, &format!("intent-{id}")),
     )
     .await;
-    let changes = Changes {
+    let changes = RawChanges {
         next_check_ms,
         lease_until_ms,
         ..keep(&r, state, T0)
@@ -508,7 +605,7 @@ pub async fn apply_with_matching_precondition_writes_every_column_and_bumps_vers
         ],
         body: Bytes::from_static(b"{\"id\":\"W731\"}\x00\xff"),
     };
-    let changes = Changes {
+    let changes = RawChanges {
         state: State::InFlight,
         last_result: Some(State::Unknown),
         generation: Generation(1),
@@ -558,11 +655,11 @@ pub async fn apply_with_matching_precondition_writes_every_column_and_bumps_vers
     assert_eq!(again.created_ms, T0);
 }
 
-/// `None` in `Changes` means NULL: the caller merges kept values (see
+/// `None` in `RawChanges` means NULL: the caller merges kept values (see
 /// [`OperationRecord::update_for`]); the store writes what it is given.
 pub async fn apply_writes_optional_columns_as_given<L: Ledger>(ledger: L) {
     let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
-    let full = Changes {
+    let full = RawChanges {
         last_result: Some(State::Processing),
         current_attempt: Some(AttemptId::generate()),
         lease_until_ms: Some(T0 + 1),
@@ -584,7 +681,7 @@ pub async fn apply_writes_optional_columns_as_given<L: Ledger>(ledger: L) {
             .map(|resp| (resp.status, resp.body.len(), resp.headers.len())),
         Some((202, 0, 0))
     );
-    let cleared = Changes {
+    let cleared = RawChanges {
         state: State::Unknown,
         last_result: None,
         current_attempt: None,
@@ -629,7 +726,7 @@ async fn assert_refused<L: Ledger>(ledger: &L, update: Update, before: &Operatio
 /// A writer holding an old generation (a stale worker) is refused by the store.
 pub async fn apply_with_stale_generation_changes_nothing<L: Ledger>(ledger: L) {
     let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
-    let claimed = Changes {
+    let claimed = RawChanges {
         generation: Generation(1),
         ..keep(&r, State::InFlight, T0 + 1)
     };
@@ -690,7 +787,7 @@ pub async fn apply_to_an_unknown_operation_is_none<L: Ledger>(ledger: L) {
 
 async fn unknown_that_may_have_applied<L: Ledger>(ledger: &L) -> OperationRecord {
     let r = create(ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
-    let changes = Changes {
+    let changes = RawChanges {
         may_have_applied: true,
         ..keep(&r, State::Unknown, T0 + 1)
     };
@@ -703,7 +800,7 @@ async fn unknown_that_may_have_applied<L: Ledger>(ledger: &L) -> OperationRecord
 /// `REJECTED`: the store refuses it (a 400 for a replay says nothing about the first send).
 pub async fn rejected_is_refused_once_an_attempt_may_have_applied<L: Ledger>(ledger: L) {
     let r = unknown_that_may_have_applied(&ledger).await;
-    let reject = Changes {
+    let reject = RawChanges {
         reason: Some("400 invalid_request".to_owned()),
         ..keep(&r, State::Rejected, T0 + 2)
     };
@@ -716,7 +813,7 @@ pub async fn rejected_is_refused_once_an_attempt_may_have_applied<L: Ledger>(led
 /// may have applied.
 pub async fn rejected_is_allowed_on_operation_level_evidence<L: Ledger>(ledger: L) {
     let r = unknown_that_may_have_applied(&ledger).await;
-    let reject = Changes {
+    let reject = RawChanges {
         reason: Some("vendor lookup: declined".to_owned()),
         last_result: Some(State::Rejected),
         ..keep(&r, State::Rejected, T0 + 2)
@@ -750,14 +847,14 @@ pub async fn rejected_is_allowed_when_nothing_may_have_applied<L: Ledger>(ledger
 /// reviewer's confirmed-not-executed decision), which writes the given value.
 pub async fn may_have_applied_is_sticky_unless_reset<L: Ledger>(ledger: L) {
     let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
-    let set = Changes {
+    let set = RawChanges {
         may_have_applied: true,
         ..keep(&r, State::Unknown, T0 + 1)
     };
     let r = apply_ok(&ledger, update_of(&r, set, "set")).await;
     assert!(r.may_have_applied);
 
-    let try_clear = Changes {
+    let try_clear = RawChanges {
         may_have_applied: false,
         ..keep(&r, State::Unknown, T0 + 2)
     };
@@ -765,7 +862,7 @@ pub async fn may_have_applied_is_sticky_unless_reset<L: Ledger>(ledger: L) {
     assert!(r.may_have_applied, "may_have_applied must be sticky");
     assert!(get(&ledger, &r).await.may_have_applied);
 
-    let reset_true = Changes {
+    let reset_true = RawChanges {
         may_have_applied: true,
         reset_may_have_applied: true,
         ..keep(&r, State::ManualReview, T0 + 3)
@@ -773,7 +870,7 @@ pub async fn may_have_applied_is_sticky_unless_reset<L: Ledger>(ledger: L) {
     let r = apply_ok(&ledger, update_of(&r, reset_true, "reset_true")).await;
     assert!(r.may_have_applied);
 
-    let reset = Changes {
+    let reset = RawChanges {
         may_have_applied: false,
         reset_may_have_applied: true,
         ..keep(&r, State::RetryReady, T0 + 4)
@@ -804,7 +901,7 @@ pub async fn evidence_is_appended_in_order_with_all_fields<L: Ledger>(ledger: L)
     };
     let mut update = update_of(
         &r,
-        Changes {
+        RawChanges {
             generation: Generation(1),
             current_attempt: Some(attempt),
             ..keep(&r, State::InFlight, T0 + 1)
@@ -1183,7 +1280,7 @@ pub async fn sweep_expired_moves_only_expired_in_flight_rows<L: Ledger>(ledger: 
             new_operation("tenant-a", "f-expired-with-attempt", "intent-f"),
         )
         .await;
-        let changes = Changes {
+        let changes = RawChanges {
             generation: Generation(1),
             attempts_used: 1,
             current_attempt: Some(attempt),
@@ -1530,7 +1627,7 @@ pub async fn record_is_the_same_compare_and_swap_as_apply<L: Ledger>(ledger: L) 
         Created::New(r) => r,
         Created::Existing(r) => panic!("unexpected existing {}", r.operation_id),
     };
-    let done = Changes {
+    let done = RawChanges {
         remote_ref: Some("W731".to_owned()),
         ..keep(&claimed, State::Succeeded, T0 + 20)
     };
@@ -2132,7 +2229,7 @@ async fn listed_row<L: Ledger>(
     if state == State::Prepared && remote_ref.is_none() && next_check_ms.is_none() {
         return r;
     }
-    let changes = Changes {
+    let changes = RawChanges {
         remote_ref: remote_ref.map(str::to_owned),
         next_check_ms,
         ..keep(&r, state, created_ms + 5)
