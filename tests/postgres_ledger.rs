@@ -15,11 +15,11 @@ use recoverable_write::ledger::conformance::{
     RawChanges, T0, evidence_entry, keep, new_operation, update_of, update_with,
 };
 use recoverable_write::ledger::{
-    ClockSource, Created, Ledger, LedgerError, OperationRecord, PostgresLedger,
-    PostgresLedgerOptions,
+    CallbackApplied, CallbackDelivery, CallbackEffect, ClockSource, Created, Ledger, LedgerError,
+    OperationRecord, PostgresLedger, PostgresLedgerOptions,
 };
 use recoverable_write::state::{Clock, Event, State};
-use recoverable_write::{AttemptId, Generation, OperationId, Tenant};
+use recoverable_write::{AttemptId, Evidence, Generation, OperationId, Tenant};
 use sqlx::{AssertSqlSafe, Connection};
 
 // ── PostgreSQL test harness (shared with tests/postgres_workers.rs) ─────────────────────────────
@@ -196,7 +196,7 @@ async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
     .fetch_all(&mut conn)
     .await
     .expect("migration bookkeeping in the schema");
-    assert_eq!(applied, [(1, true), (2, true), (3, true)]);
+    assert_eq!(applied, [(1, true), (2, true), (3, true), (4, true)]);
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
     )
@@ -206,7 +206,13 @@ async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
     .expect("tables");
     assert_eq!(
         tables,
-        ["rw_evidence", "rw_operations", "rw_schema_migrations"]
+        [
+            "rw_callback_events",
+            "rw_callback_quarantine",
+            "rw_evidence",
+            "rw_operations",
+            "rw_schema_migrations"
+        ]
     );
     // Nothing leaked into public.
     let leaked: i64 = sqlx::query_scalar(
@@ -1094,4 +1100,136 @@ async fn durable_statements_run_with_synchronous_commit_on_even_for_an_async_rol
         ),
     }
     pool.close().await;
+}
+
+// ── vendor callbacks ────────────────────────────────────────────────────────────────────────────
+
+/// Several application instances (each with its own ledger and pool) receive one vendor event
+/// at the same moment, several times each, and each decides on the same read of the operation
+/// through the state machine: exactly one state change, one `callback` evidence entry and one
+/// dedupe record result. The others are duplicates, or stale and then duplicates once they read
+/// again and retry (issue 13 item 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instances_receiving_one_callback_concurrently_apply_it_once() {
+    let Some(url) = pg_url().await else { return };
+    const INSTANCES: usize = 4;
+    const DELIVERIES_EACH: usize = 4;
+    let schema = Schema::new(&url);
+    let mut ledgers = Vec::new();
+    for _ in 0..INSTANCES {
+        ledgers.push(schema.ledger(ClockSource::Caller).await);
+    }
+    let r = create(&ledgers[0], "op-callback").await;
+    let lost = RawChanges {
+        generation: Generation(1),
+        may_have_applied: true,
+        next_check_ms: Some(T0 + 1),
+        ..keep(&r, State::Unknown, T0 + 1)
+    };
+    let r = ledgers[0]
+        .apply(update_of(&r, lost, "setup"))
+        .await
+        .expect("apply")
+        .expect("applied");
+
+    let succeeded = Evidence::Succeeded {
+        remote_ref: Some("pi_1".to_owned()),
+    };
+    let barrier = Arc::new(tokio::sync::Barrier::new(INSTANCES * DELIVERIES_EACH));
+    let mut tasks = Vec::new();
+    for ledger in &ledgers {
+        for _ in 0..DELIVERIES_EACH {
+            let (ledger, barrier, succeeded) = (ledger.clone(), barrier.clone(), succeeded.clone());
+            let mut read = r.clone();
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                loop {
+                    let delivery = CallbackDelivery {
+                        vendor: "stripe".to_owned(),
+                        event_id: "evt_1".to_owned(),
+                        event_type: "payment_intent.succeeded".to_owned(),
+                        tenant: read.tenant.clone(),
+                        operation_id: read.operation_id.clone(),
+                        received_at_ms: T0 + 5,
+                    };
+                    let clock = Clock {
+                        now_ms: T0 + 5,
+                        jitter: 0.0,
+                    };
+                    let entry = NewEvidence {
+                        evidence: Some(succeeded.clone()),
+                        ..evidence_entry("callback", T0 + 5)
+                    };
+                    let event = Event::LookupResult(succeeded.clone());
+                    let effect = match read.update_on(&event, clock, None, None, None, entry) {
+                        Ok(update) => CallbackEffect::Apply(update),
+                        Err(refused) => panic!("{refused}"),
+                    };
+                    match ledger
+                        .apply_callback(delivery, effect)
+                        .await
+                        .expect("apply")
+                    {
+                        CallbackApplied::Stale => {
+                            read = ledger
+                                .get(&read.tenant, &read.operation_id)
+                                .await
+                                .expect("get")
+                                .expect("row");
+                        }
+                        other => break other,
+                    }
+                }
+            }));
+        }
+    }
+    let mut applied = 0;
+    for task in tasks {
+        match task.await.expect("delivery task") {
+            CallbackApplied::Applied(row) => {
+                assert_eq!(row.state, State::Succeeded);
+                applied += 1;
+            }
+            CallbackApplied::Duplicate => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(applied, 1, "exactly one delivery applies");
+
+    let row = ledgers[1]
+        .get(&r.tenant, &r.operation_id)
+        .await
+        .expect("get")
+        .expect("row");
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.remote_ref.as_deref(), Some("pi_1"));
+    assert_eq!(row.version, r.version + 1, "one state change");
+    let log = ledgers[2]
+        .evidence(&r.tenant, &r.operation_id)
+        .await
+        .expect("evidence");
+    let callbacks: Vec<_> = log.iter().filter(|e| e.entry.kind == "callback").collect();
+    assert_eq!(callbacks.len(), 1, "one evidence entry");
+    assert_eq!(callbacks[0].entry.evidence, Some(succeeded));
+    let mut conn = schema.raw().await;
+    let records: Vec<(String, String, Option<String>, String)> =
+        sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT vendor, event_id, operation_id, outcome FROM \"{}\".rw_callback_events",
+            schema.name
+        )))
+        .fetch_all(&mut conn)
+        .await
+        .expect("dedupe records");
+    assert_eq!(
+        records,
+        [(
+            "stripe".to_owned(),
+            "evt_1".to_owned(),
+            Some("op-callback".to_owned()),
+            "applied".to_owned()
+        )]
+    );
+    for ledger in ledgers {
+        ledger.close().await;
+    }
 }

@@ -8,7 +8,7 @@
 //! the sqlx trait bounds of a generic version would outweigh the code they save.
 
 use super::backend::{NewEvidence, Update};
-use super::{LedgerError, OperationRecord, StoredResponse};
+use super::{CallbackDelivery, LedgerError, OperationRecord, QuarantinedCallback, StoredResponse};
 use crate::state::State;
 
 // ── column lists ────────────────────────────────────────────────────────────────────────────────
@@ -296,6 +296,78 @@ impl UpdateColumns {
     }
 }
 
+/// A dedupe record encoded for the `rw_callback_events` columns, in table order.
+pub(crate) struct CallbackEventColumns {
+    pub(crate) vendor: String,
+    pub(crate) event_id: String,
+    pub(crate) event_type: String,
+    pub(crate) tenant: Option<String>,
+    pub(crate) operation_id: Option<String>,
+    pub(crate) outcome: &'static str,
+    pub(crate) received_ms: i64,
+}
+
+impl CallbackEventColumns {
+    /// The record of a matched delivery.
+    pub(crate) fn delivery(d: &CallbackDelivery, outcome: &'static str, dialect: Dialect) -> Self {
+        Self {
+            vendor: dialect.text(&d.vendor),
+            event_id: dialect.text(&d.event_id),
+            event_type: dialect.text(&d.event_type),
+            tenant: Some(d.tenant.as_str().to_owned()),
+            operation_id: Some(d.operation_id.as_str().to_owned()),
+            outcome,
+            received_ms: d.received_at_ms,
+        }
+    }
+
+    /// The record of a quarantined event.
+    pub(crate) fn quarantined(q: &QuarantinedCallback, dialect: Dialect) -> Self {
+        Self {
+            vendor: dialect.text(&q.vendor),
+            event_id: dialect.text(&q.event_id),
+            event_type: dialect.text(&q.event_type),
+            tenant: q.tenant.as_ref().map(|t| dialect.text(t.as_str())),
+            operation_id: None,
+            outcome: super::callback::QUARANTINED,
+            received_ms: q.received_at_ms,
+        }
+    }
+}
+
+/// A quarantined callback encoded for the `rw_callback_quarantine` columns, in table order.
+pub(crate) struct QuarantinedCallbackColumns {
+    pub(crate) vendor: String,
+    pub(crate) event_id: String,
+    pub(crate) event_type: String,
+    pub(crate) tenant: Option<String>,
+    pub(crate) match_by: Option<String>,
+    pub(crate) match_value: Option<String>,
+    pub(crate) reason: String,
+    pub(crate) evidence: Option<String>,
+    pub(crate) received_ms: i64,
+}
+
+impl QuarantinedCallbackColumns {
+    pub(crate) fn encode(q: QuarantinedCallback, d: Dialect) -> Result<Self, LedgerError> {
+        Ok(Self {
+            vendor: d.text(&q.vendor),
+            event_id: d.text(&q.event_id),
+            event_type: d.text(&q.event_type),
+            tenant: q.tenant.as_ref().map(|t| d.text(t.as_str())),
+            match_by: d.opt_text(q.match_by.as_deref()),
+            match_value: d.opt_text(q.match_value.as_deref()),
+            reason: d.text(&q.reason),
+            evidence: q
+                .evidence
+                .as_ref()
+                .map(|ev| to_json("evidence", ev))
+                .transpose()?,
+            received_ms: q.received_at_ms,
+        })
+    }
+}
+
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
 
 /// Defines `Columns`, `decode_operation` and `decode_evidence` for a sqlx row type. The caller
@@ -534,6 +606,24 @@ macro_rules! row_decoder {
                 operation_id: OperationId::new(c.text("operation_id")?),
                 error: c.text("quarantine_reason")?,
                 at_ms: c.get::<Option<i64>>("quarantined_ms")?.unwrap_or_default(),
+            })
+        }
+
+        /// A row of the callback quarantine.
+        fn decode_quarantined_callback(
+            row: &$row,
+        ) -> Result<$crate::ledger::QuarantinedCallback, LedgerError> {
+            let c = Columns::new(row, "<quarantined callback>");
+            Ok($crate::ledger::QuarantinedCallback {
+                vendor: c.text("vendor")?,
+                event_id: c.text("event_id")?,
+                event_type: c.text("event_type")?,
+                tenant: c.opt_text("tenant")?.map(Tenant::new),
+                match_by: c.opt_text("match_by")?,
+                match_value: c.opt_text("match_value")?,
+                reason: c.text("reason")?,
+                evidence: c.opt_json("evidence")?,
+                received_at_ms: c.get("received_ms")?,
             })
         }
 

@@ -28,8 +28,12 @@ use crate::operation::{
 use crate::state::State;
 
 pub mod backend;
+mod callback;
 pub(crate) use backend::{NewEvidence, Update};
 pub(crate) use backend::{check_first_update, first_applied, store_entries};
+pub use callback::{
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, QuarantinedCallback,
+};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod codec;
 mod memory;
@@ -423,6 +427,104 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         states: &'a [State],
     ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
         Box::pin(query::oldest_via_list(self, scope, states))
+    }
+
+    /// Applies one verified vendor event to the operation it was matched to, exactly once, in
+    /// **one transaction**:
+    ///
+    /// 1. records `(delivery.vendor, delivery.event_id)` in the dedupe table, with the event
+    ///    type, the operation and the received time; if it is already there (an earlier
+    ///    delivery, by this or any other instance), nothing else happens:
+    ///    [`CallbackApplied::Duplicate`];
+    /// 2. [`CallbackEffect::Apply`]: the compare-and-swap of [`apply`](Self::apply) with its
+    ///    evidence entry; if the row moved since it was read, the whole transaction is undone
+    ///    (the dedupe record too) and [`CallbackApplied::Stale`] asks the caller to read the
+    ///    operation again and retry. [`CallbackEffect::Append`]: the entry is appended as late
+    ///    evidence, the row unchanged;
+    /// 3. commits: [`CallbackApplied::Applied`] with the moved row, or
+    ///    [`CallbackApplied::Appended`].
+    ///
+    /// So two deliveries of one event produce one state change and one evidence entry, even
+    /// when several application instances receive them at the same moment: the dedupe record
+    /// and the change commit together or not at all. An operation that does not exist in the
+    /// delivery's tenant stores nothing ([`CallbackApplied::NoOperation`]): quarantine the event
+    /// with [`quarantine_callback`](Self::quarantine_callback).
+    ///
+    /// The provided implementation returns [`LedgerError::Config`] ("vendor callbacks not
+    /// supported by this ledger"): a third-party backend keeps compiling. Every bundled backend
+    /// implements it.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Config`] if the update names another operation than the delivery (nothing
+    /// is written); [`LedgerError::Unavailable`] if the store failed (nothing is written: the
+    /// vendor should redeliver).
+    fn apply_callback(
+        &self,
+        delivery: CallbackDelivery,
+        effect: CallbackEffect,
+    ) -> BoxFuture<'_, Result<CallbackApplied, LedgerError>> {
+        let _ = (delivery, effect);
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
+    /// Stores a verified event that matched no operation of its tenant (or one of another
+    /// tenant, or named an unknown account) in the callback quarantine, and records it in the
+    /// dedupe table, in one transaction: a redelivery is [`CallbackQuarantined::Duplicate`] and
+    /// stores nothing twice. A quarantined event is never applied and never dropped; list them
+    /// with [`quarantined_callbacks`](Self::quarantined_callbacks).
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn quarantine_callback(
+        &self,
+        event: QuarantinedCallback,
+    ) -> BoxFuture<'_, Result<CallbackQuarantined, LedgerError>> {
+        let _ = event;
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
+    /// The quarantined callback events, oldest first (in the order they were stored), at most
+    /// `limit`.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn quarantined_callbacks(
+        &self,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<QuarantinedCallback>, LedgerError>> {
+        let _ = limit;
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
+    /// The operation of `tenant` whose vendor reference ([`OperationRecord::remote_ref`]) is
+    /// `remote_ref`, read through an index on `(tenant, remote_ref)`. Never another tenant's.
+    /// If several carry it (a vendor that reuses references), the oldest.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn find_by_remote_ref<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        remote_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        let _ = (tenant, remote_ref);
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
+    /// The operation of `tenant` whose idempotency key is `key` (a key a vendor echoes back in
+    /// a callback), read through an index on `(tenant, idempotency_key)`. Never another
+    /// tenant's. If several carry it, the oldest.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn find_by_idempotency_key<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        let _ = (tenant, key);
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
     }
 }
 

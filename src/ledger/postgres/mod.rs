@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
+use super::callback::check_effect;
 use super::codec::{Dialect, EvidenceColumns, RowColumns, to_json};
 use super::*;
 use sql::{DB_NOW, Statements};
@@ -917,6 +918,71 @@ impl Ledger for PostgresLedger {
                 .map_err(unavailable)?;
             rows.iter().map(|row| decode_evidence(row, id)).collect()
         })
+    }
+
+    fn apply_callback(
+        &self,
+        delivery: CallbackDelivery,
+        effect: CallbackEffect,
+    ) -> BoxFuture<'_, Result<CallbackApplied, LedgerError>> {
+        Box::pin(async move {
+            check_effect(&delivery, &effect)?;
+            check_key(&delivery.tenant, &delivery.operation_id)?;
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let applied = self.apply_callback_in(&mut tx, delivery, effect).await;
+            match applied {
+                Ok(applied @ (CallbackApplied::Applied(_) | CallbackApplied::Appended)) => {
+                    tx.commit().await.map_err(unavailable)?;
+                    Ok(applied)
+                }
+                // Stale or no operation: the dedupe record goes with the rest.
+                other => {
+                    let _ = tx.rollback().await;
+                    other
+                }
+            }
+        })
+    }
+
+    fn quarantine_callback(
+        &self,
+        event: QuarantinedCallback,
+    ) -> BoxFuture<'_, Result<CallbackQuarantined, LedgerError>> {
+        Box::pin(async move {
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let stored = self.quarantine_callback_in(&mut tx, event).await;
+            finish(tx, stored).await
+        })
+    }
+
+    fn quarantined_callbacks(
+        &self,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<QuarantinedCallback>, LedgerError>> {
+        Box::pin(async move {
+            let rows = sqlx::query(AssertSqlSafe(self.sql.select_callback_quarantine.clone()))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            rows.iter().map(decode_quarantined_callback).collect()
+        })
+    }
+
+    fn find_by_remote_ref<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        remote_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.find_one(self.sql.select_by_remote_ref.clone(), tenant, remote_ref))
+    }
+
+    fn find_by_idempotency_key<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.find_one(self.sql.select_by_idempotency_key.clone(), tenant, key))
     }
 }
 

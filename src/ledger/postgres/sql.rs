@@ -32,6 +32,12 @@ pub(super) struct Statements {
     pub(super) insert_evidence_batch: Arc<str>,
     pub(super) append_evidence: Arc<str>,
     pub(super) select_evidence: Arc<str>,
+    pub(super) insert_callback_event: Arc<str>,
+    pub(super) insert_callback_quarantine: Arc<str>,
+    pub(super) select_callback_quarantine: Arc<str>,
+    pub(super) operation_exists: Arc<str>,
+    pub(super) select_by_remote_ref: Arc<str>,
+    pub(super) select_by_idempotency_key: Arc<str>,
 }
 
 /// `clock` CTE: one reading of the chosen clock per statement.
@@ -261,7 +267,43 @@ WHERE EXISTS (SELECT 1 FROM {ops} WHERE tenant = $2::text AND operation_id = $3:
         let select_evidence = format!(
             "SELECT id, {ev_columns} FROM {ev} WHERE tenant = $1 AND operation_id = $2 ORDER BY id"
         );
+        // Vendor callbacks. The dedupe insert takes the key's unique-index lock: a concurrent
+        // transaction inserting the same event waits for this one, then finds it (conflict,
+        // nothing inserted) if it committed, or inserts it if it rolled back.
+        let cb = format!("\"{schema}\".rw_callback_events");
+        let cq = format!("\"{schema}\".rw_callback_quarantine");
+        let insert_callback_event = format!(
+            "INSERT INTO {cb} (vendor, event_id, event_type, tenant, operation_id, outcome, received_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT DO NOTHING
+RETURNING event_id"
+        );
+        let insert_callback_quarantine = format!(
+            "INSERT INTO {cq} (
+    vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence, received_ms
+) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        );
+        let select_callback_quarantine = format!(
+            "SELECT vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence,
+       received_ms
+FROM {cq} ORDER BY id LIMIT $1"
+        );
+        let operation_exists =
+            format!("SELECT 1 FROM {ops} WHERE tenant = $1 AND operation_id = $2");
+        let select_by_remote_ref = format!(
+            "SELECT * FROM {ops} WHERE tenant = $1 AND remote_ref = $2 ORDER BY created_ms, seq LIMIT 1"
+        );
+        let select_by_idempotency_key = format!(
+            "SELECT * FROM {ops} WHERE tenant = $1 AND idempotency_key = $2
+ORDER BY created_ms, seq LIMIT 1"
+        );
         Self {
+            insert_callback_event: insert_callback_event.into(),
+            insert_callback_quarantine: insert_callback_quarantine.into(),
+            select_callback_quarantine: select_callback_quarantine.into(),
+            operation_exists: operation_exists.into(),
+            select_by_remote_ref: select_by_remote_ref.into(),
+            select_by_idempotency_key: select_by_idempotency_key.into(),
             operations: ops,
             insert_operation: insert_operation.into(),
             insert_claimed: insert_claimed.into(),

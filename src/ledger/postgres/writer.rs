@@ -5,11 +5,142 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use super::{Columns, POSTGRES, PostgresLedger, check_key, decode_operation, pg_text, unavailable};
-use crate::ledger::codec::{EvidenceColumns, UpdateColumns};
+use crate::ledger::callback::outcome;
+use crate::ledger::codec::{
+    CallbackEventColumns, EvidenceColumns, QuarantinedCallbackColumns, UpdateColumns,
+};
+use crate::ledger::{
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, QuarantinedCallback,
+    Tenant,
+};
 use crate::ledger::{LedgerError, NewEvidence, OperationRecord, Update, store_entries};
 use std::sync::Arc;
 
 impl PostgresLedger {
+    /// [`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback) on one transaction,
+    /// left to the caller to commit (`Applied`, `Appended`) or roll back (anything else).
+    pub(super) async fn apply_callback_in(
+        &self,
+        tx: &mut PgConnection,
+        delivery: CallbackDelivery,
+        effect: CallbackEffect,
+    ) -> Result<CallbackApplied, LedgerError> {
+        let record = CallbackEventColumns::delivery(&delivery, outcome(&effect), POSTGRES);
+        if !self.record_callback(tx, record).await? {
+            return Ok(CallbackApplied::Duplicate);
+        }
+        match effect {
+            CallbackEffect::Apply(update) => {
+                let sql = self.sql.apply.clone();
+                if let Some(row) = self.apply_with(&mut *tx, sql, update).await? {
+                    return Ok(CallbackApplied::Applied(row));
+                }
+                let exists = sqlx::query(AssertSqlSafe(self.sql.operation_exists.clone()))
+                    .bind(delivery.tenant.as_str())
+                    .bind(delivery.operation_id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(match exists {
+                    Some(_) => CallbackApplied::Stale,
+                    None => CallbackApplied::NoOperation,
+                })
+            }
+            CallbackEffect::Append(entry) => {
+                let at_ms = self.caller_now(entry.at_ms);
+                let e = EvidenceColumns::encode(entry, POSTGRES)?;
+                let done = sqlx::query(AssertSqlSafe(self.sql.append_evidence.clone()))
+                    .bind(at_ms)
+                    .bind(delivery.tenant.as_str())
+                    .bind(delivery.operation_id.as_str())
+                    .bind(e.attempt_id)
+                    .bind(e.generation)
+                    .bind(e.kind)
+                    .bind(e.from_state)
+                    .bind(e.to_state)
+                    .bind(e.evidence)
+                    .bind(e.note)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(if done.rows_affected() == 0 {
+                    CallbackApplied::NoOperation
+                } else {
+                    CallbackApplied::Appended
+                })
+            }
+        }
+    }
+
+    /// [`Ledger::quarantine_callback`](crate::ledger::Ledger::quarantine_callback) on one
+    /// transaction.
+    pub(super) async fn quarantine_callback_in(
+        &self,
+        tx: &mut PgConnection,
+        event: QuarantinedCallback,
+    ) -> Result<CallbackQuarantined, LedgerError> {
+        let record = CallbackEventColumns::quarantined(&event, POSTGRES);
+        if !self.record_callback(tx, record).await? {
+            return Ok(CallbackQuarantined::Duplicate);
+        }
+        let q = QuarantinedCallbackColumns::encode(event, POSTGRES)?;
+        sqlx::query(AssertSqlSafe(self.sql.insert_callback_quarantine.clone()))
+            .bind(q.vendor)
+            .bind(q.event_id)
+            .bind(q.event_type)
+            .bind(q.tenant)
+            .bind(q.match_by)
+            .bind(q.match_value)
+            .bind(q.reason)
+            .bind(q.evidence)
+            .bind(q.received_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        Ok(CallbackQuarantined::Stored)
+    }
+
+    /// Inserts a dedupe record; `false` if the event was recorded before (by a transaction
+    /// that committed: a concurrent one is waited for).
+    async fn record_callback(
+        &self,
+        tx: &mut PgConnection,
+        e: CallbackEventColumns,
+    ) -> Result<bool, LedgerError> {
+        let inserted = sqlx::query(AssertSqlSafe(self.sql.insert_callback_event.clone()))
+            .bind(e.vendor)
+            .bind(e.event_id)
+            .bind(e.event_type)
+            .bind(e.tenant)
+            .bind(e.operation_id)
+            .bind(e.outcome)
+            .bind(e.received_ms)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        Ok(inserted.is_some())
+    }
+
+    /// The one row `sql` (a lookup by tenant `$1` and a value `$2`) finds. A value with a NUL
+    /// byte cannot be stored, so it finds nothing.
+    pub(super) async fn find_one(
+        &self,
+        sql: Arc<str>,
+        tenant: &Tenant,
+        value: &str,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        if tenant.as_str().contains('\0') || value.contains('\0') {
+            return Ok(None);
+        }
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(value)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        row.as_ref().map(decode_operation).transpose()
+    }
+
     /// The compare-and-swap of `apply`, with `sql`: the plain statement, or the one that commits
     /// without waiting for the WAL flush (`record`), on `executor` (the pool; a transaction in
     /// tests).

@@ -103,7 +103,11 @@ use sqlx::sqlite::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::codec::{Dialect, EvidenceColumns, RowColumns, UpdateColumns};
+use super::callback::{check_effect, outcome};
+use super::codec::{
+    CallbackEventColumns, Dialect, EvidenceColumns, QuarantinedCallbackColumns, RowColumns,
+    UpdateColumns,
+};
 use super::*;
 use sql::*;
 use writer::{Finish, PendingWrite, Queued, WriterStats, run_writer, writer_stopped};
@@ -739,9 +743,149 @@ impl Ledger for SqliteLedger {
             rows.iter().map(|row| decode_evidence(row, id)).collect()
         })
     }
+
+    fn apply_callback(
+        &self,
+        delivery: CallbackDelivery,
+        effect: CallbackEffect,
+    ) -> BoxFuture<'_, Result<CallbackApplied, LedgerError>> {
+        Box::pin(async move {
+            check_effect(&delivery, &effect)?;
+            let record = CallbackEventColumns::delivery(&delivery, outcome(&effect), SQLITE);
+            let seen = callback_seen(&delivery.vendor, &delivery.event_id)?;
+            let record = Statement::new(INSERT_CALLBACK_EVENT, |q| bind_callback_event(q, record))?;
+            let key = |q: SqliteQuery| {
+                q.bind(delivery.tenant.as_str().to_owned())
+                    .bind(delivery.operation_id.as_str().to_owned())
+            };
+            let exists = Statement::new(OPERATION_EXISTS, key)?;
+            let (change, moves) = match effect {
+                CallbackEffect::Apply(update) => {
+                    let columns = UpdateColumns::encode(update, SQLITE)?;
+                    (Statement::new(APPLY, |q| bind_apply(q, columns))?, true)
+                }
+                CallbackEffect::Append(entry) => {
+                    let entry = EvidenceColumns::encode(entry, SQLITE)?;
+                    let append = Statement::new(APPEND_EVIDENCE, |q| bind_evidence(key(q), entry))?;
+                    (append, false)
+                }
+            };
+            self.write(move |conn| {
+                let (seen, change, record, exists) =
+                    (seen.query(), change.query(), record.query(), exists.query());
+                Box::pin(async move {
+                    // The writer task runs one transaction at a time (`BEGIN IMMEDIATE`): the
+                    // check, the change and the record below are atomic together.
+                    let dup = seen.fetch_optional(&mut *conn).await.map_err(unavailable)?;
+                    if dup.is_some() {
+                        return Ok(Finish::Unchanged(CallbackApplied::Duplicate));
+                    }
+                    let applied = if moves {
+                        let rows = change.fetch_all(&mut *conn).await.map_err(unavailable)?;
+                        match rows.first() {
+                            Some(row) => CallbackApplied::Applied(decode_operation(row)?),
+                            None => {
+                                let found = exists
+                                    .fetch_optional(&mut *conn)
+                                    .await
+                                    .map_err(unavailable)?;
+                                return Ok(Finish::Unchanged(match found {
+                                    Some(_) => CallbackApplied::Stale,
+                                    None => CallbackApplied::NoOperation,
+                                }));
+                            }
+                        }
+                    } else {
+                        let done = change.execute(&mut *conn).await.map_err(unavailable)?;
+                        if done.rows_affected() == 0 {
+                            return Ok(Finish::Unchanged(CallbackApplied::NoOperation));
+                        }
+                        CallbackApplied::Appended
+                    };
+                    record.execute(&mut *conn).await.map_err(unavailable)?;
+                    Ok(Finish::Commit(applied))
+                })
+            })
+            .await
+        })
+    }
+
+    fn quarantine_callback(
+        &self,
+        event: QuarantinedCallback,
+    ) -> BoxFuture<'_, Result<CallbackQuarantined, LedgerError>> {
+        Box::pin(async move {
+            let seen = callback_seen(&event.vendor, &event.event_id)?;
+            let record = CallbackEventColumns::quarantined(&event, SQLITE);
+            let record = Statement::new(INSERT_CALLBACK_EVENT, |q| bind_callback_event(q, record))?;
+            let columns = QuarantinedCallbackColumns::encode(event, SQLITE)?;
+            let store = Statement::new(INSERT_CALLBACK_QUARANTINE, |q| {
+                bind_quarantined_callback(q, columns)
+            })?;
+            self.write(move |conn| {
+                let (seen, record, store) = (seen.query(), record.query(), store.query());
+                Box::pin(async move {
+                    let dup = seen.fetch_optional(&mut *conn).await.map_err(unavailable)?;
+                    if dup.is_some() {
+                        return Ok(Finish::Unchanged(CallbackQuarantined::Duplicate));
+                    }
+                    record.execute(&mut *conn).await.map_err(unavailable)?;
+                    store.execute(&mut *conn).await.map_err(unavailable)?;
+                    Ok(Finish::Commit(CallbackQuarantined::Stored))
+                })
+            })
+            .await
+        })
+    }
+
+    fn quarantined_callbacks(
+        &self,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<QuarantinedCallback>, LedgerError>> {
+        Box::pin(async move {
+            let rows = sqlx::query(SELECT_CALLBACK_QUARANTINE)
+                .bind(i64::from(limit))
+                .fetch_all(&self.reader)
+                .await
+                .map_err(unavailable)?;
+            rows.iter().map(decode_quarantined_callback).collect()
+        })
+    }
+
+    fn find_by_remote_ref<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        remote_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.find_one(SELECT_BY_REMOTE_REF, tenant, remote_ref))
+    }
+
+    fn find_by_idempotency_key<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.find_one(SELECT_BY_IDEMPOTENCY_KEY, tenant, key))
+    }
 }
 
 impl SqliteLedger {
+    /// The one row `sql` (a lookup by tenant `?1` and a value `?2`) finds, on a reader.
+    async fn find_one(
+        &self,
+        sql: &'static str,
+        tenant: &Tenant,
+        value: &str,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        let row = sqlx::query(sql)
+            .bind(tenant.as_str())
+            .bind(value)
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(unavailable)?;
+        row.as_ref().map(decode_operation).transpose()
+    }
+
     /// Runs `insert` (a row, then its evidence, see [`INSERT_OPERATION`] and
     /// [`INSERT_CLAIMED`]) as one write: [`Created::New`] with `row`, the row it inserts, or
     /// [`Created::Existing`] with the row it conflicted with (then it inserted nothing).
@@ -774,6 +918,12 @@ impl SqliteLedger {
             None => Created::New(Arc::try_unwrap(row).unwrap_or_else(|row| (*row).clone())),
         })
     }
+}
+
+/// The dedupe check of an event: [`SELECT_CALLBACK_EVENT`].
+fn callback_seen(vendor: &str, event_id: &str) -> Result<Statement, LedgerError> {
+    let (vendor, event_id) = (vendor.to_owned(), event_id.to_owned());
+    Statement::new(SELECT_CALLBACK_EVENT, |q| q.bind(vendor).bind(event_id))
 }
 
 /// The row an insert of `(tenant, operation_id)` for `(action, intent_ref)` conflicted with:

@@ -4,8 +4,8 @@ use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 
 use super::unavailable;
 use crate::ledger::codec::{
-    EvidenceColumns, RowColumns, UpdateColumns, evidence_columns, frozen_columns, mutable_columns,
-    prepared_columns,
+    CallbackEventColumns, EvidenceColumns, QuarantinedCallbackColumns, RowColumns, UpdateColumns,
+    evidence_columns, frozen_columns, mutable_columns, prepared_columns,
 };
 use crate::ledger::{LedgerError, OperationId, Tenant};
 
@@ -337,4 +337,70 @@ pub(super) fn bind_apply(query: SqliteQuery, u: UpdateColumns) -> SqliteQuery {
         .bind(u.expect_version)
         .bind(i64::from(u.operation_level));
     bind_evidence(query, u.evidence)
+}
+
+// ── vendor callbacks ────────────────────────────────────────────────────────────────────────────
+
+/// Whether an event is in the dedupe table: ?1 vendor, ?2 event id.
+pub(super) const SELECT_CALLBACK_EVENT: &str =
+    "SELECT 1 FROM rw_callback_events WHERE vendor = ?1 AND event_id = ?2";
+
+/// Records an event in the dedupe table (see [`bind_callback_event`]).
+pub(super) const INSERT_CALLBACK_EVENT: &str = "
+INSERT INTO rw_callback_events (
+    vendor, event_id, event_type, tenant, operation_id, outcome, received_ms
+) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// Stores a quarantined event (see [`bind_quarantined_callback`]).
+pub(super) const INSERT_CALLBACK_QUARANTINE: &str = "
+INSERT INTO rw_callback_quarantine (
+    vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence, received_ms
+) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+pub(super) const SELECT_CALLBACK_QUARANTINE: &str = "
+SELECT vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence, received_ms
+FROM rw_callback_quarantine ORDER BY id LIMIT ?1";
+
+/// Whether an operation exists: ?1 tenant, ?2 operation id.
+pub(super) const OPERATION_EXISTS: &str =
+    "SELECT 1 FROM rw_operations WHERE tenant = ?1 AND operation_id = ?2";
+
+/// The oldest operation of ?1 with the vendor reference ?2 (index `rw_operations_by_remote_ref`).
+pub(super) const SELECT_BY_REMOTE_REF: &str = "
+SELECT * FROM rw_operations WHERE tenant = ?1 AND remote_ref = ?2
+ORDER BY created_ms, rowid LIMIT 1";
+
+/// The oldest operation of ?1 with the idempotency key ?2 (index
+/// `rw_operations_by_idempotency_key`).
+pub(super) const SELECT_BY_IDEMPOTENCY_KEY: &str = "
+SELECT * FROM rw_operations WHERE tenant = ?1 AND idempotency_key = ?2
+ORDER BY created_ms, rowid LIMIT 1";
+
+/// Binds the seven parameters of [`INSERT_CALLBACK_EVENT`].
+pub(super) fn bind_callback_event(query: SqliteQuery, e: CallbackEventColumns) -> SqliteQuery {
+    query
+        .bind(e.vendor)
+        .bind(e.event_id)
+        .bind(e.event_type)
+        .bind(e.tenant)
+        .bind(e.operation_id)
+        .bind(e.outcome)
+        .bind(e.received_ms)
+}
+
+/// Binds the nine parameters of [`INSERT_CALLBACK_QUARANTINE`].
+pub(super) fn bind_quarantined_callback(
+    query: SqliteQuery,
+    q: QuarantinedCallbackColumns,
+) -> SqliteQuery {
+    query
+        .bind(q.vendor)
+        .bind(q.event_id)
+        .bind(q.event_type)
+        .bind(q.tenant)
+        .bind(q.match_by)
+        .bind(q.match_value)
+        .bind(q.reason)
+        .bind(q.evidence)
+        .bind(q.received_ms)
 }
