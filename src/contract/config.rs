@@ -80,12 +80,12 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use serde_path_to_error::Segment;
 
+use super::ContractRef;
 use super::error::ContractErrorKind;
 use super::profiles;
 use super::registry::{Contracts, Target};
 use super::rules::Rule;
 use super::{Contract, KeyPlacement, Lookup, RemoteRef, Replay};
-use crate::ledger::ContractRef;
 use crate::operation::PayloadDigest;
 
 /// The longest `extends` chain of a file's contracts, the contract itself included (built-in
