@@ -42,10 +42,21 @@ impl Default for LookupStatuses {
 }
 
 /// Looks an operation up with `GET` on a URL template, e.g.
-/// `http://vendor.test/operations/{operation_id}` (placeholders: `{operation_id}`,
-/// `{idempotency_key}`, `{tenant}`, `{remote_ref}`; values are percent-encoded). A template that
-/// is a path (`/operations/{operation_id}`) is asked of the scheme and host the write was sent
-/// to.
+/// `http://vendor.test/operations/{operation_id}`. A template that is a path
+/// (`/operations/{operation_id}`) is asked of the scheme and host the write was sent to.
+///
+/// Placeholders (values are percent-encoded):
+///
+/// | placeholder | value |
+/// |---|---|
+/// | `{operation_id}` | the operation's id |
+/// | `{idempotency_key}` | the idempotency key sent to the vendor |
+/// | `{remote_ref}` | the vendor's reference of the created object, as recorded on the operation ([`OperationRecord::remote_ref`]) |
+/// | `{tenant}` | the operation's tenant |
+///
+/// An operation without a value for a placeholder (no remote reference yet) gets no lookup: the
+/// answer is [`Evidence::Unknown`], nothing proven, never a miss that could read as "not
+/// executed". The answer's body is read (at most 1 MiB) to classify it and is not kept.
 ///
 /// The answer counts as [`Evidence::Succeeded`] only when it is a 2xx JSON document that names
 /// this operation at the identity pointer (default `/operation_id`) and has a succeeded status at
