@@ -314,10 +314,10 @@ async fn the_operation_page_says_what_to_decide_and_shows_the_redacted_package()
         b.contains("The vendor may have carried out “create ticket”: a person must decide"),
         "{b}"
     );
-    assert!(b.contains("lookups found nothing"), "{b}");
+    assert!(b.contains("Lookups found nothing"), "{b}");
     assert!(b.contains("4 of 4 lookups used"), "{b}");
     assert!(b.contains("1 of 3 attempts used"), "{b}");
-    assert!(b.contains("nobody has claimed it yet"), "{b}");
+    assert!(b.contains("Nobody has claimed it yet"), "{b}");
     assert!(b.contains("Never create it again by hand"));
     // The package: parameters redacted, attempts with id and generation, the timeline.
     assert!(
@@ -331,7 +331,10 @@ async fn the_operation_page_says_what_to_decide_and_shows_the_redacted_package()
         b.contains("Unknown → Manual review"),
         "the escalation is in the timeline"
     );
-    assert!(b.contains("query budget exhausted"), "and why");
+    assert!(
+        b.contains("Handed to a person because: query budget exhausted"),
+        "and why"
+    );
     assert!(b.contains("of 4 used"), "lookups used of allowed");
     assert!(b.contains("Writes</dt><dd>allowed"));
     // The forms carry the version shown and a token.
@@ -509,7 +512,7 @@ async fn a_stale_version_is_409_with_the_current_state_and_a_double_submit_says_
         stale.body.contains("Manual review"),
         "the current state is shown"
     );
-    assert!(stale.body.contains("claimed by alice"));
+    assert!(stale.body.contains("Claimed by alice"));
     let row = drill.record(op.id()).await;
     assert_eq!(
         row.state,
@@ -563,7 +566,11 @@ async fn claim_then_resolve_succeeded_closes_it_with_the_audit_trail_and_sends_n
 
     let page = get(&app, Some("alice"), a.location.as_deref().unwrap()).await;
     assert!(page.body.contains("Claimed. Automatic sends are stopped"));
-    assert!(page.body.contains("claimed by alice"));
+    assert!(page.body.contains("Claimed by alice"));
+    assert!(
+        page.body.contains("You hold this operation"),
+        "no second claim form for the holder"
+    );
     let (version, csrf) = (hidden(&page.body, "version"), hidden(&page.body, "csrf"));
     assert_eq!(version, claimed.version.to_string());
 

@@ -234,8 +234,32 @@ pub(super) fn summary(p: &HandoffPackage, now_ms: i64) -> Summary {
         counts.insert(0, f);
     }
     facts.push(counts.join("; "));
-    if let Some(r) = &p.reason {
-        facts.push(format!("recorded reason: {r}"));
+    // Why it was handed over: the escalation's note (a claim overwrites the row's reason).
+    let escalation = p
+        .evidence
+        .iter()
+        .rev()
+        .find(|e| {
+            !e.kind.starts_with("review")
+                && matches!(e.transition, Some((_, Some(State::ManualReview))))
+        })
+        .and_then(|e| e.note.clone());
+    match (escalation, &p.reason) {
+        (Some(n), _) => facts.push(format!("handed to a person because: {n}")),
+        (None, Some(r)) if !r.starts_with("claimed by") => {
+            facts.push(format!("recorded reason: {r}"));
+        }
+        _ => {}
+    }
+    if p.state.is_terminal()
+        && let Some(n) = p
+            .evidence
+            .iter()
+            .rev()
+            .find(|e| e.kind == AUDIT_KIND)
+            .and_then(|e| e.note.as_deref())
+    {
+        facts.push(format!("decided by {n}"));
     }
     match last_claim(p) {
         Some((who, at, _)) if !p.state.is_terminal() => facts.push(format!(
@@ -276,8 +300,16 @@ pub(super) fn summary(p: &HandoffPackage, now_ms: i64) -> Summary {
     }
     Summary {
         headline,
-        facts,
+        facts: facts.into_iter().map(capitalized).collect(),
         advice,
+    }
+}
+
+fn capitalized(s: String) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(first) if first.is_lowercase() => first.to_uppercase().chain(c).collect(),
+        _ => s,
     }
 }
 
