@@ -817,3 +817,66 @@ async fn an_all_tenants_router_finds_the_tenant_and_a_scoped_one_stays_in_its_te
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     let _keep_vendor_alive: &FakeVendor = &drill.vendor;
 }
+
+#[tokio::test]
+async fn a_claim_from_the_page_while_unknown_stops_the_engine_before_it_replays() {
+    // Drill D27 on the page: the operation is UNKNOWN and the engine would look and replay; a
+    // person claims it first.
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract(),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-review-ui-d27");
+    drill.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    assert_eq!(drill.record(op.id()).await.state, State::Unknown);
+    let app = app(config(&drill));
+
+    let page = get(&app, Some("alice"), &op_path(&op)).await;
+    assert!(
+        page.body.contains("the engine is still verifying it"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("The engine owns it"));
+    assert!(
+        !page.body.contains("name=\"decision\""),
+        "resolving waits for review"
+    );
+    let (version, csrf) = (hidden(&page.body, "version"), hidden(&page.body, "csrf"));
+    let a = post(
+        &app,
+        Some("alice"),
+        &format!("{}/claim", op_path(&op)),
+        &[
+            ("version", &version),
+            ("csrf", &csrf),
+            ("reason", "the customer reports a duplicate risk"),
+        ],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    for _ in 0..3 {
+        drill.recoverer.run_once().await.unwrap();
+    }
+    let row = drill.record(op.id()).await;
+    assert_eq!(
+        row.state,
+        State::ManualReview,
+        "the engine does not take it back"
+    );
+    assert_eq!(
+        drill.vendor.posts_received(),
+        1,
+        "no replay after the claim"
+    );
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    let page = get(&app, Some("alice"), &op_path(&op)).await;
+    assert!(page.body.contains("You hold this operation"));
+    assert!(
+        page.body.contains("name=\"decision\""),
+        "now it can be resolved"
+    );
+}
