@@ -1,6 +1,7 @@
 //! The review page in a real browser (issue 12 item 3): headless Chromium driven through
 //! WebDriver (chromedriver) opens the queue, opens the operation a drill left in review, claims
-//! it and resolves it, saving a screenshot of each page to `target/review-ui-screenshots/`; then
+//! it and resolves it, saving a screenshot of each page to `target/review-ui-screenshots/`
+//! (`queue`, `operation`, `claimed`, `resolved`, and `timeline`: the evidence log); then
 //! the ledger and the fake vendor are checked.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `apt-get install chromium chromium-driver`).
@@ -240,6 +241,15 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
         let badge = client.find(Locator::Css("h1 .badge")).await?.text().await?;
         assert_eq!(badge, "Succeeded");
         shoot(&client, &shots, "resolved").await;
+        // The evidence timeline with the reviewer's entries (an anchor: no script needed).
+        let url = client.current_url().await?;
+        client.goto(&format!("{url}#timeline")).await?;
+        let timeline = client.find(Locator::Css("#timeline")).await?.text().await?;
+        assert!(
+            timeline.contains("ticket W731 found in the vendor console"),
+            "{timeline}"
+        );
+        shoot(&client, &shots, "timeline").await;
         Ok::<_, fantoccini::error::CmdError>(())
     };
     let result = run.await;
@@ -264,7 +274,7 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
     // Reviewing sent nothing to the vendor.
     assert_eq!(drill.vendor.posts_received(), posts);
     assert_eq!(drill.vendor.tickets_created(), tickets);
-    for name in ["queue", "operation", "claimed", "resolved"] {
+    for name in ["queue", "operation", "claimed", "resolved", "timeline"] {
         let png = std::fs::read(shots.join(format!("{name}.png"))).unwrap();
         assert!(png.starts_with(b"\x89PNG"), "{name}.png is a PNG");
     }

@@ -1084,6 +1084,8 @@ fn operation_view(
             ago: words::age(now - e.at_ms),
             kind: words::kind(&e.kind),
             transition: match e.transition {
+                // No change of state: just the state it stayed in.
+                Some((Some(from), Some(to))) if from == to => words::state(to).to_owned(),
                 Some((from, to)) => format!(
                     "{} → {}",
                     from.map_or("—", words::state),

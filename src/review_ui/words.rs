@@ -259,7 +259,7 @@ pub(super) fn summary(p: &HandoffPackage, now_ms: i64) -> Summary {
             .find(|e| e.kind == AUDIT_KIND)
             .and_then(|e| e.note.as_deref())
     {
-        facts.push(format!("decided by {n}"));
+        facts.push(format!("decision: {n}"));
     }
     match last_claim(p) {
         Some((who, at, _)) if !p.state.is_terminal() => facts.push(format!(
