@@ -611,7 +611,7 @@ fn host_of(url: &str) -> String {
 fn row_view(base: &str, cfg: &ReviewUiConfig, r: &OperationRecord, now: i64) -> RowView {
     let reason = r.reason.clone().unwrap_or_default();
     let reason = if reason.chars().count() > 90 {
-        format!("{}…", crate::review::first_chars(&reason, 89))
+        format!("{}…", crate::encoding::first_chars(&reason, 89))
     } else {
         reason
     };
@@ -1096,7 +1096,7 @@ fn operation_view(
             attempt: e
                 .attempt_id
                 .as_deref()
-                .map(|a| crate::review::first_chars(a, 8).to_owned())
+                .map(|a| crate::encoding::first_chars(a, 8).to_owned())
                 .unwrap_or_default(),
             generation: e.generation,
             evidence: e.evidence.as_ref().map(words::evidence).unwrap_or_default(),
@@ -1231,7 +1231,7 @@ fn posted(form: &[(String, String)]) -> Result<Posted, (StatusCode, String)> {
             "A reason is required: say what you checked and why you decided this.".to_owned(),
         ));
     }
-    let reason = crate::review::first_chars(reason, MAX_REASON).to_owned();
+    let reason = crate::encoding::first_chars(reason, MAX_REASON).to_owned();
     Ok(Posted {
         tenant: field(form, "tenant").map(str::to_owned),
         version,
@@ -1246,7 +1246,7 @@ fn decision(form: &[(String, String)]) -> Result<ReviewDecision, String> {
             remote_ref: field(form, "remote_ref")
                 .map(str::trim)
                 .filter(|r| !r.is_empty())
-                .map(|r| crate::review::first_chars(r, 200).to_owned()),
+                .map(|r| crate::encoding::first_chars(r, 200).to_owned()),
         }),
         "not_executed" => {
             if field(form, "reapprove").is_some_and(|v| !v.is_empty()) {
