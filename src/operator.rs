@@ -178,7 +178,7 @@ pub struct Explanation {
 /// Explains `pkg` at `now_ms` (ms since the Unix epoch): "the vendor may have created this;
 /// 4 lookups over 12m found nothing; 1 of 3 attempts used".
 pub fn explain(pkg: &HandoffPackage, now_ms: i64) -> Explanation {
-    let action = pkg.action.replace('_', " ");
+    let action = format!("write ({})", pkg.action);
     let claim = current_claim(pkg);
     let headline = match pkg.state {
         State::ManualReview => match &claim {

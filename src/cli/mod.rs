@@ -818,10 +818,12 @@ impl Ctx {
                 let mut handed_over: Option<i64> = None;
                 let mut claimed: Option<i64> = None;
                 for e in &log {
+                    let into_review = e.entry.to_state == Some(State::ManualReview)
+                        && e.entry.from_state != Some(State::ManualReview);
+                    if into_review {
+                        handed_over.get_or_insert(e.entry.at_ms);
+                    }
                     match e.entry.kind.as_str() {
-                        "escalated" => {
-                            handed_over.get_or_insert(e.entry.at_ms);
-                        }
                         "review_claimed" => {
                             let start = *handed_over.get_or_insert(e.entry.at_ms);
                             if claimed.is_none() {

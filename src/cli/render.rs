@@ -244,11 +244,13 @@ pub(super) fn show(
             if ev.kind == "review_claimed" || ev.kind == "review" {
                 what.push("AUDIT".to_owned());
             }
-            if let Some(x) = &ev.evidence {
-                what.push(describe_evidence(x));
+            let described = ev.evidence.as_ref().map(describe_evidence);
+            if let Some(d) = &described {
+                what.push(d.clone());
             }
             if let Some(n) = &ev.note
                 && !n.is_empty()
+                && !described.as_ref().is_some_and(|d| d.contains(n.as_str()))
             {
                 what.push(format!("({n})"));
             }
