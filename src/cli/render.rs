@@ -355,6 +355,14 @@ pub(super) fn acted(
             a.reason.as_deref().unwrap_or("not given")
         );
     }
+    if pkg.state == State::ManualReview {
+        let _ = writeln!(
+            out,
+            "next: recoverable-write resolve {op} succeeded|not-executed|keep-pending --version {} \
+             --reviewer … --reason \"…\"",
+            pkg.version
+        );
+    }
     out
 }
 
