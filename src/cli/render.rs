@@ -429,6 +429,8 @@ impl Spread {
 /// What `stats` reports.
 #[derive(Debug, Serialize)]
 pub(super) struct Stats {
+    /// Open operations per state, in `OPEN_STATES` order (a JSON object `{"UNKNOWN": 0, …}`).
+    #[serde(serialize_with = "as_map")]
     pub(super) counts: Vec<(State, u64)>,
     pub(super) by_target: Vec<TargetCount>,
     pub(super) oldest: Vec<Oldest>,
@@ -442,6 +444,10 @@ pub(super) struct Stats {
     pub(super) open_scanned: usize,
     pub(super) truncated: bool,
     pub(super) now_ms: i64,
+}
+
+fn as_map<S: serde::Serializer>(v: &[(State, u64)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(v.iter().map(|(state, n)| (state.as_str(), n)))
 }
 
 pub(super) fn stats(s: &Stats) -> String {
