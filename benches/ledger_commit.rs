@@ -2,7 +2,7 @@
 //! creating and claiming an operation in one transaction (`create_and_apply`) saves.
 //!
 //! ```text
-//! cargo bench --bench ledger_commit
+//! cargo bench -p recoverable-write-benches --bench ledger_commit
 //! ```
 //!
 //! Every ledger is a file in a temp dir with `synchronous=FULL` (the default). Benchmarks:

@@ -17,7 +17,7 @@
 //!   middleware (MemoryLedger) in front of reqwest-retry.
 //!
 //! ```text
-//! cargo bench --all-features --bench overhead -- --noplot
+//! cargo bench -p recoverable-write-benches --bench overhead -- --noplot
 //! ```
 //!
 //! Two phases, one run:

@@ -2,7 +2,7 @@
 //! pile up, and the memory an operation costs while it is in flight.
 //!
 //! ```text
-//! cargo bench --bench recovery_scan
+//! cargo bench -p recoverable-write-benches --bench recovery_scan
 //! ```
 //!
 //! # Scans: 1,000 vs 1,000,000 terminal rows

@@ -44,3 +44,9 @@ mod tests {
         assert_eq!(decode_component_str("client%5Fsecret"), "client_secret");
     }
 }
+
+/// The first `n` characters of `s` (all of it when shorter). Stored strings may hold anything:
+/// a byte count could cut inside a character and panic (`floor_char_boundary` is unstable).
+pub(crate) fn first_chars(s: &str, n: usize) -> &str {
+    s.char_indices().nth(n).map_or(s, |(end, _)| &s[..end])
+}

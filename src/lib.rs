@@ -69,8 +69,9 @@ pub mod callbacks;
 pub mod cli;
 pub mod clock;
 pub mod contract;
+mod core;
 mod encoding;
-mod engine;
+mod error;
 pub mod evidence;
 pub mod guard;
 pub mod layer;
@@ -92,9 +93,10 @@ pub use authorize::{Access, Authorizer, Denied};
 pub use budget::{BudgetBound, BudgetError, BudgetPolicy, ReplayLimiter};
 pub use builder::{BuildError, Config, ConfigBuilder};
 pub use contract::{Contract, Contracts};
+pub use error::{Error, Outcome};
 pub use evidence::{ConflictKind, Evidence};
 pub use guard::{SendOnceGuard, SendOnceGuardLayer};
-pub use layer::{Error, Outcome, RecoverableWrite, RecoverableWriteLayer, ResponseBody};
+pub use layer::{RecoverableWrite, RecoverableWriteLayer, ResponseBody};
 #[cfg(feature = "postgres")]
 pub use ledger::PostgresLedger;
 #[cfg(feature = "sqlite")]

@@ -10,8 +10,8 @@
 
 use tokio::sync::broadcast;
 
+use crate::error::Outcome;
 use crate::evidence::Evidence;
-use crate::layer::Outcome;
 
 /// Something reviewers and waiting callers may want to know.
 #[derive(Clone, Debug, PartialEq)]

@@ -133,7 +133,7 @@ impl fmt::Debug for IdempotencyKey {
         write!(
             f,
             "IdempotencyKey({}…)",
-            crate::review::first_chars(&self.0, 8)
+            crate::encoding::first_chars(&self.0, 8)
         )
     }
 }

@@ -75,11 +75,10 @@ use reqwest_middleware::{Middleware, Next};
 use reqwest_retry::{Retryable, RetryableStrategy};
 
 use crate::BoxError;
+use crate::RecoverableWriteLayer;
+use crate::core::{Observed, Shared, Step, await_resolution, prepare_inner, record_attempt};
+use crate::error::{Error, Outcome};
 use crate::guard::{AttemptToken, GuardStats, SendRefused, Untracked, admit};
-use crate::layer::{
-    Error, Observed, Outcome, RecoverableWriteLayer, Shared, Step, await_resolution, prepare_inner,
-    record_attempt,
-};
 use crate::operation::Operation;
 
 /// A reqwest client builder with reqwest's own retries off and redirects not followed: a

@@ -30,7 +30,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::layer::{Error, Outcome};
+use crate::error::{Error, Outcome};
 use crate::state::State;
 
 impl IntoResponse for Outcome {

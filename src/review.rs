@@ -23,9 +23,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::authorize::Access;
-use crate::engine::{self, Applied, Extras};
+use crate::core::Shared;
+use crate::core::engine::{self, Applied, Extras};
+use crate::encoding::first_chars;
 use crate::evidence::Evidence;
-use crate::layer::Shared;
 use crate::ledger::{Ledger, LedgerError, NewEvidence, OperationRecord};
 use crate::operation::{OperationId, Tenant};
 use crate::state::{Event, Refused, ReviewDecision, State};
@@ -594,12 +595,6 @@ fn check_version(row: &OperationRecord, expected: u64) -> Result<(), ReviewError
             current: row.version,
         })
     }
-}
-
-/// The first `n` characters of `s` (all of it when shorter). Stored strings may hold anything:
-/// a byte count could cut inside a character and panic (`floor_char_boundary` is unstable).
-pub(crate) fn first_chars(s: &str, n: usize) -> &str {
-    s.char_indices().nth(n).map_or(s, |(end, _)| &s[..end])
 }
 
 fn summarize(row: &OperationRecord) -> ParameterSummary {

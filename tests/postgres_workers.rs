@@ -122,7 +122,8 @@ fn recoverer(ledger: Arc<dyn Ledger>, vendor_base: &str, lease: Duration) -> Rec
     )
     .tenant_header(HeaderName::from_static("x-tenant"))
     .timeout(Duration::from_secs(2));
-    Recoverer::new(ledger)
+    RecoverableWriteLayer::from_arc(ledger)
+        .recoverer()
         .reconciler(lookup)
         .lease(lease)
         .batch_size(16)

@@ -75,12 +75,12 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::ContractRef;
 use super::error::ContractErrorKind;
 use super::profiles;
 use super::registry::{Contracts, Target};
 use super::rules::{BodyMatch, EvidenceClass, HeaderMatch, Rule, StatusMatch, XmlMatch};
 use super::{Contract, KeyPlacement, Lookup, RemoteRef, Replay};
-use crate::ledger::ContractRef;
 use crate::operation::PayloadDigest;
 
 /// The longest `extends` chain of a file's contracts, the contract itself included (built-in

@@ -68,7 +68,6 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::evidence::Evidence;
-use crate::ledger::ContractRef;
 use crate::operation::{IdempotencyKey, PayloadDigest};
 
 mod classify;
@@ -83,6 +82,15 @@ mod validate;
 
 #[cfg(test)]
 mod tests;
+
+/// Names a contract and pins its exact content, frozen on the operation row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContractRef {
+    /// The contract's name (e.g. `stripe-v1`).
+    pub name: String,
+    /// SHA-256 of the contract's canonical serialization.
+    pub hash: String,
+}
 
 pub use config::{ConfigError, ConfigErrorKind};
 pub use error::{ContractError, ContractErrorKind};

@@ -8,8 +8,8 @@ use http::{Method, Uri};
 use serde::{Deserialize, Serialize};
 
 use super::Contract;
+use super::ContractRef;
 use super::error::{ContractError, ContractErrorKind as Kind};
-use crate::ledger::ContractRef;
 
 /// How specific a matching target is: (exact host, path prefix length, method given).
 pub(super) type Rank = (bool, usize, bool);

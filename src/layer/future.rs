@@ -13,8 +13,10 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use super::{AttemptCtx, Error, Observed, ResponseBody, Step, finish};
+use super::ResponseBody;
 use crate::BoxError;
+use crate::core::{AttemptCtx, Observed, Step, finish};
+use crate::error::Error;
 use crate::ledger::BoxFuture;
 
 pin_project! {

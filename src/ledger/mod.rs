@@ -18,7 +18,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
 use crate::budget::BudgetPolicy;
 use crate::evidence::Evidence;
@@ -53,14 +52,7 @@ pub mod conformance;
 /// A boxed, `Send` future, as returned by [`Ledger`] methods (the trait stays object safe).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Names a contract and pins its exact content, frozen on the operation row.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContractRef {
-    /// The contract's name (e.g. `stripe-v1`).
-    pub name: String,
-    /// SHA-256 of the contract's canonical serialization.
-    pub hash: String,
-}
+pub use crate::contract::ContractRef;
 
 /// The vendor's response kept for callers that ask again (status, chosen headers, bounded body).
 #[derive(Clone, Debug, PartialEq, Eq)]

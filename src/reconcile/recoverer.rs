@@ -21,11 +21,11 @@ use crate::BoxError;
 use crate::authorize::Access;
 use crate::budget::ReplayLimiter;
 use crate::contract::Contract;
-use crate::engine::{self, Applied, Extras};
+use crate::core::engine::{self, Applied, Extras};
+use crate::core::outgoing;
+use crate::core::{AttemptCtx, Observed, Shared, record_attempt};
 use crate::evidence::Evidence;
 use crate::guard::AttemptToken;
-use crate::layer::outgoing;
-use crate::layer::{AttemptCtx, Observed, Shared, record_attempt};
 use crate::ledger::{
     Ledger, LedgerError, OldestPerState, OperationRecord, StateCounts, TenantScope, WATCHED_STATES,
 };
@@ -84,18 +84,30 @@ pub struct RecoveryReport {
 /// Rows a store cannot decode are quarantined by the store and skipped; the others are
 /// recovered. A pass that panics is reported and counted, and the next one runs.
 ///
-/// ```no_run
+/// There is no constructor of its own: a recoverer comes from the configuration its operations
+/// were made under ([`Config::recoverer`](crate::Config::recoverer), or
+/// [`RecoverableWriteLayer::recoverer`](crate::RecoverableWriteLayer::recoverer)), so it always
+/// has their contracts, budget, authorizer, notifier and transport. A recoverer over a bare
+/// ledger does not compile:
+///
+/// ```compile_fail
 /// # use std::sync::Arc;
-/// # use recoverable_write::{Recoverer, HttpLookup, MemoryLedger, ledger::Ledger};
+/// # use recoverable_write::{MemoryLedger, Recoverer};
+/// let recoverer = Recoverer::new(Arc::new(MemoryLedger::new()));
+/// ```
+///
+/// ```no_run
+/// # use recoverable_write::{HttpLookup, MemoryLedger, RecoverableWrite};
 /// # fn client() -> tower::util::BoxCloneSyncService<http::Request<http_body_util::Full<bytes::Bytes>>, http::Response<http_body_util::Full<bytes::Bytes>>, recoverable_write::BoxError> { unimplemented!() }
-/// # async fn run() {
-/// let ledger: Arc<dyn Ledger> = Arc::new(MemoryLedger::new());
-/// let handle = Recoverer::new(ledger)
+/// # async fn run() -> Result<(), recoverable_write::BuildError> {
+/// let rw = RecoverableWrite::builder(MemoryLedger::new())
+///     .transport(client()) // lookups and replays go through it
 ///     .reconciler(HttpLookup::new(client(), "http://vendor.test/operations/{operation_id}"))
-///     .replay_through(client())
-///     .spawn();
+///     .build()?;
+/// let handle = rw.recoverer().spawn();
 /// // ... on shutdown:
 /// handle.shutdown().await;
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Clone)]
@@ -132,14 +144,6 @@ impl fmt::Debug for Recoverer {
 }
 
 impl Recoverer {
-    /// A recoverer over `ledger` with the conservative default contract and no reconciler or
-    /// replay path: every due operation escalates until one is configured. Prefer
-    /// [`RecoverableWriteLayer::recoverer`](crate::RecoverableWriteLayer::recoverer), which shares
-    /// the layer's contracts, authorizer and notifier.
-    pub fn new(ledger: Arc<dyn Ledger>) -> Self {
-        Self::from_shared(Arc::new(Shared::new(ledger)))
-    }
-
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
         Self {
             shared,
@@ -814,7 +818,7 @@ impl Recoverer {
                     #[cfg(feature = "metrics")]
                     metrics::counter!("recoverable_write_recovery_panics_total").increment(1);
                     tracing::error!(
-                        panic = %crate::layer::Short(&what),
+                        panic = %crate::error::Short(&what),
                         "recovery pass panicked; the rows it held are retried after their lease"
                     );
                 }

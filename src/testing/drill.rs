@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::FakeVendor;
+use crate::ResponseBody;
 use crate::contract::{EvidenceClass, KeyPlacement, RemoteRef, Replay, Rule};
 use crate::guard::GuardStats;
-use crate::layer::ResponseBody;
 use crate::ledger::{EvidenceEntry, Ledger, OperationRecord};
 use crate::{
     Access, BoxError, BudgetPolicy, Contract, Denied, Error, HttpLookup, Operation, OperationId,

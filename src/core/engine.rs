@@ -1,7 +1,8 @@
 //! Glue between the pure state machine and the ledger, shared by the layer and the recoverer.
 
+use super::Shared;
+use crate::error::Outcome;
 use crate::evidence::Evidence;
-use crate::layer::{Outcome, Shared};
 use crate::ledger::{
     LedgerError, NewEvidence, NewOperation, OperationRecord, StoredResponse, Update,
 };

@@ -1,0 +1,769 @@
+//! The write path every adapter calls: freeze, claim, send once, record, wait.
+//!
+//! The tower layer ([`crate::layer`]), the reqwest middleware and the recoverer are thin adapters
+//! over this module: they hand it a request (or a row) and it decides, with the ledger and the
+//! state machine, what may be sent and records what came back. Nothing here knows about any of
+//! the adapters.
+
+pub(crate) mod engine;
+pub(crate) mod outgoing;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt, Full, Limited};
+
+use self::engine::{Applied, Extras};
+use crate::BoxError;
+use crate::authorize::{Access, SharedAuthorizer};
+use crate::budget::BudgetPolicy;
+use crate::clock::SharedClock;
+use crate::contract::{Contract, Contracts};
+pub(crate) use crate::error::{Error, Outcome};
+use crate::guard::AttemptToken;
+use crate::ledger::{Created, Ledger, NewOperation, OperationRecord, StoredResponse};
+use crate::notify::Notifier;
+use crate::operation::{AttemptId, FrozenRequest, IdempotencyKey, Operation, PayloadHash};
+use crate::state::{Event, State};
+
+/// Default limit on a write's request body: 1 MiB.
+pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
+/// Default limit on a write's response body: 4 MiB.
+pub const DEFAULT_MAX_RESPONSE_BODY: usize = 4 * 1024 * 1024;
+/// Default limit on the response body kept in the ledger for callers that ask again: 64 KiB.
+pub const DEFAULT_STORED_BODY: usize = 64 * 1024;
+
+/// Headers of a vendor response that are never stored.
+const UNSTORED_RESPONSE_HEADERS: &[&str] = &[
+    "set-cookie",
+    "authorization",
+    "proxy-authenticate",
+    "www-authenticate",
+    "connection",
+    "transfer-encoding",
+    "content-length",
+    "keep-alive",
+];
+
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) contracts: Contracts,
+    pub(crate) policy: BudgetPolicy,
+    pub(crate) max_request_body: usize,
+    pub(crate) max_response_body: usize,
+    pub(crate) stored_body: usize,
+    pub(crate) authorizer: SharedAuthorizer,
+    pub(crate) notifier: Notifier,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) track_all_writes: bool,
+    pub(crate) clock: SharedClock,
+}
+
+impl Shared {
+    /// The operation row for a write: contract chosen per target, request frozen without
+    /// credentials, payload hashed with the contract's digest, budget frozen. The one place this
+    /// is decided, for the layer and for callers that create operations themselves (outbox).
+    pub(crate) fn new_operation(
+        &self,
+        op: &Operation,
+        method: &Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        body: Bytes,
+    ) -> (NewOperation, Arc<Contract>) {
+        let (contract, contract_ref) = self.contracts.select_with_reference(method, uri);
+        let frozen = FrozenRequest::freeze(method, uri, headers, body, contract.secrets());
+        // Over the URL without credentials: rotating an API key in the query is not another
+        // payload.
+        let redacted = crate::operation::redacted_uri(uri, &contract.secret_query_params);
+        let payload_hash =
+            PayloadHash::compute_for(method, &redacted, &frozen.body, &contract.digest);
+        let new = NewOperation {
+            tenant: op.tenant().clone(),
+            operation_id: op.id().clone(),
+            action: op.action().to_owned(),
+            intent_ref: op.intent_ref().to_owned(),
+            // The caller's own key, where the contract places keys, is adopted (and checked
+            // like any key when it is placed); otherwise a fresh opaque one.
+            idempotency_key: outgoing::caller_key(contract, uri, headers, &frozen.body)
+                .map_or_else(IdempotencyKey::generate, IdempotencyKey::from_stored),
+            payload_hash,
+            request: Arc::new(frozen),
+            contract: contract_ref.clone(),
+            policy: self.policy.clone(),
+            now_ms: self.clock.now_ms(),
+        };
+        (new, contract.clone())
+    }
+
+    pub(crate) fn new(ledger: Arc<dyn Ledger>) -> Self {
+        Self {
+            ledger,
+            contracts: Contracts::default(),
+            policy: BudgetPolicy::default(),
+            max_request_body: DEFAULT_MAX_REQUEST_BODY,
+            max_response_body: DEFAULT_MAX_RESPONSE_BODY,
+            stored_body: DEFAULT_STORED_BODY,
+            authorizer: SharedAuthorizer::default(),
+            notifier: Notifier::default(),
+            wait: None,
+            track_all_writes: false,
+            clock: SharedClock::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoverableWriteConfig")
+            .field("ledger", &self.ledger)
+            .field("contracts", &self.contracts)
+            .field("policy", &self.policy)
+            .field("max_request_body", &self.max_request_body)
+            .field("max_response_body", &self.max_response_body)
+            .field("stored_body", &self.stored_body)
+            .field("authorizer", &self.authorizer)
+            .field("wait", &self.wait)
+            .field("track_all_writes", &self.track_all_writes)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the preparation phase decided.
+pub(crate) enum Step<B> {
+    /// Send this request; the attempt is registered.
+    Send(Request<B>, Box<AttemptCtx>),
+    /// Nothing to send: the answer comes from the ledger.
+    Done(Response<Full<Bytes>>),
+}
+
+/// What the finishing phase needs to know about the attempt in flight.
+pub(crate) struct AttemptCtx {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) contract: Arc<Contract>,
+    pub(crate) record: OperationRecord,
+    pub(crate) attempt: AttemptId,
+    pub(crate) token: AttemptToken,
+    pub(crate) deadline: tokio::time::Instant,
+}
+
+pub(crate) async fn prepare<B>(shared: Arc<Shared>, req: Request<B>) -> Result<Step<B>, Error>
+where
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    match prepare_inner(shared.clone(), req).await {
+        Err(e) => await_resolution(&shared, e).await.map(Step::Done),
+        ok => ok,
+    }
+}
+
+pub(crate) async fn prepare_inner<B>(shared: Arc<Shared>, req: Request<B>) -> Result<Step<B>, Error>
+where
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let (mut parts, body) = req.into_parts();
+    let op = parts
+        .extensions
+        .get::<Operation>()
+        .cloned()
+        .unwrap_or_else(|| Operation::ad_hoc(&parts.method, &parts.uri));
+
+    // Freeze the body: bounded, of known length.
+    let hint = body.size_hint();
+    match hint.upper() {
+        None => return Err(Error::NonReplayableBody),
+        Some(n) if n > shared.max_request_body as u64 => {
+            return Err(Error::BodyTooLarge {
+                limit: shared.max_request_body,
+            });
+        }
+        Some(_) => {}
+    }
+    let bytes = match Limited::new(body, shared.max_request_body).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(Error::BodyTooLarge {
+                limit: shared.max_request_body,
+            });
+        }
+        Err(source) => return Err(Error::BodyRead { source }),
+    };
+
+    let (new, contract) = shared.new_operation(
+        &op,
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        bytes.clone(),
+    );
+    let payload_hash = new.payload_hash.clone();
+    let ledger_err = |source| Error::Ledger {
+        operation: Some(op.id().clone()),
+        source,
+    };
+    // The exact request is built, key placed, before anything is written: a request the
+    // contract cannot place its key in leaves nothing behind.
+    let carried = outgoing::Carried::take(&mut parts, &contract).with_body(&contract, &bytes);
+    let fresh = outgoing::build(&new.request, &contract, &new.idempotency_key, carried)
+        .map_err(|e| build_error(op.id(), e))?;
+
+    // Without an authorizer, a new operation is created and its first send claimed in one
+    // ledger call. With one, permission is checked on the PREPARED row before send rights are
+    // claimed: a refusal leaves the operation PREPARED (never sent) for a caller with permission.
+    let attempt = AttemptId::generate();
+    let created = if op.is_resume() {
+        // A resume never creates: an id the ledger does not hold is an error, nothing is sent.
+        match shared
+            .ledger
+            .get(op.tenant(), op.id())
+            .await
+            .map_err(ledger_err)?
+        {
+            Some(row) => Created::Existing(row),
+            None => {
+                return Err(Error::NotFound {
+                    tenant: op.tenant().clone(),
+                    operation: op.id().clone(),
+                });
+            }
+        }
+    } else {
+        let first = if shared.authorizer.is_open() {
+            engine::first_claim(&shared, &new, attempt)
+        } else {
+            None
+        };
+        match first {
+            Some(first) => shared.ledger.create_and_apply(new, first).await,
+            None => shared.ledger.create_or_get(new).await,
+        }
+        .map_err(ledger_err)?
+    };
+    let (record, request, contract) = match created {
+        Created::New(r) => (r, fresh, contract),
+        Created::Existing(r) => {
+            if r.payload_hash != payload_hash {
+                #[cfg(feature = "metrics")]
+                metrics::counter!(
+                    "recoverable_write_payload_conflicts_total",
+                    "target" => engine::target_of(&r),
+                    "tenant" => r.tenant.to_string(),
+                )
+                .increment(1);
+                tracing::warn!(
+                    operation = %r.operation_id,
+                    tenant = %r.tenant,
+                    "conflicting payload for an existing operation; nothing sent"
+                );
+                return Err(Error::Conflict {
+                    operation: r.operation_id,
+                });
+            }
+            // The contract frozen on the row (looked up once; `None` if no longer configured).
+            let frozen_contract = shared.contracts.find(&r.contract).cloned();
+            // A caller's own key must be the operation's: never silently replaced.
+            let key_contract = frozen_contract.as_deref().unwrap_or(&contract);
+            if let Some(key) =
+                outgoing::caller_key(key_contract, &parts.uri, &parts.headers, &bytes)
+                && key != r.idempotency_key.as_str()
+            {
+                return Err(Error::KeyMismatch {
+                    operation: r.operation_id,
+                });
+            }
+            // Resolved, or owned by the recovery engine: nothing to build, nothing to send.
+            if let Some(answer) = not_sendable(&r) {
+                return answer.map(Step::Done);
+            }
+            // Someone else created it (an outbox row, another instance mid-deploy): its first
+            // send uses the contract and the bytes frozen on its row, not this call's.
+            let Some(frozen_contract) = frozen_contract else {
+                tracing::warn!(
+                    operation = %r.operation_id,
+                    contract = %r.contract.name,
+                    "the operation's contract is not configured with the same content; nothing sent"
+                );
+                return Err(Error::ContractUnavailable {
+                    operation: r.operation_id,
+                    contract: r.contract.name,
+                });
+            };
+            // The caller's credentials and extensions, from the request built for a new
+            // operation, under the row's contract.
+            let carried = outgoing::Carried::take(&mut fresh.into_parts().0, &frozen_contract)
+                .with_body(&frozen_contract, &bytes);
+            let request =
+                outgoing::build(&r.request, &frozen_contract, &r.idempotency_key, carried)
+                    .map_err(|e| build_error(&r.operation_id, e))?;
+            (r, request, frozen_contract)
+        }
+    };
+
+    let record = if record.state == State::InFlight && record.current_attempt == Some(attempt) {
+        // Created and claimed in one step.
+        engine::publish(&shared, &record);
+        record
+    } else {
+        if record.state == State::Prepared
+            && let Err(denied) = shared.authorizer.check(&record, Access::Write).await
+        {
+            tracing::warn!(operation = %record.operation_id, %denied, "write not authorized; nothing sent");
+            return Err(Error::Denied {
+                operation: record.operation_id,
+                source: denied,
+            });
+        }
+        match claim_send(&shared, record, attempt).await? {
+            Ok(record) => record,
+            Err(done) => return Ok(Step::Done(done)),
+        }
+    };
+
+    // The attempt is durable: send the request built above.
+    let (mut parts, body) = request.into_parts();
+    let token = AttemptToken::new(record.operation_id.clone(), attempt);
+    parts.extensions.insert(token.clone());
+    let timeout = record.policy.attempt_timeout();
+    tracing::debug!(
+        operation = %record.operation_id,
+        attempt = %attempt,
+        generation = %record.generation,
+        "sending attempt"
+    );
+    Ok(Step::Send(
+        Request::from_parts(parts, B::from(body)),
+        Box::new(AttemptCtx {
+            shared,
+            contract,
+            record,
+            attempt,
+            token,
+            deadline: tokio::time::Instant::now() + timeout,
+        }),
+    ))
+}
+
+fn build_error(operation: &crate::OperationId, e: outgoing::BuildError) -> Error {
+    match e {
+        outgoing::BuildError::Key(source) => Error::KeyPlacement { source },
+        outgoing::BuildError::Secrets => Error::SecretsUnavailable {
+            operation: operation.clone(),
+        },
+        outgoing::BuildError::Frozen(detail) => Error::Ledger {
+            operation: Some(operation.clone()),
+            source: crate::ledger::LedgerError::Corrupt {
+                operation: operation.to_string(),
+                detail: format!("the frozen request does not rebuild: {detail}"),
+            },
+        },
+    }
+}
+
+/// Claims send rights on an existing operation (two-step path). Only PREPARED (first send) is
+/// claimed here; every other state belongs to the recovery engine or is resolved (its stored
+/// result comes back as `Ok(Err(response))`).
+async fn claim_send(
+    shared: &Shared,
+    mut record: OperationRecord,
+    attempt: AttemptId,
+) -> Result<Result<OperationRecord, Response<Full<Bytes>>>, Error> {
+    let id = record.operation_id.clone();
+    let ledger_err = |source| Error::Ledger {
+        operation: Some(id.clone()),
+        source,
+    };
+    // Claim send rights. Only PREPARED (first send) is claimed here; every other state belongs
+    // to the recovery engine or is resolved.
+    loop {
+        if let Some(answer) = not_sendable(&record) {
+            return answer.map(Err);
+        }
+        let lease_until = shared.clock.now_ms() + record.policy.lease().as_millis() as i64;
+        let applied = engine::apply_event(
+            shared,
+            &record,
+            Event::ClaimSend,
+            engine::CLAIM_KIND,
+            Extras {
+                attempt: Some(attempt),
+                lease_until_ms: Some(lease_until),
+                ..Extras::default()
+            },
+        )
+        .await
+        .map_err(ledger_err)?;
+        match applied {
+            Applied::Done(r) if r.state == State::InFlight => {
+                record = *r;
+                break;
+            }
+            // The claim escalated (budget or window spent).
+            Applied::Done(r) => return Err(Error::for_state(&r, None, None, None)),
+            Applied::Refused(_) | Applied::Stale => {
+                // Someone else moved it first (a concurrent caller for the same operation).
+                record = shared
+                    .ledger
+                    .get(&record.tenant, &record.operation_id)
+                    .await
+                    .map_err(ledger_err)?
+                    .ok_or_else(|| {
+                        ledger_err(crate::ledger::LedgerError::Corrupt {
+                            operation: id.to_string(),
+                            detail: "operation vanished during claim".into(),
+                        })
+                    })?;
+            }
+        }
+    }
+
+    Ok(Ok(record))
+}
+
+/// The answer for a caller whose operation this call may not send: its stored result when it is
+/// resolved, its state when the recovery engine owns it; `None` for a `PREPARED` one.
+fn not_sendable(record: &OperationRecord) -> Option<Result<Response<Full<Bytes>>, Error>> {
+    match record.state {
+        State::Prepared => None,
+        State::Succeeded | State::Rejected => Some(Ok(stored_result(record))),
+        _ => Some(Err(Error::for_state(record, None, None, None))),
+    }
+}
+
+/// Marks a response the crate wrote itself because the vendor's own answer was never seen (the
+/// operation was resolved by a lookup, a callback or a human): `recoverable-write-outcome:
+/// synthesized`.
+pub const OUTCOME_HEADER: &str = "recoverable-write-outcome";
+/// On a synthesized response: the vendor's status class the outcome stands for (`2xx` for
+/// `SUCCEEDED`, `4xx` for `REJECTED`).
+pub const STATUS_CLASS_HEADER: &str = "recoverable-write-status-class";
+/// On a synthesized response: the vendor's reference of the created object, when known.
+pub const REMOTE_REF_HEADER: &str = "recoverable-write-remote-ref";
+
+/// The answer when no vendor response is stored: `200 OK` for `SUCCEEDED`, `422 Unprocessable
+/// Entity` for `REJECTED`, with the [`Outcome`] as JSON and the headers above. Code that parses
+/// the vendor's body must check [`OUTCOME_HEADER`] first.
+fn synthesized(record: &OperationRecord, outcome: &Outcome) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec(outcome).unwrap_or_default();
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let (status, class) = match record.state {
+        State::Rejected => (http::StatusCode::UNPROCESSABLE_ENTITY, "4xx"),
+        _ => (http::StatusCode::OK, "2xx"),
+    };
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        OUTCOME_HEADER,
+        http::HeaderValue::from_static("synthesized"),
+    );
+    h.insert(STATUS_CLASS_HEADER, http::HeaderValue::from_static(class));
+    if let Some(v) = record
+        .remote_ref
+        .as_deref()
+        .and_then(|r| http::HeaderValue::from_str(r).ok())
+    {
+        h.insert(REMOTE_REF_HEADER, v);
+    }
+    r
+}
+
+/// The answer for a caller naming a resolved operation: the stored response, or a synthesized
+/// one (see [`OUTCOME_HEADER`]) when the operation was resolved by a lookup or a human.
+fn stored_result(record: &OperationRecord) -> Response<Full<Bytes>> {
+    let outcome = Outcome::from_record(record, None, true);
+    let mut res = match &record.response {
+        Some(stored) => {
+            let mut b = Response::builder().status(stored.status);
+            for (k, v) in &stored.headers {
+                b = b.header(k.as_str(), v.as_str());
+            }
+            b.body(Full::new(stored.body.clone())).ok()
+        }
+        None => None,
+    }
+    .unwrap_or_else(|| synthesized(record, &outcome));
+    res.extensions_mut().insert(outcome);
+    res
+}
+
+/// What the attempt produced.
+pub(crate) enum Observed<RB> {
+    Response(Response<RB>),
+    Failed(BoxError),
+    TimedOut,
+}
+
+pub(crate) async fn finish<RB>(
+    ctx: Box<AttemptCtx>,
+    observed: Observed<RB>,
+) -> Result<Response<Full<Bytes>>, Error>
+where
+    RB: Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+{
+    let shared = ctx.shared.clone();
+    match record_attempt(ctx, observed).await {
+        Err(e) => await_resolution(&shared, e).await,
+        ok => ok,
+    }
+}
+
+/// Reads, classifies and records what one attempt produced (the layer's first send and the
+/// recoverer's replays alike).
+pub(crate) async fn record_attempt<RB>(
+    ctx: Box<AttemptCtx>,
+    observed: Observed<RB>,
+) -> Result<Response<Full<Bytes>>, Error>
+where
+    RB: Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+{
+    let AttemptCtx {
+        shared,
+        contract,
+        record,
+        attempt,
+        token,
+        deadline,
+    } = *ctx;
+    let now = shared.clock.system_time();
+    let mut source = None;
+    let (evidence, response) = match observed {
+        Observed::Response(res) => {
+            let (parts, body) = res.into_parts();
+            let read = tokio::time::timeout_at(
+                deadline,
+                Limited::new(body, shared.max_response_body).collect(),
+            )
+            .await;
+            match read {
+                Ok(Ok(collected)) => {
+                    let body = collected.to_bytes();
+                    let evidence =
+                        contract.classify_response(parts.status, &parts.headers, &body, now);
+                    (evidence, Some(Response::from_parts(parts, body)))
+                }
+                Ok(Err(e)) => (
+                    crate::evidence::Evidence::unknown(format!(
+                        "response body lost after status {}: {}",
+                        parts.status,
+                        crate::error::Short(&e.to_string())
+                    )),
+                    None,
+                ),
+                Err(_) => (
+                    crate::evidence::Evidence::unknown(format!(
+                        "attempt timed out reading the body after status {}",
+                        parts.status
+                    )),
+                    None,
+                ),
+            }
+        }
+        Observed::Failed(e) => {
+            let evidence = if crate::guard::find_refusal(&*e).is_some() && token.was_sent() {
+                // An inner layer re-sent the attempt and the guard refused the copy. That proves
+                // the copy unsent, not the first one, whose outcome we never saw.
+                crate::evidence::Evidence::unknown(
+                    "an inner retry was refused by the send-once guard; the first send's outcome is unknown",
+                )
+            } else {
+                contract.classify_error(&*e)
+            };
+            source = Some(e);
+            (evidence, None)
+        }
+        Observed::TimedOut => (
+            crate::evidence::Evidence::unknown(format!(
+                "attempt timed out after {} ms",
+                record.policy.attempt_timeout_ms
+            )),
+            None,
+        ),
+    };
+    let retry_after = evidence.retry_after();
+    tracing::info!(
+        operation = %record.operation_id,
+        attempt = %attempt,
+        generation = %record.generation,
+        evidence = evidence.label(),
+        "attempt classified"
+    );
+
+    let authoritative = matches!(
+        evidence,
+        crate::evidence::Evidence::Succeeded { .. } | crate::evidence::Evidence::Rejected { .. }
+    );
+    let stored = match (&response, authoritative) {
+        (Some(res), true) => Some(StoredResponse {
+            status: res.status().as_u16(),
+            headers: res
+                .headers()
+                .iter()
+                .filter(|(k, _)| !UNSTORED_RESPONSE_HEADERS.contains(&k.as_str()))
+                .filter_map(|(k, v)| {
+                    v.to_str()
+                        .ok()
+                        .map(|v| (k.as_str().to_owned(), v.to_owned()))
+                })
+                .collect(),
+            // A copy, not a slice: a slice would pin the client's whole read buffer for as long
+            // as the ledger keeps the row.
+            body: Bytes::copy_from_slice(&res.body()[..res.body().len().min(shared.stored_body)]),
+        }),
+        _ => None,
+    };
+
+    let applied = engine::apply_event(
+        &shared,
+        &record,
+        Event::AttemptResult(evidence.clone()),
+        "attempt_result",
+        Extras {
+            attempt: Some(attempt),
+            lease_until_ms: None,
+            response: stored,
+            note: None,
+            after_send: true,
+        },
+    )
+    .await;
+
+    let mut recorded = false;
+    let row = match applied {
+        Ok(Applied::Done(row)) => {
+            recorded = true;
+            *row
+        }
+        Ok(Applied::Refused(_) | Applied::Stale) => {
+            // The lease ran out, or a reviewer or recoverer took the operation over while this
+            // attempt was on the wire: the observation is kept as evidence only.
+            if let Err(e) = engine::append_late(
+                &shared,
+                &record,
+                Some(attempt),
+                evidence.clone(),
+                "attempt result arrived after the operation moved on".into(),
+            )
+            .await
+            {
+                tracing::error!(operation = %record.operation_id, error = %e, "could not append late evidence");
+            }
+            match shared
+                .ledger
+                .get(&record.tenant, &record.operation_id)
+                .await
+            {
+                Ok(Some(row)) => row,
+                _ => record.clone(),
+            }
+        }
+        Err(e) => {
+            // The attempt happened but could not be recorded: the row stays IN_FLIGHT, its
+            // lease expires and reconciliation takes over. Never a duplicate.
+            tracing::error!(operation = %record.operation_id, error = %e, "could not record attempt result; it will be reconciled");
+            record.clone()
+        }
+    };
+
+    if row.state == State::Unknown {
+        #[cfg(feature = "metrics")]
+        metrics::counter!(
+            "recoverable_write_unknown_total",
+            "target" => engine::target_of(&row),
+            "tenant" => row.tenant.to_string(),
+        )
+        .increment(1);
+    }
+    match (row.state, response) {
+        (State::Succeeded | State::Rejected, Some(res)) => {
+            let (mut parts, body) = res.into_parts();
+            parts
+                .extensions
+                .insert(Outcome::from_record(&row, Some(attempt), false));
+            Ok(Response::from_parts(parts, Full::new(body)))
+        }
+        // Authoritative answer that the ledger could not take in (outage, or the operation was
+        // taken over): the vendor's answer is still the truth for this caller.
+        (_, Some(res)) if authoritative && !recorded => {
+            let mut outcome = Outcome::from_record(&row, Some(attempt), false);
+            if let crate::evidence::Evidence::Succeeded { remote_ref } = &evidence {
+                outcome.remote_ref = remote_ref.clone().or(outcome.remote_ref);
+            }
+            let (mut parts, body) = res.into_parts();
+            parts.extensions.insert(outcome);
+            Ok(Response::from_parts(parts, Full::new(body)))
+        }
+        (State::Succeeded | State::Rejected, None) => Ok(stored_result(&row)),
+        _ => Err(Error::for_state(&row, Some(attempt), source, retry_after)),
+    }
+}
+
+/// With [`RecoverableWriteLayer::wait_for_resolution`], waits for the recovery engine to resolve
+/// the operation named by `err`; otherwise returns `err`.
+pub(crate) async fn await_resolution(
+    shared: &Shared,
+    err: Error,
+) -> Result<Response<Full<Bytes>>, Error> {
+    let (Some(bound), Some(outcome)) = (shared.wait, err.outcome()) else {
+        return Err(err);
+    };
+    if !matches!(
+        outcome.state,
+        State::Unknown | State::InFlight | State::Processing | State::RetryReady
+    ) {
+        return Err(err);
+    }
+    let (tenant, op, attempt) = (
+        outcome.tenant.clone(),
+        outcome.operation_id.clone(),
+        outcome.attempt,
+    );
+    let deadline = tokio::time::Instant::now() + bound;
+    let mut rx = shared.notifier.subscribe();
+    let mut latest = None;
+    loop {
+        // The ledger is the truth: read it after subscribing, so no resolution is missed.
+        if let Ok(Some(row)) = shared.ledger.get(&tenant, &op).await {
+            match row.state {
+                State::Succeeded | State::Rejected => return Ok(stored_result(&row)),
+                State::ManualReview => return Err(Error::for_state(&row, attempt, None, None)),
+                _ => latest = Some(row),
+            }
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let poll = deadline.min(now + Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                notice = rx.recv() => match notice {
+                    Ok(n) if n.outcome().operation_id == op && n.outcome().tenant == tenant => break,
+                    Ok(_) => continue,
+                    // Missed notices: re-read the ledger.
+                    Err(_) => break,
+                },
+                _ = tokio::time::sleep_until(poll) => break,
+            }
+        }
+    }
+    Err(match latest {
+        Some(row) => Error::for_state(&row, attempt, None, None),
+        None => err,
+    })
+}
