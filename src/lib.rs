@@ -54,6 +54,8 @@
 //! - `reqwest`: the reqwest-middleware adapter ([`reqwest`](mod@crate::reqwest)) and the reqwest
 //!   transport for recovery.
 //! - `axum`: `IntoResponse` for [`Outcome`] and [`Error`] ([`responses`]).
+//! - `cli`: the operators' command line, the `recoverable-write` binary (`cli`), on a SQLite
+//!   file or a PostgreSQL URL; see the README's "Runbook: stuck operations".
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -63,6 +65,8 @@ pub mod budget;
 pub mod builder;
 #[cfg(feature = "callbacks")]
 pub mod callbacks;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod clock;
 pub mod contract;
 mod core;
@@ -74,6 +78,7 @@ pub mod layer;
 pub mod ledger;
 pub mod notify;
 pub mod operation;
+pub mod operator;
 pub mod reconcile;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;

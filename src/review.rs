@@ -56,6 +56,10 @@ pub enum ReviewError {
     /// The state machine does not allow this in the operation's state.
     #[error(transparent)]
     Refused(#[from] Refused),
+    /// A review action asked for a reason ([`Reviews::claim_with_reason`],
+    /// [`Reviews::resolve_with_reason`]) and got an empty one. Nothing changed.
+    #[error("a reason is required: say why, it goes into the operation's audit trail")]
+    ReasonRequired,
     /// The ledger failed.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
@@ -81,6 +85,22 @@ pub struct HandoffPackage {
     pub reason: Option<String>,
     /// The state version to pass to [`Reviews::claim`] and [`Reviews::resolve`].
     pub version: u64,
+    /// Created (ms since the Unix epoch).
+    #[serde(default)]
+    pub created_ms: i64,
+    /// Last changed (ms since the Unix epoch).
+    #[serde(default)]
+    pub updated_ms: i64,
+    /// When the engine looks next, if it will (ms since the Unix epoch).
+    #[serde(default)]
+    pub next_check_ms: Option<i64>,
+    /// When the current attempt's or the recovery claim's lease runs out (ms since the Unix
+    /// epoch).
+    #[serde(default)]
+    pub lease_until_ms: Option<i64>,
+    /// Sticky: some attempt may have been applied by the vendor (its bytes may have arrived).
+    #[serde(default)]
+    pub may_have_applied: bool,
     /// The generation (fence) now.
     pub generation: u64,
     /// The vendor's reference, if known.
@@ -287,6 +307,11 @@ impl Reviews {
             last_result: row.last_result,
             reason: row.reason,
             version: row.version,
+            created_ms: row.created_ms,
+            updated_ms: row.updated_ms,
+            next_check_ms: row.next_check_ms,
+            lease_until_ms: row.lease_until_ms,
+            may_have_applied: row.may_have_applied,
             generation: row.generation.0,
             remote_ref: row.remote_ref,
             attempts,
@@ -299,6 +324,9 @@ impl Reviews {
     /// non-terminal state: automatic send eligibility is revoked and the engine's generation is
     /// fenced out. Attempts already on the wire cannot be recalled; their results are appended as
     /// evidence.
+    ///
+    /// The audit entry (evidence kind `review_claimed`) records who, when and the version
+    /// transition, but no reason: prefer [`claim_with_reason`](Self::claim_with_reason).
     pub async fn claim(
         &self,
         tenant: &Tenant,
@@ -306,20 +334,61 @@ impl Reviews {
         reviewer: &str,
         expected_version: u64,
     ) -> Result<OperationRecord, ReviewError> {
+        self.claim_inner(tenant, op, reviewer, None, expected_version)
+            .await
+    }
+
+    /// [`claim`](Self::claim), with the reviewer's reason recorded in the audit entry:
+    /// `claimed by {reviewer}; version {n} -> {n+1}; reason: {reason}` (evidence kind
+    /// `review_claimed`, at the time of the claim). See [`audit_note`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReviewError::ReasonRequired`] if `reason` is blank; otherwise as [`claim`](Self::claim).
+    pub async fn claim_with_reason(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+        reviewer: &str,
+        reason: &str,
+        expected_version: u64,
+    ) -> Result<OperationRecord, ReviewError> {
+        let reason = required(reason)?;
+        self.claim_inner(tenant, op, reviewer, Some(&reason), expected_version)
+            .await
+    }
+
+    async fn claim_inner(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+        reviewer: &str,
+        reason: Option<&str>,
+        expected_version: u64,
+    ) -> Result<OperationRecord, ReviewError> {
         let row = self.read(tenant, op).await?;
+        let reviewer = clean(reviewer);
         self.apply(
             &row,
             expected_version,
             Event::ReviewClaim {
-                reviewer: reviewer.to_owned(),
+                reviewer: reviewer.clone(),
             },
             "review_claimed",
-            format!("claimed by {reviewer}"),
+            audit_note(
+                &format!("claimed by {reviewer}"),
+                expected_version,
+                Some(expected_version + 1),
+                reason,
+            ),
         )
         .await
     }
 
     /// Resolves a `MANUAL_REVIEW` operation. `KeepPending` appends a note and changes nothing.
+    ///
+    /// The audit entry (evidence kind `review`) records who, when, the decision and the version
+    /// transition, but no reason: prefer [`resolve_with_reason`](Self::resolve_with_reason).
     pub async fn resolve(
         &self,
         tenant: &Tenant,
@@ -328,7 +397,51 @@ impl Reviews {
         expected_version: u64,
         decision: ReviewDecision,
     ) -> Result<OperationRecord, ReviewError> {
+        self.resolve_inner(tenant, op, reviewer, None, expected_version, decision)
+            .await
+    }
+
+    /// [`resolve`](Self::resolve), with the reviewer's reason recorded in the audit entry, e.g.
+    /// `confirmed succeeded (W731) by {reviewer}; version {n} -> {n+1}; reason: {reason}`
+    /// (evidence kind `review`; a kept-pending operation keeps its version:
+    /// `version {n} (unchanged)`). See [`audit_note`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReviewError::ReasonRequired`] if `reason` is blank; otherwise as
+    /// [`resolve`](Self::resolve).
+    pub async fn resolve_with_reason(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+        reviewer: &str,
+        reason: &str,
+        expected_version: u64,
+        decision: ReviewDecision,
+    ) -> Result<OperationRecord, ReviewError> {
+        let reason = required(reason)?;
+        self.resolve_inner(
+            tenant,
+            op,
+            reviewer,
+            Some(&reason),
+            expected_version,
+            decision,
+        )
+        .await
+    }
+
+    async fn resolve_inner(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+        reviewer: &str,
+        reason: Option<&str>,
+        expected_version: u64,
+        decision: ReviewDecision,
+    ) -> Result<OperationRecord, ReviewError> {
         let row = self.read(tenant, op).await?;
+        let reviewer = clean(reviewer);
         if decision == ReviewDecision::KeepPending {
             check_version(&row, expected_version)?;
             if row.state != State::ManualReview {
@@ -350,20 +463,27 @@ impl Reviews {
                         from_state: None,
                         to_state: None,
                         evidence: None,
-                        note: Some(format!("{reviewer}: keep pending")),
+                        note: Some(audit_note(
+                            &format!("kept pending by {reviewer}"),
+                            expected_version,
+                            None,
+                            reason,
+                        )),
                         at_ms: self.shared.clock.now_ms(),
                     },
                 )
                 .await?;
             return Ok(row);
         }
-        let note = match &decision {
+        let action = match &decision {
             ReviewDecision::ConfirmedSucceeded { remote_ref } => format!(
-                "{reviewer} confirmed it succeeded ({})",
-                remote_ref.as_deref().unwrap_or("no reference")
+                "confirmed succeeded ({}) by {reviewer}",
+                remote_ref
+                    .as_deref()
+                    .map_or_else(|| "no reference".into(), clean)
             ),
             ReviewDecision::ConfirmedNotExecuted => {
-                format!("{reviewer} confirmed it was not executed and re-approved it")
+                format!("confirmed not executed and re-approved by {reviewer}")
             }
             ReviewDecision::KeepPending => unreachable!("handled above"),
         };
@@ -372,7 +492,12 @@ impl Reviews {
             expected_version,
             Event::Review(decision),
             "review",
-            note,
+            audit_note(
+                &action,
+                expected_version,
+                Some(expected_version + 1),
+                reason,
+            ),
         )
         .await
     }
@@ -409,6 +534,54 @@ impl Reviews {
                 })
             }
         }
+    }
+}
+
+/// Longest reason kept in an audit entry, in characters (the rest is cut, marked with `…`).
+pub const MAX_REASON_CHARS: usize = 500;
+
+/// The audit note of a review action: `{action}; version {from} -> {to}` (or
+/// `version {from} (unchanged)` when `to` is `None`), then `; reason: {reason}` when there is
+/// one. [`operator::AuditEntry::parse`](crate::operator::AuditEntry::parse) reads it back.
+pub fn audit_note(action: &str, from: u64, to: Option<u64>, reason: Option<&str>) -> String {
+    let mut note = match to {
+        Some(to) => format!("{action}; version {from} -> {to}"),
+        None => format!("{action}; version {from} (unchanged)"),
+    };
+    if let Some(reason) = reason {
+        note.push_str("; reason: ");
+        note.push_str(reason);
+    }
+    note
+}
+
+/// A reviewer's text on one line: control characters (newlines included) become spaces and
+/// `;` (the audit note's separator) becomes `,`.
+fn clean(text: &str) -> String {
+    text.trim()
+        .chars()
+        .map(|c| match c {
+            c if c.is_control() => ' ',
+            ';' => ',',
+            c => c,
+        })
+        .collect()
+}
+
+/// A non-blank reason on one line, at most [`MAX_REASON_CHARS`] characters.
+fn required(reason: &str) -> Result<String, ReviewError> {
+    let one_line: String = reason
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if one_line.is_empty() {
+        return Err(ReviewError::ReasonRequired);
+    }
+    if one_line.chars().count() > MAX_REASON_CHARS {
+        Ok(format!("{}…", first_chars(&one_line, MAX_REASON_CHARS)))
+    } else {
+        Ok(one_line)
     }
 }
 

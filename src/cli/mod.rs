@@ -1,0 +1,984 @@
+//! The operators' command line (feature `cli`): the `recoverable-write` binary.
+//!
+//! ```text
+//! recoverable-write --ledger sqlite:ops.db --tenant acme list --state manual_review --older-than 10m
+//! recoverable-write --ledger sqlite:ops.db --tenant acme show op-5d1f…
+//! recoverable-write --ledger sqlite:ops.db --tenant acme claim op-5d1f… --version 7 \
+//!     --reviewer alice --reason "checking the vendor console"
+//! recoverable-write --ledger sqlite:ops.db --tenant acme resolve op-5d1f… succeeded \
+//!     --remote-ref W731 --version 8 --reviewer alice --reason "ticket W731 in the console"
+//! recoverable-write --ledger postgres://ops@db/ops --all-tenants stats
+//! ```
+//!
+//! The ledger is `--ledger` or `RECOVERABLE_WRITE_LEDGER`: `sqlite:PATH`, `sqlite://PATH`, or
+//! a `postgres://` / `postgresql://` URL (`--schema`, default `public`). The ledger URL is never
+//! printed (it may hold a password). Every command is scoped to one tenant (`--tenant`);
+//! `--all-tenants` is the explicit operator capability to see them all.
+//!
+//! Output is a table or plain text by default, JSON with `--json`. Nothing printed holds a
+//! credential or a body value: operations are shown through their redacted
+//! [`HandoffPackage`](crate::HandoffPackage) and listing columns.
+//!
+//! Exit codes ([`exit`]): 0 ok, 1 operational error (ledger unreachable, store failure),
+//! 2 usage (bad arguments, bad ledger URL, ambiguous id, empty reason), 3 operation not found,
+//! 4 stale version (the operation changed since it was read: show it again), 5 refused by the
+//! state machine (e.g. resolving an operation that is not in `MANUAL_REVIEW`).
+
+mod render;
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+
+use crate::ledger::{
+    Ledger, LedgerError, OPEN_STATES, OperationQuery, OperationRecord, Order, TenantScope,
+    TextMatch, WATCHED_STATES,
+};
+use crate::operation::{OperationId, Tenant};
+use crate::operator::{self, AuditEntry, parse_duration};
+use crate::review::{ReviewError, Reviews};
+use crate::state::{ReviewDecision, State};
+use crate::{PostgresLedger, SqliteLedger};
+
+/// The process exit codes.
+pub mod exit {
+    /// Done.
+    pub const OK: u8 = 0;
+    /// Operational error: the ledger is unreachable or failed; nothing was changed by this
+    /// command unless it says so.
+    pub const OPERATIONAL: u8 = 1;
+    /// Usage: bad arguments, an unsupported ledger URL, an ambiguous operation id, a blank
+    /// reason.
+    pub const USAGE: u8 = 2;
+    /// No such operation (in the tenant scope).
+    pub const NOT_FOUND: u8 = 3;
+    /// Stale version: the operation changed since the version given was read. Nothing changed;
+    /// `show` it again.
+    pub const STALE: u8 = 4;
+    /// The state machine refuses the action in the operation's state. Nothing changed.
+    pub const REFUSED: u8 = 5;
+}
+
+const EXIT_CODES_HELP: &str = "\
+Exit codes: 0 ok, 1 operational error (ledger unreachable or failing), 2 usage (bad arguments, \
+bad ledger URL, ambiguous id, blank reason), 3 operation not found, 4 stale version (changed \
+since it was read: show it again), 5 refused in the operation's state.
+
+Never create a write again by hand while it is UNKNOWN, PROCESSING or IN_FLIGHT: the vendor may \
+already have it.";
+
+/// Find, understand and resolve stuck recoverable writes.
+#[derive(Debug, Parser)]
+#[command(name = "recoverable-write", version, after_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    /// The ledger: sqlite:PATH, sqlite://PATH or postgres://… (never printed).
+    #[arg(
+        long,
+        env = "RECOVERABLE_WRITE_LEDGER",
+        global = true,
+        hide_env_values = true
+    )]
+    pub ledger: Option<String>,
+    /// PostgreSQL schema of the ledger.
+    #[arg(
+        long,
+        env = "RECOVERABLE_WRITE_SCHEMA",
+        global = true,
+        default_value = "public"
+    )]
+    pub schema: String,
+    /// The tenant whose operations to see (every command is tenant-scoped).
+    #[arg(long, global = true)]
+    pub tenant: Option<String>,
+    /// See every tenant's operations: the explicit operator capability.
+    #[arg(long, global = true, conflicts_with = "tenant")]
+    pub all_tenants: bool,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List operations, newest first (filters combine with AND).
+    List(ListArgs),
+    /// Show one operation: the redacted handoff package, its timeline and audit trail, why it
+    /// is stuck and what the engine would do next.
+    Show(ShowArgs),
+    /// Take an operation over (any non-terminal state): automatic sends stop at once.
+    Claim(ClaimArgs),
+    /// Resolve an operation in MANUAL_REVIEW.
+    Resolve(ResolveArgs),
+    /// Counts by state and target, the oldest stuck items, review resolution times.
+    Stats(StatsArgs),
+}
+
+/// `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// States to list (repeat or comma-separate; `manual_review`, `unknown`, …, or `open`).
+    #[arg(long, value_delimiter = ',')]
+    pub state: Vec<String>,
+    /// Only this contract name.
+    #[arg(long)]
+    pub contract: Option<String>,
+    /// Only writes to this host.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Created longer ago than this (90s, 10m, 1h30m, 2d).
+    #[arg(long, value_parser = parse_duration)]
+    pub older_than: Option<std::time::Duration>,
+    /// Unchanged for longer than this.
+    #[arg(long, value_parser = parse_duration)]
+    pub unchanged_for: Option<std::time::Duration>,
+    /// Operation id or vendor reference starting with this.
+    #[arg(long = "match", value_name = "PREFIX")]
+    pub text: Option<String>,
+    /// Oldest first (the order the queue formed).
+    #[arg(long)]
+    pub oldest_first: bool,
+    /// Rows per page (at most 1000).
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// Continue after this cursor (printed under the previous page).
+    #[arg(long)]
+    pub cursor: Option<String>,
+}
+
+/// `show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Operation id (or a unique prefix of it, or the vendor's reference).
+    pub op: String,
+}
+
+/// `claim`.
+#[derive(Debug, Args)]
+pub struct ClaimArgs {
+    /// Operation id (or a unique prefix of it).
+    pub op: String,
+    /// Who you are (recorded in the audit trail).
+    #[arg(long)]
+    pub reviewer: String,
+    /// Why (recorded in the audit trail).
+    #[arg(long)]
+    pub reason: String,
+    /// The version `show` printed: the claim is refused if the operation changed since.
+    #[arg(long)]
+    pub version: u64,
+}
+
+/// A reviewer's decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Decision {
+    /// You verified the vendor did it (give --remote-ref).
+    Succeeded,
+    /// You verified the vendor did not do it: re-approve it (--reapprove), the engine resends
+    /// it with the same key and bytes under a fresh budget.
+    NotExecuted,
+    /// You cannot tell yet: record that, change nothing.
+    KeepPending,
+}
+
+/// `resolve`.
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// Operation id (or a unique prefix of it).
+    pub op: String,
+    /// The decision.
+    pub decision: Decision,
+    /// The vendor's reference of what it created (with `succeeded`).
+    #[arg(long)]
+    pub remote_ref: Option<String>,
+    /// Confirms that `not-executed` sends the write again (same key, same bytes).
+    #[arg(long)]
+    pub reapprove: bool,
+    /// Who you are (recorded in the audit trail).
+    #[arg(long)]
+    pub reviewer: String,
+    /// Why (recorded in the audit trail).
+    #[arg(long)]
+    pub reason: String,
+    /// The version `show` (or your claim) printed.
+    #[arg(long)]
+    pub version: u64,
+}
+
+/// `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Resolution times over operations changed within this period.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub since: std::time::Duration,
+    /// Most open operations read for the per-target counts, and most resolved ones for the
+    /// resolution times.
+    #[arg(long, default_value_t = 10_000)]
+    pub scan_limit: usize,
+}
+
+/// A failed command: its message (never a credential) and exit code.
+#[derive(Debug)]
+pub struct CliError {
+    /// One of [`exit`].
+    pub code: u8,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+impl CliError {
+    fn new(code: u8, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn usage(message: impl Into<String>) -> Self {
+        Self::new(exit::USAGE, message)
+    }
+
+    fn ledger(e: LedgerError) -> Self {
+        match e {
+            LedgerError::Config(m) => Self::usage(m),
+            other => Self::new(exit::OPERATIONAL, other.to_string()),
+        }
+    }
+}
+
+/// Runs the command line with the process arguments and returns its exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(exit::USAGE));
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(exit::OPERATIONAL);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(out) => {
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::stdout().lock().write_all(out.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+/// Runs one parsed command; `Ok` is what to print on stdout.
+///
+/// # Errors
+///
+/// [`CliError`] with its exit code and message.
+pub async fn run(cli: Cli) -> Result<String, CliError> {
+    let scope = match (&cli.tenant, cli.all_tenants) {
+        (Some(t), false) => TenantScope::Tenant(Tenant::new(t.as_str())),
+        (None, true) => TenantScope::AllTenants,
+        _ => {
+            return Err(CliError::usage(
+                "name the tenant (--tenant T), or pass --all-tenants to see every tenant",
+            ));
+        }
+    };
+    let target = cli.ledger.as_deref().ok_or_else(|| {
+        CliError::usage("no ledger: pass --ledger sqlite:PATH or postgres://… (or set RECOVERABLE_WRITE_LEDGER)")
+    })?;
+    let store = open(target, &cli.schema).await?;
+    let ledger = store.ledger();
+    let ctx = Ctx {
+        ledger: ledger.clone(),
+        reviews: Reviews::new(ledger),
+        scope,
+        json: cli.json,
+        now_ms: now_ms(),
+    };
+    let result = match cli.command {
+        Command::List(a) => ctx.list(a).await,
+        Command::Show(a) => ctx.show(a).await,
+        Command::Claim(a) => ctx.claim(a).await,
+        Command::Resolve(a) => ctx.resolve(a).await,
+        Command::Stats(a) => ctx.stats(a).await,
+    };
+    store.close().await;
+    result
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// An open ledger, closed at the end of the command.
+enum Store {
+    Sqlite(Arc<SqliteLedger>),
+    Postgres(Arc<PostgresLedger>),
+}
+
+impl Store {
+    fn ledger(&self) -> Arc<dyn Ledger> {
+        match self {
+            Store::Sqlite(l) => l.clone(),
+            Store::Postgres(l) => l.clone(),
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            Store::Sqlite(l) => l.close().await,
+            Store::Postgres(l) => l.close().await,
+        }
+    }
+}
+
+/// Opens the ledger named by `target`. A SQLite file must exist: a typo must not create an
+/// empty ledger that shows no stuck operations.
+async fn open(target: &str, schema: &str) -> Result<Store, CliError> {
+    if let Some(path) = target
+        .strip_prefix("sqlite://")
+        .or_else(|| target.strip_prefix("sqlite:"))
+    {
+        if path.is_empty() {
+            return Err(CliError::usage(
+                "empty SQLite path: use --ledger sqlite:PATH",
+            ));
+        }
+        let p = std::path::Path::new(path);
+        if !p.is_file() {
+            return Err(CliError::new(
+                exit::OPERATIONAL,
+                format!("no SQLite ledger file at {path}"),
+            ));
+        }
+        return SqliteLedger::open(p)
+            .await
+            .map(|l| Store::Sqlite(Arc::new(l)))
+            .map_err(|e| {
+                CliError::new(
+                    exit::OPERATIONAL,
+                    format!("cannot open the SQLite ledger {path}: {e}"),
+                )
+            });
+    }
+    if target.starts_with("postgres://") || target.starts_with("postgresql://") {
+        let options = crate::ledger::PostgresLedgerOptions::new()
+            .schema(schema)
+            .map_err(CliError::ledger)?
+            .max_connections(2);
+        return PostgresLedger::connect_with(target, options)
+            .await
+            .map(|l| Store::Postgres(Arc::new(l)))
+            .map_err(|e| match e {
+                LedgerError::Config(m) => CliError::usage(m),
+                other => CliError::new(
+                    exit::OPERATIONAL,
+                    format!(
+                        "cannot reach the PostgreSQL ledger {}: {other}",
+                        redact_url(target)
+                    ),
+                ),
+            });
+    }
+    let scheme = target.split_once(':').map_or(target, |(s, _)| s);
+    Err(CliError::usage(format!(
+        "unsupported ledger {:?}: use sqlite:PATH, sqlite://PATH or postgres://…",
+        if scheme.len() < 20 { scheme } else { "?" }
+    )))
+}
+
+/// A URL without its userinfo (user and password), for messages.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Parses a state name: `manual_review`, `MANUAL-REVIEW`, … (`open`: every open state).
+fn parse_states(names: &[String]) -> Result<Vec<State>, CliError> {
+    let mut out = Vec::new();
+    for name in names {
+        let norm = name.trim().to_ascii_uppercase().replace('-', "_");
+        if norm.is_empty() {
+            continue;
+        }
+        if norm == "OPEN" {
+            out.extend(OPEN_STATES);
+            continue;
+        }
+        let s: State = norm.parse().map_err(|_| {
+            CliError::usage(format!(
+                "unknown state {name:?}: use one of {}, or open",
+                State::ALL
+                    .iter()
+                    .map(|s| s.as_str().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// The host of a stored URL (`-` if none).
+fn host_of(url: &str) -> String {
+    url.parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(str::to_owned))
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+/// One listing row: the columns an operator needs, no request values.
+#[derive(Debug, Serialize)]
+struct Row {
+    tenant: String,
+    operation_id: String,
+    action: String,
+    state: State,
+    last_result: Option<State>,
+    contract: String,
+    target: String,
+    version: u64,
+    attempts_used: u32,
+    max_attempts: u32,
+    queries_used: u32,
+    max_queries: u32,
+    remote_ref: Option<String>,
+    reason: Option<String>,
+    created_ms: i64,
+    updated_ms: i64,
+    next_check_ms: Option<i64>,
+    age_ms: i64,
+}
+
+impl Row {
+    fn new(r: &OperationRecord, now_ms: i64) -> Self {
+        Self {
+            tenant: r.tenant.as_str().to_owned(),
+            operation_id: r.operation_id.as_str().to_owned(),
+            action: r.action.clone(),
+            state: r.state,
+            last_result: r.last_result,
+            contract: r.contract.name.clone(),
+            target: host_of(&r.request.url),
+            version: r.version,
+            attempts_used: r.attempts_used,
+            max_attempts: r.policy.max_attempts,
+            queries_used: r.queries_used,
+            max_queries: r.policy.max_queries,
+            remote_ref: r.remote_ref.clone(),
+            reason: r.reason.clone(),
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+            next_check_ms: r.next_check_ms,
+            age_ms: now_ms - r.created_ms,
+        }
+    }
+}
+
+struct Ctx {
+    ledger: Arc<dyn Ledger>,
+    reviews: Reviews,
+    scope: TenantScope,
+    json: bool,
+    now_ms: i64,
+}
+
+fn to_json<T: Serialize>(value: &T) -> Result<String, CliError> {
+    serde_json::to_string_pretty(value)
+        .map(|mut s| {
+            s.push('\n');
+            s
+        })
+        .map_err(|e| CliError::new(exit::OPERATIONAL, format!("cannot serialize: {e}")))
+}
+
+impl Ctx {
+    async fn list(&self, a: ListArgs) -> Result<String, CliError> {
+        let mut q = OperationQuery::scoped(self.scope.clone())
+            .states(parse_states(&a.state)?)
+            .limit(a.limit)
+            .order(if a.oldest_first {
+                Order::OldestFirst
+            } else {
+                Order::NewestFirst
+            });
+        if let Some(c) = a.contract {
+            q = q.contract(c);
+        }
+        if let Some(h) = a.host {
+            q = q.host(h.to_ascii_lowercase());
+        }
+        let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        if let Some(d) = a.older_than {
+            q = q.created_before(self.now_ms.saturating_sub(ms(d)));
+        }
+        if let Some(d) = a.unchanged_for {
+            q = q.updated_before(self.now_ms.saturating_sub(ms(d)));
+        }
+        if let Some(t) = a.text {
+            q = q.text(TextMatch::Prefix(t));
+        }
+        if let Some(c) = a.cursor {
+            q = q.after(crate::ledger::Cursor::parse(&c).map_err(CliError::ledger)?);
+        }
+        let page = self.ledger.list(&q).await.map_err(CliError::ledger)?;
+        let rows: Vec<Row> = page.rows.iter().map(|r| Row::new(r, self.now_ms)).collect();
+        let skipped: Vec<String> = page
+            .skipped
+            .iter()
+            .map(|s| format!("{} {}: {}", s.tenant, s.operation_id, s.error))
+            .collect();
+        let next = page.next.map(|c| c.to_string());
+        if self.json {
+            #[derive(Serialize)]
+            struct Out<'a> {
+                operations: &'a [Row],
+                next_cursor: Option<&'a str>,
+                skipped: &'a [String],
+            }
+            return to_json(&Out {
+                operations: &rows,
+                next_cursor: next.as_deref(),
+                skipped: &skipped,
+            });
+        }
+        Ok(render::list(
+            &rows,
+            next.as_deref(),
+            &skipped,
+            matches!(self.scope, TenantScope::AllTenants),
+        ))
+    }
+
+    /// Finds the operation `text` names: an exact id, else a unique prefix of an id or of a
+    /// vendor reference, in the scope.
+    async fn locate(&self, text: &str) -> Result<(Tenant, OperationId), CliError> {
+        if text.trim().is_empty() {
+            return Err(CliError::usage("empty operation id"));
+        }
+        if let TenantScope::Tenant(t) = &self.scope
+            && let Some(r) = self
+                .ledger
+                .get(t, &OperationId::new(text))
+                .await
+                .map_err(CliError::ledger)?
+        {
+            return Ok((r.tenant, r.operation_id));
+        }
+        for m in [
+            TextMatch::Exact(text.to_owned()),
+            TextMatch::Prefix(text.to_owned()),
+        ] {
+            let q = OperationQuery::scoped(self.scope.clone())
+                .text(m)
+                .include_quarantined(true)
+                .limit(5);
+            let page = self.ledger.list(&q).await.map_err(CliError::ledger)?;
+            match page.rows.as_slice() {
+                [] => continue,
+                [one] => return Ok((one.tenant.clone(), one.operation_id.clone())),
+                many => {
+                    let names: Vec<String> = many
+                        .iter()
+                        .map(|r| format!("{} (tenant {})", r.operation_id, r.tenant))
+                        .collect();
+                    return Err(CliError::usage(format!(
+                        "{text:?} matches several operations: {}; give the whole id, or --tenant",
+                        names.join(", ")
+                    )));
+                }
+            }
+        }
+        Err(CliError::new(
+            exit::NOT_FOUND,
+            match &self.scope {
+                TenantScope::Tenant(t) => format!("no operation {text:?} for tenant {t}"),
+                TenantScope::AllTenants => format!("no operation {text:?} in any tenant"),
+            },
+        ))
+    }
+
+    async fn show(&self, a: ShowArgs) -> Result<String, CliError> {
+        let (tenant, op) = self.locate(&a.op).await?;
+        let pkg = self
+            .reviews
+            .handoff(&tenant, &op)
+            .await
+            .map_err(|e| review_error(e, None))?;
+        let explanation = operator::explain(&pkg, self.now_ms);
+        let audit = operator::audit_trail(&pkg);
+        if self.json {
+            #[derive(Serialize)]
+            struct Out<'a> {
+                package: &'a crate::HandoffPackage,
+                explanation: &'a operator::Explanation,
+                audit: &'a [AuditEntry],
+                late_evidence: Vec<i64>,
+                now_ms: i64,
+            }
+            return to_json(&Out {
+                package: &pkg,
+                explanation: &explanation,
+                audit: &audit,
+                late_evidence: operator::late_evidence(&pkg)
+                    .iter()
+                    .map(|e| e.seq)
+                    .collect(),
+                now_ms: self.now_ms,
+            });
+        }
+        Ok(render::show(&pkg, &explanation, &audit, self.now_ms))
+    }
+
+    async fn claim(&self, a: ClaimArgs) -> Result<String, CliError> {
+        let (tenant, op) = self.locate(&a.op).await?;
+        let reviewer = reviewer(&a.reviewer)?;
+        let result = self
+            .reviews
+            .claim_with_reason(&tenant, &op, &reviewer, &a.reason, a.version)
+            .await;
+        self.acted(&tenant, &op, "claimed", a.version, result).await
+    }
+
+    async fn resolve(&self, a: ResolveArgs) -> Result<String, CliError> {
+        if a.remote_ref.is_some() && a.decision != Decision::Succeeded {
+            return Err(CliError::usage("--remote-ref goes with `succeeded` only"));
+        }
+        let decision = match a.decision {
+            Decision::Succeeded => ReviewDecision::ConfirmedSucceeded {
+                remote_ref: a.remote_ref.filter(|r| !r.trim().is_empty()),
+            },
+            Decision::NotExecuted => {
+                if !a.reapprove {
+                    return Err(CliError::usage(
+                        "not-executed re-approves the write: the engine sends it again with the \
+                         same key and bytes. Pass --reapprove to confirm you verified with the \
+                         vendor that it was not executed",
+                    ));
+                }
+                ReviewDecision::ConfirmedNotExecuted
+            }
+            Decision::KeepPending => ReviewDecision::KeepPending,
+        };
+        let (tenant, op) = self.locate(&a.op).await?;
+        let reviewer = reviewer(&a.reviewer)?;
+        let result = self
+            .reviews
+            .resolve_with_reason(&tenant, &op, &reviewer, &a.reason, a.version, decision)
+            .await;
+        let what = match a.decision {
+            Decision::Succeeded => "resolved as succeeded",
+            Decision::NotExecuted => "re-approved (confirmed not executed)",
+            Decision::KeepPending => "kept pending",
+        };
+        self.acted(&tenant, &op, what, a.version, result).await
+    }
+
+    /// Reports a claim or resolution, with the audit entry it appended.
+    async fn acted(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+        what: &str,
+        from_version: u64,
+        result: Result<OperationRecord, ReviewError>,
+    ) -> Result<String, CliError> {
+        let current = match result {
+            Ok(row) => row,
+            Err(e) => {
+                let now = self.ledger.get(tenant, op).await.ok().flatten();
+                return Err(review_error(e, now.as_ref()));
+            }
+        };
+        // Keep pending returns the row as it was: read it again for the record.
+        let pkg = self
+            .reviews
+            .handoff(tenant, op)
+            .await
+            .map_err(|e| review_error(e, None))?;
+        let audit = operator::audit_trail(&pkg).pop();
+        if self.json {
+            #[derive(Serialize)]
+            struct Out<'a> {
+                operation_id: &'a str,
+                tenant: &'a str,
+                action: &'a str,
+                state: State,
+                from_version: u64,
+                version: u64,
+                audit: Option<&'a AuditEntry>,
+            }
+            return to_json(&Out {
+                operation_id: op.as_str(),
+                tenant: tenant.as_str(),
+                action: what,
+                state: pkg.state,
+                from_version,
+                version: current.version.max(pkg.version),
+                audit: audit.as_ref(),
+            });
+        }
+        Ok(render::acted(op, what, from_version, &pkg, audit.as_ref()))
+    }
+
+    async fn stats(&self, a: StatsArgs) -> Result<String, CliError> {
+        let counts = self
+            .ledger
+            .count_by_state(&self.scope)
+            .await
+            .map_err(CliError::ledger)?;
+        let oldest = self
+            .ledger
+            .oldest(&self.scope, &WATCHED_STATES)
+            .await
+            .map_err(CliError::ledger)?;
+        // Open operations per state, contract and target.
+        // Keyed by the state's position in `State::ALL` (states have no order of their own).
+        let mut by_target: BTreeMap<(usize, String, String), u64> = BTreeMap::new();
+        let mut scanned = 0usize;
+        let mut truncated = false;
+        let mut q = OperationQuery::scoped(self.scope.clone())
+            .states(OPEN_STATES)
+            .limit(1000);
+        loop {
+            let page = self.ledger.list(&q).await.map_err(CliError::ledger)?;
+            for r in &page.rows {
+                *by_target
+                    .entry((
+                        State::ALL.iter().position(|s| *s == r.state).unwrap_or(0),
+                        r.contract.name.clone(),
+                        host_of(&r.request.url),
+                    ))
+                    .or_default() += 1;
+            }
+            scanned += page.rows.len();
+            match page.next {
+                Some(next) if scanned < a.scan_limit => q = q.after(next),
+                Some(_) => {
+                    truncated = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        // Resolution times of reviews resolved within the period.
+        let since_ms = self
+            .now_ms
+            .saturating_sub(i64::try_from(a.since.as_millis()).unwrap_or(i64::MAX));
+        let mut review_ms: Vec<i64> = Vec::new();
+        let mut claim_ms: Vec<i64> = Vec::new();
+        let mut total_ms: Vec<i64> = Vec::new();
+        let mut q = OperationQuery::scoped(self.scope.clone())
+            .states([State::Succeeded, State::Rejected, State::RetryReady])
+            .updated_after(since_ms)
+            .limit(200);
+        let mut read = 0usize;
+        'pages: loop {
+            let page = self.ledger.list(&q).await.map_err(CliError::ledger)?;
+            for r in &page.rows {
+                if read >= a.scan_limit {
+                    truncated = true;
+                    break 'pages;
+                }
+                read += 1;
+                if r.state.is_terminal() {
+                    total_ms.push(r.updated_ms - r.created_ms);
+                }
+                let log = self
+                    .ledger
+                    .evidence(&r.tenant, &r.operation_id)
+                    .await
+                    .map_err(CliError::ledger)?;
+                let mut handed_over: Option<i64> = None;
+                let mut claimed: Option<i64> = None;
+                for e in &log {
+                    let into_review = e.entry.to_state == Some(State::ManualReview)
+                        && e.entry.from_state != Some(State::ManualReview);
+                    if into_review {
+                        handed_over.get_or_insert(e.entry.at_ms);
+                    }
+                    match e.entry.kind.as_str() {
+                        "review_claimed" => {
+                            let start = *handed_over.get_or_insert(e.entry.at_ms);
+                            if claimed.is_none() {
+                                claimed = Some(e.entry.at_ms);
+                                claim_ms.push(e.entry.at_ms - start);
+                            }
+                        }
+                        "review" if e.entry.to_state.is_some_and(|s| s != State::ManualReview) => {
+                            if let Some(start) = handed_over.take() {
+                                review_ms.push(e.entry.at_ms - start);
+                            }
+                            claimed = None;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            match page.next {
+                Some(next) => q = q.after(next),
+                None => break,
+            }
+        }
+        let stats = render::Stats {
+            counts: counts.iter().collect(),
+            by_target: by_target
+                .into_iter()
+                .map(|((state, contract, target), count)| render::TargetCount {
+                    state: State::ALL[state],
+                    contract,
+                    target,
+                    count,
+                })
+                .collect(),
+            oldest: oldest
+                .iter()
+                .map(|(state, o)| render::Oldest {
+                    state,
+                    operation_id: o.map(|o| o.operation_id.as_str().to_owned()),
+                    tenant: o.map(|o| o.tenant.as_str().to_owned()),
+                    created_ms: o.map(|o| o.created_ms),
+                    age_ms: o.map(|o| self.now_ms - o.created_ms),
+                })
+                .collect(),
+            since_ms,
+            review_resolution: render::Spread::of(review_ms),
+            time_to_claim: render::Spread::of(claim_ms),
+            first_send_to_final: render::Spread::of(total_ms),
+            open_scanned: scanned,
+            truncated,
+            now_ms: self.now_ms,
+        };
+        if self.json {
+            return to_json(&stats);
+        }
+        Ok(render::stats(&stats))
+    }
+}
+
+/// A reviewer name: not blank.
+fn reviewer(name: &str) -> Result<String, CliError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(CliError::usage("--reviewer must name you"));
+    }
+    Ok(name.to_owned())
+}
+
+/// The exit code and message of a failed review action; `now` is the row as it is now.
+fn review_error(e: ReviewError, now: Option<&OperationRecord>) -> CliError {
+    let state_now = now
+        .map(|r| {
+            format!(
+                " It is now {} at version {} (generation {}).",
+                r.state, r.version, r.generation.0
+            )
+        })
+        .unwrap_or_default();
+    match e {
+        ReviewError::NotFound { tenant, operation } => CliError::new(
+            exit::NOT_FOUND,
+            format!("no operation {operation} for tenant {tenant}"),
+        ),
+        ReviewError::VersionMismatch {
+            operation,
+            expected,
+            current,
+        } => CliError::new(
+            exit::STALE,
+            format!(
+                "refused: {operation} changed since version {expected} was read (now version \
+                 {current}); nothing was changed.{state_now} Run `show` again, read what changed, \
+                 and act on the version it prints."
+            ),
+        ),
+        ReviewError::Refused(r) => CliError::new(
+            exit::REFUSED,
+            format!("refused: {r}; nothing was changed.{state_now}"),
+        ),
+        ReviewError::ReasonRequired => {
+            CliError::usage("--reason must say why: it goes into the operation's audit trail")
+        }
+        ReviewError::Ledger(e) => CliError::ledger(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_parse_in_any_case_and_open_expands() {
+        let s = parse_states(&["manual_review".into(), "Unknown".into()]).unwrap();
+        assert_eq!(s, vec![State::ManualReview, State::Unknown]);
+        assert_eq!(
+            parse_states(&["retry-ready".into()]).unwrap(),
+            vec![State::RetryReady]
+        );
+        assert_eq!(
+            parse_states(&["open".into()]).unwrap().len(),
+            OPEN_STATES.len()
+        );
+        let e = parse_states(&["stuck".into()]).unwrap_err();
+        assert_eq!(e.code, exit::USAGE);
+    }
+
+    #[test]
+    fn urls_lose_their_userinfo_in_messages() {
+        assert_eq!(
+            redact_url("postgres://ops:hunter2@db:5432/ops"),
+            "postgres://***@db:5432/ops"
+        );
+        assert_eq!(redact_url("postgres://db/ops"), "postgres://db/ops");
+    }
+
+    #[test]
+    fn the_command_line_parses() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "recoverable-write",
+            "--ledger",
+            "sqlite:x.db",
+            "--tenant",
+            "t",
+            "list",
+            "--state",
+            "manual_review,unknown",
+            "--older-than",
+            "10m",
+        ])
+        .unwrap();
+        let Command::List(a) = cli.command else {
+            panic!("list")
+        };
+        assert_eq!(a.state, vec!["manual_review", "unknown"]);
+        assert_eq!(a.older_than, Some(std::time::Duration::from_secs(600)));
+    }
+}

@@ -1,0 +1,532 @@
+//! Text output of the command line. Every value shown comes from a listing row's columns or a
+//! redacted [`HandoffPackage`]: no credential, no body value.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::Row;
+use crate::operation::OperationId;
+use crate::operator::{
+    AuditEntry, Explanation, describe_evidence, format_age, format_time, state_meaning,
+};
+use crate::review::HandoffPackage;
+use crate::state::State;
+
+/// Lays out `rows` under `header`, columns padded to their widest cell.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<&str>, out: &mut String| {
+        let last = cells.len() - 1;
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i == last {
+                out.push_str(cell);
+            } else {
+                let _ = write!(out, "{cell:<w$}  ");
+            }
+        }
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        out.push('\n');
+    };
+    line(header.to_vec(), &mut out);
+    for r in rows {
+        line(r.iter().map(String::as_str).collect(), &mut out);
+    }
+    out
+}
+
+pub(super) fn list(
+    rows: &[Row],
+    next: Option<&str>,
+    skipped: &[String],
+    all_tenants: bool,
+) -> String {
+    let mut out = String::new();
+    if rows.is_empty() {
+        out.push_str("no operations match\n");
+    } else {
+        let mut header = vec!["OPERATION"];
+        if all_tenants {
+            header.push("TENANT");
+        }
+        header.extend([
+            "STATE", "AGE", "CHANGED", "ATTEMPTS", "LOOKUPS", "VERSION", "CONTRACT", "TARGET",
+            "REF",
+        ]);
+        let cells: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| {
+                let mut c = vec![r.operation_id.clone()];
+                if all_tenants {
+                    c.push(r.tenant.clone());
+                }
+                c.extend([
+                    r.state.to_string(),
+                    format_age(r.age_ms),
+                    format!(
+                        "{} ago",
+                        format_age(r.age_ms - (r.updated_ms - r.created_ms))
+                    ),
+                    format!("{}/{}", r.attempts_used, r.max_attempts),
+                    format!("{}/{}", r.queries_used, r.max_queries),
+                    r.version.to_string(),
+                    r.contract.clone(),
+                    r.target.clone(),
+                    r.remote_ref.clone().unwrap_or_else(|| "-".into()),
+                ]);
+                c
+            })
+            .collect();
+        out.push_str(&table(&header, &cells));
+    }
+    for s in skipped {
+        let _ = writeln!(out, "skipped (cannot be decoded): {s}");
+    }
+    if let Some(next) = next {
+        let _ = writeln!(out, "more: add --cursor {next}");
+    }
+    out
+}
+
+pub(super) fn show(
+    pkg: &HandoffPackage,
+    e: &Explanation,
+    audit: &[AuditEntry],
+    now_ms: i64,
+) -> String {
+    let mut out = String::new();
+    let o = &mut out;
+    let _ = writeln!(
+        o,
+        "operation  {}  (tenant {}, action {}, intent {})",
+        pkg.operation_id, pkg.tenant, pkg.action, pkg.intent_ref
+    );
+    let last = pkg
+        .last_result
+        .filter(|l| *l != pkg.state)
+        .map(|l| format!(", last result {l}"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "state      {}{last}  version {}  generation {}",
+        pkg.state, pkg.version, pkg.generation
+    );
+    let _ = writeln!(o, "           {}", state_meaning(pkg.state));
+    if let Some(r) = &pkg.remote_ref {
+        let _ = writeln!(o, "vendor ref {r}");
+    }
+    let _ = writeln!(o, "\n{}", e.headline);
+    if !e.warnings.is_empty() {
+        o.push('\n');
+        for w in &e.warnings {
+            let _ = writeln!(o, "!! {w}");
+        }
+    }
+    let _ = writeln!(o, "\nwhy");
+    for w in &e.why {
+        let _ = writeln!(o, "  - {w}");
+    }
+    let _ = writeln!(o, "\nwhat the engine would do next\n  {}", e.next);
+
+    let p = &pkg.parameters;
+    let _ = writeln!(o, "\nrequest (redacted: no credential, no body value)");
+    let _ = writeln!(o, "  {} {}", p.method, p.url);
+    let _ = writeln!(o, "  contract  {}", p.contract);
+    let _ = writeln!(
+        o,
+        "  headers   {}",
+        if p.header_names.is_empty() {
+            "-".to_owned()
+        } else {
+            p.header_names.join(", ")
+        }
+    );
+    let fields = if p.body_fields.is_empty() {
+        String::new()
+    } else {
+        format!(", fields {}", p.body_fields.join(", "))
+    };
+    let _ = writeln!(o, "  body      {} bytes{fields}", p.body_bytes);
+    let _ = writeln!(o, "  payload   {}", p.payload_hash);
+
+    let b = &pkg.budget;
+    let window = match b.deadline_ms {
+        Some(d) if d <= now_ms => format!(
+            ", window ended {} ({} ago)",
+            format_time(d),
+            format_age(now_ms - d)
+        ),
+        Some(d) => format!(
+            ", window ends {} (in {})",
+            format_time(d),
+            format_age(d - now_ms)
+        ),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        o,
+        "\nbudget     attempts {}/{}, lookups {}/{}{window}",
+        b.attempts_used, b.max_attempts, b.queries_used, b.max_queries
+    );
+    let allowed = |d: &Option<String>| match d {
+        None => "allowed".to_owned(),
+        Some(r) => format!("DENIED ({r})"),
+    };
+    let _ = writeln!(
+        o,
+        "authorization  writes {}, lookups {} (as this tool sees it: it has no application \
+         authorizer)",
+        allowed(&pkg.authorization.write_denied),
+        allowed(&pkg.authorization.query_denied)
+    );
+    if pkg.created_ms > 0 {
+        let _ = writeln!(
+            o,
+            "created    {} ({} ago), last change {} ({} ago)",
+            format_time(pkg.created_ms),
+            format_age(now_ms - pkg.created_ms),
+            format_time(pkg.updated_ms),
+            format_age(now_ms - pkg.updated_ms)
+        );
+    }
+    if let Some(n) = pkg.next_check_ms {
+        let _ = writeln!(o, "next check {}", format_time(n));
+    }
+
+    let _ = writeln!(o, "\nattempts ({})", pkg.attempts.len());
+    for (i, a) in pkg.attempts.iter().enumerate() {
+        let result = a
+            .result
+            .as_ref()
+            .map_or_else(|| "no result recorded".to_owned(), describe_evidence);
+        let _ = writeln!(
+            o,
+            "  #{} {}  generation {}  sent {}  -> {result}",
+            i + 1,
+            a.attempt_id,
+            a.generation,
+            format_time(a.registered_ms)
+        );
+    }
+
+    let _ = writeln!(o, "\ntimeline");
+    let start = if pkg.created_ms > 0 {
+        pkg.created_ms
+    } else {
+        pkg.evidence.first().map_or(0, |e| e.at_ms)
+    };
+    let cells: Vec<Vec<String>> = pkg
+        .evidence
+        .iter()
+        .map(|ev| {
+            let transition = match ev.transition {
+                Some((from, to)) => {
+                    let s = |x: Option<State>| x.map_or("", State::as_str);
+                    if from == to {
+                        s(to).to_owned()
+                    } else {
+                        format!("{} -> {}", s(from), s(to)).trim().to_owned()
+                    }
+                }
+                None => String::new(),
+            };
+            let mut what = Vec::new();
+            if ev.kind == "late_evidence" {
+                what.push("LATE".to_owned());
+            }
+            if ev.kind == "review_claimed" || ev.kind == "review" {
+                what.push("AUDIT".to_owned());
+            }
+            let described = ev.evidence.as_ref().map(describe_evidence);
+            if let Some(d) = &described {
+                what.push(d.clone());
+            }
+            if let Some(n) = &ev.note
+                && !n.is_empty()
+                && !described.as_ref().is_some_and(|d| d.contains(n.as_str()))
+            {
+                what.push(format!("({n})"));
+            }
+            vec![
+                ev.seq.to_string(),
+                format_time(ev.at_ms),
+                format!("+{}", format_age(ev.at_ms - start)),
+                ev.kind.clone(),
+                transition,
+                format!("g{}", ev.generation),
+                what.join(" "),
+            ]
+        })
+        .collect();
+    for line in table(
+        &[
+            "SEQ",
+            "TIME",
+            "SINCE",
+            "KIND",
+            "TRANSITION",
+            "GEN",
+            "EVIDENCE / NOTE",
+        ],
+        &cells,
+    )
+    .lines()
+    {
+        let _ = writeln!(o, "  {line}");
+    }
+
+    let _ = writeln!(o, "\naudit (who, when, why, version)");
+    if audit.is_empty() {
+        let _ = writeln!(o, "  no review action yet");
+    }
+    for a in audit {
+        let versions = match (a.from_version, a.to_version) {
+            (Some(f), Some(t)) => format!("version {f} -> {t}"),
+            (Some(f), None) => format!("version {f}, unchanged"),
+            _ => "version not recorded".to_owned(),
+        };
+        let _ = writeln!(
+            o,
+            "  {}  {}  {}  ({versions})  reason: {}",
+            format_time(a.at_ms),
+            a.who.as_deref().unwrap_or("?"),
+            a.action,
+            a.reason.as_deref().unwrap_or("not given")
+        );
+    }
+
+    if !pkg.state.is_terminal() {
+        let op = &pkg.operation_id;
+        let v = pkg.version;
+        let _ = writeln!(
+            o,
+            "\nto act on version {v} (same --ledger and --tenant; --reviewer and --reason are \
+             recorded):"
+        );
+        if pkg.state != State::ManualReview || crate::operator::current_claim(pkg).is_none() {
+            let _ = writeln!(
+                o,
+                "  recoverable-write claim {op} --version {v} --reviewer YOU --reason \"…\""
+            );
+        }
+        if pkg.state == State::ManualReview {
+            let _ = writeln!(
+                o,
+                "  recoverable-write resolve {op} succeeded --remote-ref REF --version {v} \
+                 --reviewer YOU --reason \"…\"\n  recoverable-write resolve {op} not-executed \
+                 --reapprove --version {v} --reviewer YOU --reason \"…\"\n  recoverable-write \
+                 resolve {op} keep-pending --version {v} --reviewer YOU --reason \"…\""
+            );
+        }
+    }
+    out
+}
+
+pub(super) fn acted(
+    op: &OperationId,
+    what: &str,
+    from_version: u64,
+    pkg: &HandoffPackage,
+    audit: Option<&AuditEntry>,
+) -> String {
+    let mut out = String::new();
+    let changed = if pkg.version == from_version {
+        format!("version {from_version}, unchanged")
+    } else {
+        format!("version {from_version} -> {}", pkg.version)
+    };
+    let _ = writeln!(out, "{what}: {op} is now {} ({changed})", pkg.state);
+    let _ = writeln!(out, "  {}", state_meaning(pkg.state));
+    if let Some(a) = audit {
+        let _ = writeln!(
+            out,
+            "audit entry #{} at {}: {} by {}; reason: {}",
+            a.seq,
+            format_time(a.at_ms),
+            a.action,
+            a.who.as_deref().unwrap_or("?"),
+            a.reason.as_deref().unwrap_or("not given")
+        );
+    }
+    if pkg.state == State::ManualReview {
+        let _ = writeln!(
+            out,
+            "next: recoverable-write resolve {op} succeeded|not-executed|keep-pending --version {} \
+             --reviewer … --reason \"…\"",
+            pkg.version
+        );
+    }
+    out
+}
+
+/// Open operations of one state, contract and target.
+#[derive(Debug, Serialize)]
+pub(super) struct TargetCount {
+    pub(super) state: State,
+    pub(super) contract: String,
+    pub(super) target: String,
+    pub(super) count: u64,
+}
+
+/// The oldest operation of one state.
+#[derive(Debug, Serialize)]
+pub(super) struct Oldest {
+    pub(super) state: State,
+    pub(super) operation_id: Option<String>,
+    pub(super) tenant: Option<String>,
+    pub(super) created_ms: Option<i64>,
+    pub(super) age_ms: Option<i64>,
+}
+
+/// A distribution of durations (ms).
+#[derive(Debug, Serialize)]
+pub(super) struct Spread {
+    pub(super) count: usize,
+    pub(super) median_ms: Option<i64>,
+    pub(super) p90_ms: Option<i64>,
+    pub(super) max_ms: Option<i64>,
+}
+
+impl Spread {
+    pub(super) fn of(mut v: Vec<i64>) -> Self {
+        v.sort_unstable();
+        let at = |q: f64| -> Option<i64> {
+            if v.is_empty() {
+                return None;
+            }
+            let i = ((v.len() - 1) as f64 * q).round() as usize;
+            v.get(i).copied()
+        };
+        Self {
+            count: v.len(),
+            median_ms: at(0.5),
+            p90_ms: at(0.9),
+            max_ms: v.last().copied(),
+        }
+    }
+
+    fn text(&self) -> String {
+        match (self.median_ms, self.p90_ms, self.max_ms) {
+            (Some(m), Some(p), Some(x)) => format!(
+                "{} (median {}, p90 {}, max {})",
+                self.count,
+                format_age(m),
+                format_age(p),
+                format_age(x)
+            ),
+            _ => "none".to_owned(),
+        }
+    }
+}
+
+/// What `stats` reports.
+#[derive(Debug, Serialize)]
+pub(super) struct Stats {
+    /// Open operations per state, in `OPEN_STATES` order (a JSON object `{"UNKNOWN": 0, …}`).
+    #[serde(serialize_with = "as_map")]
+    pub(super) counts: Vec<(State, u64)>,
+    pub(super) by_target: Vec<TargetCount>,
+    pub(super) oldest: Vec<Oldest>,
+    pub(super) since_ms: i64,
+    /// Escalation (or claim) to a person's resolution.
+    pub(super) review_resolution: Spread,
+    /// Escalation to the first claim.
+    pub(super) time_to_claim: Spread,
+    /// Creation to the final state, for operations finished within the period.
+    pub(super) first_send_to_final: Spread,
+    pub(super) open_scanned: usize,
+    pub(super) truncated: bool,
+    pub(super) now_ms: i64,
+}
+
+fn as_map<S: serde::Serializer>(v: &[(State, u64)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(v.iter().map(|(state, n)| (state.as_str(), n)))
+}
+
+pub(super) fn stats(s: &Stats) -> String {
+    let mut out = String::new();
+    let o = &mut out;
+    let _ = writeln!(o, "open operations by state");
+    let rows: Vec<Vec<String>> = s
+        .counts
+        .iter()
+        .map(|(st, n)| vec![st.to_string(), n.to_string()])
+        .collect();
+    for line in table(&["STATE", "COUNT"], &rows).lines() {
+        let _ = writeln!(o, "  {line}");
+    }
+    let _ = writeln!(o, "\nopen operations by state, contract and target");
+    if s.by_target.is_empty() {
+        let _ = writeln!(o, "  none");
+    } else {
+        let rows: Vec<Vec<String>> = s
+            .by_target
+            .iter()
+            .map(|t| {
+                vec![
+                    t.state.to_string(),
+                    t.contract.clone(),
+                    t.target.clone(),
+                    t.count.to_string(),
+                ]
+            })
+            .collect();
+        for line in table(&["STATE", "CONTRACT", "TARGET", "COUNT"], &rows).lines() {
+            let _ = writeln!(o, "  {line}");
+        }
+    }
+    let _ = writeln!(o, "\noldest");
+    for x in &s.oldest {
+        match (&x.operation_id, x.age_ms) {
+            (Some(id), Some(age)) => {
+                let _ = writeln!(
+                    o,
+                    "  {:<14} {id} (tenant {}), {} old",
+                    x.state.as_str(),
+                    x.tenant.as_deref().unwrap_or("?"),
+                    format_age(age)
+                );
+            }
+            _ => {
+                let _ = writeln!(o, "  {:<14} none", x.state.as_str());
+            }
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nresolved since {} ({} ago)",
+        format_time(s.since_ms),
+        format_age(s.now_ms - s.since_ms)
+    );
+    let _ = writeln!(
+        o,
+        "  reviews resolved, escalation to decision: {}",
+        s.review_resolution.text()
+    );
+    let _ = writeln!(
+        o,
+        "  escalation to first claim:               {}",
+        s.time_to_claim.text()
+    );
+    let _ = writeln!(
+        o,
+        "  finished operations, creation to final:  {}",
+        s.first_send_to_final.text()
+    );
+    if s.truncated {
+        let _ = writeln!(
+            o,
+            "\n(partial: the scan limit was reached after {} open operations; raise \
+             --scan-limit)",
+            s.open_scanned
+        );
+    }
+    out
+}

@@ -1,0 +1,662 @@
+//! Plain-language views of an operation for the people who own stuck work: what it is waiting
+//! for, why it is stuck, what the engine would do next, who did what (the audit trail) and
+//! which evidence arrived after a person took it over.
+//!
+//! Everything here is a pure function over a [`HandoffPackage`] (already redacted: no
+//! credential, no body value), shared by the command line (feature `cli`) and the review page.
+//!
+//! ```
+//! use recoverable_write::operator::{format_age, parse_duration};
+//! use std::time::Duration;
+//!
+//! assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+//! assert_eq!(format_age(754_000), "12m 34s");
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::evidence::{ConflictKind, Evidence};
+use crate::review::{EvidenceSummary, HandoffPackage};
+use crate::state::State;
+
+/// What a state means to the person who owns the queue (one sentence each).
+pub fn state_meaning(state: State) -> &'static str {
+    match state {
+        State::Prepared => {
+            "recorded, never sent: the caller (or, if it crashed, the recoverer) sends it once"
+        }
+        State::InFlight => {
+            "an attempt holds send rights under a lease: its bytes may be on the wire right now"
+        }
+        State::Processing => {
+            "the vendor accepted the write and has not finished it: the engine polls it"
+        }
+        State::Unknown => {
+            "the vendor may or may not have done it: the engine asks the vendor before anything \
+             is sent again; never create it again by hand"
+        }
+        State::RetryReady => {
+            "proven safe to send again with the same key and bytes: the engine will resend it"
+        }
+        State::Succeeded => "done: the vendor did it (terminal)",
+        State::Rejected => "refused by the vendor with no side effect (terminal)",
+        State::ManualReview => {
+            "evidence ran out: automatic sends are revoked and a person must decide"
+        }
+    }
+}
+
+/// One observation in a few words: `succeeded (W731)`, `unknown: HTTP 504 Gateway Timeout`.
+pub fn describe_evidence(e: &Evidence) -> String {
+    match e {
+        Evidence::Succeeded { remote_ref } => match remote_ref {
+            Some(r) => format!("succeeded ({r})"),
+            None => "succeeded (no reference)".to_owned(),
+        },
+        Evidence::Processing { retry_after } => match retry_after {
+            Some(d) => format!("processing (retry after {})", format_duration(*d)),
+            None => "processing".to_owned(),
+        },
+        Evidence::Rejected { reason } => format!("rejected: {reason}"),
+        Evidence::NotExecuted { why, .. } => format!("not executed: {why}"),
+        Evidence::Unknown { why, .. } => format!("unknown: {why}"),
+        Evidence::Conflict {
+            conflict: ConflictKind::Mismatch,
+        } => "conflict: the key was used with another payload".to_owned(),
+        Evidence::Conflict {
+            conflict: ConflictKind::InFlight,
+        } => "conflict: the vendor is still processing the same key".to_owned(),
+        // `Evidence` is non-exhaustive: a newer kind still shows its label.
+        #[allow(unreachable_patterns)]
+        other => other.label().to_owned(),
+    }
+}
+
+/// One review action read back from the evidence log (kinds `review_claimed` and `review`,
+/// written by [`Reviews`](crate::Reviews) with [`audit_note`](crate::review::audit_note)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AuditEntry {
+    /// Position in the evidence log.
+    pub seq: i64,
+    /// When (ms since the Unix epoch).
+    pub at_ms: i64,
+    /// Who acted (the reviewer), when the note names them.
+    pub who: Option<String>,
+    /// What they did (`claimed`, `confirmed succeeded (W731)`, `kept pending`, ...).
+    pub action: String,
+    /// The version they acted on.
+    pub from_version: Option<u64>,
+    /// The version their action produced (`None`: unchanged, or not recorded).
+    pub to_version: Option<u64>,
+    /// Why, as they said.
+    pub reason: Option<String>,
+}
+
+impl AuditEntry {
+    /// The audit entry of an evidence entry, if it is a review action.
+    pub fn parse(e: &EvidenceSummary) -> Option<Self> {
+        if e.kind != "review_claimed" && e.kind != "review" {
+            return None;
+        }
+        let note = e.note.as_deref().unwrap_or_default();
+        let (head, reason) = match note.split_once("; reason: ") {
+            Some((h, r)) => (h, Some(r.to_owned())),
+            None => (note, None),
+        };
+        let (head, version) = match head.split_once("; version ") {
+            Some((h, v)) => (h, Some(v)),
+            None => (head, None),
+        };
+        let (from_version, to_version) = match version {
+            Some(v) => match v.split_once(" -> ") {
+                Some((a, b)) => (a.trim().parse().ok(), b.trim().parse().ok()),
+                None => (v.trim_end_matches("(unchanged)").trim().parse().ok(), None),
+            },
+            None => (None, None),
+        };
+        let (action, who) = match head.rsplit_once(" by ") {
+            Some((a, w)) => (a.to_owned(), Some(w.to_owned())),
+            None => (head.to_owned(), None),
+        };
+        Some(Self {
+            seq: e.seq,
+            at_ms: e.at_ms,
+            who,
+            action,
+            from_version,
+            to_version,
+            reason,
+        })
+    }
+}
+
+/// Every review action on the operation, oldest first.
+pub fn audit_trail(pkg: &HandoffPackage) -> Vec<AuditEntry> {
+    pkg.evidence.iter().filter_map(AuditEntry::parse).collect()
+}
+
+/// Evidence that arrived when it could no longer change the operation: a response or a lookup
+/// answer after a person claimed it or after it went to review (kind `late_evidence`). It may
+/// settle the question (a late success means the vendor did it), so show it first.
+pub fn late_evidence(pkg: &HandoffPackage) -> Vec<&EvidenceSummary> {
+    pkg.evidence
+        .iter()
+        .filter(|e| e.kind == "late_evidence")
+        .collect()
+}
+
+/// The latest claim, if it is still the one holding the operation (no resolution after it).
+pub fn current_claim(pkg: &HandoffPackage) -> Option<AuditEntry> {
+    if pkg.state != State::ManualReview {
+        return None;
+    }
+    let trail = audit_trail(pkg);
+    let last_claim = trail.iter().rposition(|a| a.action == "claimed")?;
+    let resolved_after = trail[last_claim + 1..]
+        .iter()
+        .any(|a| a.to_version.is_some());
+    (!resolved_after).then(|| trail[last_claim].clone())
+}
+
+/// The plain-language summary of one operation. See [`explain`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Explanation {
+    /// Where it stands, in one sentence.
+    pub headline: String,
+    /// The facts behind it: budget used, what lookups found, for how long, who holds it.
+    pub why: Vec<String>,
+    /// What the engine would do next on its own.
+    pub next: String,
+    /// What needs attention before anything else: late evidence, denied permissions, the
+    /// warning not to create the write again by hand.
+    pub warnings: Vec<String>,
+}
+
+/// Explains `pkg` at `now_ms` (ms since the Unix epoch): "the vendor may have created this;
+/// 4 lookups over 12m found nothing; 1 of 3 attempts used".
+pub fn explain(pkg: &HandoffPackage, now_ms: i64) -> Explanation {
+    let action = format!("write ({})", pkg.action);
+    let claim = current_claim(pkg);
+    let headline = match pkg.state {
+        State::ManualReview => match &claim {
+            Some(c) => format!(
+                "Waiting for a person, claimed by {} {} ago: the engine has stopped and will not \
+                 send this {action} again on its own.",
+                c.who.as_deref().unwrap_or("a reviewer"),
+                format_age(now_ms - c.at_ms)
+            ),
+            None => format!(
+                "Waiting for a person (unclaimed): the engine has stopped and will not send this \
+                 {action} again on its own."
+            ),
+        },
+        State::Unknown => format!(
+            "Result unknown: the vendor may or may not have done this {action}; the engine is \
+             verifying it."
+        ),
+        State::Processing => format!(
+            "The vendor accepted this {action} and has not finished it; the engine is polling."
+        ),
+        State::InFlight => format!("An attempt of this {action} is on the wire."),
+        State::Prepared => format!("This {action} is recorded and was never sent."),
+        State::RetryReady => format!(
+            "This {action} is proven safe to send again with the same key and bytes; waiting \
+             for the engine."
+        ),
+        State::Succeeded => match &pkg.remote_ref {
+            Some(r) => format!("Done: the vendor did this {action} ({r})."),
+            None => format!("Done: the vendor did this {action}."),
+        },
+        State::Rejected => {
+            format!("The vendor refused this {action}; it had no side effect.")
+        }
+    };
+
+    let mut why = Vec::new();
+    if let Some(reason) = &pkg.reason
+        && !pkg.state.is_terminal()
+    {
+        why.push(format!("last reason recorded: {reason}"));
+    }
+    if pkg.may_have_applied {
+        why.push(format!(
+            "the vendor may have done it: an attempt may have reached it (a response was lost, \
+             timed out or was unclear), so a new {action} could be a duplicate"
+        ));
+    } else if pkg.budget.attempts_used > 0 && !pkg.state.is_terminal() {
+        why.push(
+            "no attempt can have reached the vendor (every send failed before delivery)".into(),
+        );
+    }
+    why.push(format!(
+        "{} of {} write attempts used",
+        pkg.budget.attempts_used, pkg.budget.max_attempts
+    ));
+    let lookups: Vec<&EvidenceSummary> =
+        pkg.evidence.iter().filter(|e| e.kind == "lookup").collect();
+    let found = lookups.iter().any(|e| {
+        matches!(
+            e.evidence,
+            Some(
+                Evidence::Succeeded { .. }
+                    | Evidence::Rejected { .. }
+                    | Evidence::NotExecuted { .. }
+            )
+        )
+    });
+    match (lookups.first(), lookups.last()) {
+        (Some(first), Some(last)) if !found => why.push(format!(
+            "{} of {} lookups used: {} over {} found nothing conclusive (last: {})",
+            pkg.budget.queries_used,
+            pkg.budget.max_queries,
+            plural(lookups.len(), "lookup"),
+            format_age(last.at_ms - first.at_ms),
+            last.evidence
+                .as_ref()
+                .map_or_else(|| "no answer".to_owned(), describe_evidence)
+        )),
+        (_, Some(last)) => why.push(format!(
+            "{} of {} lookups used (last: {})",
+            pkg.budget.queries_used,
+            pkg.budget.max_queries,
+            last.evidence
+                .as_ref()
+                .map_or_else(|| "no answer".to_owned(), describe_evidence)
+        )),
+        _ => why.push(format!(
+            "{} of {} lookups used",
+            pkg.budget.queries_used, pkg.budget.max_queries
+        )),
+    }
+    if let Some(deadline) = pkg.budget.deadline_ms
+        && !pkg.state.is_terminal()
+    {
+        if deadline <= now_ms {
+            why.push(format!(
+                "the recovery window ended {} ago",
+                format_age(now_ms - deadline)
+            ));
+        } else {
+            why.push(format!(
+                "the recovery window ends in {}",
+                format_age(deadline - now_ms)
+            ));
+        }
+    }
+    if pkg.created_ms > 0 {
+        why.push(format!(
+            "created {} ago, last changed {} ago",
+            format_age(now_ms - pkg.created_ms),
+            format_age(now_ms - pkg.updated_ms)
+        ));
+    }
+
+    let when = |at: Option<i64>| match at {
+        Some(t) if t > now_ms => format!("in {} ({})", format_age(t - now_ms), format_time(t)),
+        Some(t) => format!("now (due since {})", format_time(t)),
+        None => "at its next pass".to_owned(),
+    };
+    let next = match pkg.state {
+        State::ManualReview => "Nothing on its own: automatic sends are revoked. Late responses \
+                                and lookup answers are still recorded as evidence, never acted \
+                                on. A person decides: confirmed succeeded (with the vendor's \
+                                reference), confirmed not executed and re-approved (the engine \
+                                then resends with the same key and bytes), or keep pending."
+            .to_owned(),
+        State::Unknown => format!(
+            "Ask the vendor again {}; it resends only with proof that the write was not \
+             executed or under a contract that makes a same-key replay safe. When lookups or \
+             the window run out it hands the operation to a person (MANUAL_REVIEW).",
+            when(pkg.next_check_ms)
+        ),
+        State::Processing => format!(
+            "Poll the vendor again {}; when the recovery window ends, hand it to a person.",
+            when(pkg.next_check_ms)
+        ),
+        State::InFlight => format!(
+            "Record the attempt's result; if none arrives before its lease ends{}, mark it \
+             UNKNOWN and ask the vendor.",
+            pkg.lease_until_ms
+                .map(|l| format!(" ({})", format_time(l)))
+                .unwrap_or_default()
+        ),
+        State::Prepared => "The caller sends it; if the caller crashed, the recoverer claims \
+                            it and sends it once, with the operation's key."
+            .to_owned(),
+        State::RetryReady => format!(
+            "Send it again with the same idempotency key and bytes (attempt {} of {}) {}.",
+            pkg.budget.attempts_used + 1,
+            pkg.budget.max_attempts,
+            when(pkg.next_check_ms.max(pkg.lease_until_ms))
+        ),
+        State::Succeeded | State::Rejected => "Nothing: the operation is finished.".to_owned(),
+    };
+
+    let mut warnings = Vec::new();
+    for late in late_evidence(pkg) {
+        let what = late
+            .evidence
+            .as_ref()
+            .map_or_else(|| "an observation".to_owned(), describe_evidence);
+        let after = match pkg
+            .evidence
+            .iter()
+            .filter(|e| e.seq < late.seq && e.kind == "review_claimed")
+            .filter_map(AuditEntry::parse)
+            .next_back()
+        {
+            Some(c) => format!(
+                "after the claim by {}",
+                c.who.as_deref().unwrap_or("a reviewer")
+            ),
+            None => "after automatic recovery stopped".to_owned(),
+        };
+        let mut w = format!(
+            "LATE EVIDENCE {after}, at {}: {what}",
+            format_time(late.at_ms)
+        );
+        if matches!(late.evidence, Some(Evidence::Succeeded { .. })) {
+            w.push_str(" (the vendor did it: resolve it as succeeded, do not re-approve it)");
+        }
+        warnings.push(w);
+    }
+    if matches!(
+        pkg.state,
+        State::Unknown | State::Processing | State::InFlight | State::ManualReview
+    ) && pkg.may_have_applied
+    {
+        warnings.push(format!(
+            "Do not create this {action} again by hand: the vendor may already have it."
+        ));
+    }
+    if let Some(denied) = &pkg.authorization.write_denied {
+        warnings.push(format!("writes are denied now: {denied}"));
+    }
+    if let Some(denied) = &pkg.authorization.query_denied {
+        warnings.push(format!("lookups are denied now: {denied}"));
+    }
+    Explanation {
+        headline,
+        why,
+        next,
+        warnings,
+    }
+}
+
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// An age or a span in its two largest units: `850ms`, `12s`, `12m 34s`, `3h 5m`, `2d 4h`.
+/// Negative spans (clock skew) show as `0ms`.
+pub fn format_age(ms: i64) -> String {
+    let ms = ms.max(0);
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// [`format_age`] of a [`Duration`].
+pub fn format_duration(d: Duration) -> String {
+    format_age(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A time (ms since the Unix epoch) in UTC: `2026-11-30 23:06:09.123Z`.
+pub fn format_time(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m as u32, d as u32)
+}
+
+/// A duration as text that [`parse_duration`] refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseDurationError(String);
+
+impl fmt::Display for ParseDurationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid duration {:?}: use a number and a unit, e.g. 90s, 10m, 1h30m, 2d \
+             (units: ms, s, m, h, d, w)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for ParseDurationError {}
+
+/// Parses `10m`, `1h30m`, `90s`, `500ms`, `2d`, `1w` (spaces between parts allowed). A bare
+/// number is refused: its unit would be a guess.
+///
+/// # Errors
+///
+/// [`ParseDurationError`] for anything else.
+pub fn parse_duration(text: &str) -> Result<Duration, ParseDurationError> {
+    let err = || ParseDurationError(text.to_owned());
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(err());
+    }
+    let mut total: u64 = 0;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(err)?;
+        if digits == 0 {
+            return Err(err());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| err())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(rest.len());
+        let unit_ms: u64 = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" | "sec" | "secs" => 1000,
+            "m" | "min" | "mins" => 60_000,
+            "h" | "hr" | "hrs" => 3_600_000,
+            "d" | "day" | "days" => 86_400_000,
+            "w" | "week" | "weeks" => 604_800_000,
+            _ => return Err(err()),
+        };
+        total = n
+            .checked_mul(unit_ms)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(err)?;
+        rest = rest[unit_len..].trim_start();
+    }
+    Ok(Duration::from_millis(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::{AuthorizationState, BudgetUsed, ParameterSummary};
+
+    #[test]
+    fn durations_parse_and_format() {
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2d").unwrap(), Duration::from_secs(172_800));
+        for bad in ["", "10", "m", "10x", "1.5h", "-1m", "99999999999999999999w"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(format_age(-5), "0ms");
+        assert_eq!(format_age(850), "850ms");
+        assert_eq!(format_age(12_000), "12s");
+        assert_eq!(format_age(754_000), "12m 34s");
+        assert_eq!(format_age(3 * 3_600_000 + 5 * 60_000), "3h 5m");
+        assert_eq!(format_age(2 * 86_400_000 + 4 * 3_600_000), "2d 4h");
+    }
+
+    #[test]
+    fn times_format_in_utc() {
+        assert_eq!(format_time(0), "1970-01-01 00:00:00.000Z");
+        assert_eq!(format_time(951_782_400_123), "2000-02-29 00:00:00.123Z");
+        assert_eq!(format_time(1_796_079_969_000), "2026-11-30 23:06:09.000Z");
+    }
+
+    fn entry(seq: i64, kind: &str, note: &str) -> EvidenceSummary {
+        EvidenceSummary {
+            seq,
+            at_ms: 1000 * seq,
+            kind: kind.into(),
+            transition: None,
+            attempt_id: None,
+            generation: 1,
+            evidence: None,
+            note: Some(note.into()),
+        }
+    }
+
+    #[test]
+    fn audit_notes_read_back() {
+        let note = crate::review::audit_note(
+            "claimed by alice",
+            3,
+            Some(4),
+            Some("vendor console shows nothing; checking"),
+        );
+        let a = AuditEntry::parse(&entry(5, "review_claimed", &note)).unwrap();
+        assert_eq!(a.who.as_deref(), Some("alice"));
+        assert_eq!(a.action, "claimed");
+        assert_eq!((a.from_version, a.to_version), (Some(3), Some(4)));
+        assert_eq!(
+            a.reason.as_deref(),
+            Some("vendor console shows nothing; checking")
+        );
+        let note = crate::review::audit_note("kept pending by bob", 7, None, None);
+        let a = AuditEntry::parse(&entry(6, "review", &note)).unwrap();
+        assert_eq!(a.who.as_deref(), Some("bob"));
+        assert_eq!(
+            (a.from_version, a.to_version, a.reason),
+            (Some(7), None, None)
+        );
+        assert!(AuditEntry::parse(&entry(7, "lookup", "x")).is_none());
+    }
+
+    fn package(state: State) -> HandoffPackage {
+        HandoffPackage {
+            tenant: crate::Tenant::new("t"),
+            operation_id: crate::OperationId::new("op-1"),
+            action: "create_ticket".into(),
+            intent_ref: "i".into(),
+            state,
+            last_result: Some(State::Unknown),
+            reason: Some("lookup budget exhausted".into()),
+            version: 9,
+            created_ms: 1_000,
+            updated_ms: 50_000,
+            next_check_ms: None,
+            lease_until_ms: None,
+            may_have_applied: true,
+            generation: 4,
+            remote_ref: None,
+            parameters: ParameterSummary {
+                method: "POST".into(),
+                url: "http://v/tickets".into(),
+                header_names: vec![],
+                body_bytes: 10,
+                body_fields: vec![],
+                payload_hash: "h".into(),
+                contract: "c@1".into(),
+            },
+            attempts: vec![],
+            evidence: vec![
+                EvidenceSummary {
+                    evidence: Some(Evidence::unknown("HTTP 404 Not Found")),
+                    ..entry(2, "lookup", "")
+                },
+                EvidenceSummary {
+                    evidence: Some(Evidence::unknown("HTTP 404 Not Found")),
+                    ..entry(14, "lookup", "")
+                },
+                entry(
+                    20,
+                    "review_claimed",
+                    &crate::review::audit_note("claimed by bob", 8, Some(9), Some("on it")),
+                ),
+                EvidenceSummary {
+                    evidence: Some(Evidence::Succeeded {
+                        remote_ref: Some("W731".into()),
+                    }),
+                    ..entry(21, "late_evidence", "late")
+                },
+            ],
+            budget: BudgetUsed {
+                attempts_used: 2,
+                max_attempts: 3,
+                queries_used: 2,
+                max_queries: 2,
+                deadline_ms: Some(30_000),
+            },
+            authorization: AuthorizationState {
+                write_denied: None,
+                query_denied: None,
+            },
+        }
+    }
+
+    #[test]
+    fn explains_a_claimed_review_with_late_success() {
+        let pkg = package(State::ManualReview);
+        let e = explain(&pkg, 60_000);
+        assert!(e.headline.contains("claimed by bob"), "{}", e.headline);
+        assert!(
+            e.why
+                .iter()
+                .any(|w| w.contains("2 of 3 write attempts used")),
+            "{:?}",
+            e.why
+        );
+        assert!(
+            e.why
+                .iter()
+                .any(|w| w.contains("2 lookups over 12s found nothing conclusive")),
+            "{:?}",
+            e.why
+        );
+        assert!(e.why.iter().any(|w| w.contains("window ended 30s ago")));
+        assert!(e.warnings[0].starts_with("LATE EVIDENCE after the claim by bob"));
+        assert!(e.warnings[0].contains("succeeded (W731)"));
+        assert!(e.warnings.iter().any(|w| w.contains("Do not create")));
+        assert!(e.next.contains("A person decides"));
+        assert_eq!(current_claim(&pkg).unwrap().who.as_deref(), Some("bob"));
+        let done = explain(&package(State::Succeeded), 60_000);
+        assert!(done.next.contains("finished"));
+        assert!(current_claim(&package(State::Succeeded)).is_none());
+    }
+}

@@ -1,0 +1,760 @@
+//! The `recoverable-write` command line (issue 12 items 2 and 4), run as the built binary
+//! against ledgers populated by real drills: the fake vendor over TCP, the layer, and the
+//! recovery engine taking a lost response to `MANUAL_REVIEW` (lookups find nothing until the
+//! lookup budget is spent). Every test checks the output, the exit code, the ledger afterwards
+//! and the vendor's own count of side effects; the PostgreSQL test needs the server
+//! (`RW_POSTGRES_URL`; skipped without one unless `CI=true`).
+
+#[path = "common/postgres.rs"]
+mod pg;
+
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::HeaderName;
+use http_body_util::Full;
+use recoverable_write::ledger::{EvidenceEntry, Ledger, OperationRecord, PostgresLedgerOptions};
+use recoverable_write::state::ReviewDecision;
+use recoverable_write::testing::FakeVendor;
+use recoverable_write::testing::drill::{
+    CREDENTIAL, TENANT, Writer, authed_client, fast_policy, new_op, send,
+};
+use recoverable_write::{
+    BudgetPolicy, Contract, HttpLookup, Operation, OperationId, PostgresLedger,
+    RecoverableWriteLayer, Recoverer, SendOnceGuardLayer, SqliteLedger, State, Tenant,
+};
+use serde_json::Value;
+use tower::ServiceBuilder;
+
+const BIN: &str = env!("CARGO_BIN_EXE_recoverable-write");
+/// A body field the contract marks secret: never stored, never printed.
+const SECRET: &str = "cs_live_SUPERSECRET123";
+/// A plain body value: not stored in any column the CLI prints.
+const DEVICE: &str = "DEVICE-E17-XYZ";
+
+/// The layer, the guard and the recoverer over `ledger`, as the drill harness assembles them.
+struct World {
+    vendor: FakeVendor,
+    ledger: Arc<dyn Ledger>,
+    layer: RecoverableWriteLayer,
+    recoverer: Recoverer,
+    writer: Writer,
+}
+
+impl World {
+    async fn new(ledger: Arc<dyn Ledger>) -> Self {
+        Self::with_policy(
+            ledger,
+            BudgetPolicy {
+                max_queries: 3,
+                ..fast_policy()
+            },
+        )
+        .await
+    }
+
+    async fn with_policy(ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> Self {
+        let vendor = FakeVendor::start().await;
+        let credential = Arc::new(Mutex::new(CREDENTIAL.to_owned()));
+        let layer = RecoverableWriteLayer::from_arc(ledger.clone())
+            .budget(policy)
+            .expect("a valid budget")
+            .contract(Contract::conservative().with_secret_body_field("/client_secret"));
+        let guard = SendOnceGuardLayer::new();
+        let lookup = HttpLookup::new(
+            authed_client(credential.clone()),
+            format!("{}/operations/{{operation_id}}", vendor.base_url()),
+        )
+        .tenant_header(HeaderName::from_static("x-tenant"))
+        .timeout(Duration::from_millis(500));
+        let recoverer = layer
+            .recoverer()
+            .reconciler(lookup)
+            .replay_through(
+                ServiceBuilder::new()
+                    .layer(guard.clone())
+                    .service(authed_client(credential.clone())),
+            )
+            .skew_margin(Duration::from_millis(100))
+            .lease(Duration::from_secs(2));
+        let svc = ServiceBuilder::new()
+            .layer(layer.clone())
+            .layer(guard)
+            .service(authed_client(credential));
+        let writer = tower::util::BoxCloneSyncService::new(tower::ServiceExt::and_then(
+            svc,
+            |res: http::Response<recoverable_write::ResponseBody<hyper::body::Incoming>>| async move {
+                use http_body_util::BodyExt as _;
+                let (parts, body) = res.into_parts();
+                let bytes = body
+                    .collect()
+                    .await
+                    .map_err(|e| recoverable_write::Error::Inner { source: e })?
+                    .to_bytes();
+                Ok(http::Response::from_parts(parts, bytes))
+            },
+        ));
+        Self {
+            vendor,
+            ledger,
+            layer,
+            recoverer,
+            writer,
+        }
+    }
+
+    /// A ticket create whose body carries a secret field and a device value.
+    fn request(&self, op: &Operation) -> http::Request<Full<Bytes>> {
+        let body = format!(
+            r#"{{"operation_id":"{}","device_id":"{DEVICE}","priority":"P2","client_secret":"{SECRET}"}}"#,
+            op.id()
+        );
+        let mut req = http::Request::post(self.vendor.url("/tickets"))
+            .header("content-type", "application/json")
+            .header("x-tenant", op.tenant().as_str())
+            .header("authorization", CREDENTIAL)
+            .body(Full::new(Bytes::from(body)))
+            .expect("request");
+        req.extensions_mut().insert(op.clone());
+        req
+    }
+
+    async fn record(&self, op: &OperationId) -> OperationRecord {
+        self.ledger
+            .get(&Tenant::new(TENANT), op)
+            .await
+            .expect("ledger get")
+            .expect("operation exists")
+    }
+
+    async fn evidence(&self, op: &OperationId) -> Vec<EvidenceEntry> {
+        self.ledger
+            .evidence(&Tenant::new(TENANT), op)
+            .await
+            .expect("ledger evidence")
+    }
+
+    async fn recover_until(
+        &self,
+        op: &OperationId,
+        done: impl Fn(&OperationRecord) -> bool,
+    ) -> OperationRecord {
+        for _ in 0..300 {
+            self.recoverer.run_once().await.expect("recovery pass");
+            let r = self.record(op).await;
+            if done(&r) {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("operation {op} never reached the expected state");
+    }
+
+    /// The drill: a lost response (the vendor commits, then drops the connection), the
+    /// vendor's operation records cleaned so every lookup says 404, the lookup budget spent:
+    /// `MANUAL_REVIEW`. Plus one write that simply succeeds.
+    async fn lost_response_to_review(&self, intent: &str) -> (Operation, Operation) {
+        let fine = new_op(&format!("{intent}-fine"));
+        let mut svc = self.writer.clone();
+        send(&mut svc, self.request(&fine))
+            .await
+            .expect("a plain create succeeds");
+        let op = new_op(intent);
+        self.vendor.faults().drop_after_commit(1);
+        let err = send(&mut svc, self.request(&op))
+            .await
+            .expect_err("the response is lost");
+        assert!(
+            matches!(err, recoverable_write::Error::Unknown { .. }),
+            "{err:?}"
+        );
+        self.vendor.faults().clean_operation_records();
+        let row = self
+            .recover_until(op.id(), |r| r.state == State::ManualReview)
+            .await;
+        assert_eq!(row.last_result, Some(State::Unknown));
+        assert_eq!(row.attempts_used, 1);
+        assert_eq!(self.vendor.tickets_created(), 2);
+        assert_eq!(self.vendor.posts_received(), 2);
+        (op, fine)
+    }
+}
+
+/// The binary, with the ledger and the tenant; every output is kept to check for leaks.
+struct Cli {
+    ledger: String,
+    schema: Option<String>,
+    outputs: Mutex<Vec<String>>,
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        assert_eq!(self.code, 0, "{}", self.stderr);
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("{e}: {}", self.stdout))
+    }
+
+    fn ok(&self) -> &str {
+        assert_eq!(
+            self.code, 0,
+            "stderr: {}\nstdout: {}",
+            self.stderr, self.stdout
+        );
+        &self.stdout
+    }
+}
+
+impl Cli {
+    fn new(ledger: String, schema: Option<String>) -> Self {
+        Self {
+            ledger,
+            schema,
+            outputs: Mutex::new(Vec::new()),
+        }
+    }
+
+    async fn raw(&self, args: &[&str]) -> Run {
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.env_remove("RECOVERABLE_WRITE_LEDGER")
+            .env_remove("RECOVERABLE_WRITE_SCHEMA")
+            .args(args);
+        let out: Output = cmd.output().await.expect("run the binary");
+        let run = Run {
+            code: out.status.code().expect("exit code"),
+            stdout: String::from_utf8(out.stdout).expect("utf-8 stdout"),
+            stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
+        };
+        let mut all = self.outputs.lock().unwrap();
+        all.push(run.stdout.clone());
+        all.push(run.stderr.clone());
+        run
+    }
+
+    /// Runs with `--ledger`, `--schema` and `--tenant tenant-a`.
+    async fn run(&self, args: &[&str]) -> Run {
+        let mut full = vec!["--ledger", self.ledger.as_str(), "--tenant", TENANT];
+        if let Some(s) = &self.schema {
+            full.extend(["--schema", s.as_str()]);
+        }
+        full.extend(args);
+        self.raw(&full).await
+    }
+
+    fn assert_nothing_leaked(&self) {
+        for out in self.outputs.lock().unwrap().iter() {
+            for secret in [SECRET, DEVICE, "sk_test_secret"] {
+                assert!(!out.contains(secret), "{secret} printed:\n{out}");
+            }
+        }
+    }
+}
+
+/// list → show → claim → stale resolve → resolve → stats, checking output, ledger and vendor.
+async fn review_with_the_cli(world: &World, cli: &Cli) {
+    let (op, fine) = world.lost_response_to_review("intent-cli").await;
+    let id = op.id().as_str();
+    let tickets = world.vendor.tickets_created();
+    let posts = world.vendor.posts_received();
+
+    // The queue: only the stuck one.
+    let listed = cli.run(&["list", "--state", "manual_review"]).await;
+    let text = listed.ok();
+    assert!(text.starts_with("OPERATION"), "{text}");
+    assert!(
+        text.contains(id) && text.contains("MANUAL_REVIEW"),
+        "{text}"
+    );
+    assert!(!text.contains(fine.id().as_str()), "{text}");
+    let json = cli
+        .run(&["list", "--state", "manual_review", "--json"])
+        .await
+        .json();
+    let rows = json["operations"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{json}");
+    assert_eq!(rows[0]["operation_id"], id);
+    assert_eq!(rows[0]["state"], "MANUAL_REVIEW");
+    assert_eq!(rows[0]["attempts_used"], 1);
+    assert_eq!(rows[0]["queries_used"], 3);
+    // Both, oldest first; none older than an hour.
+    let both = cli
+        .run(&[
+            "list",
+            "--state",
+            "manual_review,succeeded",
+            "--oldest-first",
+            "--json",
+        ])
+        .await
+        .json();
+    let ids: Vec<&str> = both["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["operation_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![fine.id().as_str(), id]);
+    let old = cli
+        .run(&["list", "--state", "manual_review", "--older-than", "1h"])
+        .await;
+    assert_eq!(old.ok(), "no operations match\n");
+    let by_prefix = cli
+        .run(&["list", "--match", &id[..10], "--json"])
+        .await
+        .json();
+    assert_eq!(by_prefix["operations"][0]["operation_id"], id);
+
+    // The handoff package, explained.
+    let shown = cli.run(&["show", id]).await;
+    let text = shown.ok().to_owned();
+    for needle in [
+        "state      MANUAL_REVIEW, last result UNKNOWN",
+        "Waiting for a person (unclaimed)",
+        "!! Do not create this write (create_ticket) again by hand",
+        "1 of 3 write attempts used",
+        "3 of 3 lookups used",
+        "found nothing conclusive",
+        "what the engine would do next",
+        "Nothing on its own",
+        "request (redacted: no credential, no body value)",
+        "fields device_id, operation_id, priority",
+        "attempts (1)",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing:\n{text}");
+    }
+    assert!(!text.contains("client_secret"), "{text}");
+    let pkg = cli.run(&["show", id, "--json"]).await.json();
+    let version = pkg["package"]["version"].as_u64().unwrap();
+    assert_eq!(pkg["package"]["state"], "MANUAL_REVIEW");
+    assert_eq!(pkg["package"]["attempts"].as_array().unwrap().len(), 1);
+    assert!(pkg["package"]["attempts"][0]["attempt_id"].is_string());
+    assert!(pkg["package"]["attempts"][0]["registered_ms"].is_i64());
+    assert_eq!(pkg["package"]["budget"]["queries_used"], 3);
+    assert!(
+        pkg["explanation"]["headline"]
+            .as_str()
+            .unwrap()
+            .contains("Waiting for a person")
+    );
+    assert_eq!(pkg["audit"].as_array().unwrap().len(), 0);
+
+    let stats = cli.run(&["stats", "--json"]).await.json();
+    assert_eq!(stats["counts"]["MANUAL_REVIEW"], 1, "{stats}");
+    assert_eq!(stats["counts"]["UNKNOWN"], 0, "{stats}");
+    let oldest_review = stats["oldest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["state"] == "MANUAL_REVIEW")
+        .unwrap();
+    assert_eq!(oldest_review["operation_id"], id);
+    assert_eq!(stats["by_target"][0]["target"], "127.0.0.1");
+    assert_eq!(stats["by_target"][0]["contract"], "default");
+
+    // Claim on the version shown.
+    let v = version.to_string();
+    let claimed = cli
+        .run(&[
+            "claim",
+            id,
+            "--version",
+            &v,
+            "--reviewer",
+            "alice",
+            "--reason",
+            "checking the vendor console",
+            "--json",
+        ])
+        .await
+        .json();
+    assert_eq!(claimed["state"], "MANUAL_REVIEW");
+    assert_eq!(claimed["from_version"], version);
+    assert_eq!(claimed["version"], version + 1);
+    assert_eq!(claimed["audit"]["who"], "alice");
+    assert_eq!(claimed["audit"]["reason"], "checking the vendor console");
+    assert_eq!(claimed["audit"]["from_version"], version);
+    assert_eq!(claimed["audit"]["to_version"], version + 1);
+
+    // A resolution on the version read before the claim is refused, with the state now.
+    let stale = cli
+        .run(&[
+            "resolve",
+            id,
+            "succeeded",
+            "--remote-ref",
+            "W731",
+            "--version",
+            &v,
+            "--reviewer",
+            "bob",
+            "--reason",
+            "saw it",
+        ])
+        .await;
+    assert_eq!(stale.code, 4, "{}", stale.stderr);
+    assert!(
+        stale.stderr.contains(&format!(
+            "changed since version {version} was read (now version {})",
+            version + 1
+        )),
+        "{}",
+        stale.stderr
+    );
+    assert!(
+        stale.stderr.contains("It is now MANUAL_REVIEW"),
+        "{}",
+        stale.stderr
+    );
+    assert_eq!(world.record(op.id()).await.state, State::ManualReview);
+    assert_eq!(world.record(op.id()).await.version, version + 1);
+
+    // The show after the claim names the claimer; then the resolution.
+    let text = cli.run(&["show", id]).await.ok().to_owned();
+    assert!(text.contains("claimed by alice"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "alice  claimed  (version {version} -> {})  reason: checking the vendor console",
+            version + 1
+        )),
+        "{text}"
+    );
+    let v1 = (version + 1).to_string();
+    let resolved = cli
+        .run(&[
+            "resolve",
+            id,
+            "succeeded",
+            "--remote-ref",
+            "W731",
+            "--version",
+            &v1,
+            "--reviewer",
+            "alice",
+            "--reason",
+            "ticket W731 is in the vendor console",
+        ])
+        .await;
+    let text = resolved.ok();
+    assert!(
+        text.starts_with(&format!(
+            "resolved as succeeded: {id} is now SUCCEEDED (version {} -> {})",
+            version + 1,
+            version + 2
+        )),
+        "{text}"
+    );
+
+    // The ledger afterwards: resolved, and both actions audited with who, why and versions.
+    let row = world.record(op.id()).await;
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(row.version, version + 2);
+    let log = world.evidence(op.id()).await;
+    let claim = log
+        .iter()
+        .find(|e| e.entry.kind == "review_claimed")
+        .expect("claim audited");
+    assert_eq!(
+        claim.entry.note.as_deref(),
+        Some(
+            format!(
+                "claimed by alice; version {version} -> {}; reason: checking the vendor console",
+                version + 1
+            )
+            .as_str()
+        )
+    );
+    let review = log.last().unwrap();
+    assert_eq!(review.entry.kind, "review");
+    assert_eq!(review.entry.to_state, Some(State::Succeeded));
+    assert_eq!(
+        review.entry.note.as_deref(),
+        Some(
+            format!(
+                "confirmed succeeded (W731) by alice; version {} -> {}; reason: ticket W731 is \
+                 in the vendor console",
+                version + 1,
+                version + 2
+            )
+            .as_str()
+        )
+    );
+    assert!(claim.entry.at_ms <= review.entry.at_ms);
+
+    // The audit trail is in `show`; stats count the resolution.
+    let pkg = cli.run(&["show", id, "--json"]).await.json();
+    let audit = pkg["audit"].as_array().unwrap();
+    assert_eq!(audit.len(), 2);
+    assert_eq!(audit[1]["action"], "confirmed succeeded (W731)");
+    assert_eq!(audit[1]["who"], "alice");
+    let stats = cli.run(&["stats", "--json"]).await.json();
+    assert_eq!(stats["review_resolution"]["count"], 1, "{stats}");
+    assert_eq!(stats["time_to_claim"]["count"], 1, "{stats}");
+    assert!(stats["review_resolution"]["max_ms"].as_i64().unwrap() >= 0);
+    let text = cli.run(&["stats"]).await.ok().to_owned();
+    assert!(text.contains("MANUAL_REVIEW  0"), "{text}");
+    assert!(
+        text.contains("reviews resolved, escalation to decision: 1"),
+        "{text}"
+    );
+
+    // The CLI never sent anything to the vendor.
+    assert_eq!(world.vendor.tickets_created(), tickets);
+    assert_eq!(world.vendor.posts_received(), posts);
+    cli.assert_nothing_leaked();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_drill_to_review_then_claim_and_resolve_with_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let world = World::new(ledger).await;
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    review_with_the_cli(&world, &cli).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_drill_to_review_then_claim_and_resolve_with_the_cli() {
+    let Some(url) = pg::pg_url().await else {
+        return;
+    };
+    let schema = pg::Schema::new(&url);
+    let options = PostgresLedgerOptions::new()
+        .schema(schema.name.clone())
+        .unwrap()
+        .max_connections(4);
+    let ledger: Arc<dyn Ledger> =
+        Arc::new(PostgresLedger::connect_with(&url, options).await.unwrap());
+    let world = World::new(ledger).await;
+    let cli = Cli::new(url.clone(), Some(schema.name.clone()));
+    review_with_the_cli(&world, &cli).await;
+}
+
+/// D28 seen through `show`: a success arriving after a reviewer's claim is shown first, and
+/// the other decisions and refusals have their exit codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_evidence_after_a_claim_is_shown_first_and_refusals_have_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    // The response is held 1.5 s (the CLI must start and claim meanwhile), within the attempt
+    // timeout: a late success, not a timeout.
+    let world = World::with_policy(
+        ledger,
+        BudgetPolicy {
+            attempt_timeout_ms: 5_000,
+            window_ms: 30_000,
+            ..fast_policy()
+        },
+    )
+    .await;
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    let op = new_op("intent-late");
+    world
+        .vendor
+        .faults()
+        .delay_response(Duration::from_millis(1_500), 1);
+    let mut svc = world.writer.clone();
+    let req = world.request(&op);
+    let call = tokio::spawn(async move { send(&mut svc, req).await });
+    // While the attempt is on the wire, a reviewer claims it with the CLI.
+    let version = loop {
+        let r = world
+            .ledger
+            .get(op.tenant(), op.id())
+            .await
+            .unwrap()
+            .filter(|r| r.state == State::InFlight);
+        if let Some(r) = r {
+            break r.version;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let id = op.id().as_str();
+    cli.run(&[
+        "claim",
+        id,
+        "--version",
+        &version.to_string(),
+        "--reviewer",
+        "bob",
+        "--reason",
+        "customer says the ticket is missing",
+    ])
+    .await
+    .ok();
+    let _ = call.await.unwrap();
+    let row = world.record(op.id()).await;
+    assert_eq!(
+        row.state,
+        State::ManualReview,
+        "the late success does not move it"
+    );
+
+    let text = cli.run(&["show", id]).await.ok().to_owned();
+    let late = text
+        .find("!! LATE EVIDENCE after the claim by bob")
+        .unwrap_or_else(|| panic!("late evidence not shown first:\n{text}"));
+    assert!(late < text.find("\nwhy\n").unwrap(), "{text}");
+    assert!(
+        text.contains("resolve it as succeeded, do not re-approve it"),
+        "{text}"
+    );
+    assert!(text.contains(" late_evidence "), "{text}");
+
+    // Refusals: not-executed without --reapprove (2), a blank reason (2), an unknown operation
+    // (3), keep-pending then a resolve of a finished operation (5).
+    let v = row.version.to_string();
+    let r = cli
+        .run(&[
+            "resolve",
+            id,
+            "not-executed",
+            "--version",
+            &v,
+            "--reviewer",
+            "bob",
+            "--reason",
+            "x",
+        ])
+        .await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("--reapprove"), "{}", r.stderr);
+    let r = cli
+        .run(&[
+            "resolve",
+            id,
+            "keep-pending",
+            "--version",
+            &v,
+            "--reviewer",
+            "bob",
+            "--reason",
+            "  ",
+        ])
+        .await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let r = cli.run(&["show", "op-does-not-exist"]).await;
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let kept = cli
+        .run(&[
+            "resolve",
+            id,
+            "keep-pending",
+            "--version",
+            &v,
+            "--reviewer",
+            "bob",
+            "--reason",
+            "asking the vendor's support",
+        ])
+        .await;
+    assert!(
+        kept.ok().starts_with(&format!(
+            "kept pending: {id} is now MANUAL_REVIEW (version {v}, unchanged)"
+        )),
+        "{}",
+        kept.stdout
+    );
+    let last = world.evidence(op.id()).await.pop().unwrap();
+    assert_eq!(
+        last.entry.note.as_deref(),
+        Some(
+            format!(
+                "kept pending by bob; version {v} (unchanged); reason: asking the vendor's support"
+            )
+            .as_str()
+        )
+    );
+    world
+        .layer
+        .reviews()
+        .resolve_with_reason(
+            op.tenant(),
+            op.id(),
+            "bob",
+            "the late success names the ticket",
+            row.version,
+            ReviewDecision::ConfirmedSucceeded {
+                remote_ref: world.vendor.tickets().first().map(|t| t.id.clone()),
+            },
+        )
+        .await
+        .unwrap();
+    let after = world.record(op.id()).await.version.to_string();
+    let r = cli
+        .run(&[
+            "resolve",
+            id,
+            "keep-pending",
+            "--version",
+            &after,
+            "--reviewer",
+            "bob",
+            "--reason",
+            "too late",
+        ])
+        .await;
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(r.stderr.contains("It is now SUCCEEDED"), "{}", r.stderr);
+    assert_eq!(world.vendor.tickets_created(), 1);
+    assert_eq!(world.vendor.posts_received(), 1);
+    cli.assert_nothing_leaked();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_ledgers_and_missing_scope_fail_clearly() {
+    let cli = Cli::new(String::new(), None);
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.db");
+    let missing = format!("sqlite:{}", missing.display());
+    let cases: [(&[&str], i32, &str); 6] = [
+        (
+            &["--ledger", "mysql://db/ops", "--tenant", "t", "list"],
+            2,
+            "unsupported ledger \"mysql\"",
+        ),
+        (
+            &["--ledger", "sqlite:", "--tenant", "t", "list"],
+            2,
+            "empty SQLite path",
+        ),
+        (
+            &["--ledger", &missing, "--tenant", "t", "list"],
+            1,
+            "no SQLite ledger file at",
+        ),
+        (
+            &[
+                "--ledger",
+                "postgres://ops:hunter2@127.0.0.1:1/ops",
+                "--tenant",
+                "t",
+                "list",
+            ],
+            1,
+            "cannot reach the PostgreSQL ledger postgres://***@127.0.0.1:1/ops",
+        ),
+        (&["--tenant", "t", "list"], 2, "no ledger"),
+        (&["--ledger", &missing, "list"], 2, "--all-tenants"),
+    ];
+    for (args, code, message) in cases {
+        let r = cli.raw(args).await;
+        assert_eq!(r.code, code, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(message), "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.contains("hunter2"), "{}", r.stderr);
+        assert!(r.stdout.is_empty(), "{}", r.stdout);
+    }
+    // A typo never creates an empty ledger.
+    assert!(!dir.path().join("nope.db").exists());
+    // clap's own usage errors exit 2 too.
+    let r = cli.raw(&["list", "--state"]).await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}
