@@ -323,8 +323,9 @@ fn lookup_for(
             url_template,
             answer,
         } => {
-            let mut lookup =
-                HttpLookup::new(transport.clone(), url_template.clone()).timeout(timeout);
+            let mut lookup = HttpLookup::new(transport.clone(), url_template.clone())
+                .timeout(timeout)
+                .secret_body_fields(contract.secret_body_fields.clone());
             // A URL built from the operation's own id or key identifies it, and so does one
             // built from its remote reference (recorded only from this operation's own
             // evidence): the answer need not repeat the id, unless the contract says where it
