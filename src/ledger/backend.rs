@@ -437,7 +437,8 @@ fn build_update(
     }
 }
 
-/// Checks that `first` is an update of the fresh row `new` (see [`Ledger::create_and_apply`](super::Ledger::create_and_apply)).
+/// Checks that `first` is an update of the fresh row `new` (see
+/// [`Ledger::create_and_apply`](super::Ledger::create_and_apply)).
 pub(crate) fn check_first_update(new: &NewOperation, first: &Update) -> Result<(), LedgerError> {
     if first.tenant != new.tenant || first.operation_id != new.operation_id {
         return Err(LedgerError::Config(format!(
@@ -459,10 +460,11 @@ pub(crate) fn check_first_update(new: &NewOperation, first: &Update) -> Result<(
     Ok(())
 }
 
-/// The row [`Ledger::create_and_apply`](super::Ledger::create_and_apply) stores for `new` and its checked `first` update: the
-/// `PREPARED` row with `first`'s changes applied (version 1), and `first`'s evidence entry. For
-/// backends that insert the claimed row directly instead of inserting then updating; a fresh
-/// row has no sticky fact, so the `REJECTED` guard of [`Ledger::apply`](super::Ledger::apply) cannot refuse it.
+/// The row [`Ledger::create_and_apply`](super::Ledger::create_and_apply) stores for `new` and
+/// its checked `first` update: the `PREPARED` row with `first`'s changes applied (version 1),
+/// and `first`'s evidence entry. For backends that insert the claimed row directly instead of
+/// inserting then updating; a fresh row has no sticky fact, so the `REJECTED` guard of
+/// [`Ledger::apply`](super::Ledger::apply) cannot refuse it.
 pub(crate) fn first_applied(new: NewOperation, first: Update) -> (OperationRecord, NewEvidence) {
     let mut r = new.into_prepared();
     r.set_changes(first.changes);
@@ -478,10 +480,11 @@ pub(crate) mod store_entries {
 
     /// Kind of the entry appended when an operation is created.
     pub(crate) const CREATED: &str = "created";
-    /// Kind of the entry appended for each row [`claim_due`](crate::ledger::Ledger::claim_due) claims.
+    /// Kind of the entry appended for each row
+    /// [`claim_due`](crate::ledger::Ledger::claim_due) claims.
     pub(crate) const RECOVERY_CLAIMED: &str = "recovery_claimed";
-    /// Kind of the entry appended for each row [`sweep_expired`](crate::ledger::Ledger::sweep_expired)
-    /// moves.
+    /// Kind of the entry appended for each row
+    /// [`sweep_expired`](crate::ledger::Ledger::sweep_expired) moves.
     pub(crate) const LEASE_EXPIRED: &str = "lease_expired";
     /// The reason a swept row carries (the same text as the state machine's `LeaseExpired`).
     pub(crate) const LEASE_EXPIRED_REASON: &str = "attempt lease expired with no recorded result";

@@ -665,7 +665,7 @@ pub async fn apply_with_matching_precondition_writes_every_column_and_bumps_vers
 }
 
 /// `None` in `RawChanges` means NULL: the caller merges kept values (see
-/// [`OperationRecord::update_for`]); the store writes what it is given.
+/// [`OperationRecord::update_on`]); the store writes what it is given.
 pub async fn apply_writes_optional_columns_as_given<L: Ledger>(ledger: L) {
     let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
     let full = RawChanges {

@@ -11,6 +11,15 @@
 //! - `PostgresLedger` (feature `postgres`): many workers on many machines, and the outbox.
 //!
 //! Every backend runs the same conformance suite ([`conformance`], feature `test-util`).
+//!
+//! Applications read operations and evidence here and never write rows themselves: every
+//! change is computed by the [state machine](crate::state). The row-writing types a backend
+//! receives (`Update`, `Changes`, `NewEvidence`) live in [`backend`], for backend implementers.
+//!
+//! Vendor callbacks (webhooks) are stored through [`Ledger::apply_callback`] (the dedupe
+//! record, the compare-and-swap and the evidence in one transaction),
+//! [`Ledger::quarantine_callback`] and the lookups [`Ledger::find_by_remote_ref`] and
+//! [`Ledger::find_by_idempotency_key`].
 
 use std::fmt;
 use std::future::Future;

@@ -61,9 +61,10 @@ const POSTGRES: Dialect = Dialect::Postgres;
 /// - `create_or_get` stamps `created_ms`/`updated_ms` with it; `append_evidence` stamps `at_ms`;
 /// - `apply` stamps `updated_ms` with it and **translates** the absolute times the caller
 ///   computed (`lease_until_ms`, `next_check_ms`, `deadline_ms`, the evidence's `at_ms`) as
-///   offsets from [`Changes::now_ms`] onto the database clock: a lease "15 s from now" computed on
-///   a worker whose clock is an hour fast is stored as 15 s from the database's now. A time equal
-///   to the row's current value is kept as stored (it was carried over, not computed).
+///   offsets from [`Changes::now_ms`](crate::ledger::backend::Changes::now_ms) onto the
+///   database clock: a lease "15 s from now" computed on a worker whose clock is an hour fast
+///   is stored as 15 s from the database's now. A time equal to the row's current value is
+///   kept as stored (it was carried over, not computed).
 ///
 /// [`ClockSource::Caller`] uses the times passed in verbatim, exactly like the other backends
 /// (the conformance suite runs with it, on synthetic times). Use it only when every worker's
@@ -161,8 +162,9 @@ pub struct PostgresLedger {
 #[non_exhaustive]
 pub enum ClockSource {
     /// The database server's clock (`clock_timestamp()`): one clock for every worker, whatever
-    /// their own clocks say. Caller-computed absolute times in [`Changes`] are translated as
-    /// offsets from [`Changes::now_ms`]. The default.
+    /// their own clocks say. Caller-computed absolute times in
+    /// [`Changes`](crate::ledger::backend::Changes) are translated as offsets from
+    /// [`Changes::now_ms`](crate::ledger::backend::Changes::now_ms). The default.
     #[default]
     Database,
     /// The times passed by the caller, verbatim (as `SqliteLedger` and [`MemoryLedger`] do). For tests with synthetic times, or fleets with trusted clocks.

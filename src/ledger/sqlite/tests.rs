@@ -480,3 +480,31 @@ async fn the_review_queue_listing_and_the_counts_read_the_state_indexes() {
         assert!(plan.contains(index), "{scope:?}\n{plan}");
     }
 }
+
+/// Callbacks are matched by remote reference or idempotency key through their indexes, never
+/// by scanning a tenant's rows.
+#[tokio::test]
+async fn callback_lookups_read_their_indexes() {
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    for (sql, index) in [
+        (SELECT_BY_REMOTE_REF, "rw_operations_by_remote_ref"),
+        (
+            SELECT_BY_IDEMPOTENCY_KEY,
+            "rw_operations_by_idempotency_key",
+        ),
+    ] {
+        let explain = format!("EXPLAIN QUERY PLAN {sql}");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(explain))
+            .bind("tenant-a")
+            .bind("W731")
+            .fetch_all(&ledger.reader)
+            .await
+            .unwrap();
+        let plan = rows
+            .iter()
+            .map(|r| r.get::<String, _>("detail"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(plan.contains(index), "{sql}\n{plan}");
+    }
+}
