@@ -485,7 +485,7 @@ async fn a_stale_version_is_409_with_the_current_state_and_a_double_submit_says_
     assert_eq!(again.status, StatusCode::CONFLICT);
     assert!(again.body.contains("Already done"), "{}", again.body);
     assert!(again.body.contains("nothing was done twice"));
-    assert!(again.body.contains("alice claimed it on the review page"));
+    assert!(again.body.contains("claimed by alice; version"));
 
     // Bob read the page before alice claimed: his form is stale.
     let stale = post(
@@ -597,20 +597,19 @@ async fn claim_then_resolve_succeeded_closes_it_with_the_audit_trail_and_sends_n
         .evidence(op.id())
         .await
         .into_iter()
-        .filter(|e| e.entry.kind == "review_reason")
+        .filter(|e| e.entry.kind.starts_with("review"))
         .filter_map(|e| e.entry.note)
         .collect();
     assert_eq!(
         notes,
         vec![
             format!(
-                "alice claimed it on the review page (version {} → {}): checking the vendor \
-                 console",
+                "claimed by alice; version {} -> {}; reason: checking the vendor console",
                 before.version, claimed.version
             ),
             format!(
-                "alice resolved it as succeeded (W731) on the review page (version {} → {}): \
-                 ticket W731 found in the vendor console",
+                "confirmed succeeded (W731) by alice; version {} -> {}; reason: ticket W731 \
+                 found in the vendor console",
                 claimed.version, row.version
             ),
         ]
@@ -619,6 +618,12 @@ async fn claim_then_resolve_succeeded_closes_it_with_the_audit_trail_and_sends_n
     assert!(
         page.body
             .contains("Done: “create ticket” succeeded at the vendor (W731)")
+    );
+    assert!(
+        page.body
+            .contains("Decision: confirmed succeeded (W731) by alice"),
+        "{}",
+        page.body
     );
     assert!(
         page.body

@@ -62,8 +62,7 @@ use axum::routing::{get, post};
 
 use crate::encoding::encode_component;
 use crate::ledger::{
-    Cursor, Ledger, NewEvidence, OPEN_STATES, OperationQuery, OperationRecord, Order, TenantScope,
-    TextMatch,
+    Cursor, Ledger, OPEN_STATES, OperationQuery, OperationRecord, Order, TenantScope, TextMatch,
 };
 use crate::operation::{OperationId, Tenant};
 use crate::review::{HandoffPackage, ReviewError, Reviews};
@@ -1162,21 +1161,23 @@ enum Action {
 }
 
 impl Action {
-    /// What the audit note says was done.
-    fn verb(&self) -> String {
-        match self {
-            Action::Claim => "claimed it".into(),
-            Action::Resolve(ReviewDecision::ConfirmedSucceeded { remote_ref }) => {
-                match remote_ref {
-                    Some(r) => format!("resolved it as succeeded ({r})"),
-                    None => "resolved it as succeeded".into(),
-                }
-            }
+    /// How the reviews API's audit note of this action by `who` at `version` begins
+    /// ([`crate::review::audit_note`]): finds a form sent twice.
+    fn audit_prefix(&self, who: &str, version: u64) -> String {
+        let what = match self {
+            Action::Claim => format!("claimed by {who}"),
+            Action::Resolve(ReviewDecision::ConfirmedSucceeded { remote_ref }) => format!(
+                "confirmed succeeded ({}) by {who}",
+                remote_ref.as_deref().unwrap_or("no reference")
+            ),
             Action::Resolve(ReviewDecision::ConfirmedNotExecuted) => {
-                "resolved it as not executed and re-approved it".into()
+                format!("confirmed not executed and re-approved by {who}")
             }
-            Action::Resolve(ReviewDecision::KeepPending) => "kept it pending".into(),
-        }
+            Action::Resolve(ReviewDecision::KeepPending) => {
+                return format!("kept pending by {who}; version {version} (unchanged)");
+            }
+        };
+        format!("{what}; version {version} -> ")
     }
 
     fn done(&self) -> &'static str {
@@ -1298,15 +1299,7 @@ async fn resolve(
     act(&cfg, &who, &base, OperationId::new(id), &form, action).await
 }
 
-/// The audit note of an action, and the text that finds it again (to say "already done").
-fn audit_note(who: &str, action: &Action, from: u64, to: u64, reason: &str) -> String {
-    format!(
-        "{who} {} on the review page (version {from} → {to}): {reason}",
-        action.verb()
-    )
-}
-
-/// This person's audit note of this very action at `version`, if there is one: the form was
+/// This person's audit entry of this very action at `version`, if there is one: the form was
 /// already sent once.
 fn already_done<'a>(
     p: &'a HandoffPackage,
@@ -1314,14 +1307,11 @@ fn already_done<'a>(
     action: &Action,
     version: u64,
 ) -> Option<&'a str> {
-    let prefix = format!(
-        "{who} {} on the review page (version {version} → ",
-        action.verb()
-    );
+    let prefix = action.audit_prefix(who, version);
     p.evidence
         .iter()
         .rev()
-        .filter(|e| e.kind == words::AUDIT_KIND)
+        .filter(|e| e.kind.starts_with("review"))
         .filter_map(|e| e.note.as_deref())
         .find(|n| n.starts_with(&prefix))
 }
@@ -1390,20 +1380,29 @@ async fn act(
     {
         return conflict(who, base, &before, &action, post.version, &href);
     }
+    // The reviews API records the audit entry with the action: who, when, why, from which
+    // version to which.
     let result = match &action {
         Action::Claim => {
             cfg.reviews
-                .claim(&tenant, &id, &who.name, post.version)
+                .claim_with_reason(&tenant, &id, &who.name, &post.reason, post.version)
                 .await
         }
         Action::Resolve(d) => {
             cfg.reviews
-                .resolve(&tenant, &id, &who.name, post.version, d.clone())
+                .resolve_with_reason(
+                    &tenant,
+                    &id,
+                    &who.name,
+                    &post.reason,
+                    post.version,
+                    d.clone(),
+                )
                 .await
         }
     };
-    let row = match result {
-        Ok(row) => row,
+    match result {
+        Ok(_) => {}
         Err(ReviewError::VersionMismatch { .. }) => {
             return match load(cfg, Some(tenant.as_str()), &id).await {
                 Ok(now) => conflict(who, base, &now, &action, post.version, &href),
@@ -1430,44 +1429,17 @@ async fn act(
         Err(ReviewError::NotFound { .. }) => {
             return lookup_failed(who, base, &id, Lookup::NotFound);
         }
+        Err(ReviewError::ReasonRequired) => {
+            return message(
+                StatusCode::BAD_REQUEST,
+                Some(who),
+                base,
+                "The form is incomplete",
+                vec!["A reason is required: say what you checked and why you decided this.".into()],
+                None,
+            );
+        }
         Err(e) => return ledger_failed(who, base, &e),
-    };
-    // The audit trail: who, when, why, from which version to which.
-    let note = audit_note(&who.name, &action, post.version, row.version, &post.reason);
-    let appended = cfg
-        .ledger
-        .append_evidence(
-            &tenant,
-            &id,
-            NewEvidence {
-                attempt_id: None,
-                generation: row.generation,
-                kind: words::AUDIT_KIND.to_owned(),
-                from_state: None,
-                to_state: None,
-                evidence: None,
-                note: Some(note),
-                at_ms: now_ms(),
-            },
-        )
-        .await;
-    if let Err(e) = appended {
-        // The action itself is done; only its reason is missing. Say so rather than hide it.
-        tracing::error!(error = %e, operation = %id, "review page: the reason was not recorded");
-        return message(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Some(who),
-            base,
-            "Done, but your reason was not recorded",
-            vec![format!(
-                "You {} (version {} → {}), but the ledger refused the note with your reason. \
-                 Add it with “keep pending” or in your ticket.",
-                action.verb(),
-                post.version,
-                row.version
-            )],
-            None,
-        );
     }
     let sep = if href.contains('?') { '&' } else { '?' };
     let mut res = StatusCode::SEE_OTHER.into_response();

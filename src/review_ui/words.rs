@@ -7,8 +7,8 @@ use crate::state::State;
 
 /// The evidence kind of a claim by a reviewer.
 pub(super) const CLAIM_KIND: &str = "review_claimed";
-/// The evidence kind of the page's audit note (who, why, from which version to which).
-pub(super) const AUDIT_KIND: &str = "review_reason";
+/// The evidence kind of a reviewer's decision (with its audit note).
+pub(super) const DECISION_KIND: &str = "review";
 
 /// "45 s", "12 min", "3 h 5 min", "2 d 4 h".
 pub(super) fn age(ms: i64) -> String {
@@ -117,8 +117,7 @@ pub(super) fn kind(k: &str) -> String {
         "escalated" => "handed to a person".to_owned(),
         "late_evidence" => "LATE evidence".to_owned(),
         CLAIM_KIND => "claimed by a reviewer".to_owned(),
-        "review" => "reviewer decision".to_owned(),
-        AUDIT_KIND => "reviewer's reason".to_owned(),
+        DECISION_KIND => "reviewer decision".to_owned(),
         other => other.replace('_', " "),
     }
 }
@@ -139,6 +138,8 @@ pub(super) fn last_claim(p: &HandoffPackage) -> Option<(String, i64, i64)> {
                 .note
                 .as_deref()
                 .and_then(|n| n.strip_prefix("claimed by "))
+                // The reviews API's audit note: `claimed by {who}; version …; reason: …`.
+                .map(|n| n.split(';').next().unwrap_or(n))
                 .unwrap_or("a reviewer")
                 .to_owned();
             (who, e.at_ms, e.seq)
@@ -222,7 +223,7 @@ pub(super) fn summary(p: &HandoffPackage, now_ms: i64) -> Summary {
         .and_then(|a| a.result.as_ref().map(|r| (a, r)))
     {
         facts.push(format!(
-            "the last attempt, sent {} ago, got {}",
+            "the last attempt, sent {} ago: {}",
             age(now_ms - last.0.registered_ms),
             evidence(last.1)
         ));
@@ -256,7 +257,7 @@ pub(super) fn summary(p: &HandoffPackage, now_ms: i64) -> Summary {
             .evidence
             .iter()
             .rev()
-            .find(|e| e.kind == AUDIT_KIND)
+            .find(|e| e.kind == DECISION_KIND)
             .and_then(|e| e.note.as_deref())
     {
         facts.push(format!("decision: {n}"));
