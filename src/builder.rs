@@ -396,6 +396,10 @@ impl Config {
         ConfigBuilder::new(Arc::new(ledger))
     }
 
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// The tower layer. Put the send-once guard and the client below it.
     pub fn layer(&self) -> RecoverableWriteLayer {
         RecoverableWriteLayer::from_shared(self.shared.clone())

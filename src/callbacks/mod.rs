@@ -8,36 +8,22 @@
 //!    parsed. An unverified delivery changes nothing, is counted, and is answered 4xx.
 //! 2. **Parse** ([`parse`] with a [`CallbackMapping`]): the delivery becomes one or more
 //!    [`ParsedEvent`]s, each with the vendor's event id, what to match the operation by, the
-//!    vendor account and the [`Evidence`] it carries (none for ignored types).
-//! 3. **Deduplicate** ([`CallbackEvents::record_event`]): the event id is recorded with the
-//!    evidence; a second delivery of one event is a [`Recorded::Duplicate`] and changes nothing.
-//! 4. **Match and apply**: the account maps to a tenant ([`AccountTenants`]); the operation is
-//!    looked up in that tenant only, and the evidence goes through the same pure transition and
-//!    compare-and-swap as a lookup answer. No match, or a match in another tenant: quarantined.
+//!    vendor account and the [`Evidence`](crate::Evidence) it carries (none for ignored types).
+//! 3. **Match** ([`AccountTenants`], [`Matcher`]): the account maps to a tenant, and the
+//!    operation is looked up in that tenant only, by the echoed idempotency key, the operation
+//!    id or the vendor's reference.
+//! 4. **Deduplicate and apply** ([`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback)):
+//!    in one ledger transaction the event id is recorded and its evidence goes through the same
+//!    pure transition and compare-and-swap as a lookup answer; a second delivery of one event
+//!    changes nothing. No match, or a match in another tenant: quarantined
+//!    ([`Ledger::quarantine_callback`](crate::ledger::Ledger::quarantine_callback)).
 //!
-//! This module holds steps 1 and 2 and the types of steps 3 and 4; the ledger-backed dedupe
-//! table, the application and the axum endpoint build on them.
+//! [`CallbackReceiver`] runs the four steps for one vendor over a [`Config`](crate::Config):
+//! [`receive`](CallbackReceiver::receive) takes the raw headers and body (any framework), and
+//! [`router`](CallbackReceiver::router) mounts it in axum (feature `axum`). What each event
+//! came to is a [`DeliveryOutcome`]; the answer to the vendor is [`batch_status`] of them.
 //!
-//! # The next step (designed, not built)
-//!
-//! The endpoint is one function over the raw request, `receive(headers, body, now) ->
-//! (StatusCode, Vec<DeliveryOutcome>)`, wrapped for axum; per event:
-//!
-//! - [`Verifier::verify`] fails: [`DeliveryOutcome::Unverified`] (counted, nothing stored);
-//!   [`parse`] fails: [`DeliveryOutcome::Unparseable`].
-//! - [`AccountTenants::tenant_for`] gives no tenant: quarantined (`unknown account`).
-//! - [`CallbackEvents::record_event`] says duplicate: [`DeliveryOutcome::Duplicate`]; the store
-//!   is down: [`DeliveryOutcome::StoreUnavailable`] (503, the vendor retries).
-//! - No evidence (ignored type): [`DeliveryOutcome::Ignored`].
-//! - The [`Matcher`] is looked up **in that tenant only**: by `(tenant, idempotency key)`,
-//!   `(tenant, operation id)`, or `(tenant, remote ref)` (the ledger needs an index on the
-//!   remote reference for this). No operation: quarantined (`no operation`); the same value
-//!   found only in another tenant: quarantined (`foreign tenant`), never applied.
-//! - Otherwise the evidence goes through the state machine with the operation's generation, as a
-//!   lookup answer does: a move is [`DeliveryOutcome::Applied`]; evidence that cannot move it
-//!   (a `processing` after `SUCCEEDED`, anything after `MANUAL_REVIEW`) is appended and
-//!   surfaced as [`DeliveryOutcome::Late`].
-//! - Then [`CallbackEvents::settle`], and the answer is [`batch_status`] of the outcomes.
+//! Verification and parsing alone:
 //!
 //! ```
 //! use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -61,18 +47,18 @@ use std::collections::HashMap;
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::Evidence;
-use crate::ledger::BoxFuture;
 use crate::operation::{OperationId, Tenant};
 
 mod builtin;
 mod mapping;
+mod receiver;
 mod verify;
 
 pub use mapping::{
     CallbackMapping, EventRule, MatchBy, MatchField, Matcher, ParseError, ParsedEvent, StatusRule,
     parse,
 };
+pub use receiver::{CALLBACK_KIND, CallbackReceiver, Receipt};
 pub use verify::{
     AdyenHmac, DEFAULT_TOLERANCE, Encoding, HmacHeader, PayPalUnsupported, Secret, SquareSignature,
     StripeSignature, VerifiedDelivery, Verifier, VerifyError,
@@ -95,6 +81,18 @@ pub struct AccountTenants {
 }
 
 impl AccountTenants {
+    /// Maps the vendor account `account` to `tenant`.
+    pub fn account(mut self, account: impl Into<String>, tenant: impl Into<String>) -> Self {
+        self.accounts.insert(account.into(), tenant.into());
+        self
+    }
+
+    /// The tenant of events that name no account.
+    pub fn default_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.default_tenant = Some(tenant.into());
+        self
+    }
+
     /// The tenant an event belongs to: its account's, or the default when it names none. An
     /// event naming an unknown account never falls back to the default (that is how a foreign
     /// tenant's event would slip in).
@@ -104,68 +102,6 @@ impl AccountTenants {
             None => self.default_tenant.as_deref().map(Tenant::new),
         }
     }
-}
-
-/// One event to record in the dedupe table, before anything is applied.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewCallbackEvent {
-    /// The vendor (the mapping's `vendor`): event ids are unique per vendor only.
-    pub vendor: String,
-    /// The vendor's event id.
-    pub event_id: String,
-    /// The event type.
-    pub event_type: String,
-    /// The tenant its account maps to, when it maps.
-    pub tenant: Option<Tenant>,
-    /// The evidence it carries (none for ignored types).
-    pub evidence: Option<Evidence>,
-    /// When it was received, milliseconds since the Unix epoch.
-    pub received_at_ms: i64,
-}
-
-/// What the dedupe table answers to [`CallbackEvents::record_event`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Recorded {
-    /// First time this `(vendor, event_id)` is seen: the caller applies it.
-    Fresh,
-    /// Seen before: the caller applies nothing and answers 2xx. Carries what the first
-    /// delivery resolved to, when it was settled.
-    Duplicate {
-        /// The outcome of the first delivery, if it has been settled.
-        first: Option<DeliveryOutcome>,
-    },
-}
-
-/// Error of the dedupe store: the store could not answer, so the vendor must retry.
-#[derive(Debug, thiserror::Error)]
-#[error("callback event store unavailable: {0}")]
-pub struct CallbackStoreError(pub String);
-
-/// The dedupe table every ledger backend will offer (next step; not implemented here).
-///
-/// Rules a backend must hold, checked by the conformance suite:
-/// - `record_event` is atomic on `(vendor, event_id)`: of concurrent calls (several application
-///   instances receiving one event) exactly one gets [`Recorded::Fresh`].
-/// - Records are kept at least as long as the vendor may redeliver (Stripe 3 days, PayPal 3
-///   days, Adyen and Square: UNCONFIRMED, so at least 30 days by default).
-/// - The evidence is stored with the record; the payload never is.
-/// - A `Fresh` record whose application failed (the ledger went down in between) must be
-///   re-applicable on redelivery: `settle` marks it done, and an unsettled record older than a
-///   lease is answered `Fresh` again.
-pub trait CallbackEvents: Send + Sync + std::fmt::Debug + 'static {
-    /// Records an event once.
-    fn record_event(
-        &self,
-        event: NewCallbackEvent,
-    ) -> BoxFuture<'_, Result<Recorded, CallbackStoreError>>;
-
-    /// Marks a recorded event as settled with its outcome (quarantine included).
-    fn settle(
-        &self,
-        vendor: &str,
-        event_id: &str,
-        outcome: DeliveryOutcome,
-    ) -> BoxFuture<'_, Result<(), CallbackStoreError>>;
 }
 
 /// What became of one event. A delivery batching several events answers the most urgent status
@@ -207,6 +143,12 @@ pub enum DeliveryOutcome {
     },
     /// The ledger or the dedupe table is down: nothing was recorded, the vendor must retry.
     StoreUnavailable,
+    /// The operation's attempt is still on the wire (or about to be): its own result decides
+    /// first. Nothing was recorded; the vendor delivers the event again later (503).
+    Deferred {
+        /// The operation it matched.
+        operation_id: OperationId,
+    },
 }
 
 impl DeliveryOutcome {
@@ -226,7 +168,7 @@ impl DeliveryOutcome {
             | Self::Ignored => StatusCode::OK,
             Self::Unverified { .. } => StatusCode::UNAUTHORIZED,
             Self::Unparseable { .. } => StatusCode::BAD_REQUEST,
-            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::StoreUnavailable | Self::Deferred { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -241,6 +183,7 @@ impl DeliveryOutcome {
             Self::Unverified { .. } => "unverified",
             Self::Unparseable { .. } => "unparseable",
             Self::StoreUnavailable => "store_unavailable",
+            Self::Deferred { .. } => "deferred",
         }
     }
 }

@@ -1,0 +1,495 @@
+//! The inbound endpoint: verify, parse, deduplicate, match and apply a vendor's delivery.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::{HeaderMap, StatusCode};
+use serde::Serialize;
+
+use super::{AccountTenants, CallbackMapping, DeliveryOutcome, MatchBy, ParsedEvent, Verifier};
+use crate::Config;
+use crate::core::Shared;
+use crate::core::engine;
+use crate::error::Outcome;
+use crate::evidence::Evidence;
+use crate::ledger::backend::NewEvidence;
+use crate::ledger::{
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, LedgerError,
+    OperationQuery, OperationRecord, QuarantinedCallback, TextMatch,
+};
+use crate::notify::Notice;
+use crate::operation::{OperationId, Tenant};
+use crate::state::{Event, State};
+
+/// How often a delivery re-reads its operation when the compare-and-swap finds it moved (a
+/// lookup, an attempt's result or another delivery won the race) before answering 503.
+const MAX_STALE_RETRIES: usize = 8;
+
+/// Evidence kind of an entry a callback appended.
+pub const CALLBACK_KIND: &str = "callback";
+
+/// Receives one vendor's callbacks for the operations of a [`Config`]: the one function behind
+/// the endpoint, for any framework ([`receive`](Self::receive) over the raw headers and body),
+/// and an axum handler with feature `axum` ([`router`](Self::router)).
+///
+/// For each delivery, in this order:
+///
+/// 1. the [`Verifier`] checks the signature over the raw bytes; a failure changes nothing, is
+///    counted, and is answered `401` (nothing is parsed);
+/// 2. the [`CallbackMapping`] parses it into events (an Adyen delivery batches several);
+/// 3. each event's account maps to a tenant ([`AccountTenants`]), and the operation is found
+///    **in that tenant only**, by what the mapping names (the echoed idempotency key, the
+///    operation id, or the vendor's reference);
+/// 4. its evidence goes through the state machine as a lookup answer does, and the ledger
+///    records the event id and applies the change in **one transaction**
+///    ([`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback)): a second delivery of
+///    the event changes nothing, also when several instances receive it at once;
+/// 5. evidence that can no longer move the operation (a `processing` after `SUCCEEDED`,
+///    anything in `MANUAL_REVIEW`) is appended as late evidence and surfaced to subscribers
+///    ([`Notice::LateEvidence`]), never acted on; an event for an operation whose attempt is
+///    still on the wire is answered `503` so the vendor delivers it again later;
+/// 6. an event that matches no operation of its tenant, names an unknown account, or matches
+///    another tenant's operation is stored in the callback quarantine
+///    ([`Ledger::quarantined_callbacks`](crate::ledger::Ledger::quarantined_callbacks)), never
+///    applied, never dropped.
+///
+/// The answer is `200` once every event is accepted, recognised as a duplicate or quarantined,
+/// and `503` when the ledger could not take one (the vendor retries, and the retry is
+/// deduplicated). Nothing of the payload is logged or stored: tracing carries the vendor,
+/// event id, event type and operation id.
+///
+/// ```no_run
+/// # #[cfg(feature = "axum")]
+/// # async fn run(rw: recoverable_write::Config) {
+/// use recoverable_write::callbacks::{
+///     AccountTenants, CallbackMapping, CallbackReceiver, Secret, StripeSignature,
+/// };
+///
+/// let stripe = CallbackReceiver::new(
+///     &rw,
+///     CallbackMapping::stripe(),
+///     StripeSignature::new(Secret::new(std::env::var("STRIPE_WEBHOOK_SECRET").unwrap())),
+///     AccountTenants::default().default_tenant("acme"),
+/// );
+/// let app: axum::Router = axum::Router::new().nest("/webhooks/stripe", stripe.router());
+/// # let _ = app;
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct CallbackReceiver {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    shared: Arc<Shared>,
+    mapping: CallbackMapping,
+    verifier: Box<dyn Verifier>,
+    accounts: AccountTenants,
+}
+
+/// What a delivery came to: the status to answer the vendor with and each event's outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Receipt {
+    /// The status for the vendor: 2xx once accepted (applied, late, duplicate, quarantined,
+    /// ignored), 401 for an unverified delivery, 4xx for an unparseable one, 503 when it must be
+    /// retried.
+    #[serde(skip)]
+    pub status: StatusCode,
+    /// What became of each event of the delivery, in order.
+    pub outcomes: Vec<DeliveryOutcome>,
+}
+
+impl CallbackReceiver {
+    /// A receiver of one vendor's callbacks (`mapping.vendor` scopes its event ids) for the
+    /// operations of `config`, checking each delivery with `verifier` and mapping its account
+    /// to a tenant with `accounts`.
+    pub fn new(
+        config: &Config,
+        mapping: CallbackMapping,
+        verifier: impl Verifier + 'static,
+        accounts: AccountTenants,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                shared: config.shared().clone(),
+                mapping,
+                verifier: Box::new(verifier),
+                accounts,
+            }),
+        }
+    }
+
+    /// The vendor this receiver serves (its mapping's `vendor`).
+    pub fn vendor(&self) -> &str {
+        &self.inner.mapping.vendor
+    }
+
+    /// Handles one delivery as received: its headers and raw body, before any parsing.
+    pub async fn receive(&self, headers: &HeaderMap, body: &[u8]) -> Receipt {
+        let inner = &*self.inner;
+        let vendor = inner.mapping.vendor.as_str();
+        count_delivery(vendor, "received");
+        let verified = match inner.verifier.verify(headers, body, SystemTime::now()) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(vendor, error = %e, "callback refused: signature not verified");
+                return finish(
+                    vendor,
+                    vec![DeliveryOutcome::Unverified { why: e.to_string() }],
+                );
+            }
+        };
+        count_delivery(vendor, "verified");
+        let events = match super::parse(&inner.mapping, &verified) {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(vendor, error = %e, "callback refused: not parseable");
+                return finish(
+                    vendor,
+                    vec![DeliveryOutcome::Unparseable { why: e.to_string() }],
+                );
+            }
+        };
+        let mut outcomes = Vec::with_capacity(events.len());
+        for event in events {
+            let outcome = match self.handle(event).await {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    tracing::warn!(vendor, error = %e, "callback not recorded: the ledger failed");
+                    DeliveryOutcome::StoreUnavailable
+                }
+            };
+            outcomes.push(outcome);
+        }
+        finish(vendor, outcomes)
+    }
+
+    async fn handle(&self, event: ParsedEvent) -> Result<DeliveryOutcome, LedgerError> {
+        let inner = &*self.inner;
+        let shared = &*inner.shared;
+        let received_at_ms = shared.clock.now_ms();
+        let Some(evidence) = event.evidence.clone() else {
+            tracing::debug!(
+                vendor = %inner.mapping.vendor,
+                event_id = %event.event_id,
+                event_type = %event.event_type,
+                "callback of a type the mapping ignores"
+            );
+            return Ok(DeliveryOutcome::Ignored);
+        };
+        let Some(tenant) = inner.accounts.tenant_for(event.account.as_deref()) else {
+            let why = match &event.account {
+                Some(_) => "its account maps to no tenant",
+                None => "it names no account and there is no default tenant",
+            };
+            return self.quarantine(&event, None, evidence, why).await;
+        };
+        let Some(matcher) = event.matcher.clone() else {
+            return self
+                .quarantine(&event, Some(tenant), evidence, "it names no operation")
+                .await;
+        };
+        for _ in 0..MAX_STALE_RETRIES {
+            let found = match matcher.by {
+                MatchBy::OperationId => {
+                    shared
+                        .ledger
+                        .get(&tenant, &OperationId::new(matcher.value.as_str()))
+                        .await?
+                }
+                MatchBy::IdempotencyKey => {
+                    shared
+                        .ledger
+                        .find_by_idempotency_key(&tenant, &matcher.value)
+                        .await?
+                }
+                MatchBy::RemoteRef => {
+                    shared
+                        .ledger
+                        .find_by_remote_ref(&tenant, &matcher.value)
+                        .await?
+                }
+            };
+            let Some(row) = found else {
+                let why = if self.belongs_elsewhere(&tenant, &matcher).await? {
+                    "it matches an operation of another tenant"
+                } else {
+                    "no operation of its tenant matches it"
+                };
+                return self.quarantine(&event, Some(tenant), evidence, why).await;
+            };
+            match self.apply(&event, &row, &evidence, received_at_ms).await? {
+                Some(outcome) => return Ok(outcome),
+                None => continue, // stale: read again, decide again
+            }
+        }
+        tracing::warn!(
+            vendor = %inner.mapping.vendor,
+            event_id = %event.event_id,
+            "callback not applied: its operation kept moving; the vendor will deliver it again"
+        );
+        Ok(DeliveryOutcome::StoreUnavailable)
+    }
+
+    /// Applies `evidence` to `row` with the event's dedupe record, in one ledger transaction.
+    /// `None`: the row moved since it was read.
+    async fn apply(
+        &self,
+        event: &ParsedEvent,
+        row: &OperationRecord,
+        evidence: &Evidence,
+        received_at_ms: i64,
+    ) -> Result<Option<DeliveryOutcome>, LedgerError> {
+        let inner = &*self.inner;
+        let shared = &*inner.shared;
+        let vendor = inner.mapping.vendor.as_str();
+        let clock = engine::clock(shared);
+        let note = format!(
+            "{vendor} callback {} ({})",
+            event.event_id, event.event_type
+        );
+        let entry = |kind: &str| NewEvidence {
+            attempt_id: row.current_attempt,
+            generation: row.generation,
+            kind: kind.to_owned(),
+            from_state: None,
+            to_state: None,
+            evidence: Some(evidence.clone()),
+            note: Some(note.clone()),
+            at_ms: clock.now_ms,
+        };
+        let delivery = CallbackDelivery {
+            vendor: vendor.to_owned(),
+            event_id: event.event_id.clone(),
+            event_type: event.event_type.clone(),
+            tenant: row.tenant.clone(),
+            operation_id: row.operation_id.clone(),
+            received_at_ms,
+        };
+        let event_in = Event::LookupResult(evidence.clone());
+        let effect = match row.update_on(&event_in, clock, None, None, None, entry(CALLBACK_KIND)) {
+            Ok(update) => CallbackEffect::Apply(update),
+            // The attempt's bytes may be on the wire (or about to be): its own result decides.
+            // The vendor delivers again later, when the event can be applied or appended.
+            Err(_) if matches!(row.state, State::InFlight | State::Prepared) => {
+                tracing::info!(
+                    vendor,
+                    event_id = %event.event_id,
+                    operation = %row.operation_id,
+                    state = row.state.as_str(),
+                    "callback deferred: the operation's attempt is in flight"
+                );
+                return Ok(Some(DeliveryOutcome::Deferred {
+                    operation_id: row.operation_id.clone(),
+                }));
+            }
+            Err(_) => CallbackEffect::Append(entry("late_evidence")),
+        };
+        let late = matches!(effect, CallbackEffect::Append(_));
+        let applied = shared.ledger.apply_callback(delivery, effect).await?;
+        let outcome = match applied {
+            CallbackApplied::Applied(new_row) => {
+                tracing::info!(
+                    vendor,
+                    event_id = %event.event_id,
+                    operation = %row.operation_id,
+                    from = row.state.as_str(),
+                    to = new_row.state.as_str(),
+                    "callback applied"
+                );
+                if new_row.state != row.state {
+                    engine::publish(shared, &new_row);
+                }
+                DeliveryOutcome::Applied {
+                    operation_id: row.operation_id.clone(),
+                }
+            }
+            CallbackApplied::Appended => {
+                tracing::warn!(
+                    vendor,
+                    event_id = %event.event_id,
+                    operation = %row.operation_id,
+                    state = row.state.as_str(),
+                    evidence = evidence.label(),
+                    "late callback appended; it does not change the operation"
+                );
+                debug_assert!(late);
+                shared.notifier.publish(Notice::LateEvidence {
+                    outcome: Outcome::from_record(row, None, true),
+                    evidence: evidence.clone(),
+                });
+                DeliveryOutcome::Late {
+                    operation_id: row.operation_id.clone(),
+                }
+            }
+            CallbackApplied::Duplicate => {
+                tracing::debug!(vendor, event_id = %event.event_id, "callback delivered again");
+                DeliveryOutcome::Duplicate
+            }
+            CallbackApplied::Stale => return Ok(None),
+            CallbackApplied::NoOperation => {
+                return self
+                    .quarantine(
+                        event,
+                        Some(row.tenant.clone()),
+                        evidence.clone(),
+                        "its operation is gone",
+                    )
+                    .await
+                    .map(Some);
+            }
+        };
+        Ok(Some(outcome))
+    }
+
+    /// Whether an operation of another tenant carries the value (only operation ids and
+    /// remote references are listed across tenants; keys are opaque and never searched).
+    async fn belongs_elsewhere(
+        &self,
+        tenant: &Tenant,
+        matcher: &super::Matcher,
+    ) -> Result<bool, LedgerError> {
+        if matcher.by == MatchBy::IdempotencyKey {
+            return Ok(false);
+        }
+        let query = OperationQuery::all_tenants()
+            .states(State::ALL)
+            .text(TextMatch::Exact(matcher.value.clone()))
+            .limit(2);
+        let page = match self.inner.shared.ledger.list(&query).await {
+            Ok(page) => page,
+            // A backend without listing: the event is quarantined either way.
+            Err(LedgerError::Config(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        Ok(page.rows.iter().any(|r| &r.tenant != tenant))
+    }
+
+    async fn quarantine(
+        &self,
+        event: &ParsedEvent,
+        tenant: Option<Tenant>,
+        evidence: Evidence,
+        why: &str,
+    ) -> Result<DeliveryOutcome, LedgerError> {
+        let inner = &*self.inner;
+        let vendor = inner.mapping.vendor.as_str();
+        let (match_by, match_value) = match &event.matcher {
+            Some(m) => (Some(match_by_label(m.by).to_owned()), Some(m.value.clone())),
+            None => (None, None),
+        };
+        let stored = inner
+            .shared
+            .ledger
+            .quarantine_callback(QuarantinedCallback {
+                vendor: vendor.to_owned(),
+                event_id: event.event_id.clone(),
+                event_type: event.event_type.clone(),
+                tenant,
+                match_by,
+                match_value,
+                reason: why.to_owned(),
+                evidence: Some(evidence),
+                received_at_ms: inner.shared.clock.now_ms(),
+            })
+            .await?;
+        Ok(match stored {
+            CallbackQuarantined::Duplicate => DeliveryOutcome::Duplicate,
+            _ => {
+                tracing::warn!(
+                    vendor,
+                    event_id = %event.event_id,
+                    event_type = %event.event_type,
+                    why,
+                    "callback quarantined; it changes nothing"
+                );
+                DeliveryOutcome::Quarantined {
+                    why: why.to_owned(),
+                }
+            }
+        })
+    }
+}
+
+fn match_by_label(by: MatchBy) -> &'static str {
+    match by {
+        MatchBy::IdempotencyKey => "idempotency_key",
+        MatchBy::OperationId => "operation_id",
+        MatchBy::RemoteRef => "remote_ref",
+    }
+}
+
+fn finish(vendor: &str, outcomes: Vec<DeliveryOutcome>) -> Receipt {
+    for outcome in &outcomes {
+        count_event(vendor, outcome.label());
+    }
+    Receipt {
+        status: super::batch_status(&outcomes),
+        outcomes,
+    }
+}
+
+#[cfg(feature = "metrics")]
+fn count_delivery(vendor: &str, stage: &'static str) {
+    metrics::counter!(
+        "recoverable_write_callback_deliveries_total",
+        "vendor" => vendor.to_owned(),
+        "stage" => stage,
+    )
+    .increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+fn count_delivery(_vendor: &str, _stage: &'static str) {}
+
+#[cfg(feature = "metrics")]
+fn count_event(vendor: &str, outcome: &'static str) {
+    metrics::counter!(
+        "recoverable_write_callback_events_total",
+        "vendor" => vendor.to_owned(),
+        "outcome" => outcome,
+    )
+    .increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+fn count_event(_vendor: &str, _outcome: &'static str) {}
+
+#[cfg(feature = "axum")]
+mod axum_impl {
+    use axum::extract::State as AxumState;
+    use axum::response::{IntoResponse, Response};
+    use bytes::Bytes;
+    use http::HeaderMap;
+
+    use super::{CallbackReceiver, Receipt};
+
+    impl IntoResponse for Receipt {
+        fn into_response(self) -> Response {
+            (self.status, axum::Json(self)).into_response()
+        }
+    }
+
+    impl CallbackReceiver {
+        /// An axum `Router` answering `POST /` with [`receive`](Self::receive): nest it where
+        /// the vendor delivers (`Router::new().nest("/webhooks/stripe", receiver.router())`).
+        /// Mount it outside your user authentication: the signature is the authentication.
+        pub fn router<S>(&self) -> axum::Router<S>
+        where
+            S: Clone + Send + Sync + 'static,
+        {
+            axum::Router::new()
+                .route("/", axum::routing::post(handle))
+                .with_state(self.clone())
+        }
+    }
+
+    async fn handle(
+        AxumState(receiver): AxumState<CallbackReceiver>,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Receipt {
+        receiver.receive(&headers, &body).await
+    }
+}

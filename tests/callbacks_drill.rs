@@ -1,0 +1,462 @@
+//! Drill D29 and issue 13: vendor callbacks resolve operations, verified and deduplicated.
+//!
+//! Every test drives a real write against the fake vendor (a lost response leaves the operation
+//! `UNKNOWN`), then delivers signed callbacks built from the vendor's own ticket, and checks the
+//! ledger (state, evidence, dedupe, quarantine) and the vendor's side effects.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::*;
+use recoverable_write::callbacks::{
+    AccountTenants, CALLBACK_KIND, CallbackReceiver, DeliveryOutcome, Secret, StripeSignature,
+};
+use recoverable_write::ledger::Ledger;
+use recoverable_write::testing::FakeVendor;
+use recoverable_write::testing::callbacks::{
+    CallbackSender, Schedule, SignedDelivery, Signer, ticket_event, ticket_mapping,
+};
+use recoverable_write::{
+    Config, Error, MemoryLedger, Operation, RecoverableWrite, SendOnceGuardLayer, SqliteLedger,
+    State,
+};
+use tower::ServiceBuilder;
+
+const SECRET: &str = "whsec_drill";
+
+struct Setup {
+    vendor: FakeVendor,
+    rw: Config,
+    receiver: CallbackReceiver,
+    signer: Signer,
+}
+
+async fn setup(ledger: impl Ledger) -> Setup {
+    let vendor = FakeVendor::start().await;
+    let rw = RecoverableWrite::builder(ledger)
+        .budget(fast_policy())
+        .build()
+        .expect("valid configuration");
+    // The fake vendor's events carry the tenant as the account.
+    let accounts = AccountTenants::default()
+        .account(TENANT, TENANT)
+        .account("tenant-b", "tenant-b");
+    let receiver = CallbackReceiver::new(
+        &rw,
+        ticket_mapping(),
+        StripeSignature::new(Secret::new(SECRET)),
+        accounts,
+    );
+    Setup {
+        vendor,
+        rw,
+        receiver,
+        signer: Signer::stripe(Secret::new(SECRET)),
+    }
+}
+
+/// A write whose response is lost after the vendor committed it: `UNKNOWN`, one ticket.
+async fn lost_write(s: &Setup, intent: &str) -> Operation {
+    let svc = ServiceBuilder::new()
+        .layer(s.rw.layer())
+        .layer(SendOnceGuardLayer::new())
+        .service(http_client());
+    let op = new_op(intent);
+    s.vendor.faults().drop_after_commit(1);
+    let err = tower::ServiceExt::oneshot(svc, ticket_request(&s.vendor, &op, "E17"))
+        .await
+        .expect_err("the response is lost");
+    assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+    assert_eq!(state_of(s, &op).await, State::Unknown);
+    op
+}
+
+async fn state_of(s: &Setup, op: &Operation) -> State {
+    s.rw.ledger()
+        .get(op.tenant(), op.id())
+        .await
+        .unwrap()
+        .expect("row")
+        .state
+}
+
+fn ticket_of(s: &Setup, op: &Operation) -> recoverable_write::testing::Ticket {
+    s.vendor
+        .tickets()
+        .into_iter()
+        .find(|t| t.operation_id.as_deref() == Some(op.id().as_str()))
+        .expect("the vendor created the ticket")
+}
+
+fn signed(s: &Setup, event_id: &str, event: serde_json::Value) -> SignedDelivery {
+    s.signer.sign(event_id, &event, SystemTime::now())
+}
+
+async fn deliver(s: &Setup, d: &SignedDelivery) -> recoverable_write::callbacks::Receipt {
+    s.receiver.receive(&d.headers, &d.body).await
+}
+
+async fn callback_entries(s: &Setup, op: &Operation) -> usize {
+    s.rw.ledger()
+        .evidence(op.tenant(), op.id())
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.entry.kind == CALLBACK_KIND)
+        .count()
+}
+
+async fn d29_two_deliveries_one_change(ledger: impl Ledger) {
+    let s = setup(ledger).await;
+    let op = lost_write(&s, "intent-d29-dup").await;
+    let ticket = ticket_of(&s, &op);
+    let d = signed(
+        &s,
+        "evt_1",
+        ticket_event("evt_1", "ticket.created", &ticket),
+    );
+
+    let first = deliver(&s, &d).await;
+    assert_eq!(first.status, http::StatusCode::OK);
+    assert_eq!(
+        first.outcomes,
+        vec![DeliveryOutcome::Applied {
+            operation_id: op.id().clone()
+        }]
+    );
+    let second = deliver(&s, &d).await;
+    assert_eq!(second.status, http::StatusCode::OK);
+    assert_eq!(second.outcomes, vec![DeliveryOutcome::Duplicate]);
+
+    let row =
+        s.rw.ledger()
+            .get(op.tenant(), op.id())
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.remote_ref.as_deref(), Some(ticket.id.as_str()));
+    assert_eq!(
+        callback_entries(&s, &op).await,
+        1,
+        "one state change, one entry"
+    );
+    // Resolved by the callback before any lookup ran; the write happened once.
+    assert_eq!(s.vendor.tickets_created(), 1);
+    assert_eq!(s.vendor.posts_received(), 1);
+    assert_eq!(s.vendor.lookups_received(), 0);
+}
+
+#[tokio::test]
+async fn d29_two_deliveries_of_one_event_change_the_operation_once_memory() {
+    d29_two_deliveries_one_change(MemoryLedger::new()).await;
+}
+
+#[tokio::test]
+async fn d29_two_deliveries_of_one_event_change_the_operation_once_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = SqliteLedger::open(dir.path().join("ops.db")).await.unwrap();
+    d29_two_deliveries_one_change(ledger).await;
+}
+
+#[tokio::test]
+async fn d29_a_callback_for_an_unknown_operation_is_quarantined() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-d29-unknown").await;
+    let mut ticket = ticket_of(&s, &op);
+    ticket.operation_id = Some("op-nobody-made".into());
+    ticket.idempotency_key = Some("key-nobody-sent".into());
+    ticket.id = "W999".into();
+    let d = signed(
+        &s,
+        "evt_u",
+        ticket_event("evt_u", "ticket.created", &ticket),
+    );
+
+    let receipt = deliver(&s, &d).await;
+    assert_eq!(
+        receipt.status,
+        http::StatusCode::OK,
+        "accepted into quarantine"
+    );
+    assert!(
+        matches!(&receipt.outcomes[..], [DeliveryOutcome::Quarantined { .. }]),
+        "{receipt:?}"
+    );
+    // Redelivered: stored once.
+    assert_eq!(
+        deliver(&s, &d).await.outcomes,
+        vec![DeliveryOutcome::Duplicate]
+    );
+    let quarantined = s.rw.ledger().quarantined_callbacks(10).await.unwrap();
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(quarantined[0].event_id, "evt_u");
+    assert_eq!(
+        quarantined[0].match_value.as_deref(),
+        Some("key-nobody-sent")
+    );
+    // Nothing changed: the real operation is still UNKNOWN, with no callback entry.
+    assert_eq!(state_of(&s, &op).await, State::Unknown);
+    assert_eq!(callback_entries(&s, &op).await, 0);
+    assert_eq!(s.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn d29_a_foreign_tenants_callback_is_quarantined_never_applied() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-d29-foreign").await;
+    let mut ticket = ticket_of(&s, &op);
+    // Tenant B's account names tenant A's operation (by id, its key removed).
+    ticket.tenant = "tenant-b".into();
+    ticket.idempotency_key = None;
+    let d = signed(
+        &s,
+        "evt_f",
+        ticket_event("evt_f", "ticket.created", &ticket),
+    );
+
+    let receipt = deliver(&s, &d).await;
+    assert_eq!(receipt.status, http::StatusCode::OK);
+    match &receipt.outcomes[..] {
+        [DeliveryOutcome::Quarantined { why }] => {
+            assert!(why.contains("another tenant"), "{why}")
+        }
+        other => panic!("expected quarantine, got {other:?}"),
+    }
+    assert_eq!(state_of(&s, &op).await, State::Unknown);
+    assert_eq!(callback_entries(&s, &op).await, 0);
+    let quarantined = s.rw.ledger().quarantined_callbacks(10).await.unwrap();
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(
+        quarantined[0].tenant.as_ref().map(|t| t.as_str()),
+        Some("tenant-b")
+    );
+}
+
+#[tokio::test]
+async fn a_forged_signature_changes_nothing_and_a_genuine_one_still_applies() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-forged").await;
+    let ticket = ticket_of(&s, &op);
+    let event = ticket_event("evt_g", "ticket.created", &ticket);
+    let forged =
+        Signer::stripe(Secret::new("whsec_attacker")).sign("evt_g", &event, SystemTime::now());
+
+    let receipt = deliver(&s, &forged).await;
+    assert_eq!(receipt.status, http::StatusCode::UNAUTHORIZED);
+    assert!(matches!(
+        &receipt.outcomes[..],
+        [DeliveryOutcome::Unverified { .. }]
+    ));
+    assert_eq!(state_of(&s, &op).await, State::Unknown);
+    assert!(
+        s.rw.ledger()
+            .quarantined_callbacks(10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The forgery recorded nothing: the genuine delivery of the same event id applies.
+    let genuine = signed(&s, "evt_g", event);
+    assert!(matches!(
+        &deliver(&s, &genuine).await.outcomes[..],
+        [DeliveryOutcome::Applied { .. }]
+    ));
+    assert_eq!(state_of(&s, &op).await, State::Succeeded);
+}
+
+#[tokio::test]
+async fn a_replayed_old_timestamp_is_refused() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-replay").await;
+    let ticket = ticket_of(&s, &op);
+    let event = ticket_event("evt_old", "ticket.created", &ticket);
+    let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    let replayed = s.signer.sign("evt_old", &event, an_hour_ago);
+
+    let receipt = deliver(&s, &replayed).await;
+    assert_eq!(receipt.status, http::StatusCode::UNAUTHORIZED);
+    assert!(matches!(
+        &receipt.outcomes[..],
+        [DeliveryOutcome::Unverified { .. }]
+    ));
+    assert_eq!(state_of(&s, &op).await, State::Unknown);
+    assert_eq!(callback_entries(&s, &op).await, 0);
+}
+
+#[tokio::test]
+async fn succeeded_then_a_late_processing_leaves_it_succeeded() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-late").await;
+    let ticket = ticket_of(&s, &op);
+    let created = signed(
+        &s,
+        "evt_a",
+        ticket_event("evt_a", "ticket.created", &ticket),
+    );
+    let mut processing_ticket = ticket.clone();
+    processing_ticket.status = recoverable_write::testing::OperationStatus::Processing;
+    let processing = signed(
+        &s,
+        "evt_b",
+        ticket_event("evt_b", "ticket.updated", &processing_ticket),
+    );
+    let mut notices = s.rw.notifications().subscribe();
+
+    assert!(matches!(
+        &deliver(&s, &created).await.outcomes[..],
+        [DeliveryOutcome::Applied { .. }]
+    ));
+    let late = deliver(&s, &processing).await;
+    assert_eq!(late.status, http::StatusCode::OK);
+    assert_eq!(
+        late.outcomes,
+        vec![DeliveryOutcome::Late {
+            operation_id: op.id().clone()
+        }]
+    );
+    assert_eq!(state_of(&s, &op).await, State::Succeeded);
+    let log = s.rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    assert_eq!(
+        log.iter()
+            .filter(|e| e.entry.kind == "late_evidence")
+            .count(),
+        1
+    );
+    // Surfaced to subscribers (reviewers, waiting callers).
+    let mut saw_late = false;
+    while let Ok(n) = notices.try_recv() {
+        saw_late |= matches!(n, recoverable_write::Notice::LateEvidence { .. });
+    }
+    assert!(saw_late, "late evidence is published");
+    assert_eq!(s.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn reordered_and_duplicated_deliveries_over_http_change_the_operation_once() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-http").await;
+    let ticket = ticket_of(&s, &op);
+    let mut processing_ticket = ticket.clone();
+    processing_ticket.status = recoverable_write::testing::OperationStatus::Processing;
+    let deliveries = vec![
+        signed(
+            &s,
+            "evt_1",
+            ticket_event("evt_1", "ticket.created", &ticket),
+        ),
+        signed(
+            &s,
+            "evt_0",
+            ticket_event("evt_0", "ticket.updated", &processing_ticket),
+        ),
+    ];
+    // Mounted in an axum app, served over real TCP.
+    let app = axum::Router::new().nest("/webhooks/tickets", s.receiver.router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("http://{addr}/webhooks/tickets");
+
+    // The processing event overtakes the success (reordered), and each is sent three times.
+    let schedule = Schedule::new().reorder().duplicate(2);
+    let statuses = CallbackSender::new()
+        .send_all(&url, deliveries, &schedule)
+        .await;
+    assert_eq!(statuses.len(), 6);
+    assert!(
+        statuses
+            .iter()
+            .all(|s| s.as_ref().is_ok_and(|c| c.is_success())),
+        "{statuses:?}"
+    );
+    server.abort();
+
+    let row =
+        s.rw.ledger()
+            .get(op.tenant(), op.id())
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(row.state, State::Succeeded, "never moved backwards");
+    assert_eq!(row.remote_ref.as_deref(), Some(ticket.id.as_str()));
+    let log = s.rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    // processing (applied: UNKNOWN -> PROCESSING), then succeeded (applied); duplicates nothing.
+    assert_eq!(
+        log.iter().filter(|e| e.entry.kind == CALLBACK_KIND).count(),
+        2
+    );
+    assert_eq!(s.vendor.tickets_created(), 1);
+    assert_eq!(s.vendor.posts_received(), 1);
+}
+
+#[tokio::test]
+async fn a_callback_for_an_operation_in_review_is_appended_for_the_reviewer_not_acted_on() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-review").await;
+    let reviews = s.rw.reviews();
+    let package = reviews.handoff(op.tenant(), op.id()).await.unwrap();
+    reviews
+        .claim_with_reason(
+            op.tenant(),
+            op.id(),
+            "alice",
+            "checking the console",
+            package.version,
+        )
+        .await
+        .expect("claim");
+    let ticket = ticket_of(&s, &op);
+    let d = signed(
+        &s,
+        "evt_r",
+        ticket_event("evt_r", "ticket.created", &ticket),
+    );
+
+    let receipt = deliver(&s, &d).await;
+    assert_eq!(
+        receipt.outcomes,
+        vec![DeliveryOutcome::Late {
+            operation_id: op.id().clone()
+        }]
+    );
+    let row =
+        s.rw.ledger()
+            .get(op.tenant(), op.id())
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(row.state, State::ManualReview, "a person decides");
+    let package = reviews.handoff(op.tenant(), op.id()).await.unwrap();
+    assert!(
+        package.evidence.iter().any(|e| e.kind == "late_evidence"
+            && matches!(
+                e.evidence,
+                Some(recoverable_write::Evidence::Succeeded { .. })
+            )),
+        "the reviewer sees it: {:?}",
+        package.evidence
+    );
+    assert_eq!(s.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn an_unmapped_account_is_quarantined() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-account").await;
+    let mut ticket = ticket_of(&s, &op);
+    ticket.tenant = "acct_unknown".into();
+    let d = signed(
+        &s,
+        "evt_acct",
+        ticket_event("evt_acct", "ticket.created", &ticket),
+    );
+    let receipt = deliver(&s, &d).await;
+    assert!(
+        matches!(&receipt.outcomes[..], [DeliveryOutcome::Quarantined { why }] if why.contains("account")),
+        "{receipt:?}"
+    );
+    assert_eq!(state_of(&s, &op).await, State::Unknown);
+}
