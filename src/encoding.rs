@@ -33,6 +33,12 @@ pub(crate) fn decode_component_str(s: &str) -> String {
     String::from_utf8_lossy(&decode_component(s)).into_owned()
 }
 
+/// The first `n` characters of `s` (all of it when shorter). Stored strings may hold anything:
+/// a byte count could cut inside a character and panic (`floor_char_boundary` is unstable).
+pub(crate) fn first_chars(s: &str, n: usize) -> &str {
+    s.char_indices().nth(n).map_or(s, |(end, _)| &s[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,10 +49,4 @@ mod tests {
         assert_eq!(&*decode_component("a%20b+c%2B%zz"), b"a b c+%zz");
         assert_eq!(decode_component_str("client%5Fsecret"), "client_secret");
     }
-}
-
-/// The first `n` characters of `s` (all of it when shorter). Stored strings may hold anything:
-/// a byte count could cut inside a character and panic (`floor_char_boundary` is unstable).
-pub(crate) fn first_chars(s: &str, n: usize) -> &str {
-    s.char_indices().nth(n).map_or(s, |(end, _)| &s[..end])
 }
