@@ -31,11 +31,12 @@ use criterion::Criterion;
 
 #[path = "support/mod.rs"]
 mod support;
+use recoverable_write::ledger::backend::Update;
 use recoverable_write::ledger::conformance::{evidence_entry, keep, new_operation, update_of};
 use recoverable_write::ledger::{
-    Created, Ledger, NewOperation, OperationRecord, SqliteLedgerOptions, Synchronous, Update,
+    Created, Ledger, NewOperation, OperationRecord, SqliteLedgerOptions, Synchronous,
 };
-use recoverable_write::state::{Clock, Event, State, transition};
+use recoverable_write::state::{Clock, Event, State};
 use recoverable_write::{AttemptId, SqliteLedger};
 use support::median;
 
@@ -59,23 +60,18 @@ fn fresh_operation() -> NewOperation {
 /// The claim of send rights on `r`, as the layer builds it.
 fn claim(r: &OperationRecord) -> Update {
     let now = now_ms();
-    let t = transition(
-        &r.snapshot(),
+    r.update_on(
         &Event::ClaimSend,
         Clock {
             now_ms: now,
             jitter: 0.0,
         },
-    )
-    .expect("claim from PREPARED");
-    r.update_for(
-        &t,
         Some(AttemptId::generate()),
         Some(now + r.policy.lease().as_millis() as i64),
         None,
         evidence_entry("attempt_registered", now),
-        now,
     )
+    .expect("claim from PREPARED")
 }
 
 fn claimed(
@@ -104,22 +100,17 @@ async fn create_then_claim(ledger: &SqliteLedger) {
 /// The first send's claim of a new operation, as the layer builds it.
 fn first_claim(new: &NewOperation) -> Update {
     let now = now_ms();
-    let t = transition(
-        &new.snapshot(),
+    new.first_update_on(
         &Event::ClaimSend,
         Clock {
             now_ms: now,
             jitter: 0.0,
         },
-    )
-    .expect("claim from PREPARED");
-    new.first_update(
-        &t,
         Some(AttemptId::generate()),
         Some(now + new.policy.lease().as_millis() as i64),
         evidence_entry("attempt_registered", now),
-        now,
     )
+    .expect("claim from PREPARED")
 }
 
 async fn create_and_apply(ledger: &SqliteLedger) -> OperationRecord {

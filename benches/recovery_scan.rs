@@ -57,12 +57,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use recoverable_write::ledger::conformance::{keep, update_of};
-use recoverable_write::ledger::{
-    Changes, Ledger, OperationQuery, Order, SqliteLedgerOptions, Synchronous, TenantScope,
-};
+use recoverable_write::ledger::conformance::{RawChanges, keep, update_of};
 #[cfg(feature = "postgres")]
 use recoverable_write::ledger::{ClockSource, PostgresLedger, PostgresLedgerOptions};
+use recoverable_write::ledger::{
+    Ledger, OperationQuery, Order, SqliteLedgerOptions, Synchronous, TenantScope,
+};
 use recoverable_write::{BudgetPolicy, MemoryLedger, OperationId, SqliteLedger, State, Tenant};
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
@@ -259,7 +259,7 @@ async fn reset_sweepable(ledger: &SqliteLedger, ids: &[OperationId]) {
             .await
             .expect("get")
             .expect("sweepable row");
-        let changes = Changes {
+        let changes = RawChanges {
             lease_until_ms: Some(0),
             next_check_ms: None,
             ..keep(&r, State::InFlight, 0)

@@ -323,12 +323,16 @@ fn lookup_for(
             url_template,
             answer,
         } => {
-            let mut lookup =
-                HttpLookup::new(transport.clone(), url_template.clone()).timeout(timeout);
-            // A URL built from the operation's own id or key identifies it: the answer need not
-            // repeat it, unless the contract says where it must.
-            let identifies = url_template.contains("{operation_id}")
-                || url_template.contains("{idempotency_key}");
+            let mut lookup = HttpLookup::new(transport.clone(), url_template.clone())
+                .timeout(timeout)
+                .secret_body_fields(contract.secret_body_fields.clone());
+            // A URL built from the operation's own id or key identifies it, and so does one
+            // built from its remote reference (recorded only from this operation's own
+            // evidence): the answer need not repeat the id, unless the contract says where it
+            // must. A `{remote_ref}` lookup for a row with no reference yet is not made.
+            let identifies = ["{operation_id}", "{idempotency_key}", "{remote_ref}"]
+                .iter()
+                .any(|p| url_template.contains(p));
             lookup = match (&answer.operation_id, identifies) {
                 (Some(p), _) => lookup.id_pointer(Some(p)),
                 (None, true) => lookup.id_pointer(None),

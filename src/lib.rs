@@ -85,6 +85,8 @@ pub mod reqwest;
 #[cfg(feature = "axum")]
 pub mod responses;
 pub mod review;
+#[cfg(feature = "review-ui")]
+pub mod review_ui;
 pub mod state;
 #[cfg(feature = "test-util")]
 pub mod testing;

@@ -1284,7 +1284,7 @@ fn every_config_error_names_origin_key_and_problem() {
     );
     config_error_invalid(
         "[contracts.c]\nkey = { in = \"cookie\", name = \"k\" }",
-        "contracts.c.key",
+        "contracts.c.key.in",
         "cookie",
     );
     config_error_invalid(
@@ -1294,7 +1294,7 @@ fn every_config_error_names_origin_key_and_problem() {
     );
     config_error_invalid(
         "[contracts.c]\nlookup = { kind = \"carrier_pigeon\" }",
-        "contracts.c.lookup",
+        "contracts.c.lookup.kind",
         "carrier_pigeon",
     );
     config_error_invalid(

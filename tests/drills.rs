@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::*;
 use http::StatusCode;
-use recoverable_write::ledger::NewEvidence;
-use recoverable_write::state::{Clock, Event, transition};
+use recoverable_write::ledger::backend::NewEvidence;
+use recoverable_write::state::{Clock, Event};
 use recoverable_write::{AttemptId, Error, Evidence, MemoryLedger, Operation, State};
 
 #[tokio::test]
@@ -345,20 +345,14 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
         .faults()
         .refuse_connections(false)
         .expect("resume");
-    let t = transition(
-        &created.snapshot(),
-        &Event::ClaimSend,
-        Clock {
-            now_ms: now_ms(),
-            jitter: 0.0,
-        },
-    )
-    .unwrap();
     let attempt = AttemptId::generate();
-    let claimed = drill
-        .ledger
-        .apply(created.update_for(
-            &t,
+    let claim = created
+        .update_on(
+            &Event::ClaimSend,
+            Clock {
+                now_ms: now_ms(),
+                jitter: 0.0,
+            },
             Some(attempt),
             Some(now_ms() + 50), // a short lease: the process dies holding it
             None,
@@ -372,11 +366,9 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
                 note: None,
                 at_ms: now_ms(),
             },
-            now_ms(),
-        ))
-        .await
-        .unwrap()
-        .expect("claimed");
+        )
+        .unwrap();
+    let claimed = drill.ledger.apply(claim).await.unwrap().expect("claimed");
     assert_eq!(claimed.state, State::InFlight);
     tokio::time::sleep(Duration::from_millis(80)).await;
 

@@ -12,9 +12,9 @@ use bytes::Bytes;
 use common::*;
 use http_body_util::BodyExt;
 use recoverable_write::authorize::{Access, Denied};
+use recoverable_write::ledger::backend::{NewEvidence, Update};
 use recoverable_write::ledger::{
-    BoxFuture, Created, EvidenceEntry, Ledger, LedgerError, NewEvidence, NewOperation,
-    OperationRecord, Update,
+    BoxFuture, Created, EvidenceEntry, Ledger, LedgerError, NewOperation, OperationRecord,
 };
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{

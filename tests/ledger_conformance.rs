@@ -12,7 +12,7 @@ use recoverable_write::ledger::{
     Created, Ledger, LedgerError, MemoryLedger, OperationRecord, SqliteLedger, SqliteLedgerOptions,
     Synchronous,
 };
-use recoverable_write::state::{Clock, Event, State, transition};
+use recoverable_write::state::{Clock, Event, State};
 use recoverable_write::{AttemptId, OperationId, Tenant};
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
@@ -172,7 +172,7 @@ async fn sqlite_data_survives_reopening_the_file() {
         let ledger = SqliteLedger::open(&path).await.unwrap();
         let r = create(&ledger, "op-204").await;
         let attempt = AttemptId::generate();
-        let changes = recoverable_write::ledger::Changes {
+        let changes = recoverable_write::ledger::conformance::RawChanges {
             generation: recoverable_write::Generation(1),
             attempts_used: 1,
             current_attempt: Some(attempt),
@@ -301,7 +301,7 @@ async fn sqlite_corrupt_rows_are_errors_not_panics() {
     let due = ledger
         .apply(update_of(
             &due,
-            recoverable_write::ledger::Changes {
+            recoverable_write::ledger::conformance::RawChanges {
                 next_check_ms: Some(T0),
                 ..keep(&due, State::Unknown, T0)
             },
@@ -407,24 +407,20 @@ async fn sqlite_two_handles_on_one_file_let_exactly_one_sender_win() {
         let (barrier, r) = (barrier.clone(), r.clone());
         tasks.push(tokio::spawn(async move {
             let now = T0 + 1;
-            let t = transition(
-                &r.snapshot(),
-                &Event::ClaimSend,
-                Clock {
-                    now_ms: now,
-                    jitter: 0.0,
-                },
-            )
-            .unwrap();
             let attempt = AttemptId::generate();
-            let update = r.update_for(
-                &t,
-                Some(attempt),
-                Some(now + 15_000),
-                None,
-                evidence_entry("attempt_registered", now),
-                now,
-            );
+            let update = r
+                .update_on(
+                    &Event::ClaimSend,
+                    Clock {
+                        now_ms: now,
+                        jitter: 0.0,
+                    },
+                    Some(attempt),
+                    Some(now + 15_000),
+                    None,
+                    evidence_entry("attempt_registered", now),
+                )
+                .unwrap();
             barrier.wait().await;
             ledger.apply(update).await.unwrap().is_some()
         }));

@@ -10,13 +10,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use recoverable_write::ledger::conformance::{T0, evidence_entry, keep, new_operation, update_of};
-use recoverable_write::ledger::{
-    Changes, ClockSource, Created, Ledger, LedgerError, NewEvidence, OperationRecord,
-    PostgresLedger, PostgresLedgerOptions,
+use recoverable_write::ledger::backend::NewEvidence;
+use recoverable_write::ledger::conformance::{
+    RawChanges, T0, evidence_entry, keep, new_operation, update_of, update_with,
 };
-use recoverable_write::state::{Clock, Event, State, transition};
-use recoverable_write::{AttemptId, Generation, OperationId, Tenant};
+use recoverable_write::ledger::{
+    CallbackApplied, CallbackDelivery, CallbackEffect, ClockSource, Created, Ledger, LedgerError,
+    OperationRecord, PostgresLedger, PostgresLedgerOptions,
+};
+use recoverable_write::state::{Clock, Event, State};
+use recoverable_write::{AttemptId, Evidence, Generation, OperationId, Tenant};
 use sqlx::{AssertSqlSafe, Connection};
 
 // ── PostgreSQL test harness (shared with tests/postgres_workers.rs) ─────────────────────────────
@@ -193,7 +196,7 @@ async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
     .fetch_all(&mut conn)
     .await
     .expect("migration bookkeeping in the schema");
-    assert_eq!(applied, [(1, true), (2, true), (3, true)]);
+    assert_eq!(applied, [(1, true), (2, true), (3, true), (4, true)]);
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
     )
@@ -203,7 +206,13 @@ async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
     .expect("tables");
     assert_eq!(
         tables,
-        ["rw_evidence", "rw_operations", "rw_schema_migrations"]
+        [
+            "rw_callback_events",
+            "rw_callback_quarantine",
+            "rw_evidence",
+            "rw_operations",
+            "rw_schema_migrations"
+        ]
     );
     // Nothing leaked into public.
     let leaked: i64 = sqlx::query_scalar(
@@ -315,7 +324,7 @@ async fn corrupt_rows_are_errors_not_panics() {
     let due = ledger
         .apply(update_of(
             &due,
-            Changes {
+            RawChanges {
                 next_check_ms: Some(T0),
                 ..keep(&due, State::Unknown, T0)
             },
@@ -400,12 +409,18 @@ async fn ledgers_work_behind_a_trait_object_and_nul_text_is_kept_readable() {
     let schema = Schema::new(&url);
     let ledger: Arc<dyn Ledger> = Arc::new(schema.ledger(ClockSource::Caller).await);
     let r = create(&*ledger, "op-dyn").await;
-    let changes = Changes {
+    let changes = RawChanges {
         reason: Some("vendor said \0 nothing".to_owned()),
         ..keep(&r, State::Unknown, T0 + 1)
     };
-    let mut update = update_of(&r, changes, "attempt_result");
-    update.evidence.note = Some("note with \0 inside".to_owned());
+    let update = update_with(
+        &r,
+        changes,
+        NewEvidence {
+            note: Some("note with \0 inside".to_owned()),
+            ..evidence_entry("attempt_result", T0 + 1)
+        },
+    );
     let row = ledger
         .apply(update)
         .await
@@ -436,26 +451,22 @@ async fn create_and_apply_follows_the_database_clock_when_a_worker_is_an_hour_of
         let now = wall_ms() + skew;
         let mut new = new_operation("tenant-a", "op-1", "intent-1");
         new.now_ms = now;
-        let t = transition(
-            &new.snapshot(),
-            &Event::ClaimSend,
-            Clock {
-                now_ms: now,
-                jitter: 0.0,
-            },
-        )
-        .expect("claim send");
         let attempt = AttemptId::generate();
-        let first = new.first_update(
-            &t,
-            Some(attempt),
-            Some(now + 200),
-            NewEvidence {
-                attempt_id: Some(attempt),
-                ..evidence_entry("attempt_registered", now)
-            },
-            now,
-        );
+        let first = new
+            .first_update_on(
+                &Event::ClaimSend,
+                Clock {
+                    now_ms: now,
+                    jitter: 0.0,
+                },
+                Some(attempt),
+                Some(now + 200),
+                NewEvidence {
+                    attempt_id: Some(attempt),
+                    ..evidence_entry("attempt_registered", now)
+                },
+            )
+            .expect("claim send");
         let row = match ledger.create_and_apply(new, first).await.expect("create") {
             Created::New(r) => r,
             Created::Existing(r) => panic!("unexpected existing {}", r.operation_id),
@@ -520,19 +531,14 @@ async fn leases_and_due_times_follow_the_database_clock_when_a_worker_is_an_hour
 
         // Claim send: lease and deadline computed on the worker's clock land on the database's.
         let now = worker_now();
-        let t = transition(
-            &r.snapshot(),
-            &Event::ClaimSend,
-            Clock {
-                now_ms: now,
-                jitter: 0.0,
-            },
-        )
-        .expect("claim send");
         let attempt = AttemptId::generate();
-        let in_flight = ledger
-            .apply(r.update_for(
-                &t,
+        let claim = r
+            .update_on(
+                &Event::ClaimSend,
+                Clock {
+                    now_ms: now,
+                    jitter: 0.0,
+                },
                 Some(attempt),
                 Some(now + 200),
                 None,
@@ -540,11 +546,9 @@ async fn leases_and_due_times_follow_the_database_clock_when_a_worker_is_an_hour
                     attempt_id: Some(attempt),
                     ..evidence_entry("attempt_registered", now)
                 },
-                now,
-            ))
-            .await
-            .expect("apply")
-            .expect("claimed");
+            )
+            .expect("claim send");
+        let in_flight = ledger.apply(claim).await.expect("apply").expect("claimed");
         let db_now = ledger.database_now_ms().await.expect("db clock");
         assert_near(in_flight.lease_until_ms, db_now + 200, "lease_until_ms");
         assert_near(
@@ -598,7 +602,7 @@ async fn leases_and_due_times_follow_the_database_clock_when_a_worker_is_an_hour
         // database clock: not due even for a worker an hour fast. Carried-over values stay.
         let row = claimed[0].clone();
         let later = worker_now();
-        let changes = Changes {
+        let changes = RawChanges {
             next_check_ms: Some(later + 600_000),
             lease_until_ms: None,
             ..keep(&row, State::Unknown, later)
@@ -654,7 +658,7 @@ async fn the_caller_clock_uses_the_given_times_verbatim() {
         .expect("create")
         .into_record();
     assert_eq!(r.created_ms, hour_ahead);
-    let changes = Changes {
+    let changes = RawChanges {
         generation: Generation(1),
         lease_until_ms: Some(hour_ahead + 100),
         ..keep(&r, State::InFlight, hour_ahead)
@@ -924,8 +928,13 @@ async fn a_nul_in_a_key_field_is_an_error_naming_the_field() {
     let id = OperationId::new("op\0ok");
     assert_names_nul(ledger.get(&tenant, &r.operation_id).await, "tenant");
     assert_names_nul(ledger.get(&r.tenant, &id).await, "operation id");
-    let mut update = update_of(&r, keep(&r, State::InFlight, T0 + 1), "attempt_registered");
-    update.tenant = tenant.clone();
+    let mut elsewhere = r.clone();
+    elsewhere.tenant = tenant.clone();
+    let update = update_of(
+        &elsewhere,
+        keep(&elsewhere, State::InFlight, T0 + 1),
+        "attempt_registered",
+    );
     assert_names_nul(ledger.apply(update.clone()).await, "tenant");
     assert_names_nul(ledger.record(update).await, "tenant");
     assert_names_nul(
@@ -1091,4 +1100,136 @@ async fn durable_statements_run_with_synchronous_commit_on_even_for_an_async_rol
         ),
     }
     pool.close().await;
+}
+
+// ── vendor callbacks ────────────────────────────────────────────────────────────────────────────
+
+/// Several application instances (each with its own ledger and pool) receive one vendor event
+/// at the same moment, several times each, and each decides on the same read of the operation
+/// through the state machine: exactly one state change, one `callback` evidence entry and one
+/// dedupe record result. The others are duplicates, or stale and then duplicates once they read
+/// again and retry (issue 13 item 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instances_receiving_one_callback_concurrently_apply_it_once() {
+    let Some(url) = pg_url().await else { return };
+    const INSTANCES: usize = 4;
+    const DELIVERIES_EACH: usize = 4;
+    let schema = Schema::new(&url);
+    let mut ledgers = Vec::new();
+    for _ in 0..INSTANCES {
+        ledgers.push(schema.ledger(ClockSource::Caller).await);
+    }
+    let r = create(&ledgers[0], "op-callback").await;
+    let lost = RawChanges {
+        generation: Generation(1),
+        may_have_applied: true,
+        next_check_ms: Some(T0 + 1),
+        ..keep(&r, State::Unknown, T0 + 1)
+    };
+    let r = ledgers[0]
+        .apply(update_of(&r, lost, "setup"))
+        .await
+        .expect("apply")
+        .expect("applied");
+
+    let succeeded = Evidence::Succeeded {
+        remote_ref: Some("pi_1".to_owned()),
+    };
+    let barrier = Arc::new(tokio::sync::Barrier::new(INSTANCES * DELIVERIES_EACH));
+    let mut tasks = Vec::new();
+    for ledger in &ledgers {
+        for _ in 0..DELIVERIES_EACH {
+            let (ledger, barrier, succeeded) = (ledger.clone(), barrier.clone(), succeeded.clone());
+            let mut read = r.clone();
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                loop {
+                    let delivery = CallbackDelivery {
+                        vendor: "stripe".to_owned(),
+                        event_id: "evt_1".to_owned(),
+                        event_type: "payment_intent.succeeded".to_owned(),
+                        tenant: read.tenant.clone(),
+                        operation_id: read.operation_id.clone(),
+                        received_at_ms: T0 + 5,
+                    };
+                    let clock = Clock {
+                        now_ms: T0 + 5,
+                        jitter: 0.0,
+                    };
+                    let entry = NewEvidence {
+                        evidence: Some(succeeded.clone()),
+                        ..evidence_entry("callback", T0 + 5)
+                    };
+                    let event = Event::LookupResult(succeeded.clone());
+                    let effect = match read.update_on(&event, clock, None, None, None, entry) {
+                        Ok(update) => CallbackEffect::Apply(update),
+                        Err(refused) => panic!("{refused}"),
+                    };
+                    match ledger
+                        .apply_callback(delivery, effect)
+                        .await
+                        .expect("apply")
+                    {
+                        CallbackApplied::Stale => {
+                            read = ledger
+                                .get(&read.tenant, &read.operation_id)
+                                .await
+                                .expect("get")
+                                .expect("row");
+                        }
+                        other => break other,
+                    }
+                }
+            }));
+        }
+    }
+    let mut applied = 0;
+    for task in tasks {
+        match task.await.expect("delivery task") {
+            CallbackApplied::Applied(row) => {
+                assert_eq!(row.state, State::Succeeded);
+                applied += 1;
+            }
+            CallbackApplied::Duplicate => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(applied, 1, "exactly one delivery applies");
+
+    let row = ledgers[1]
+        .get(&r.tenant, &r.operation_id)
+        .await
+        .expect("get")
+        .expect("row");
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.remote_ref.as_deref(), Some("pi_1"));
+    assert_eq!(row.version, r.version + 1, "one state change");
+    let log = ledgers[2]
+        .evidence(&r.tenant, &r.operation_id)
+        .await
+        .expect("evidence");
+    let callbacks: Vec<_> = log.iter().filter(|e| e.entry.kind == "callback").collect();
+    assert_eq!(callbacks.len(), 1, "one evidence entry");
+    assert_eq!(callbacks[0].entry.evidence, Some(succeeded));
+    let mut conn = schema.raw().await;
+    let records: Vec<(String, String, Option<String>, String)> =
+        sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT vendor, event_id, operation_id, outcome FROM \"{}\".rw_callback_events",
+            schema.name
+        )))
+        .fetch_all(&mut conn)
+        .await
+        .expect("dedupe records");
+    assert_eq!(
+        records,
+        [(
+            "stripe".to_owned(),
+            "evt_1".to_owned(),
+            Some("op-callback".to_owned()),
+            "applied".to_owned()
+        )]
+    );
+    for ledger in ledgers {
+        ledger.close().await;
+    }
 }

@@ -21,9 +21,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use recoverable_write::layer::ResponseBody;
+use recoverable_write::ledger::backend::{NewEvidence, Update};
 use recoverable_write::ledger::{
-    BoxFuture, ClockSource, Created, EvidenceEntry, Ledger, LedgerError, NewEvidence, NewOperation,
-    OperationRecord, PostgresLedger, PostgresLedgerOptions, Update,
+    BoxFuture, ClockSource, Created, EvidenceEntry, Ledger, LedgerError, NewOperation,
+    OperationRecord, PostgresLedger, PostgresLedgerOptions,
 };
 use recoverable_write::operation::{FrozenRequest, PayloadHash};
 use recoverable_write::reconcile::RecoveryReport;
@@ -471,7 +472,7 @@ impl Ledger for PausingLedger {
 
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(async move {
-            if update.evidence.kind == "lookup"
+            if update.evidence().kind == "lookup"
                 && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
             {
                 self.paused.notify_one();
@@ -648,7 +649,7 @@ async fn d17_paused_old_worker_is_refused_by_the_generation_after_a_new_worker_r
     // A claim (a generation bump) computed from A's old read is refused too.
     let stale_claim = recoverable_write::ledger::conformance::update_of(
         &held_by_a,
-        recoverable_write::ledger::Changes {
+        recoverable_write::ledger::conformance::RawChanges {
             generation: g.next(),
             ..recoverable_write::ledger::conformance::keep(
                 &held_by_a,
@@ -774,7 +775,7 @@ async fn d18_concurrent_claims_give_each_generation_to_exactly_one_worker() {
                     .expect("create")
                     .into_record();
                 let now = r.created_ms;
-                let changes = recoverable_write::ledger::Changes {
+                let changes = recoverable_write::ledger::conformance::RawChanges {
                     next_check_ms: Some(now - 1_000),
                     ..recoverable_write::ledger::conformance::keep(&r, State::Unknown, now)
                 };

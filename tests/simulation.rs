@@ -53,9 +53,10 @@ use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Full};
 use recoverable_write::clock::Clock;
 use recoverable_write::contract::{EvidenceClass, KeyPlacement, RemoteRef, Replay, Rule};
+use recoverable_write::ledger::backend::{NewEvidence, Update};
+use recoverable_write::ledger::conformance::rewrite_changes;
 use recoverable_write::ledger::{
-    BoxFuture, Created, EvidenceEntry, LedgerError, NewEvidence, NewOperation, OperationRecord,
-    Update,
+    BoxFuture, Created, EvidenceEntry, LedgerError, NewOperation, OperationRecord,
 };
 use recoverable_write::state::ReviewDecision;
 use recoverable_write::{
@@ -762,21 +763,25 @@ impl Ledger for Tamper {
         Box::pin(async move {
             match self.mode {
                 TamperMode::PlantItem1 => {
-                    if update.expect_state == State::ManualReview
-                        && update.changes.state == State::RetryReady
+                    if update.expect_state() == State::ManualReview
+                        && update.changes().state() == State::RetryReady
                     {
-                        update.changes.lease_until_ms = None;
-                        update.changes.next_check_ms = Some(update.changes.now_ms);
+                        update = rewrite_changes(update, |c| {
+                            c.lease_until_ms = None;
+                            c.next_check_ms = Some(c.now_ms);
+                        });
                     }
                 }
                 TamperMode::KeepLeaseOnReclaim => {
-                    if update.expect_state == State::RetryReady
-                        && update.changes.state == State::ManualReview
-                        && update.changes.lease_until_ms.is_none()
-                        && let Some(row) =
-                            self.inner.get(&update.tenant, &update.operation_id).await?
+                    if update.expect_state() == State::RetryReady
+                        && update.changes().state() == State::ManualReview
+                        && update.changes().lease_until_ms().is_none()
+                        && let Some(row) = self
+                            .inner
+                            .get(update.tenant(), update.operation_id())
+                            .await?
                     {
-                        update.changes.lease_until_ms = row.lease_until_ms;
+                        update = rewrite_changes(update, |c| c.lease_until_ms = row.lease_until_ms);
                     }
                 }
             }

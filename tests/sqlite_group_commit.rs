@@ -25,7 +25,7 @@ use http::Request;
 use http_body_util::Full;
 use recoverable_write::ledger::conformance::{T0, evidence_entry, keep, new_operation, update_of};
 use recoverable_write::ledger::{Created, Ledger, LedgerError, OperationRecord, SqliteLedger};
-use recoverable_write::state::{Clock, Event, transition};
+use recoverable_write::state::{Clock, Event};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
     AttemptId, BudgetPolicy, Operation, OperationId, RecoverableWriteLayer, SendOnceGuardLayer,
@@ -237,25 +237,20 @@ async fn create(ledger: &SqliteLedger, id: &str) -> OperationRecord {
 }
 
 /// The update that claims send rights on `r` (PREPARED → IN_FLIGHT).
-fn claim(r: &OperationRecord) -> recoverable_write::ledger::Update {
+fn claim(r: &OperationRecord) -> recoverable_write::ledger::backend::Update {
     let now = T0 + 1;
-    let t = transition(
-        &r.snapshot(),
+    r.update_on(
         &Event::ClaimSend,
         Clock {
             now_ms: now,
             jitter: 0.0,
         },
-    )
-    .expect("claim is allowed from PREPARED");
-    r.update_for(
-        &t,
         Some(AttemptId::generate()),
         Some(now + 15_000),
         None,
         evidence_entry("attempt_registered", now),
-        now,
     )
+    .expect("claim is allowed from PREPARED")
 }
 
 /// 64 applies queued at once on a current-thread runtime (so the writer task finds all of them
@@ -274,10 +269,14 @@ async fn concurrent_applies_with_stale_preconditions_fail_alone() {
 
     let mut tasks = tokio::task::JoinSet::new();
     for (i, r) in rows.iter().enumerate() {
-        let mut update = claim(r);
-        if i % 2 == 1 {
-            update.expect_version += 1; // stale: someone else changed the row since
-        }
+        let update = if i % 2 == 1 {
+            // Stale: computed from a read of a version someone else has since changed.
+            let mut stale = r.clone();
+            stale.version += 1;
+            claim(&stale)
+        } else {
+            claim(r)
+        };
         let ledger = ledger.clone();
         tasks.spawn(async move { (i, ledger.apply(update).await) });
     }
@@ -483,9 +482,9 @@ async fn mixed_concurrent_requests_keep_their_own_semantics() {
         tasks.spawn(async move {
             let r = create(&ledger, &format!("op-{i}")).await;
             // A stale update first (refused), then the real claim, then a result.
-            let mut stale = claim(&r);
-            stale.expect_generation = recoverable_write::Generation(7);
-            assert!(ledger.apply(stale).await.unwrap().is_none());
+            let mut stale = r.clone();
+            stale.generation = recoverable_write::Generation(7);
+            assert!(ledger.apply(claim(&stale)).await.unwrap().is_none());
             let r = ledger.apply(claim(&r)).await.unwrap().expect("claimed");
             ledger
                 .append_evidence(&r.tenant, &r.operation_id, evidence_entry("note", T0 + 2))

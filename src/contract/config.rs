@@ -61,59 +61,36 @@
 //! Loading never panics. Every [`ConfigError`] names the origin (the file path, or the origin
 //! string given), the key path (`contracts.stripe-charges.rules[1].status`) and what is wrong;
 //! syntax errors carry the line and column. A JSON object with the same key twice is refused
-//! with the key path and position (TOML parsers refuse duplicates themselves). Every resulting contract is
+//! with the key path and position (TOML parsers refuse duplicates themselves), and so is a JSON
+//! `null` (TOML has none: leave the key out). The file is read by serde derives (each table
+//! refuses unknown keys and names the ones it takes) through `serde_path_to_error` (the key path). Every resulting contract is
 //! [validated](super::Contract::validate), and an `aws-ec2` contract with a field digest must
 //! keep the zone in it ([`EC2_SCOPE_POINTERS`](super::profiles::EC2_SCOPE_POINTERS)).
 //!
 //! [`conservative`]: super::profiles::conservative
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use http::Method;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::Value;
+use serde_path_to_error::Segment;
 
 use super::ContractRef;
 use super::error::ContractErrorKind;
 use super::profiles;
 use super::registry::{Contracts, Target};
-use super::rules::{BodyMatch, EvidenceClass, HeaderMatch, Rule, StatusMatch, XmlMatch};
+use super::rules::Rule;
 use super::{Contract, KeyPlacement, Lookup, RemoteRef, Replay};
 use crate::operation::PayloadDigest;
 
 /// The longest `extends` chain of a file's contracts, the contract itself included (built-in
 /// profiles are not counted). Deeper nesting is refused with [`ConfigErrorKind::ExtendsTooDeep`].
 pub const MAX_EXTENDS_DEPTH: usize = 32;
-
-/// The keys of the file's top level.
-const ROOT_KEYS: &[&str] = &["default", "route", "routes", "contracts"];
-/// The keys of a route.
-const ROUTE_KEYS: &[&str] = &["host", "path_prefix", "method", "contract"];
-/// The keys of a contract table.
-const CONTRACT_KEYS: &[&str] = &[
-    "extends",
-    "name",
-    "key",
-    "max_key_len",
-    "retention_secs",
-    "replay",
-    "rules",
-    "extra_rules",
-    "remote_ref",
-    "secret_headers",
-    "secret_query_params",
-    "secret_body_fields",
-    "replay_supplies_body_secrets",
-    "digest",
-    "lookup",
-    "settle_secs",
-];
-/// The keys of a rule.
-const RULE_KEYS: &[&str] = &["status", "header", "body", "xml", "evidence", "reason"];
-/// The keys of a digest.
-const DIGEST_KEYS: &[&str] = &["mode", "pointers"];
 
 /// A configuration that cannot be loaded: where, which key, and what is wrong.
 ///
@@ -313,25 +290,28 @@ impl Contracts {
                 },
             )
         })?;
-        build(&value, origin)
+        build(value, origin)
     }
 
     /// Reads routes and contracts from JSON text, in the same shape as
     /// [`Contracts::from_toml_str`].
     ///
     /// An object with the same key twice is refused ([`ConfigErrorKind::DuplicateKey`], with the
-    /// key path and position), where a JSON parser would keep one of the values silently.
+    /// key path and position), where a JSON parser would keep one of the values silently; so is
+    /// a `null` (no key takes one, and TOML has none: leave the key out).
     pub fn from_json_str(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let value: Value = strict_json::parse(text).map_err(|(e, duplicate)| {
-            if let Some(key) = duplicate {
-                return ConfigError::new(
-                    origin,
-                    key,
-                    ConfigErrorKind::DuplicateKey {
-                        line: e.line(),
-                        column: e.column(),
-                    },
-                );
+        let value: Value = strict_json::parse(text).map_err(|(e, refused)| {
+            let (line, column) = (e.line(), e.column());
+            match refused {
+                Some(Refused::Duplicate(key)) => {
+                    let kind = ConfigErrorKind::DuplicateKey { line, column };
+                    return ConfigError::new(origin, key, kind);
+                }
+                Some(Refused::Null(key)) => {
+                    let why = format!("`null` at line {line}, column {column}: leave the key out");
+                    return ConfigError::new(origin, key, ConfigErrorKind::Invalid(why));
+                }
+                None => {}
             }
             let message = e.to_string();
             // serde_json appends " at line L column C"; the position is kept separately.
@@ -349,7 +329,7 @@ impl Contracts {
                 },
             )
         })?;
-        build(&value, origin)
+        build(value, origin)
     }
 
     /// Reads a `.toml` or `.json` file (chosen by the extension). Errors name the path.
@@ -376,130 +356,9 @@ impl Contracts {
     }
 }
 
-/// JSON into a [`Value`], refusing duplicate keys.
-mod strict_json {
-    use std::cell::RefCell;
-    use std::fmt;
+mod strict_json;
 
-    use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-    use serde_json::{Map, Number, Value};
-
-    use super::key_segment;
-
-    /// Parses `text`. On error, the second item is the key path of a duplicate key, if that is
-    /// what failed (the serde error then carries its position).
-    pub(super) fn parse(text: &str) -> Result<Value, (serde_json::Error, Option<String>)> {
-        let duplicate = RefCell::new(None);
-        let mut de = serde_json::Deserializer::from_str(text);
-        let seed = Strict {
-            path: String::new(),
-            duplicate: &duplicate,
-        };
-        // serde_json's recursion limit still applies: deep nesting is an error, not a crash.
-        let value = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
-        value.map_err(|e| (e, duplicate.into_inner()))
-    }
-
-    /// Builds a `Value` like serde_json's own, but with the key path of each value so that a
-    /// duplicate key can be named.
-    struct Strict<'a> {
-        path: String,
-        duplicate: &'a RefCell<Option<String>>,
-    }
-
-    impl Strict<'_> {
-        fn at(&self, segment: &str) -> String {
-            if self.path.is_empty() {
-                segment.to_owned()
-            } else {
-                format!("{}.{segment}", self.path)
-            }
-        }
-    }
-
-    impl<'de> DeserializeSeed<'de> for Strict<'_> {
-        type Value = Value;
-
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for Strict<'_> {
-        type Value = Value;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON value")
-        }
-
-        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-            Ok(Value::Bool(v))
-        }
-
-        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-            Ok(Value::Number(v.into()))
-        }
-
-        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-            Ok(Value::Number(v.into()))
-        }
-
-        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-            Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
-        }
-
-        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-            Ok(Value::String(v.to_owned()))
-        }
-
-        fn visit_string<E>(self, v: String) -> Result<Value, E> {
-            Ok(Value::String(v))
-        }
-
-        fn visit_unit<E>(self) -> Result<Value, E> {
-            Ok(Value::Null)
-        }
-
-        fn visit_none<E>(self) -> Result<Value, E> {
-            Ok(Value::Null)
-        }
-
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-            self.deserialize(d)
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-            let mut out = Vec::new();
-            loop {
-                let seed = Strict {
-                    path: format!("{}[{}]", self.path, out.len()),
-                    duplicate: self.duplicate,
-                };
-                match seq.next_element_seed(seed)? {
-                    Some(v) => out.push(v),
-                    None => return Ok(Value::Array(out)),
-                }
-            }
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-            let mut out = Map::new();
-            while let Some(key) = map.next_key::<String>()? {
-                let path = self.at(&key_segment(&key));
-                if out.contains_key(&key) {
-                    *self.duplicate.borrow_mut() = Some(path);
-                    return Err(de::Error::custom("duplicate key"));
-                }
-                let value = map.next_value_seed(Strict {
-                    path,
-                    duplicate: self.duplicate,
-                })?;
-                out.insert(key, value);
-            }
-            Ok(Value::Object(out))
-        }
-    }
-}
+use strict_json::Refused;
 
 /// 1-based line and column (in characters) of a byte offset.
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
@@ -518,10 +377,236 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// A configuration as written: what serde reads, before `extends` is resolved.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSpec {
+    default: Option<DefaultSpec>,
+    #[serde(default, deserialize_with = "some_tables")]
+    route: Option<Vec<RouteSpec>>,
+    #[serde(default, deserialize_with = "some_tables")]
+    routes: Option<Vec<RouteSpec>>,
+    #[serde(default, deserialize_with = "named_tables")]
+    contracts: BTreeMap<String, ContractSpec>,
+}
+
+/// A route as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteSpec {
+    host: String,
+    path_prefix: Option<String>,
+    method: Option<String>,
+    contract: String,
+}
+
+/// A contract table as written: every key optional, each one set replaces (or, for
+/// `extra_rules` and the secrets, adds to) what the table `extends`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContractSpec {
+    extends: Option<String>,
+    name: Option<String>,
+    key: Option<KeyPlacement>,
+    max_key_len: Option<usize>,
+    retention_secs: Option<u64>,
+    replay: Option<Replay>,
+    #[serde(default, deserialize_with = "some_tables")]
+    rules: Option<Vec<Rule>>,
+    #[serde(default, deserialize_with = "tables")]
+    extra_rules: Vec<Rule>,
+    remote_ref: Option<RemoteRef>,
+    #[serde(default)]
+    secret_headers: Vec<String>,
+    #[serde(default)]
+    secret_query_params: Vec<String>,
+    #[serde(default)]
+    secret_body_fields: Vec<String>,
+    replay_supplies_body_secrets: Option<bool>,
+    #[serde(default, deserialize_with = "digest")]
+    digest: Option<PayloadDigest>,
+    lookup: Option<Lookup>,
+    settle_secs: Option<u64>,
+}
+
+/// `default`: a contract table, or the name of a contract.
+enum DefaultSpec {
+    Name(String),
+    Table(Box<ContractSpec>),
+}
+
+impl<'de> Deserialize<'de> for DefaultSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DefaultSpec;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a contract table or a contract name")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DefaultSpec, E> {
+                Ok(DefaultSpec::Name(v.to_owned()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DefaultSpec, A::Error> {
+                let table = ContractSpec::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(DefaultSpec::Table(Box::new(table)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A table, refused in any other form (a derived struct would also take an array, by position).
+struct Table<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Table<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Table<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Table<T>, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Table)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+/// Tables, read as a list of [`Table`]s.
+fn tables<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    let list = Vec::<Table<T>>::deserialize(d)?;
+    Ok(list.into_iter().map(|t| t.0).collect())
+}
+
+/// [`tables`], for a key that may be absent.
+fn some_tables<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Vec<T>>, D::Error> {
+    tables(d).map(Some)
+}
+
+/// Named tables (`contracts`), sorted by name: the order in which contracts are resolved (and
+/// errors found) is stable.
+fn named_tables<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, T>, D::Error> {
+    let map = BTreeMap::<String, Table<T>>::deserialize(d)?;
+    Ok(map.into_iter().map(|(k, t)| (k, t.0)).collect())
+}
+
+/// A digest as written: `{ mode = "full" }` or `{ mode = "fields", pointers = [...] }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DigestSpec {
+    mode: DigestMode,
+    pointers: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum DigestMode {
+    Full,
+    Fields,
+}
+
+/// A [`DigestSpec`] into a [`PayloadDigest`].
+fn digest<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PayloadDigest>, D::Error> {
+    let spec = Table::<DigestSpec>::deserialize(d)?.0;
+    match (spec.mode, spec.pointers) {
+        (DigestMode::Full, None) => Ok(Some(PayloadDigest::Full)),
+        (DigestMode::Fields, Some(p)) => Ok(Some(PayloadDigest::Fields(p))),
+        (DigestMode::Fields, None) => Err(de::Error::missing_field("pointers")),
+        (DigestMode::Full, Some(_)) => Err(de::Error::custom(
+            "`pointers` is only for `mode = \"fields\"`",
+        )),
+    }
+}
+
+/// Reads the parsed text into its spec; a serde error becomes a [`ConfigError`] with the key
+/// path where it happened.
+fn read_spec(value: Value, origin: &str) -> Result<FileSpec, ConfigError> {
+    serde_path_to_error::deserialize(value)
+        .map(|t: Table<FileSpec>| t.0)
+        .map_err(|e| {
+            let mut path = String::new();
+            let mut last = None;
+            for segment in e.path() {
+                match segment {
+                    Segment::Seq { index } => path.push_str(&format!("[{index}]")),
+                    Segment::Map { key } => {
+                        if !path.is_empty() {
+                            path.push('.');
+                        }
+                        path.push_str(&key_segment(key));
+                    }
+                    Segment::Enum { .. } | Segment::Unknown => {}
+                }
+                last = Some(segment);
+            }
+            let message = serde_message(e.inner());
+            // "missing field `x`": reported at the table; the key path names the field.
+            if let Some((name, "")) = message.strip_prefix("missing field ").and_then(quoted) {
+                let key = join(&path, name);
+                return ConfigError::new(origin, key, ConfigErrorKind::Missing);
+            }
+            // "unknown field `x`, expected one of `a`, `b`": the path ends at the key when the
+            // table was read key by key (a tagged enum's content is read whole: its path stops at
+            // the enum, and the serde message, which names the key, is kept as it is).
+            if let Some((name, rest)) = message.strip_prefix("unknown field ").and_then(quoted)
+                && matches!(last, Some(Segment::Map { key }) if key == name)
+            {
+                let expected = rest
+                    .trim_start_matches(", expected ")
+                    .trim_start_matches("one of ")
+                    .split(['`', ','])
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty() && *s != "or")
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return ConfigError::new(origin, path, ConfigErrorKind::UnknownKey { expected });
+            }
+            ConfigError::new(origin, path, ConfigErrorKind::Invalid(message))
+        })
+}
+
+/// "`name`rest" into `name` and the rest.
+fn quoted(s: &str) -> Option<(&str, &str)> {
+    s.strip_prefix('`')?.split_once('`')
+}
+
+/// `path.name` (or `name` at the top level).
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        key_segment(name)
+    } else {
+        format!("{path}.{}", key_segment(name))
+    }
+}
+
+/// A serde message in the configuration's words: without a position suffix (positions in a
+/// re-read value mean nothing), with TOML's names for arrays and tables.
+fn serde_message(e: &serde_json::Error) -> String {
+    let m = e.to_string();
+    let m = m.rsplit_once(" at line ").map_or(m.as_str(), |(m, _)| m);
+    let m = m
+        .replace("invalid type: sequence", "invalid type: array")
+        .replace("invalid type: map", "invalid type: table")
+        .replace("expected a sequence", "expected an array")
+        .replace("expected a map", "expected a table");
+    super::classify::truncate(&m, 300)
+}
+
 /// The loader's working state.
 struct Loader<'a> {
     origin: &'a str,
-    tables: &'a Map<String, Value>,
+    tables: &'a BTreeMap<String, ContractSpec>,
     resolved: HashMap<String, Resolved>,
     /// Contracts named by routes (or `default`), with their reference computed once: thousands
     /// of routes usually share a few contracts, and hashing each would dominate loading.
@@ -549,36 +634,21 @@ enum Base<'a> {
     Builtin(Resolved),
 }
 
-fn build(root: &Value, origin: &str) -> Result<Contracts, ConfigError> {
+fn build(root: Value, origin: &str) -> Result<Contracts, ConfigError> {
     let err = |key: &str, kind| ConfigError::new(origin, key, kind);
-    let Some(root) = root.as_object() else {
-        return Err(err(
-            "",
-            ConfigErrorKind::Invalid("the top level must be a table".into()),
-        ));
-    };
-    unknown_keys(root, "", ROOT_KEYS, origin)?;
-    if root.contains_key("route") && root.contains_key("routes") {
-        return Err(err(
-            "routes",
-            ConfigErrorKind::Invalid("give `route` or `routes`, not both".into()),
-        ));
-    }
-
-    let empty = Map::new();
-    let tables = match root.get("contracts") {
-        None => &empty,
-        Some(Value::Object(t)) => t,
-        Some(other) => {
+    let spec = read_spec(root, origin)?;
+    let (route_key, routes) = match (spec.route, spec.routes) {
+        (Some(_), Some(_)) => {
             return Err(err(
-                "contracts",
-                ConfigErrorKind::Invalid(format!(
-                    "expected a table of named contracts, found {}",
-                    type_name(other)
-                )),
+                "routes",
+                ConfigErrorKind::Invalid("give `route` or `routes`, not both".into()),
             ));
         }
+        (Some(r), None) => ("route", r),
+        (None, r) => ("routes", r.unwrap_or_default()),
     };
+
+    let tables = &spec.contracts;
     let mut loader = Loader {
         origin,
         tables,
@@ -593,70 +663,34 @@ fn build(root: &Value, origin: &str) -> Result<Contracts, ConfigError> {
     // Where each used contract came from, for the duplicate-name check.
     let mut used: Vec<(String, Arc<Contract>)> = Vec::new();
 
-    let default = match root.get("default") {
+    let default = match &spec.default {
         None => Arc::new(profiles::conservative()),
-        Some(Value::String(name)) => loader.by_reference(name, "default")?.0,
-        Some(Value::Object(table)) => loader.resolve_table(table, "default", "default")?.contract,
-        Some(other) => {
-            return Err(err(
-                "default",
-                ConfigErrorKind::Invalid(format!(
-                    "expected a contract table or a contract name, found {}",
-                    type_name(other)
-                )),
-            ));
+        Some(DefaultSpec::Name(name)) => loader.by_reference(name, "default")?.0,
+        Some(DefaultSpec::Table(table)) => {
+            loader.resolve_table(table, "default", "default")?.contract
         }
     };
     used.push(("default".to_owned(), Arc::clone(&default)));
     let mut contracts = Contracts::new(Arc::unwrap_or_clone(default));
 
-    let (route_key, routes) = match (root.get("route"), root.get("routes")) {
-        (Some(r), _) => ("route", Some(r)),
-        (None, r) => ("routes", r),
-    };
-    let routes = match routes {
-        None => &[][..],
-        Some(Value::Array(items)) => items.as_slice(),
-        Some(other) => {
-            return Err(err(
-                route_key,
-                ConfigErrorKind::Invalid(format!(
-                    "expected an array of tables ([[{route_key}]]), found {}",
-                    type_name(other)
-                )),
-            ));
-        }
-    };
     // Each target's first route, for the duplicate check (a scan per route was quadratic).
     let mut targets: HashMap<Target, usize> = HashMap::with_capacity(routes.len());
-    for (i, route) in routes.iter().enumerate() {
+    for (i, route) in routes.into_iter().enumerate() {
         let path = format!("{route_key}[{i}]");
-        let Some(route) = route.as_object() else {
-            return Err(err(
-                &path,
-                ConfigErrorKind::Invalid(format!("expected a table, found {}", type_name(route))),
-            ));
-        };
-        unknown_keys(route, &path, ROUTE_KEYS, origin)?;
-        let mut target_fields = Map::new();
-        for k in ["host", "path_prefix", "method"] {
-            if let Some(v) = route.get(k) {
-                // Each field on its own first, so the error names it.
-                field::<String>(v, &format!("{path}.{k}"), origin)?;
-                target_fields.insert(k.to_owned(), v.clone());
-            }
+        let mut target = Target::host(route.host);
+        if let Some(prefix) = route.path_prefix {
+            target = target.path_prefix(prefix);
         }
-        if !route.contains_key("host") {
-            return Err(err(&format!("{path}.host"), ConfigErrorKind::Missing));
+        if let Some(method) = route.method {
+            let method =
+                Method::from_bytes(method.to_ascii_uppercase().as_bytes()).map_err(|e| {
+                    err(
+                        &format!("{path}.method"),
+                        ConfigErrorKind::Invalid(e.to_string()),
+                    )
+                })?;
+            target = target.method(method);
         }
-        let target: Target = serde_json::from_value(Value::Object(target_fields)).map_err(|e| {
-            let key = if route.contains_key("method") {
-                format!("{path}.method")
-            } else {
-                path.clone()
-            };
-            err(&key, ConfigErrorKind::Invalid(serde_message(&e)))
-        })?;
         target
             .validate()
             .map_err(|why| err(&format!("{path}.host"), ConfigErrorKind::InvalidTarget(why)))?;
@@ -664,11 +698,7 @@ fn build(root: &Value, origin: &str) -> Result<Contracts, ConfigError> {
             return Err(err(&path, ConfigErrorKind::DuplicateRoute(j)));
         }
         let contract_key = format!("{path}.contract");
-        let Some(name) = route.get("contract") else {
-            return Err(err(&contract_key, ConfigErrorKind::Missing));
-        };
-        let name = field::<String>(name, &contract_key, origin)?;
-        let (contract, reference) = loader.by_reference(&name, &contract_key)?;
+        let (contract, reference) = loader.by_reference(&route.contract, &contract_key)?;
         used.push((contract_key, Arc::clone(&contract)));
         targets.insert(target.clone(), i);
         contracts = contracts.route_shared(target, contract, reference);
@@ -713,33 +743,14 @@ impl<'a> Loader<'a> {
         Ok(out)
     }
 
-    /// The table of the file's contract `name`; `path` is the key that named it, for errors.
-    fn table(&self, name: &str, path: &str) -> Result<&'a Map<String, Value>, ConfigError> {
-        let tables: &'a Map<String, Value> = self.tables;
-        let Some(table) = tables.get(name) else {
-            return Err(self.err(path, unknown_contract(name)));
-        };
-        table.as_object().ok_or_else(|| {
-            self.err(
-                path,
-                ConfigErrorKind::Invalid(format!(
-                    "expected a contract table, found {}",
-                    type_name(table)
-                )),
-            )
-        })
-    }
-
-    /// What a table starts from: checks its keys and its `extends`, without resolving a parent.
+    /// What a table starts from: its `extends`, without resolving a parent.
     fn base(
         &self,
-        table: &'a Map<String, Value>,
+        table: &'a ContractSpec,
         own_name: &str,
         path: &str,
     ) -> Result<Base<'a>, ConfigError> {
-        let origin = self.origin;
-        unknown_keys(table, path, CONTRACT_KEYS, origin)?;
-        let Some(v) = table.get("extends") else {
+        let Some(parent) = &table.extends else {
             return Ok(Base::Builtin(Resolved {
                 contract: Arc::new(profiles::conservative()),
                 ec2: false,
@@ -748,24 +759,23 @@ impl<'a> Loader<'a> {
             }));
         };
         let key = format!("{path}.extends");
-        let parent = field::<String>(v, &key, origin)?;
-        let tables: &'a Map<String, Value> = self.tables;
+        let tables: &'a BTreeMap<String, ContractSpec> = self.tables;
         if parent != own_name
-            && let Some((name, _)) = tables.get_key_value(&parent)
+            && let Some((name, _)) = tables.get_key_value(parent)
         {
             return Ok(Base::File(name));
         }
-        match builtin(&parent) {
+        match builtin(parent) {
             Some(b) => Ok(Base::Builtin(b)),
             // `[contracts.a] extends = "a"` with no built-in `a`: say so, not "no contract a".
             None if parent == own_name => Err(self.err(
                 &key,
                 ConfigErrorKind::ExtendsItself {
-                    name: parent,
+                    name: parent.clone(),
                     builtin: profiles::NAMES.join(", "),
                 },
             )),
-            None => Err(self.err(&key, unknown_contract(&parent))),
+            None => Err(self.err(&key, unknown_contract(parent))),
         }
     }
 
@@ -779,11 +789,14 @@ impl<'a> Loader<'a> {
         if let Some(done) = self.resolved.get(name) {
             return Ok(done.clone());
         }
-        let mut chain: Vec<(String, &'a Map<String, Value>)> = Vec::new();
+        let tables: &'a BTreeMap<String, ContractSpec> = self.tables;
+        let mut chain: Vec<(String, &'a ContractSpec)> = Vec::new();
         let mut cur = name.to_owned();
         let mut named_at = path.to_owned();
         loop {
-            let table = self.table(&cur, &named_at)?;
+            let Some(table) = tables.get(&cur) else {
+                return Err(self.err(&named_at, unknown_contract(&cur)));
+            };
             let own = contract_path(&cur);
             let base = self.base(table, &cur, &own)?;
             chain.push((cur, table));
@@ -826,11 +839,10 @@ impl<'a> Loader<'a> {
     /// file must already be resolved (or be resolvable without recursion: `default`).
     fn resolve_table(
         &mut self,
-        table: &'a Map<String, Value>,
+        table: &'a ContractSpec,
         own_name: &str,
         path: &str,
     ) -> Result<Resolved, ConfigError> {
-        let origin = self.origin;
         let at = |k: &str| format!("{path}.{k}");
 
         let (base, parent) = match self.base(table, own_name, path)? {
@@ -855,74 +867,57 @@ impl<'a> Loader<'a> {
             ));
         }
         let mut c = Arc::unwrap_or_clone(base.contract);
-        c.name = match table.get("name") {
-            Some(v) => field::<String>(v, &at("name"), origin)?,
-            None => own_name.to_owned(),
-        };
-        if let Some(v) = table.get("key") {
-            c.key = field::<KeyPlacement>(v, &at("key"), origin)?;
+        c.name = table.name.clone().unwrap_or_else(|| own_name.to_owned());
+        // Each key set replaces the inherited value as a whole.
+        if let Some(v) = &table.key {
+            c.key = v.clone();
         }
-        if let Some(v) = table.get("max_key_len") {
-            c.max_key_len = field::<usize>(v, &at("max_key_len"), origin)?;
+        if let Some(v) = table.max_key_len {
+            c.max_key_len = v;
         }
-        if let Some(v) = table.get("retention_secs") {
-            c.retention_secs = Some(field::<u64>(v, &at("retention_secs"), origin)?);
+        if let Some(v) = table.replay {
+            c.replay = v;
         }
-        if let Some(v) = table.get("replay") {
-            c.replay = field::<Replay>(v, &at("replay"), origin)?;
+        if let Some(v) = table.replay_supplies_body_secrets {
+            c.replay_supplies_body_secrets = v;
         }
-        if let Some(v) = table.get("remote_ref") {
-            c.remote_ref = Some(field::<RemoteRef>(v, &at("remote_ref"), origin)?);
+        if let Some(v) = &table.digest {
+            c.digest = v.clone();
         }
-        if let Some(v) = table.get("secret_headers") {
-            for h in field::<Vec<String>>(v, &at("secret_headers"), origin)? {
-                if !c.secret_headers.iter().any(|s| s.eq_ignore_ascii_case(&h)) {
-                    c.secret_headers.push(h);
+        if table.retention_secs.is_some() {
+            c.retention_secs = table.retention_secs;
+        }
+        if table.settle_secs.is_some() {
+            c.settle_secs = table.settle_secs;
+        }
+        if table.remote_ref.is_some() {
+            c.remote_ref.clone_from(&table.remote_ref);
+        }
+        if table.lookup.is_some() {
+            c.lookup.clone_from(&table.lookup);
+        }
+        // Secrets only ever accumulate: an override cannot make a secret stored again.
+        for (dst, add) in [
+            (&mut c.secret_headers, &table.secret_headers),
+            (&mut c.secret_query_params, &table.secret_query_params),
+        ] {
+            for s in add {
+                if !dst.iter().any(|d| d.eq_ignore_ascii_case(s)) {
+                    dst.push(s.clone());
                 }
             }
         }
-        if let Some(v) = table.get("secret_query_params") {
-            for q in field::<Vec<String>>(v, &at("secret_query_params"), origin)? {
-                if !c
-                    .secret_query_params
-                    .iter()
-                    .any(|s| s.eq_ignore_ascii_case(&q))
-                {
-                    c.secret_query_params.push(q);
-                }
+        for f in &table.secret_body_fields {
+            if !c.secret_body_fields.contains(f) {
+                c.secret_body_fields.push(f.clone());
             }
         }
-        if let Some(v) = table.get("secret_body_fields") {
-            for f in field::<Vec<String>>(v, &at("secret_body_fields"), origin)? {
-                if !c.secret_body_fields.contains(&f) {
-                    c.secret_body_fields.push(f);
-                }
-            }
-        }
-        if let Some(v) = table.get("replay_supplies_body_secrets") {
-            c.replay_supplies_body_secrets =
-                field::<bool>(v, &at("replay_supplies_body_secrets"), origin)?;
-        }
-        if let Some(v) = table.get("digest") {
-            if let Some(obj) = v.as_object() {
-                unknown_keys(obj, &at("digest"), DIGEST_KEYS, origin)?;
-            }
-            c.digest = field::<PayloadDigest>(v, &at("digest"), origin)?;
-        }
-        if let Some(v) = table.get("lookup") {
-            c.lookup = Some(field::<Lookup>(v, &at("lookup"), origin)?);
-        }
-        if let Some(v) = table.get("settle_secs") {
-            c.settle_secs = Some(field::<u64>(v, &at("settle_secs"), origin)?);
-        }
-        let own_rules = match table.get("rules") {
-            Some(v) => Some(rules(v, &at("rules"), origin)?),
+        // Each rule's own checks first, so an error names the rule and the key that set it.
+        let own_rules = match &table.rules {
+            Some(r) => Some(self.rules(r, &at("rules"))?),
             None => None,
         };
-        let extra = match table.get("extra_rules") {
-            Some(v) => rules(v, &at("extra_rules"), origin)?,
-            None => Vec::new(),
-        };
+        let extra = self.rules(&table.extra_rules, &at("extra_rules"))?;
         let has_own_rules = own_rules.is_some();
         if let Some(r) = own_rules {
             c.rules = r;
@@ -967,6 +962,24 @@ impl<'a> Loader<'a> {
             parent: parent.map(str::to_owned),
         })
     }
+
+    /// A list of rules, each checked on its own (status range, header name, pointers) so that
+    /// an error names the rule: `path[i]`.
+    fn rules(&self, rules: &[Rule], path: &str) -> Result<Vec<Rule>, ConfigError> {
+        for (i, rule) in rules.iter().enumerate() {
+            profiles::conservative()
+                .with_rule(rule.clone())
+                .validate()
+                .map_err(|e| {
+                    let rest = e.field().strip_prefix("rules[0]").unwrap_or("");
+                    self.err(
+                        &format!("{path}[{i}]{rest}"),
+                        ConfigErrorKind::Contract(e.kind().clone()),
+                    )
+                })?;
+        }
+        Ok(rules.to_vec())
+    }
 }
 
 /// A built-in profile, with its lineage.
@@ -991,116 +1004,6 @@ fn unknown_contract(name: &str) -> ConfigErrorKind {
     }
 }
 
-/// Reads a list of rules, each checked on its own so an error names the rule and its key.
-fn rules(v: &Value, path: &str, origin: &str) -> Result<Vec<Rule>, ConfigError> {
-    let err = |key: &str, kind| ConfigError::new(origin, key, kind);
-    let Value::Array(items) = v else {
-        return Err(err(
-            path,
-            ConfigErrorKind::Invalid(format!(
-                "expected an array of rule tables, found {}",
-                type_name(v)
-            )),
-        ));
-    };
-    let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let rp = format!("{path}[{i}]");
-        let Some(obj) = item.as_object() else {
-            return Err(err(
-                &rp,
-                ConfigErrorKind::Invalid(format!(
-                    "expected a rule table, found {}",
-                    type_name(item)
-                )),
-            ));
-        };
-        unknown_keys(obj, &rp, RULE_KEYS, origin)?;
-        let at = |k: &str| format!("{rp}.{k}");
-        let Some(status) = obj.get("status") else {
-            return Err(err(
-                &at("status"),
-                ConfigErrorKind::Contract(ContractErrorKind::MissingStatus),
-            ));
-        };
-        let Some(evidence) = obj.get("evidence") else {
-            return Err(err(&at("evidence"), ConfigErrorKind::Missing));
-        };
-        let mut rule = Rule::new(
-            field::<StatusMatch>(status, &at("status"), origin)?,
-            field::<EvidenceClass>(evidence, &at("evidence"), origin)?,
-        );
-        if let Some(v) = obj.get("header") {
-            rule.header = Some(field::<HeaderMatch>(v, &at("header"), origin)?);
-        }
-        if let Some(v) = obj.get("body") {
-            rule.body = Some(field::<BodyMatch>(v, &at("body"), origin)?);
-        }
-        if let Some(v) = obj.get("xml") {
-            rule.xml = Some(field::<XmlMatch>(v, &at("xml"), origin)?);
-        }
-        if let Some(v) = obj.get("reason") {
-            rule.reason = Some(field::<String>(v, &at("reason"), origin)?);
-        }
-        // The rule's own checks (status range, header name, pointers), with this rule's path.
-        profiles::conservative()
-            .with_rule(rule.clone())
-            .validate()
-            .map_err(|e| {
-                let rest = e.field().strip_prefix("rules[0]").unwrap_or("");
-                err(
-                    &format!("{rp}{rest}"),
-                    ConfigErrorKind::Contract(e.kind().clone()),
-                )
-            })?;
-        out.push(rule);
-    }
-    Ok(out)
-}
-
-/// Deserializes one value; the error names `key`.
-fn field<T: DeserializeOwned>(v: &Value, key: &str, origin: &str) -> Result<T, ConfigError> {
-    T::deserialize(v)
-        .map_err(|e| ConfigError::new(origin, key, ConfigErrorKind::Invalid(serde_message(&e))))
-}
-
-/// A serde message without the position suffix (positions in a re-read value mean nothing).
-fn serde_message(e: &serde_json::Error) -> String {
-    let m = e.to_string();
-    let m = m.rsplit_once(" at line ").map_or(m.as_str(), |(m, _)| m);
-    super::classify::truncate(m, 300)
-}
-
-fn unknown_keys(
-    obj: &Map<String, Value>,
-    path: &str,
-    allowed: &[&str],
-    origin: &str,
-) -> Result<(), ConfigError> {
-    // BTreeSet: report the first unknown key in a stable order.
-    let unknown: BTreeSet<&String> = obj
-        .keys()
-        .filter(|k| !allowed.contains(&k.as_str()))
-        .collect();
-    match unknown.into_iter().next() {
-        None => Ok(()),
-        Some(k) => {
-            let key = if path.is_empty() {
-                key_segment(k)
-            } else {
-                format!("{path}.{}", key_segment(k))
-            };
-            Err(ConfigError::new(
-                origin,
-                key,
-                ConfigErrorKind::UnknownKey {
-                    expected: allowed.join(", "),
-                },
-            ))
-        }
-    }
-}
-
 /// A table key as written in a key path: bare when it is a TOML bare key, quoted otherwise.
 fn key_segment(k: &str) -> String {
     let bare = !k.is_empty()
@@ -1110,16 +1013,5 @@ fn key_segment(k: &str) -> String {
         k.to_owned()
     } else {
         serde_json::to_string(k).unwrap_or_else(|_| "\"?\"".to_owned())
-    }
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "nothing",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "a table",
     }
 }

@@ -370,6 +370,17 @@ impl Replay {
 pub enum Lookup {
     /// `GET` one resource by a template naming the operation or its key, e.g.
     /// `https://vendor.example/operations/{operation_id}`. A 404 proves nothing.
+    ///
+    /// Placeholders (values percent-encoded): `{operation_id}`, `{idempotency_key}`,
+    /// `{tenant}`, and `{remote_ref}`, the vendor's reference of the created object as recorded
+    /// on the operation from its own earlier evidence. A URL holding `{operation_id}`,
+    /// `{idempotency_key}` or `{remote_ref}` identifies the operation (see
+    /// [`LookupAnswer::operation_id`]). While the operation has no remote reference, a
+    /// `{remote_ref}` lookup is not made: its answer is [`Evidence::Unknown`](crate::Evidence)
+    /// (nothing proven, never a miss that could mean "not executed"), and the operation stays
+    /// `UNKNOWN`. Today the engine records a remote reference only with a success, so a
+    /// `{remote_ref}` lookup serves operations whose reference is put on the row by other
+    /// evidence; pair it with a lookup by id or key for lost responses.
     HttpGet {
         /// The URL template.
         url_template: String,

@@ -12,7 +12,7 @@
 //! 4. claims send rights durably (`IN_FLIGHT`, new attempt id, new generation, a lease) — bytes
 //!    leave only after this is in the ledger;
 //! 5. places the idempotency key as the operation's contract says, marks the request with an
-//!    [`AttemptToken`] for the [send-once guard](crate::guard), and sends it **once**, with a
+//!    [`AttemptToken`](crate::guard::AttemptToken) for the [send-once guard](crate::guard), and sends it **once**, with a
 //!    timeout shorter than the lease;
 //! 6. classifies what came back with the contract and records it with a compare-and-swap.
 //!
@@ -113,7 +113,7 @@ impl RecoverableWriteLayer {
         self
     }
 
-    /// Consulted before the first send of every operation ([`Access::Write`]); the
+    /// Consulted before the first send of every operation ([`Access::Write`](crate::Access::Write)); the
     /// [`Recoverer`](crate::Recoverer) built by [`recoverer`](Self::recoverer) consults it before
     /// every replay and lookup too. A refusal sends nothing ([`Error::Denied`]).
     pub fn authorizer(self, authorizer: impl Authorizer) -> Self {

@@ -38,9 +38,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::backend::Changes;
 use super::{
-    Changes, ContractRef, Created, EvidenceEntry, Ledger, LedgerError, NewEvidence, NewOperation,
-    OperationRecord, StoredResponse, Update,
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, ContractRef, Created,
+    EvidenceEntry, Ledger, LedgerError, NewEvidence, NewOperation, OperationRecord,
+    QuarantinedCallback, StoredResponse, Update,
 };
 use crate::budget::BudgetPolicy;
 use crate::evidence::{ConflictKind, Evidence};
@@ -124,6 +126,14 @@ macro_rules! ledger_conformance_tests {
                 list_limit_bounds_and_cursor_errors,
                 count_by_state_and_oldest_per_state,
                 list_skips_undecodable_rows_and_hides_quarantined_ones,
+                callback_applies_once_and_a_redelivery_is_a_duplicate,
+                callback_with_a_stale_update_stores_nothing_and_is_retried,
+                callback_appends_late_evidence_once,
+                callback_for_an_unknown_operation_stores_nothing,
+                callback_update_for_another_operation_is_refused,
+                callbacks_are_quarantined_once_and_listed_in_order,
+                find_by_remote_ref_and_idempotency_key_stay_in_their_tenant,
+                concurrent_deliveries_of_one_event_change_the_state_once,
             );
         }
     };
@@ -222,9 +232,98 @@ pub fn evidence_entry(kind: &str, at_ms: i64) -> NewEvidence {
     }
 }
 
+/// The new values of a row's mutable columns, field by field: what the suite writes with
+/// [`update_of`] to put a row in any state (the store does not check transitions; the state
+/// machine does, and outside this suite every [`Update`] comes from it). Only for checking a
+/// backend: it exists with the `test-util` feature alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawChanges {
+    /// New state.
+    pub state: State,
+    /// New business result.
+    pub last_result: Option<State>,
+    /// New generation.
+    pub generation: Generation,
+    /// New attempts used.
+    pub attempts_used: u32,
+    /// New queries used.
+    pub queries_used: u32,
+    /// New "may have applied" value (sticky unless `reset_may_have_applied`).
+    pub may_have_applied: bool,
+    /// Clear the sticky fact.
+    pub reset_may_have_applied: bool,
+    /// Current attempt.
+    pub current_attempt: Option<AttemptId>,
+    /// Lease end.
+    pub lease_until_ms: Option<i64>,
+    /// Next check.
+    pub next_check_ms: Option<i64>,
+    /// Deadline.
+    pub deadline_ms: Option<i64>,
+    /// Remote reference.
+    pub remote_ref: Option<String>,
+    /// Reason.
+    pub reason: Option<String>,
+    /// Stored response.
+    pub response: Option<StoredResponse>,
+    /// Change time (ms since epoch).
+    pub now_ms: i64,
+}
+
+/// `update` with its new values rewritten by `f`: for tests that plant a wrong store (one that
+/// writes something else than it was asked to) to check that they notice. Only with the
+/// `test-util` feature.
+pub fn rewrite_changes(update: Update, f: impl FnOnce(&mut RawChanges)) -> Update {
+    let c = update.changes;
+    let mut raw = RawChanges {
+        state: c.state,
+        last_result: c.last_result,
+        generation: c.generation,
+        attempts_used: c.attempts_used,
+        queries_used: c.queries_used,
+        may_have_applied: c.may_have_applied,
+        reset_may_have_applied: c.reset_may_have_applied,
+        current_attempt: c.current_attempt,
+        lease_until_ms: c.lease_until_ms,
+        next_check_ms: c.next_check_ms,
+        deadline_ms: c.deadline_ms,
+        remote_ref: c.remote_ref,
+        reason: c.reason,
+        response: c.response,
+        now_ms: c.now_ms,
+    };
+    f(&mut raw);
+    Update {
+        changes: raw.into_changes(),
+        ..update
+    }
+}
+
+impl RawChanges {
+    fn into_changes(self) -> Changes {
+        Changes {
+            state: self.state,
+            last_result: self.last_result,
+            generation: self.generation,
+            attempts_used: self.attempts_used,
+            queries_used: self.queries_used,
+            may_have_applied: self.may_have_applied,
+            reset_may_have_applied: self.reset_may_have_applied,
+            current_attempt: self.current_attempt,
+            lease_until_ms: self.lease_until_ms,
+            next_check_ms: self.next_check_ms,
+            deadline_ms: self.deadline_ms,
+            remote_ref: self.remote_ref,
+            reason: self.reason,
+            response: self.response,
+            now_ms: self.now_ms,
+        }
+    }
+}
+
 /// The changes that keep every column of `r` as it is, except the state.
-pub fn keep(r: &OperationRecord, state: State, now_ms: i64) -> Changes {
-    Changes {
+pub fn keep(r: &OperationRecord, state: State, now_ms: i64) -> RawChanges {
+    RawChanges {
         state,
         last_result: r.last_result,
         generation: r.generation,
@@ -244,13 +343,20 @@ pub fn keep(r: &OperationRecord, state: State, now_ms: i64) -> Changes {
 }
 
 /// A conditional update of `r` (expecting its current state, generation and version).
-pub fn update_of(r: &OperationRecord, changes: Changes, kind: &str) -> Update {
+pub fn update_of(r: &OperationRecord, changes: RawChanges, kind: &str) -> Update {
     let evidence = NewEvidence {
         generation: changes.generation,
         from_state: Some(r.state),
         to_state: Some(changes.state),
         ..evidence_entry(kind, changes.now_ms)
     };
+    update_with(r, changes, evidence)
+}
+
+/// A conditional update of `r` (expecting its current state, generation and version) that
+/// appends `evidence` as given.
+pub fn update_with(r: &OperationRecord, changes: RawChanges, evidence: NewEvidence) -> Update {
+    let changes = changes.into_changes();
     Update {
         tenant: r.tenant.clone(),
         operation_id: r.operation_id.clone(),
@@ -317,7 +423,7 @@ async fn put<L: Ledger>(
         new_operation("tenant-a", id, &format!("intent-{id}")),
     )
     .await;
-    let changes = Changes {
+    let changes = RawChanges {
         next_check_ms,
         lease_until_ms,
         ..keep(&r, state, T0)
@@ -508,7 +614,7 @@ pub async fn apply_with_matching_precondition_writes_every_column_and_bumps_vers
         ],
         body: Bytes::from_static(b"{\"id\":\"W731\"}\x00\xff"),
     };
-    let changes = Changes {
+    let changes = RawChanges {
         state: State::InFlight,
         last_result: Some(State::Unknown),
         generation: Generation(1),
@@ -558,11 +664,11 @@ pub async fn apply_with_matching_precondition_writes_every_column_and_bumps_vers
     assert_eq!(again.created_ms, T0);
 }
 
-/// `None` in `Changes` means NULL: the caller merges kept values (see
+/// `None` in `RawChanges` means NULL: the caller merges kept values (see
 /// [`OperationRecord::update_for`]); the store writes what it is given.
 pub async fn apply_writes_optional_columns_as_given<L: Ledger>(ledger: L) {
     let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
-    let full = Changes {
+    let full = RawChanges {
         last_result: Some(State::Processing),
         current_attempt: Some(AttemptId::generate()),
         lease_until_ms: Some(T0 + 1),
@@ -584,7 +690,7 @@ pub async fn apply_writes_optional_columns_as_given<L: Ledger>(ledger: L) {
             .map(|resp| (resp.status, resp.body.len(), resp.headers.len())),
         Some((202, 0, 0))
     );
-    let cleared = Changes {
+    let cleared = RawChanges {
         state: State::Unknown,
         last_result: None,
         current_attempt: None,
@@ -629,7 +735,7 @@ async fn assert_refused<L: Ledger>(ledger: &L, update: Update, before: &Operatio
 /// A writer holding an old generation (a stale worker) is refused by the store.
 pub async fn apply_with_stale_generation_changes_nothing<L: Ledger>(ledger: L) {
     let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
-    let claimed = Changes {
+    let claimed = RawChanges {
         generation: Generation(1),
         ..keep(&r, State::InFlight, T0 + 1)
     };
@@ -690,7 +796,7 @@ pub async fn apply_to_an_unknown_operation_is_none<L: Ledger>(ledger: L) {
 
 async fn unknown_that_may_have_applied<L: Ledger>(ledger: &L) -> OperationRecord {
     let r = create(ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
-    let changes = Changes {
+    let changes = RawChanges {
         may_have_applied: true,
         ..keep(&r, State::Unknown, T0 + 1)
     };
@@ -703,7 +809,7 @@ async fn unknown_that_may_have_applied<L: Ledger>(ledger: &L) -> OperationRecord
 /// `REJECTED`: the store refuses it (a 400 for a replay says nothing about the first send).
 pub async fn rejected_is_refused_once_an_attempt_may_have_applied<L: Ledger>(ledger: L) {
     let r = unknown_that_may_have_applied(&ledger).await;
-    let reject = Changes {
+    let reject = RawChanges {
         reason: Some("400 invalid_request".to_owned()),
         ..keep(&r, State::Rejected, T0 + 2)
     };
@@ -716,7 +822,7 @@ pub async fn rejected_is_refused_once_an_attempt_may_have_applied<L: Ledger>(led
 /// may have applied.
 pub async fn rejected_is_allowed_on_operation_level_evidence<L: Ledger>(ledger: L) {
     let r = unknown_that_may_have_applied(&ledger).await;
-    let reject = Changes {
+    let reject = RawChanges {
         reason: Some("vendor lookup: declined".to_owned()),
         last_result: Some(State::Rejected),
         ..keep(&r, State::Rejected, T0 + 2)
@@ -750,14 +856,14 @@ pub async fn rejected_is_allowed_when_nothing_may_have_applied<L: Ledger>(ledger
 /// reviewer's confirmed-not-executed decision), which writes the given value.
 pub async fn may_have_applied_is_sticky_unless_reset<L: Ledger>(ledger: L) {
     let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
-    let set = Changes {
+    let set = RawChanges {
         may_have_applied: true,
         ..keep(&r, State::Unknown, T0 + 1)
     };
     let r = apply_ok(&ledger, update_of(&r, set, "set")).await;
     assert!(r.may_have_applied);
 
-    let try_clear = Changes {
+    let try_clear = RawChanges {
         may_have_applied: false,
         ..keep(&r, State::Unknown, T0 + 2)
     };
@@ -765,7 +871,7 @@ pub async fn may_have_applied_is_sticky_unless_reset<L: Ledger>(ledger: L) {
     assert!(r.may_have_applied, "may_have_applied must be sticky");
     assert!(get(&ledger, &r).await.may_have_applied);
 
-    let reset_true = Changes {
+    let reset_true = RawChanges {
         may_have_applied: true,
         reset_may_have_applied: true,
         ..keep(&r, State::ManualReview, T0 + 3)
@@ -773,7 +879,7 @@ pub async fn may_have_applied_is_sticky_unless_reset<L: Ledger>(ledger: L) {
     let r = apply_ok(&ledger, update_of(&r, reset_true, "reset_true")).await;
     assert!(r.may_have_applied);
 
-    let reset = Changes {
+    let reset = RawChanges {
         may_have_applied: false,
         reset_may_have_applied: true,
         ..keep(&r, State::RetryReady, T0 + 4)
@@ -804,7 +910,7 @@ pub async fn evidence_is_appended_in_order_with_all_fields<L: Ledger>(ledger: L)
     };
     let mut update = update_of(
         &r,
-        Changes {
+        RawChanges {
             generation: Generation(1),
             current_attempt: Some(attempt),
             ..keep(&r, State::InFlight, T0 + 1)
@@ -1183,7 +1289,7 @@ pub async fn sweep_expired_moves_only_expired_in_flight_rows<L: Ledger>(ledger: 
             new_operation("tenant-a", "f-expired-with-attempt", "intent-f"),
         )
         .await;
-        let changes = Changes {
+        let changes = RawChanges {
             generation: Generation(1),
             attempts_used: 1,
             current_attempt: Some(attempt),
@@ -1530,7 +1636,7 @@ pub async fn record_is_the_same_compare_and_swap_as_apply<L: Ledger>(ledger: L) 
         Created::New(r) => r,
         Created::Existing(r) => panic!("unexpected existing {}", r.operation_id),
     };
-    let done = Changes {
+    let done = RawChanges {
         remote_ref: Some("W731".to_owned()),
         ..keep(&claimed, State::Succeeded, T0 + 20)
     };
@@ -2132,7 +2238,7 @@ async fn listed_row<L: Ledger>(
     if state == State::Prepared && remote_ref.is_none() && next_check_ms.is_none() {
         return r;
     }
-    let changes = Changes {
+    let changes = RawChanges {
         remote_ref: remote_ref.map(str::to_owned),
         next_check_ms,
         ..keep(&r, state, created_ms + 5)
@@ -2645,4 +2751,431 @@ pub async fn list_skips_undecodable_rows_and_hides_quarantined_ones<L: Ledger>(l
         Some(0),
         "a quarantined row is not counted"
     );
+}
+
+// ── vendor callbacks ────────────────────────────────────────────────────────────────────────────
+
+/// The delivery of event `event_id` (vendor `stripe`) matched to `r`.
+fn delivery(r: &OperationRecord, event_id: &str) -> CallbackDelivery {
+    CallbackDelivery {
+        vendor: "stripe".to_owned(),
+        event_id: event_id.to_owned(),
+        event_type: "payment_intent.succeeded".to_owned(),
+        tenant: r.tenant.clone(),
+        operation_id: r.operation_id.clone(),
+        received_at_ms: T0 + 5,
+    }
+}
+
+/// The update a `succeeded` callback makes of `r`: `SUCCEEDED` with the vendor's reference,
+/// logged as a `callback` entry carrying the evidence.
+fn succeeded_by_callback(r: &OperationRecord) -> Update {
+    let evidence = Evidence::Succeeded {
+        remote_ref: Some("pi_1".to_owned()),
+    };
+    let changes = RawChanges {
+        last_result: Some(State::Succeeded),
+        remote_ref: Some("pi_1".to_owned()),
+        next_check_ms: None,
+        lease_until_ms: None,
+        ..keep(r, State::Succeeded, T0 + 5)
+    };
+    update_with(
+        r,
+        changes,
+        NewEvidence {
+            generation: r.generation,
+            from_state: Some(r.state),
+            to_state: Some(State::Succeeded),
+            evidence: Some(evidence),
+            note: Some("stripe event evt_1".to_owned()),
+            ..evidence_entry("callback", T0 + 5)
+        },
+    )
+}
+
+fn count_kind(log: &[EvidenceEntry], kind: &str) -> usize {
+    log.iter().filter(|e| e.entry.kind == kind).count()
+}
+
+/// Checks one event applied twice: one state change, one evidence entry, and the second
+/// delivery (with an update computed from the moved row) is a duplicate that changes nothing.
+pub async fn callback_applies_once_and_a_redelivery_is_a_duplicate<L: Ledger>(ledger: L) {
+    let r = put(&ledger, "op-cb-1", State::Unknown, Some(T0), None).await;
+    let first = must(
+        ledger
+            .apply_callback(
+                delivery(&r, "evt_1"),
+                CallbackEffect::Apply(succeeded_by_callback(&r)),
+            )
+            .await,
+        "apply_callback",
+    );
+    let CallbackApplied::Applied(moved) = first else {
+        panic!("first delivery must apply, got {first:?}");
+    };
+    assert_eq!(moved.state, State::Succeeded);
+    assert_eq!(moved.version, r.version + 1);
+    assert_eq!(moved.remote_ref.as_deref(), Some("pi_1"));
+    assert_eq!(get(&ledger, &r).await, moved);
+
+    // The redelivery, decided on the moved row (a legal update): nothing happens.
+    let again = must(
+        ledger
+            .apply_callback(
+                delivery(&moved, "evt_1"),
+                CallbackEffect::Apply(succeeded_by_callback(&moved)),
+            )
+            .await,
+        "apply_callback",
+    );
+    assert_eq!(again, CallbackApplied::Duplicate);
+    let appended = must(
+        ledger
+            .apply_callback(
+                delivery(&moved, "evt_1"),
+                CallbackEffect::Append(evidence_entry("late_evidence", T0 + 6)),
+            )
+            .await,
+        "apply_callback",
+    );
+    assert_eq!(appended, CallbackApplied::Duplicate);
+    assert_eq!(get(&ledger, &r).await, moved, "a duplicate changes nothing");
+    let log = log(&ledger, &r).await;
+    assert_eq!(count_kind(&log, "callback"), 1, "{:?}", kinds(&log));
+    assert_eq!(count_kind(&log, "late_evidence"), 0);
+    let entry = &log.last().expect("entry").entry;
+    assert_eq!(
+        entry.evidence,
+        Some(Evidence::Succeeded {
+            remote_ref: Some("pi_1".to_owned())
+        })
+    );
+    // The same event id from another vendor is another event.
+    let other_vendor = CallbackDelivery {
+        vendor: "adyen".to_owned(),
+        ..delivery(&moved, "evt_1")
+    };
+    let other = must(
+        ledger
+            .apply_callback(
+                other_vendor,
+                CallbackEffect::Append(evidence_entry("late_evidence", T0 + 7)),
+            )
+            .await,
+        "apply_callback",
+    );
+    assert_eq!(other, CallbackApplied::Appended);
+}
+
+/// Checks that a compare-and-swap that fails inside a callback stores nothing, not even the
+/// dedupe record: the caller reads again and the retry applies.
+pub async fn callback_with_a_stale_update_stores_nothing_and_is_retried<L: Ledger>(ledger: L) {
+    let r = put(&ledger, "op-cb-stale", State::Unknown, Some(T0), None).await;
+    // Someone else moves the row first.
+    let moved = apply_ok(
+        &ledger,
+        update_of(&r, keep(&r, State::Processing, T0 + 1), "lookup"),
+    )
+    .await;
+    let before = log(&ledger, &r).await;
+    let stale = must(
+        ledger
+            .apply_callback(
+                delivery(&r, "evt_stale"),
+                CallbackEffect::Apply(succeeded_by_callback(&r)),
+            )
+            .await,
+        "apply_callback",
+    );
+    assert_eq!(stale, CallbackApplied::Stale);
+    assert_eq!(get(&ledger, &r).await, moved, "nothing changed");
+    assert_eq!(log(&ledger, &r).await, before, "no evidence");
+    // Read again, decide again: the event was not recorded, so it applies now.
+    let fresh = get(&ledger, &r).await;
+    let retried = must(
+        ledger
+            .apply_callback(
+                delivery(&fresh, "evt_stale"),
+                CallbackEffect::Apply(succeeded_by_callback(&fresh)),
+            )
+            .await,
+        "apply_callback",
+    );
+    assert!(
+        matches!(&retried, CallbackApplied::Applied(row) if row.state == State::Succeeded),
+        "{retried:?}"
+    );
+    assert_eq!(count_kind(&log(&ledger, &r).await, "callback"), 1);
+}
+
+/// Checks that an event that cannot move its operation is appended as late evidence, once, and
+/// leaves the row as it was.
+pub async fn callback_appends_late_evidence_once<L: Ledger>(ledger: L) {
+    let r = put(&ledger, "op-cb-late", State::Succeeded, None, None).await;
+    let entry = NewEvidence {
+        generation: r.generation,
+        from_state: Some(State::Succeeded),
+        to_state: Some(State::Succeeded),
+        evidence: Some(Evidence::Processing { retry_after: None }),
+        ..evidence_entry("late_evidence", T0 + 5)
+    };
+    for expected in [CallbackApplied::Appended, CallbackApplied::Duplicate] {
+        let got = must(
+            ledger
+                .apply_callback(
+                    delivery(&r, "evt_late"),
+                    CallbackEffect::Append(entry.clone()),
+                )
+                .await,
+            "apply_callback",
+        );
+        assert_eq!(got, expected);
+    }
+    assert_eq!(get(&ledger, &r).await, r, "late evidence changes no column");
+    let log = log(&ledger, &r).await;
+    assert_eq!(count_kind(&log, "late_evidence"), 1, "{:?}", kinds(&log));
+    assert_eq!(log.last().expect("entry").entry.evidence, entry.evidence);
+}
+
+/// Checks that a delivery matched to an operation that does not exist (or exists only in
+/// another tenant) stores nothing, so the event can still be quarantined.
+pub async fn callback_for_an_unknown_operation_stores_nothing<L: Ledger>(ledger: L) {
+    let r = put(&ledger, "op-cb-real", State::Unknown, Some(T0), None).await;
+    let mut ghost = r.clone();
+    ghost.tenant = Tenant::new("tenant-b");
+    for effect in [
+        CallbackEffect::Apply(succeeded_by_callback(&ghost)),
+        CallbackEffect::Append(evidence_entry("late_evidence", T0 + 5)),
+    ] {
+        let got = must(
+            ledger
+                .apply_callback(delivery(&ghost, "evt_ghost"), effect)
+                .await,
+            "apply_callback",
+        );
+        assert_eq!(got, CallbackApplied::NoOperation);
+    }
+    assert_eq!(
+        get(&ledger, &r).await,
+        r,
+        "the other tenant's row is untouched"
+    );
+    assert_eq!(log(&ledger, &r).await.len(), 2, "created and setup only");
+    let stored = must(
+        ledger
+            .quarantine_callback(quarantined("evt_ghost", "no operation"))
+            .await,
+        "quarantine_callback",
+    );
+    assert_eq!(stored, CallbackQuarantined::Stored);
+}
+
+/// Checks that an update naming another operation than its delivery is refused before anything
+/// is written.
+pub async fn callback_update_for_another_operation_is_refused<L: Ledger>(ledger: L) {
+    let a = put(&ledger, "op-cb-a", State::Unknown, Some(T0), None).await;
+    let b = put(&ledger, "op-cb-b", State::Unknown, Some(T0), None).await;
+    let refused = ledger
+        .apply_callback(
+            delivery(&a, "evt_mixed"),
+            CallbackEffect::Apply(succeeded_by_callback(&b)),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(LedgerError::Config(_))),
+        "{refused:?}"
+    );
+    assert_eq!(get(&ledger, &a).await, a);
+    assert_eq!(get(&ledger, &b).await, b);
+    // Nothing was recorded: the event still applies.
+    let applied = must(
+        ledger
+            .apply_callback(
+                delivery(&a, "evt_mixed"),
+                CallbackEffect::Apply(succeeded_by_callback(&a)),
+            )
+            .await,
+        "apply_callback",
+    );
+    assert!(
+        matches!(applied, CallbackApplied::Applied(_)),
+        "{applied:?}"
+    );
+}
+
+fn quarantined(event_id: &str, reason: &str) -> QuarantinedCallback {
+    QuarantinedCallback {
+        vendor: "stripe".to_owned(),
+        event_id: event_id.to_owned(),
+        event_type: "payment_intent.succeeded".to_owned(),
+        tenant: Some(Tenant::new("tenant-a")),
+        match_by: Some("remote_ref".to_owned()),
+        match_value: Some("pi_unknown".to_owned()),
+        reason: reason.to_owned(),
+        evidence: Some(Evidence::Succeeded {
+            remote_ref: Some("pi_unknown".to_owned()),
+        }),
+        received_at_ms: T0 + 9,
+    }
+}
+
+/// Checks the callback quarantine: stored once per event (a redelivery is a duplicate), every
+/// field kept, listed oldest first within the limit, and sharing the dedupe table with applied
+/// events.
+pub async fn callbacks_are_quarantined_once_and_listed_in_order<L: Ledger>(ledger: L) {
+    let first = quarantined("evt_q1", "no operation");
+    let second = QuarantinedCallback {
+        vendor: "paypal".to_owned(),
+        tenant: None,
+        match_by: None,
+        match_value: None,
+        evidence: None,
+        ..quarantined("evt_q2", "unknown account")
+    };
+    for (event, expected) in [
+        (first.clone(), CallbackQuarantined::Stored),
+        (second.clone(), CallbackQuarantined::Stored),
+        (first.clone(), CallbackQuarantined::Duplicate),
+    ] {
+        let got = must(
+            ledger.quarantine_callback(event).await,
+            "quarantine_callback",
+        );
+        assert_eq!(got, expected);
+    }
+    let listed = must(
+        ledger.quarantined_callbacks(10).await,
+        "quarantined_callbacks",
+    );
+    assert_eq!(listed, vec![first.clone(), second]);
+    let one = must(
+        ledger.quarantined_callbacks(1).await,
+        "quarantined_callbacks",
+    );
+    assert_eq!(one, vec![first]);
+    // A quarantined event is recorded: a later delivery of it that matches is a duplicate.
+    let r = put(&ledger, "op-cb-q", State::Unknown, Some(T0), None).await;
+    let got = must(
+        ledger
+            .apply_callback(
+                delivery(&r, "evt_q1"),
+                CallbackEffect::Apply(succeeded_by_callback(&r)),
+            )
+            .await,
+        "apply_callback",
+    );
+    assert_eq!(got, CallbackApplied::Duplicate);
+    assert_eq!(get(&ledger, &r).await, r);
+}
+
+/// Checks the lookups a callback is matched by: by remote reference and by idempotency key,
+/// only ever within the given tenant.
+pub async fn find_by_remote_ref_and_idempotency_key_stay_in_their_tenant<L: Ledger>(ledger: L) {
+    let with_ref = |r: &OperationRecord| RawChanges {
+        remote_ref: Some("W731".to_owned()),
+        ..keep(r, State::Succeeded, T0 + 1)
+    };
+    let a = create(
+        &ledger,
+        new_operation("tenant-a", "op-ref-a", "intent-ref-a"),
+    )
+    .await;
+    let a = apply_ok(&ledger, update_of(&a, with_ref(&a), "setup")).await;
+    let b = create(
+        &ledger,
+        new_operation("tenant-b", "op-ref-b", "intent-ref-b"),
+    )
+    .await;
+    let b = apply_ok(&ledger, update_of(&b, with_ref(&b), "setup")).await;
+    let _other = create(
+        &ledger,
+        new_operation("tenant-a", "op-ref-c", "intent-ref-c"),
+    )
+    .await;
+
+    let found = must(
+        ledger.find_by_remote_ref(&a.tenant, "W731").await,
+        "find_by_remote_ref",
+    );
+    assert_eq!(found.as_ref(), Some(&a));
+    let found = must(
+        ledger.find_by_remote_ref(&b.tenant, "W731").await,
+        "find_by_remote_ref",
+    );
+    assert_eq!(found.as_ref(), Some(&b));
+    let none = must(
+        ledger
+            .find_by_remote_ref(&Tenant::new("tenant-c"), "W731")
+            .await,
+        "find_by_remote_ref",
+    );
+    assert_eq!(none, None, "never another tenant's");
+    let none = must(
+        ledger.find_by_remote_ref(&a.tenant, "W000").await,
+        "find_by_remote_ref",
+    );
+    assert_eq!(none, None);
+
+    let key = a.idempotency_key.as_str();
+    let found = must(
+        ledger.find_by_idempotency_key(&a.tenant, key).await,
+        "find_by_idempotency_key",
+    );
+    assert_eq!(found.as_ref(), Some(&a));
+    let none = must(
+        ledger.find_by_idempotency_key(&b.tenant, key).await,
+        "find_by_idempotency_key",
+    );
+    assert_eq!(none, None, "a key is looked up in its tenant only");
+}
+
+/// Checks that concurrent deliveries of one event (several application instances receiving it
+/// at once, each deciding on the same read) make exactly one state change and one evidence
+/// entry; the others are duplicates, or stale and then duplicates when they read again and
+/// retry, as the endpoint does.
+pub async fn concurrent_deliveries_of_one_event_change_the_state_once<L: Ledger>(ledger: L) {
+    const DELIVERIES: usize = 8;
+    let r = put(&ledger, "op-cb-race", State::Unknown, Some(T0), None).await;
+    let ledger = Arc::new(ledger);
+    let barrier = Arc::new(tokio::sync::Barrier::new(DELIVERIES));
+    let mut tasks = Vec::new();
+    for _ in 0..DELIVERIES {
+        let (ledger, barrier, read) = (ledger.clone(), barrier.clone(), r.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut read = read;
+            loop {
+                let got = must(
+                    ledger
+                        .apply_callback(
+                            delivery(&read, "evt_race"),
+                            CallbackEffect::Apply(succeeded_by_callback(&read)),
+                        )
+                        .await,
+                    "apply_callback",
+                );
+                match got {
+                    CallbackApplied::Stale => {
+                        read = must(ledger.get(&read.tenant, &read.operation_id).await, "get")
+                            .expect("row");
+                    }
+                    other => break other,
+                }
+            }
+        }));
+    }
+    let mut applied = 0;
+    for task in tasks {
+        match task.await.expect("delivery task") {
+            CallbackApplied::Applied(_) => applied += 1,
+            CallbackApplied::Duplicate => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(applied, 1, "exactly one delivery applies");
+    let row = get(&*ledger, &r).await;
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.version, r.version + 1, "one state change");
+    assert_eq!(count_kind(&log(&*ledger, &r).await, "callback"), 1);
 }

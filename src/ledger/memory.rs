@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::callback::{QUARANTINED, check_effect, outcome};
 use super::*;
 use super::{check_first_update, first_applied, store_entries};
 
@@ -44,6 +45,10 @@ struct Tables {
     next_row: u64,
     /// Evidence sequence, global and increasing like an autoincrement id.
     next_seq: i64,
+    /// The callback dedupe table: `(vendor, event id)` → what the event did.
+    callback_events: HashMap<(String, String), &'static str>,
+    /// Quarantined callback events, in the order they were stored.
+    callback_quarantine: Vec<QuarantinedCallback>,
 }
 
 type Key = (Tenant, OperationId);
@@ -315,6 +320,20 @@ impl MemoryLedger {
 }
 
 impl Tables {
+    /// The oldest operation of `tenant` that `pick` picks (a scan: the memory ledger holds
+    /// tests' and examples' rows).
+    fn oldest_where(
+        &self,
+        tenant: &Tenant,
+        pick: impl Fn(&OperationRecord) -> bool,
+    ) -> Option<OperationRecord> {
+        self.operations
+            .iter()
+            .filter(|((t, _), row)| t == tenant && pick(&row.record))
+            .min_by_key(|(_, row)| row.created_seq)
+            .map(|(_, row)| row.record.clone())
+    }
+
     /// The stored operation with `new`'s id, or else with its intent.
     fn existing(&self, new: &NewOperation) -> Option<&OperationRecord> {
         if let Some(row) = self
@@ -497,6 +516,94 @@ impl Ledger for MemoryLedger {
                 .get(&(tenant.clone(), id.clone()))
                 .map(|row| row.evidence.clone())
                 .unwrap_or_default())
+        })
+    }
+
+    fn apply_callback(
+        &self,
+        delivery: CallbackDelivery,
+        effect: CallbackEffect,
+    ) -> BoxFuture<'_, Result<CallbackApplied, LedgerError>> {
+        Box::pin(async move {
+            check_effect(&delivery, &effect)?;
+            let mut guard = self.tables()?;
+            let t = &mut *guard;
+            let key = (delivery.vendor.clone(), delivery.event_id.clone());
+            if t.callback_events.contains_key(&key) {
+                return Ok(CallbackApplied::Duplicate);
+            }
+            let done = outcome(&effect);
+            // Under the one lock: the record and the change happen together or not at all.
+            let Some(row) = t
+                .operations
+                .get_mut(&(delivery.tenant.clone(), delivery.operation_id.clone()))
+            else {
+                return Ok(CallbackApplied::NoOperation);
+            };
+            let applied = match effect {
+                CallbackEffect::Apply(update) => match apply_to(row, update, &mut t.next_seq) {
+                    Some(r) => CallbackApplied::Applied(r.clone()),
+                    None => return Ok(CallbackApplied::Stale),
+                },
+                CallbackEffect::Append(entry) => {
+                    row.log(&mut t.next_seq, entry);
+                    CallbackApplied::Appended
+                }
+            };
+            t.callback_events.insert(key, done);
+            Ok(applied)
+        })
+    }
+
+    fn quarantine_callback(
+        &self,
+        event: QuarantinedCallback,
+    ) -> BoxFuture<'_, Result<CallbackQuarantined, LedgerError>> {
+        Box::pin(async move {
+            let mut t = self.tables()?;
+            let key = (event.vendor.clone(), event.event_id.clone());
+            if t.callback_events.contains_key(&key) {
+                return Ok(CallbackQuarantined::Duplicate);
+            }
+            t.callback_events.insert(key, QUARANTINED);
+            t.callback_quarantine.push(event);
+            Ok(CallbackQuarantined::Stored)
+        })
+    }
+
+    fn quarantined_callbacks(
+        &self,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<QuarantinedCallback>, LedgerError>> {
+        Box::pin(async move {
+            let t = self.tables()?;
+            Ok(t.callback_quarantine
+                .iter()
+                .take(limit as usize)
+                .cloned()
+                .collect())
+        })
+    }
+
+    fn find_by_remote_ref<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        remote_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let t = self.tables()?;
+            Ok(t.oldest_where(tenant, |r| r.remote_ref.as_deref() == Some(remote_ref)))
+        })
+    }
+
+    fn find_by_idempotency_key<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let t = self.tables()?;
+            Ok(t.oldest_where(tenant, |r| r.idempotency_key.as_str() == key))
         })
     }
 }

@@ -20,14 +20,21 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::budget::BudgetPolicy;
-use crate::evidence::Evidence;
+
 use crate::operation::{
     AttemptId, FrozenRequest, Generation, IdempotencyKey, OperationId, PayloadHash, Tenant,
 };
 use crate::state::State;
 
+pub mod backend;
+mod callback;
+pub(crate) use backend::{NewEvidence, Update};
+pub(crate) use backend::{check_first_update, first_applied, store_entries};
+pub use callback::{
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, QuarantinedCallback,
+};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod decode;
+mod codec;
 mod memory;
 pub use memory::MemoryLedger;
 mod query;
@@ -171,88 +178,6 @@ impl Created {
     }
 }
 
-/// The new values of the mutable columns, written by [`Ledger::apply`] when its precondition
-/// holds. `version` is always incremented by the store.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Changes {
-    /// New state.
-    pub state: State,
-    /// New business result.
-    pub last_result: Option<State>,
-    /// New generation (the old one, or the old one plus one for a claim).
-    pub generation: Generation,
-    /// New attempts used.
-    pub attempts_used: u32,
-    /// New queries used.
-    pub queries_used: u32,
-    /// New "may have applied" value; the store keeps it sticky (`old OR new`) unless
-    /// `reset_may_have_applied` is set by a human's decision.
-    pub may_have_applied: bool,
-    /// Clear the sticky fact (only a reviewer's confirmed-not-executed decision does this).
-    pub reset_may_have_applied: bool,
-    /// Current attempt.
-    pub current_attempt: Option<AttemptId>,
-    /// Lease end.
-    pub lease_until_ms: Option<i64>,
-    /// Next check.
-    pub next_check_ms: Option<i64>,
-    /// Deadline.
-    pub deadline_ms: Option<i64>,
-    /// Remote reference (kept if `None` and the row has one).
-    pub remote_ref: Option<String>,
-    /// Reason.
-    pub reason: Option<String>,
-    /// Stored response (kept if `None` and the row has one).
-    pub response: Option<StoredResponse>,
-    /// Change time (ms since epoch).
-    pub now_ms: i64,
-}
-
-/// A conditional update: applied only if the row is at `expect_state`, `expect_generation` and
-/// `expect_version`, and (for a move to `REJECTED`) only if no attempt may have applied or the
-/// rejection is about the operation itself.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Update {
-    /// Tenant.
-    pub tenant: Tenant,
-    /// Operation id.
-    pub operation_id: OperationId,
-    /// Required current state.
-    pub expect_state: State,
-    /// Required current generation.
-    pub expect_generation: Generation,
-    /// Required current version.
-    pub expect_version: u64,
-    /// Whether a move to `REJECTED` rests on evidence about the operation (lookup, human).
-    pub operation_level: bool,
-    /// The new values.
-    pub changes: Changes,
-    /// Evidence appended in the same transaction.
-    pub evidence: NewEvidence,
-}
-
-/// An evidence log entry to append.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NewEvidence {
-    /// The attempt it concerns, if any.
-    pub attempt_id: Option<AttemptId>,
-    /// The generation of the writer.
-    pub generation: Generation,
-    /// What happened: `attempt_registered`, `attempt_result`, `lookup`, `lease_expired`,
-    /// `escalated`, `review`, `late_evidence`, ...
-    pub kind: String,
-    /// State before.
-    pub from_state: Option<State>,
-    /// State after.
-    pub to_state: Option<State>,
-    /// The classified observation.
-    pub evidence: Option<Evidence>,
-    /// Free text (never a body or a credential).
-    pub note: Option<String>,
-    /// Time (ms since epoch).
-    pub at_ms: i64,
-}
-
 /// An evidence log entry as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EvidenceEntry {
@@ -313,7 +238,7 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// applying `first`.
     ///
     /// `first` names the new operation and expects the fresh row (`PREPARED`, generation 0,
-    /// version 0); build it with [`NewOperation::first_update`]. The layer claims a write's
+    /// version 0); build it with [`NewOperation::first_update_on`]. The layer claims a write's
     /// first send this way: one ledger round trip (one transaction, one fsync) instead of two.
     /// [`Created::New`] holds the row after `first`; the evidence log holds the `created` entry,
     /// then `first`'s entry.
@@ -495,6 +420,104 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
         Box::pin(query::oldest_via_list(self, scope, states))
     }
+
+    /// Applies one verified vendor event to the operation it was matched to, exactly once, in
+    /// **one transaction**:
+    ///
+    /// 1. records `(delivery.vendor, delivery.event_id)` in the dedupe table, with the event
+    ///    type, the operation and the received time; if it is already there (an earlier
+    ///    delivery, by this or any other instance), nothing else happens:
+    ///    [`CallbackApplied::Duplicate`];
+    /// 2. [`CallbackEffect::Apply`]: the compare-and-swap of [`apply`](Self::apply) with its
+    ///    evidence entry; if the row moved since it was read, the whole transaction is undone
+    ///    (the dedupe record too) and [`CallbackApplied::Stale`] asks the caller to read the
+    ///    operation again and retry. [`CallbackEffect::Append`]: the entry is appended as late
+    ///    evidence, the row unchanged;
+    /// 3. commits: [`CallbackApplied::Applied`] with the moved row, or
+    ///    [`CallbackApplied::Appended`].
+    ///
+    /// So two deliveries of one event produce one state change and one evidence entry, even
+    /// when several application instances receive them at the same moment: the dedupe record
+    /// and the change commit together or not at all. An operation that does not exist in the
+    /// delivery's tenant stores nothing ([`CallbackApplied::NoOperation`]): quarantine the event
+    /// with [`quarantine_callback`](Self::quarantine_callback).
+    ///
+    /// The provided implementation returns [`LedgerError::Config`] ("vendor callbacks not
+    /// supported by this ledger"): a third-party backend keeps compiling. Every bundled backend
+    /// implements it.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Config`] if the update names another operation than the delivery (nothing
+    /// is written); [`LedgerError::Unavailable`] if the store failed (nothing is written: the
+    /// vendor should redeliver).
+    fn apply_callback(
+        &self,
+        delivery: CallbackDelivery,
+        effect: CallbackEffect,
+    ) -> BoxFuture<'_, Result<CallbackApplied, LedgerError>> {
+        let _ = (delivery, effect);
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
+    /// Stores a verified event that matched no operation of its tenant (or one of another
+    /// tenant, or named an unknown account) in the callback quarantine, and records it in the
+    /// dedupe table, in one transaction: a redelivery is [`CallbackQuarantined::Duplicate`] and
+    /// stores nothing twice. A quarantined event is never applied and never dropped; list them
+    /// with [`quarantined_callbacks`](Self::quarantined_callbacks).
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn quarantine_callback(
+        &self,
+        event: QuarantinedCallback,
+    ) -> BoxFuture<'_, Result<CallbackQuarantined, LedgerError>> {
+        let _ = event;
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
+    /// The quarantined callback events, oldest first (in the order they were stored), at most
+    /// `limit`.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn quarantined_callbacks(
+        &self,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<QuarantinedCallback>, LedgerError>> {
+        let _ = limit;
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
+    /// The operation of `tenant` whose vendor reference ([`OperationRecord::remote_ref`]) is
+    /// `remote_ref`, read through an index on `(tenant, remote_ref)`. Never another tenant's.
+    /// If several carry it (a vendor that reuses references), the oldest.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn find_by_remote_ref<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        remote_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        let _ = (tenant, remote_ref);
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
+    /// The operation of `tenant` whose idempotency key is `key` (a key a vendor echoes back in
+    /// a callback), read through an index on `(tenant, idempotency_key)`. Never another
+    /// tenant's. If several carry it, the oldest.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn find_by_idempotency_key<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        let _ = (tenant, key);
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
 }
 
 /// The error of the provided [`Ledger::list`] and [`Ledger::count_by_state`].
@@ -536,38 +559,6 @@ impl NewOperation {
     }
 }
 
-/// Checks that `first` is an update of the fresh row `new` (see [`Ledger::create_and_apply`]).
-pub(crate) fn check_first_update(new: &NewOperation, first: &Update) -> Result<(), LedgerError> {
-    if first.tenant != new.tenant || first.operation_id != new.operation_id {
-        return Err(LedgerError::Config(format!(
-            "create_and_apply: the first update names operation {} of tenant {:?}, not the new \
-             operation {} of tenant {:?}",
-            first.operation_id, first.tenant, new.operation_id, new.tenant
-        )));
-    }
-    if first.expect_state != State::Prepared
-        || first.expect_generation != Generation(0)
-        || first.expect_version != 0
-    {
-        return Err(LedgerError::Config(format!(
-            "create_and_apply: the first update of {} must expect the fresh row (PREPARED, \
-             generation 0, version 0)",
-            new.operation_id
-        )));
-    }
-    Ok(())
-}
-
-/// The row [`Ledger::create_and_apply`] stores for `new` and its checked `first` update: the
-/// `PREPARED` row with `first`'s changes applied (version 1), and `first`'s evidence entry. For
-/// backends that insert the claimed row directly instead of inserting then updating; a fresh
-/// row has no sticky fact, so the `REJECTED` guard of [`Ledger::apply`] cannot refuse it.
-pub(crate) fn first_applied(new: NewOperation, first: Update) -> (OperationRecord, NewEvidence) {
-    let mut r = new.into_prepared();
-    r.set_changes(first.changes);
-    (r, first.evidence)
-}
-
 impl NewOperation {
     /// The state-machine view of the row this operation will be once stored (`PREPARED`,
     /// nothing used yet).
@@ -581,67 +572,9 @@ impl NewOperation {
             policy: &self.policy,
         }
     }
-
-    /// The conditional update that applies `t` to the fresh row of this operation: what
-    /// [`OperationRecord::update_for`] gives on [`into_prepared`](Self::into_prepared)'s row,
-    /// without building that row. The `first` argument of [`Ledger::create_and_apply`].
-    pub fn first_update(
-        &self,
-        t: &crate::state::Transition,
-        attempt: Option<AttemptId>,
-        lease_until_ms: Option<i64>,
-        evidence: NewEvidence,
-        now_ms: i64,
-    ) -> Update {
-        build_update(
-            Base {
-                tenant: &self.tenant,
-                operation_id: &self.operation_id,
-                state: State::Prepared,
-                generation: Generation(0),
-                version: 0,
-                last_result: None,
-                current_attempt: None,
-                lease_until_ms: None,
-                remote_ref: None,
-                reason: None,
-                response: None,
-            },
-            t,
-            attempt,
-            lease_until_ms,
-            None,
-            evidence,
-            now_ms,
-        )
-    }
 }
 
 impl OperationRecord {
-    /// Writes `c` into this row as a successful compare-and-swap does: the version goes up by
-    /// one and "may have applied" stays sticky unless `c` resets it.
-    pub(crate) fn set_changes(&mut self, c: Changes) {
-        self.state = c.state;
-        self.last_result = c.last_result;
-        self.generation = c.generation;
-        self.version += 1;
-        self.attempts_used = c.attempts_used;
-        self.queries_used = c.queries_used;
-        self.may_have_applied = if c.reset_may_have_applied {
-            c.may_have_applied
-        } else {
-            self.may_have_applied || c.may_have_applied
-        };
-        self.current_attempt = c.current_attempt;
-        self.lease_until_ms = c.lease_until_ms;
-        self.next_check_ms = c.next_check_ms;
-        self.deadline_ms = c.deadline_ms;
-        self.remote_ref = c.remote_ref;
-        self.reason = c.reason;
-        self.response = c.response;
-        self.updated_ms = c.now_ms;
-    }
-
     /// The state-machine view of this row.
     pub fn snapshot(&self) -> crate::state::Snapshot<'_> {
         crate::state::Snapshot {
@@ -651,173 +584,6 @@ impl OperationRecord {
             queries_used: self.queries_used,
             deadline_ms: self.deadline_ms,
             policy: &self.policy,
-        }
-    }
-
-    /// Builds the conditional update that applies `t` to this row, with `evidence` appended.
-    pub fn update_for(
-        &self,
-        t: &crate::state::Transition,
-        attempt: Option<AttemptId>,
-        lease_until_ms: Option<i64>,
-        response: Option<StoredResponse>,
-        evidence: NewEvidence,
-        now_ms: i64,
-    ) -> Update {
-        build_update(
-            Base {
-                tenant: &self.tenant,
-                operation_id: &self.operation_id,
-                state: self.state,
-                generation: self.generation,
-                version: self.version,
-                last_result: self.last_result,
-                current_attempt: self.current_attempt,
-                lease_until_ms: self.lease_until_ms,
-                remote_ref: self.remote_ref.as_ref(),
-                reason: self.reason.as_ref(),
-                response: self.response.as_ref(),
-            },
-            t,
-            attempt,
-            lease_until_ms,
-            response,
-            evidence,
-            now_ms,
-        )
-    }
-}
-
-/// The columns a conditional update starts from: a stored row's, or those of the fresh row a
-/// new operation will be.
-struct Base<'a> {
-    tenant: &'a Tenant,
-    operation_id: &'a OperationId,
-    state: State,
-    generation: Generation,
-    version: u64,
-    last_result: Option<State>,
-    current_attempt: Option<AttemptId>,
-    lease_until_ms: Option<i64>,
-    remote_ref: Option<&'a String>,
-    reason: Option<&'a String>,
-    response: Option<&'a StoredResponse>,
-}
-
-/// The conditional update that applies `t` to `base`, with `evidence` appended: the one
-/// construction behind [`OperationRecord::update_for`] and [`NewOperation::first_update`].
-fn build_update(
-    base: Base<'_>,
-    t: &crate::state::Transition,
-    attempt: Option<AttemptId>,
-    lease_until_ms: Option<i64>,
-    response: Option<StoredResponse>,
-    mut evidence: NewEvidence,
-    now_ms: i64,
-) -> Update {
-    let generation = if t.bump_generation {
-        base.generation.next()
-    } else {
-        base.generation
-    };
-    evidence.generation = generation;
-    evidence.from_state.get_or_insert(base.state);
-    evidence.to_state.get_or_insert(t.to);
-    Update {
-        tenant: base.tenant.clone(),
-        operation_id: base.operation_id.clone(),
-        expect_state: base.state,
-        expect_generation: base.generation,
-        expect_version: base.version,
-        operation_level: t.operation_level,
-        changes: Changes {
-            state: t.to,
-            last_result: t.last_result.or(base.last_result),
-            generation,
-            attempts_used: t.attempts_used,
-            queries_used: t.queries_used,
-            may_have_applied: t.may_have_applied,
-            reset_may_have_applied: t.operation_level && !t.may_have_applied,
-            current_attempt: attempt.or(base.current_attempt),
-            // A new lease (a claim), or the live one kept (a human's decision: see
-            // `Transition::keep_lease`), or none.
-            lease_until_ms: lease_until_ms.or(if t.keep_lease {
-                base.lease_until_ms
-            } else {
-                None
-            }),
-            next_check_ms: t.next_check_ms,
-            deadline_ms: t.deadline_ms,
-            remote_ref: t.remote_ref.clone().or_else(|| base.remote_ref.cloned()),
-            // A success closes the story: earlier reasons (a lost response) would mislead.
-            reason: if t.to == State::Succeeded {
-                t.reason.clone()
-            } else {
-                t.reason.clone().or_else(|| base.reason.cloned())
-            },
-            response: response.or_else(|| base.response.cloned()),
-            now_ms,
-        },
-        evidence,
-    }
-}
-
-/// The entries the stores append on their own (creation, recovery claims, lease sweeps), shared
-/// so every backend writes identical evidence.
-pub(crate) mod store_entries {
-    use super::{NewEvidence, OperationRecord};
-    use crate::operation::Generation;
-    use crate::state::State;
-
-    /// Kind of the entry appended when an operation is created.
-    pub(crate) const CREATED: &str = "created";
-    /// Kind of the entry appended for each row [`claim_due`](super::Ledger::claim_due) claims.
-    pub(crate) const RECOVERY_CLAIMED: &str = "recovery_claimed";
-    /// Kind of the entry appended for each row [`sweep_expired`](super::Ledger::sweep_expired)
-    /// moves.
-    pub(crate) const LEASE_EXPIRED: &str = "lease_expired";
-    /// The reason a swept row carries (the same text as the state machine's `LeaseExpired`).
-    pub(crate) const LEASE_EXPIRED_REASON: &str = "attempt lease expired with no recorded result";
-
-    /// The entry for a new operation.
-    pub(crate) fn created(now_ms: i64) -> NewEvidence {
-        NewEvidence {
-            attempt_id: None,
-            generation: Generation(0),
-            kind: CREATED.to_owned(),
-            from_state: None,
-            to_state: Some(State::Prepared),
-            evidence: None,
-            note: None,
-            at_ms: now_ms,
-        }
-    }
-
-    /// The entry for a row just claimed for recovery (`row` as claimed).
-    pub(crate) fn recovery_claimed(row: &OperationRecord, now_ms: i64) -> NewEvidence {
-        NewEvidence {
-            attempt_id: None,
-            generation: row.generation,
-            kind: RECOVERY_CLAIMED.to_owned(),
-            from_state: Some(row.state),
-            to_state: Some(row.state),
-            evidence: None,
-            note: None,
-            at_ms: now_ms,
-        }
-    }
-
-    /// The entry for an in-flight row just swept to `UNKNOWN` (`row` as swept).
-    pub(crate) fn lease_expired(row: &OperationRecord, now_ms: i64) -> NewEvidence {
-        NewEvidence {
-            attempt_id: row.current_attempt,
-            generation: row.generation,
-            kind: LEASE_EXPIRED.to_owned(),
-            from_state: Some(State::InFlight),
-            to_state: Some(State::Unknown),
-            evidence: None,
-            note: None,
-            at_ms: now_ms,
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::contract::parse_retry_after;
 use crate::encoding::encode_component;
 use crate::evidence::Evidence;
 use crate::ledger::{BoxFuture, OperationRecord};
+use crate::operation::redact_body;
 
 /// Which values of the lookup's status field mean what (compared case-insensitively).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,10 +43,28 @@ impl Default for LookupStatuses {
 }
 
 /// Looks an operation up with `GET` on a URL template, e.g.
-/// `http://vendor.test/operations/{operation_id}` (placeholders: `{operation_id}`,
-/// `{idempotency_key}`, `{tenant}`, `{remote_ref}`; values are percent-encoded). A template that
-/// is a path (`/operations/{operation_id}`) is asked of the scheme and host the write was sent
-/// to.
+/// `http://vendor.test/operations/{operation_id}`. A template that is a path
+/// (`/operations/{operation_id}`) is asked of the scheme and host the write was sent to.
+///
+/// Placeholders (values are percent-encoded):
+///
+/// | placeholder | value |
+/// |---|---|
+/// | `{operation_id}` | the operation's id |
+/// | `{idempotency_key}` | the idempotency key sent to the vendor |
+/// | `{remote_ref}` | the vendor's reference of the created object, as recorded on the operation ([`OperationRecord::remote_ref`]) |
+/// | `{tenant}` | the operation's tenant |
+///
+/// An operation without a value for a placeholder (no remote reference yet) gets no lookup: the
+/// answer is [`Evidence::Unknown`], nothing proven, never a miss that could read as "not
+/// executed".
+///
+/// The answer's body is read (at most 1 MiB) to classify it. When it resolves the operation
+/// ([`Evidence::Succeeded`] or [`Evidence::Rejected`]), its first
+/// [`MAX_KEPT_ANSWER`](Self::MAX_KEPT_ANSWER) bytes, without the
+/// [secret body fields](Self::secret_body_fields), are kept as the note of the `lookup` entry of
+/// the operation's evidence log (see [`Reconciler::reconcile_with_answer`]): what the vendor
+/// said, for the reviewer and the caller who asks again.
 ///
 /// The answer counts as [`Evidence::Succeeded`] only when it is a 2xx JSON document that names
 /// this operation at the identity pointer (default `/operation_id`) and has a succeeded status at
@@ -79,6 +98,7 @@ pub struct HttpLookup<S> {
     statuses: LookupStatuses,
     timeout: Duration,
     max_body: usize,
+    secret_body_fields: Vec<String>,
 }
 
 impl<S> fmt::Debug for HttpLookup<S> {
@@ -107,7 +127,21 @@ impl<S> HttpLookup<S> {
             statuses: LookupStatuses::default(),
             timeout: Duration::from_secs(10),
             max_body: 1024 * 1024,
+            secret_body_fields: Vec::new(),
         }
+    }
+
+    /// How much of a resolving answer's body is kept in the evidence log (16 KiB).
+    pub const MAX_KEPT_ANSWER: usize = 16 * 1024;
+
+    /// Body fields left out of the answer kept in the evidence log: JSON pointers
+    /// (`/client_secret`), as the contract's [`secret_body_fields`]. The builder passes the
+    /// contract's own.
+    ///
+    /// [`secret_body_fields`]: crate::Contract::secret_body_fields
+    pub fn secret_body_fields(mut self, fields: Vec<String>) -> Self {
+        self.secret_body_fields = fields;
+        self
     }
 
     /// Sends the operation's tenant in this header. A tenant the header cannot carry (empty,
@@ -277,6 +311,21 @@ impl<S> HttpLookup<S> {
     }
 }
 
+impl<S> HttpLookup<S> {
+    /// The answer body as kept in the evidence log: without the secret fields, at most
+    /// [`MAX_KEPT_ANSWER`](Self::MAX_KEPT_ANSWER) bytes (cut at a character boundary).
+    fn kept_answer(&self, body: &Bytes) -> String {
+        let redacted = redact_body(body, &self.secret_body_fields);
+        let text = String::from_utf8_lossy(&redacted);
+        let mut end = text.len().min(Self::MAX_KEPT_ANSWER);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = if end < text.len() { " [cut]" } else { "" };
+        format!("lookup answer: {}{cut}", &text[..end])
+    }
+}
+
 fn truncate(s: &str) -> &str {
     match s.char_indices().nth(64) {
         Some((i, _)) => &s[..i],
@@ -295,12 +344,19 @@ where
     RB::Error: Into<BoxError>,
 {
     fn reconcile<'a>(&'a self, op: &'a OperationRecord) -> BoxFuture<'a, Evidence> {
+        Box::pin(async move { self.reconcile_with_answer(op).await.0 })
+    }
+
+    fn reconcile_with_answer<'a>(
+        &'a self,
+        op: &'a OperationRecord,
+    ) -> BoxFuture<'a, (Evidence, Option<String>)> {
         Box::pin(async move {
             let req = match self.scoped_request(op) {
                 Ok(req) => req,
                 Err(why) => {
                     tracing::warn!(operation = %op.operation_id, %why, "lookup not made: it cannot carry its scope");
-                    return Evidence::unknown(format!("lookup not made: {why}"));
+                    return (Evidence::unknown(format!("lookup not made: {why}")), None);
                 }
             };
             let mut client = self.client.clone();
@@ -317,9 +373,17 @@ where
                 Ok::<_, BoxError>((parts, body))
             };
             match tokio::time::timeout(self.timeout, call).await {
-                Ok(Ok((parts, body))) => self.judge(op, parts.status, &parts.headers, &body),
-                Ok(Err(e)) => Evidence::unknown(format!("lookup failed: {e}")),
-                Err(_) => Evidence::unknown("lookup timed out"),
+                Ok(Ok((parts, body))) => {
+                    let evidence = self.judge(op, parts.status, &parts.headers, &body);
+                    let resolves = matches!(
+                        evidence,
+                        Evidence::Succeeded { .. } | Evidence::Rejected { .. }
+                    );
+                    let kept = resolves.then(|| self.kept_answer(&body));
+                    (evidence, kept)
+                }
+                Ok(Err(e)) => (Evidence::unknown(format!("lookup failed: {e}")), None),
+                Err(_) => (Evidence::unknown("lookup timed out"), None),
             }
         })
     }
@@ -417,5 +481,24 @@ mod tests {
         let why = unknown_why(&by_tenant.reconcile(&op).await).to_owned();
         assert!(why.contains("tenant"), "{why}");
         assert!(vendor.requests().is_empty(), "nothing was sent");
+    }
+
+    #[test]
+    fn the_kept_answer_is_bounded_and_without_secrets() {
+        let lookup = HttpLookup::new((), "/o/{operation_id}")
+            .secret_body_fields(vec!["/client_secret".into()]);
+        let kept = lookup.kept_answer(&Bytes::from_static(
+            br#"{"id":"W1","client_secret":"cs_live_x"}"#,
+        ));
+        assert_eq!(kept, r#"lookup answer: {"id":"W1"}"#);
+        // Multi-byte characters across the bound: cut at a character boundary, and marked.
+        let big = "é".repeat(HttpLookup::<()>::MAX_KEPT_ANSWER);
+        let kept = lookup.kept_answer(&Bytes::from(big));
+        assert!(kept.ends_with(" [cut]"), "{}", &kept[kept.len() - 10..]);
+        let body = kept
+            .trim_start_matches("lookup answer: ")
+            .trim_end_matches(" [cut]");
+        assert!(body.len() <= HttpLookup::<()>::MAX_KEPT_ANSWER);
+        assert!(body.chars().all(|c| c == 'é'));
     }
 }

@@ -50,11 +50,30 @@ use crate::ledger::{BoxFuture, OperationRecord};
 pub trait Reconciler: Send + Sync + std::fmt::Debug + 'static {
     /// Looks the operation up.
     fn reconcile<'a>(&'a self, op: &'a OperationRecord) -> BoxFuture<'a, Evidence>;
+
+    /// [`reconcile`](Self::reconcile), with the vendor's answer for the evidence log: the
+    /// recovery engine stores it as the note of the `lookup` entry. Only for an answer that
+    /// resolves the operation, bounded and without secrets ([`HttpLookup`] keeps at most
+    /// [`HttpLookup::MAX_KEPT_ANSWER`] bytes of the body, without the contract's secret body
+    /// fields). Provided: no answer kept.
+    fn reconcile_with_answer<'a>(
+        &'a self,
+        op: &'a OperationRecord,
+    ) -> BoxFuture<'a, (Evidence, Option<String>)> {
+        Box::pin(async move { (self.reconcile(op).await, None) })
+    }
 }
 
 impl<R: Reconciler + ?Sized> Reconciler for std::sync::Arc<R> {
     fn reconcile<'a>(&'a self, op: &'a OperationRecord) -> BoxFuture<'a, Evidence> {
         (**self).reconcile(op)
+    }
+
+    fn reconcile_with_answer<'a>(
+        &'a self,
+        op: &'a OperationRecord,
+    ) -> BoxFuture<'a, (Evidence, Option<String>)> {
+        (**self).reconcile_with_answer(op)
     }
 }
 

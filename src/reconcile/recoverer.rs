@@ -407,11 +407,14 @@ impl Recoverer {
                     .escalate(&row, format!("lookup not authorized: {}", denied.reason))
                     .await;
             }
-            let evidence =
-                match tokio::time::timeout(self.lease / 2, reconciler.reconcile(&row)).await {
-                    Ok(e) => e,
-                    Err(_) => Evidence::unknown("lookup abandoned at half the recovery lease"),
-                };
+            let looked_up = reconciler.reconcile_with_answer(&row);
+            let (evidence, answer) = match tokio::time::timeout(self.lease / 2, looked_up).await {
+                Ok(answered) => answered,
+                Err(_) => (
+                    Evidence::unknown("lookup abandoned at half the recovery lease"),
+                    None,
+                ),
+            };
             report.lookups += 1;
             tracing::info!(evidence = evidence.label(), "lookup answered");
             // An eventually consistent lookup (a list, a search) may miss a write that happened:
@@ -433,7 +436,11 @@ impl Recoverer {
                 &row,
                 Event::LookupResult(evidence.clone()),
                 "lookup",
-                Extras::default(),
+                // The vendor's own answer, when it resolves the operation (bounded, redacted).
+                Extras {
+                    note: answer,
+                    ..Extras::default()
+                },
             )
             .await?;
             row = match applied {

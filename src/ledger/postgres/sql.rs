@@ -1,0 +1,324 @@
+//! The SQL text of the PostgreSQL ledger, schema-qualified once per ledger.
+
+use std::sync::Arc;
+
+use crate::ledger::codec::{evidence_columns, frozen_columns, mutable_columns, prepared_columns};
+
+// ── SQL ─────────────────────────────────────────────────────────────────────────────────────────
+
+/// The database clock in ms since the Unix epoch.
+pub(super) const DB_NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// The statements, schema-qualified once at construction (the schema name is validated).
+///
+/// Every writing statement starts with the `clock` CTE: `$1` is the caller's time with
+/// [`ClockSource::Caller`], or NULL to read the database clock once for the whole statement.
+#[derive(Debug)]
+pub(super) struct Statements {
+    /// The schema-qualified operations table, for the listing statements (built per query:
+    /// their filters vary).
+    pub(super) operations: String,
+    pub(super) insert_operation: Arc<str>,
+    pub(super) insert_claimed: Arc<str>,
+    pub(super) select_by_id: Arc<str>,
+    pub(super) select_by_intent: Arc<str>,
+    pub(super) apply: Arc<str>,
+    pub(super) apply_after_send: Arc<str>,
+    pub(super) claim_due: Arc<str>,
+    pub(super) claim_prepared: Arc<str>,
+    pub(super) sweep_expired: Arc<str>,
+    pub(super) quarantine: Arc<str>,
+    pub(super) select_quarantined: Arc<str>,
+    pub(super) insert_evidence_batch: Arc<str>,
+    pub(super) append_evidence: Arc<str>,
+    pub(super) select_evidence: Arc<str>,
+    pub(super) insert_callback_event: Arc<str>,
+    pub(super) insert_callback_quarantine: Arc<str>,
+    pub(super) select_callback_quarantine: Arc<str>,
+    pub(super) operation_exists: Arc<str>,
+    pub(super) select_by_remote_ref: Arc<str>,
+    pub(super) select_by_idempotency_key: Arc<str>,
+}
+
+/// `clock` CTE: one reading of the chosen clock per statement.
+const CLOCK_CTE: &str = "clock AS (
+    SELECT COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now_ms
+)";
+
+/// A caller-computed absolute time `$n`, moved onto the statement's clock as an offset from the
+/// caller's `now` (`$2`); kept as stored when it equals the row's current value.
+fn translated(param: &str, column: &str) -> String {
+    format!(
+        "CASE WHEN {param}::bigint IS NOT DISTINCT FROM o.{column} THEN o.{column} \
+         ELSE clock.now_ms + ({param}::bigint - $2::bigint) END"
+    )
+}
+
+impl Statements {
+    pub(super) fn new(schema: &str) -> Self {
+        let ops = format!("\"{schema}\".rw_operations");
+        let ev = format!("\"{schema}\".rw_evidence");
+        let ev_columns = evidence_columns!();
+        let frozen = frozen_columns!();
+        let insert_operation = format!(
+            "WITH {CLOCK_CTE},
+ins AS (
+    INSERT INTO {ops} (
+        {frozen},
+        {prepared}
+    )
+    SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+           'PREPARED', 0, 0, 0, 0, FALSE, clock.now_ms, clock.now_ms
+    FROM clock
+    ON CONFLICT DO NOTHING
+    RETURNING *
+),
+ev AS (
+    INSERT INTO {ev} ({ev_columns})
+    SELECT ins.tenant, ins.operation_id, $15, $16, $17, $18, $19, $20, $21, ins.created_ms
+    FROM ins
+)
+SELECT * FROM ins",
+            prepared = prepared_columns!(),
+        );
+        // The claimed row of `create_and_apply` in one statement. Caller-computed times are moved
+        // onto the statement's clock as offsets from the caller's creation time ($2), like
+        // `apply` does; the two entries get increasing ids in `ord` order.
+        let insert_claimed = format!(
+            "WITH {CLOCK_CTE},
+ins AS (
+    INSERT INTO {ops} (
+        {frozen},
+        {mutable}
+    )
+    SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+           $16::text, $17::text, $18::bigint, 1, $19::bigint, $20::bigint, $21::boolean,
+           $22::text, clock.now_ms + ($23::bigint - $2::bigint),
+           clock.now_ms + ($24::bigint - $2::bigint), clock.now_ms + ($25::bigint - $2::bigint),
+           $26::text, $27::text, $28::integer, $29::text, $30::bytea,
+           clock.now_ms, clock.now_ms + ($31::bigint - $2::bigint)
+    FROM clock
+    ON CONFLICT DO NOTHING
+    RETURNING *
+),
+ev AS (
+    INSERT INTO {ev} ({ev_columns})
+    SELECT ins.tenant, ins.operation_id, e.attempt_id, e.generation, e.kind, e.from_state,
+           e.to_state, e.evidence, e.note, ins.created_ms + (e.at_ms - $2::bigint)
+    FROM ins, (VALUES
+        (1, $32::text, $33::bigint, $34::text, $35::text, $36::text, $37::text, $38::text,
+         $39::bigint),
+        (2, $40::text, $41::bigint, $42::text, $43::text, $44::text, $45::text, $46::text,
+         $47::bigint)
+    ) AS e(ord, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms)
+    ORDER BY e.ord
+)
+SELECT * FROM ins",
+            mutable = mutable_columns!(),
+        );
+        let select_by_id = format!("SELECT * FROM {ops} WHERE tenant = $1 AND operation_id = $2");
+        let select_by_intent =
+            format!("SELECT * FROM {ops} WHERE tenant = $1 AND action = $2 AND intent_ref = $3");
+        // `apply`, and `record`'s variant: the same statement in a transaction that commits
+        // without waiting for the WAL flush. `set_config(.., true)` lasts until the end of the
+        // statement's own (implicit) transaction; the WHERE term makes sure it is evaluated.
+        let apply_statement = |clock: &str, clock_term: &str| {
+            format!(
+                "WITH {clock},
+upd AS (
+    UPDATE {ops} AS o SET
+        state = $3::text,
+        last_result = $4::text,
+        generation = $5::bigint,
+        attempts_used = $6::bigint,
+        queries_used = $7::bigint,
+        may_have_applied = CASE WHEN $8::boolean THEN $9::boolean
+                                ELSE (o.may_have_applied OR $9::boolean) END,
+        current_attempt = $10::text,
+        lease_until_ms = {lease},
+        next_check_ms = {next_check},
+        deadline_ms = {deadline},
+        remote_ref = $14::text,
+        reason = $15::text,
+        response_status = $16::integer,
+        response_headers = $17::text,
+        response_body = $18::bytea,
+        updated_ms = clock.now_ms,
+        version = o.version + 1
+    FROM clock
+    WHERE o.tenant = $19::text AND o.operation_id = $20::text
+      AND o.state = $21::text AND o.generation = $22::bigint AND o.version = $23::bigint{clock_term}
+      AND NOT ($3::text = 'REJECTED' AND o.may_have_applied AND NOT $24::boolean)
+    RETURNING o.*, clock.now_ms AS rw_now
+),
+ev AS (
+    INSERT INTO {ev} ({ev_columns})
+    SELECT upd.tenant, upd.operation_id, $25, $26, $27, $28, $29, $30, $31,
+           upd.rw_now + ($32::bigint - $2::bigint)
+    FROM upd
+)
+SELECT * FROM upd",
+                lease = translated("$11", "lease_until_ms"),
+                next_check = translated("$12", "next_check_ms"),
+                deadline = translated("$13", "deadline_ms"),
+            )
+        };
+        let apply = apply_statement(CLOCK_CTE, "");
+        let apply_after_send = apply_statement(
+            "clock AS (
+    SELECT COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now_ms,
+           set_config('synchronous_commit', 'off', true) AS relaxed
+)",
+            "\n      AND clock.relaxed = 'off'",
+        );
+        // The `state IN (...)` / `state = 'IN_FLIGHT'` terms repeat the partial indexes' WHERE
+        // clauses, and the clock is an InitPlan (`(SELECT now_ms FROM clock)`), so the bound is
+        // an index condition.
+        let claim_due = format!(
+            "WITH {CLOCK_CTE},
+due AS (
+    SELECT o.tenant, o.operation_id
+    FROM {ops} AS o
+    WHERE o.state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY')
+      AND o.next_check_ms <= (SELECT now_ms FROM clock)
+      AND (o.lease_until_ms IS NULL OR o.lease_until_ms <= (SELECT now_ms FROM clock))
+      AND o.quarantine_reason IS NULL
+    ORDER BY o.next_check_ms, o.seq
+    LIMIT $3
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {ops} AS o SET
+    generation = o.generation + 1,
+    version = o.version + 1,
+    lease_until_ms = clock.now_ms + $2::bigint,
+    updated_ms = clock.now_ms
+FROM due, clock
+WHERE o.tenant = due.tenant AND o.operation_id = due.operation_id
+RETURNING o.*, clock.now_ms AS rw_now"
+        );
+        let sweep_expired = format!(
+            "WITH {CLOCK_CTE},
+expired AS (
+    SELECT o.tenant, o.operation_id
+    FROM {ops} AS o
+    WHERE o.state = 'IN_FLIGHT' AND o.lease_until_ms < (SELECT now_ms FROM clock)
+      AND o.quarantine_reason IS NULL
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {ops} AS o SET
+    state = 'UNKNOWN',
+    generation = o.generation + 1,
+    version = o.version + 1,
+    may_have_applied = TRUE,
+    next_check_ms = clock.now_ms,
+    lease_until_ms = NULL,
+    reason = $2::text,
+    updated_ms = clock.now_ms
+FROM expired, clock
+WHERE o.tenant = expired.tenant AND o.operation_id = expired.operation_id
+RETURNING o.*, clock.now_ms AS rw_now"
+        );
+        // `$3` is the age in ms: rows created at or before `now - $3` are old enough.
+        let claim_prepared = format!(
+            "WITH {CLOCK_CTE},
+old AS (
+    SELECT o.tenant, o.operation_id
+    FROM {ops} AS o
+    WHERE o.state = 'PREPARED'
+      AND o.created_ms <= (SELECT now_ms FROM clock) - $3::bigint
+      AND (o.lease_until_ms IS NULL OR o.lease_until_ms <= (SELECT now_ms FROM clock))
+      AND o.quarantine_reason IS NULL
+    ORDER BY o.created_ms, o.seq
+    LIMIT $4
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {ops} AS o SET
+    generation = o.generation + 1,
+    version = o.version + 1,
+    lease_until_ms = clock.now_ms + $2::bigint,
+    updated_ms = clock.now_ms
+FROM old, clock
+WHERE o.tenant = old.tenant AND o.operation_id = old.operation_id
+RETURNING o.*, clock.now_ms AS rw_now"
+        );
+        let quarantine = format!(
+            "UPDATE {ops} AS o SET quarantine_reason = q.reason, quarantined_ms = q.at_ms
+FROM UNNEST($1::bigint[], $2::text[], $3::bigint[]) AS q(seq, reason, at_ms)
+WHERE o.seq = q.seq"
+        );
+        let select_quarantined = format!(
+            "SELECT tenant, operation_id, quarantine_reason, quarantined_ms FROM {ops}
+WHERE quarantine_reason IS NOT NULL
+ORDER BY quarantined_ms, seq
+LIMIT $1"
+        );
+        let insert_evidence_batch = format!(
+            "INSERT INTO {ev} ({ev_columns})
+SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+                     $7::text[], $8::text[], $9::text[], $10::bigint[])"
+        );
+        let append_evidence = format!(
+            "INSERT INTO {ev} ({ev_columns})
+SELECT $2::text, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text,
+       $10::text,
+       COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+WHERE EXISTS (SELECT 1 FROM {ops} WHERE tenant = $2::text AND operation_id = $3::text)"
+        );
+        let select_evidence = format!(
+            "SELECT id, {ev_columns} FROM {ev} WHERE tenant = $1 AND operation_id = $2 ORDER BY id"
+        );
+        // Vendor callbacks. The dedupe insert takes the key's unique-index lock: a concurrent
+        // transaction inserting the same event waits for this one, then finds it (conflict,
+        // nothing inserted) if it committed, or inserts it if it rolled back.
+        let cb = format!("\"{schema}\".rw_callback_events");
+        let cq = format!("\"{schema}\".rw_callback_quarantine");
+        let insert_callback_event = format!(
+            "INSERT INTO {cb} (vendor, event_id, event_type, tenant, operation_id, outcome, received_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT DO NOTHING
+RETURNING event_id"
+        );
+        let insert_callback_quarantine = format!(
+            "INSERT INTO {cq} (
+    vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence, received_ms
+) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        );
+        let select_callback_quarantine = format!(
+            "SELECT vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence,
+       received_ms
+FROM {cq} ORDER BY id LIMIT $1"
+        );
+        let operation_exists =
+            format!("SELECT 1 FROM {ops} WHERE tenant = $1 AND operation_id = $2");
+        let select_by_remote_ref = format!(
+            "SELECT * FROM {ops} WHERE tenant = $1 AND remote_ref = $2 ORDER BY created_ms, seq LIMIT 1"
+        );
+        let select_by_idempotency_key = format!(
+            "SELECT * FROM {ops} WHERE tenant = $1 AND idempotency_key = $2
+ORDER BY created_ms, seq LIMIT 1"
+        );
+        Self {
+            insert_callback_event: insert_callback_event.into(),
+            insert_callback_quarantine: insert_callback_quarantine.into(),
+            select_callback_quarantine: select_callback_quarantine.into(),
+            operation_exists: operation_exists.into(),
+            select_by_remote_ref: select_by_remote_ref.into(),
+            select_by_idempotency_key: select_by_idempotency_key.into(),
+            operations: ops,
+            insert_operation: insert_operation.into(),
+            insert_claimed: insert_claimed.into(),
+            select_by_id: select_by_id.into(),
+            select_by_intent: select_by_intent.into(),
+            apply: apply.into(),
+            apply_after_send: apply_after_send.into(),
+            claim_due: claim_due.into(),
+            claim_prepared: claim_prepared.into(),
+            sweep_expired: sweep_expired.into(),
+            quarantine: quarantine.into(),
+            select_quarantined: select_quarantined.into(),
+            insert_evidence_batch: insert_evidence_batch.into(),
+            append_evidence: append_evidence.into(),
+            select_evidence: select_evidence.into(),
+        }
+    }
+}

@@ -1,0 +1,482 @@
+use super::*;
+
+#[tokio::test]
+async fn pragmas_are_set_on_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = SqliteLedger::open(dir.path().join("ledger.db"))
+        .await
+        .unwrap();
+    let pool = ledger.writer_pool();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(mode.to_ascii_lowercase(), "wal");
+    // 2 = FULL.
+    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(sync, 2);
+    let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(fk, 1);
+    // 2 = MEMORY: statement journals never spill to a temporary file.
+    let temp_store: i64 = sqlx::query_scalar("PRAGMA temp_store")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(temp_store, 2);
+    let reader_sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(&ledger.reader)
+        .await
+        .unwrap();
+    assert_eq!(reader_sync, 2);
+}
+
+#[tokio::test]
+async fn synchronous_normal_is_configurable() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = SqliteLedger::open_with(
+        dir.path().join("ledger.db"),
+        SqliteLedgerOptions::new().synchronous(Synchronous::Normal),
+    )
+    .await
+    .unwrap();
+    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(ledger.writer_pool())
+        .await
+        .unwrap();
+    assert_eq!(sync, 1);
+}
+
+#[tokio::test]
+async fn zero_readers_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = SqliteLedger::open_with(
+        dir.path().join("ledger.db"),
+        SqliteLedgerOptions::new().max_readers(0),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, LedgerError::Config(_)), "{err:?}");
+}
+
+async fn count(ledger: &SqliteLedger, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(&ledger.reader)
+        .await
+        .unwrap()
+}
+
+/// A raw write through the writer task: inserts a bare operation row named `id`.
+fn insert_row(
+    id: &'static str,
+) -> impl for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<()>, LedgerError>>
++ Send
++ 'static {
+    move |conn| {
+        Box::pin(async move {
+            sqlx::query(
+                "INSERT INTO rw_operations (tenant, operation_id, action, intent_ref, \
+                 idempotency_key, payload_hash, request_method, request_url, \
+                 request_headers, request_body, contract_name, contract_hash, budget_policy, \
+                 state, created_ms, updated_ms) VALUES ('t', ?1, 'a', ?1, 'k', 'h', 'POST', \
+                 'http://v/', '[]', x'', 'c', 'h', '{}', 'PREPARED', 0, 0)",
+            )
+            .bind(id)
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            Ok(Finish::Commit(()))
+        })
+    }
+}
+
+/// Evidence for an operation that does not exist: a foreign key violation.
+const ORPHAN_EVIDENCE: &str = "INSERT INTO rw_evidence (tenant, operation_id, generation, \
+     kind, at_ms) VALUES ('t', 'op-missing', 0, 'x', 0)";
+
+/// A request whose precondition failed: nothing to keep.
+fn refused(_: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<u8>, LedgerError>> {
+    Box::pin(async { Ok(Finish::Unchanged(7)) })
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_failing_after_its_first_statement_is_undone_alone() {
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    let commits = ledger.commits();
+    // The middle request writes a row, then violates a constraint: its row must go, the
+    // others' rows stay, and all three share one commit.
+    fn failing(conn: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<()>, LedgerError>> {
+        Box::pin(async move {
+            insert_row("op-half")(&mut *conn).await?;
+            sqlx::query(ORPHAN_EVIDENCE)
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            Ok(Finish::Commit(()))
+        })
+    }
+    let (a, b, c) = tokio::join!(
+        ledger.write(insert_row("op-a")),
+        ledger.write(failing),
+        ledger.write(insert_row("op-c")),
+    );
+    assert!(a.is_ok() && c.is_ok(), "{a:?} {c:?}");
+    assert!(matches!(b, Err(LedgerError::Unavailable(_))), "{b:?}");
+    assert_eq!(ledger.commits() - commits, 1);
+    assert_eq!(
+        count(
+            &ledger,
+            "SELECT COUNT(*) FROM rw_operations WHERE operation_id IN ('op-a', 'op-c')"
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        count(
+            &ledger,
+            "SELECT COUNT(*) FROM rw_operations WHERE operation_id = 'op-half'"
+        )
+        .await,
+        0
+    );
+}
+
+/// Evidence for `op-a`: fails (foreign key) unless `op-a` exists in this transaction.
+fn evidence_for_a(conn: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<()>, LedgerError>> {
+    Box::pin(async move {
+        sqlx::query(
+            "INSERT INTO rw_evidence (tenant, operation_id, generation, kind, at_ms) \
+             VALUES ('t', 'op-a', 0, 'x', 0)",
+        )
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        Ok(Finish::Commit(()))
+    })
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn failed_writes_are_dropped_and_the_others_kept_exactly_once() {
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    let (commits, writes) = (ledger.commits(), ledger.committed_writes());
+    // Each failing write inserts a row, then violates a constraint.
+    fn failing(
+        id: &'static str,
+    ) -> impl for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<()>, LedgerError>>
+    + Send
+    + 'static {
+        move |conn| {
+            Box::pin(async move {
+                insert_row(id)(&mut *conn).await?;
+                sqlx::query(ORPHAN_EVIDENCE)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(Finish::Commit(()))
+            })
+        }
+    }
+    // `b` needs `a`'s row, so it must run after `a` in the transaction that commits; `a`
+    // and `c` are plain inserts, which would fail if they ran twice in it.
+    let (a, f1, b, f2, c) = tokio::join!(
+        ledger.write(insert_row("op-a")),
+        ledger.write(failing("op-half-1")),
+        ledger.write(evidence_for_a),
+        ledger.write(failing("op-half-2")),
+        ledger.write(insert_row("op-c")),
+    );
+    assert!(a.is_ok() && b.is_ok() && c.is_ok(), "{a:?} {b:?} {c:?}");
+    for failed in [f1, f2] {
+        assert!(
+            matches!(&failed, Err(LedgerError::Unavailable(e)) if e.to_string().contains("FOREIGN KEY")),
+            "{failed:?}"
+        );
+    }
+    assert_eq!(ledger.commits() - commits, 1);
+    assert_eq!(ledger.committed_writes() - writes, 5);
+    assert_eq!(
+        count(
+            &ledger,
+            "SELECT COUNT(*) FROM rw_operations WHERE operation_id IN ('op-a', 'op-c')"
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        count(&ledger, "SELECT COUNT(*) FROM rw_operations").await,
+        2,
+        "nothing of a failed write is kept"
+    );
+    assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_batch_of_only_failed_writes_commits_nothing() {
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    let commits = ledger.commits();
+    // No `op-a`: both fail, alone or after the other was dropped.
+    let (x, y) = tokio::join!(ledger.write(evidence_for_a), ledger.write(evidence_for_a));
+    assert!(x.is_err() && y.is_err(), "{x:?} {y:?}");
+    assert_eq!(ledger.commits(), commits);
+    assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 0);
+    // The ledger keeps working afterwards.
+    ledger.write(insert_row("op-a")).await.unwrap();
+    ledger.write(evidence_for_a).await.unwrap();
+    assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_commit_fails_every_caller_and_keeps_nothing() {
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    let commits = ledger.commits();
+    // A deferred foreign key violation passes every statement and fails the COMMIT.
+    fn poison(conn: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<()>, LedgerError>> {
+        Box::pin(async move {
+            for sql in ["PRAGMA defer_foreign_keys = ON", ORPHAN_EVIDENCE] {
+                sqlx::query(sql)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
+            }
+            Ok(Finish::Commit(()))
+        })
+    }
+    // A request whose precondition "fails" is not reported as refused either: the refusal
+    // may rest on a change of the failed batch.
+    let (a, b, c, d) = tokio::join!(
+        ledger.write(insert_row("op-a")),
+        ledger.write(poison),
+        ledger.write(insert_row("op-c")),
+        ledger.write(refused),
+    );
+    for (name, result) in [("a", a), ("b", b), ("c", c), ("d", d.map(|_| ()))] {
+        assert!(
+            matches!(&result, Err(LedgerError::Unavailable(e)) if e.to_string().contains("not committed")),
+            "{name}: {result:?}"
+        );
+    }
+    assert_eq!(ledger.commits(), commits);
+    assert_eq!(
+        count(&ledger, "SELECT COUNT(*) FROM rw_operations").await,
+        0
+    );
+    assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 0);
+    // The ledger keeps working afterwards.
+    ledger.write(insert_row("op-after")).await.unwrap();
+    assert_eq!(
+        count(&ledger, "SELECT COUNT(*) FROM rw_operations").await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_batch_of_refusals_is_rolled_back_without_a_commit() {
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    let commits = ledger.commits();
+    let (a, b) = tokio::join!(ledger.write(refused), ledger.write(refused));
+    assert_eq!((a.unwrap(), b.unwrap()), (7, 7));
+    assert_eq!(ledger.commits(), commits, "nothing to make durable");
+}
+
+/// The claim of send rights on the fresh row of `new`, as the layer builds it.
+#[cfg(feature = "test-util")]
+fn first_claim(new: &NewOperation) -> Update {
+    use crate::state::{Clock, Event, transition};
+    let now = new.now_ms;
+    let clock = Clock {
+        now_ms: now,
+        jitter: 0.0,
+    };
+    let t = transition(&new.snapshot(), &Event::ClaimSend, clock).unwrap();
+    new.first_update(
+        &t,
+        Some(AttemptId::generate()),
+        Some(now + 30_000),
+        super::super::conformance::evidence_entry("attempt_registered", now),
+        now,
+    )
+}
+
+#[cfg(feature = "test-util")]
+#[tokio::test]
+async fn create_and_apply_is_one_write_and_one_commit() {
+    use super::super::conformance::new_operation;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = SqliteLedger::open(dir.path().join("ledger.db"))
+        .await
+        .unwrap();
+    let new = new_operation("t", "op-1", "intent-1");
+    let (commits, writes) = (ledger.commits(), ledger.committed_writes());
+    let created = ledger
+        .create_and_apply(new.clone(), first_claim(&new))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&created, Created::New(r) if r.state == State::InFlight),
+        "{created:?}"
+    );
+    assert_eq!(
+        (
+            ledger.commits() - commits,
+            ledger.committed_writes() - writes
+        ),
+        (1, 1)
+    );
+    // A second call for the same intent changes nothing: no commit at all.
+    let again = new_operation("t", "op-2", "intent-1");
+    let existing = ledger
+        .create_and_apply(again.clone(), first_claim(&again))
+        .await
+        .unwrap();
+    assert_eq!(existing, Created::Existing(created.into_record()));
+    assert_eq!(ledger.commits() - commits, 1);
+    assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 2);
+}
+
+#[test]
+fn a_write_after_the_writer_task_stopped_is_unavailable() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    // The runtime that opened the ledger, and with it the writer task, is gone.
+    let ledger = runtime().block_on(SqliteLedger::in_memory()).unwrap();
+    let result = runtime().block_on(ledger.write(insert_row("op-x")));
+    assert!(
+        matches!(&result, Err(LedgerError::Unavailable(e)) if e.to_string().contains("stopped")),
+        "{result:?}"
+    );
+}
+
+async fn plan(ledger: &SqliteLedger, sql: &'static str) -> String {
+    let rows = sqlx::query(sql)
+        .bind(0_i64)
+        .bind(0_i64)
+        .bind(10_i64)
+        .fetch_all(ledger.writer_pool())
+        .await
+        .unwrap();
+    rows.iter()
+        .map(|r| r.get::<String, _>("detail"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn due_work_and_sweep_queries_use_the_partial_indexes() {
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    let claim = plan(
+        &ledger,
+        "EXPLAIN QUERY PLAN SELECT rowid FROM rw_operations INDEXED BY rw_operations_due \
+         WHERE state IN ('UNKNOWN', 'PROCESSING', 'RETRY_READY') AND next_check_ms <= ?1 \
+           AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
+         ORDER BY next_check_ms, rowid LIMIT ?3",
+    )
+    .await;
+    assert!(claim.contains("rw_operations_due"), "{claim}");
+    assert!(!claim.contains("TEMP B-TREE"), "{claim}");
+    let sweep = plan(
+        &ledger,
+        "EXPLAIN QUERY PLAN SELECT rowid FROM rw_operations \
+         INDEXED BY rw_operations_in_flight_lease WHERE state = 'IN_FLIGHT' AND lease_until_ms < ?1 AND ?2 = ?2 AND ?3 = ?3",
+    )
+    .await;
+    assert!(sweep.contains("rw_operations_in_flight_lease"), "{sweep}");
+    let evidence = plan(
+        &ledger,
+        "EXPLAIN QUERY PLAN SELECT id FROM rw_evidence \
+         WHERE tenant = ?1 AND operation_id = ?2 AND ?3 = ?3 ORDER BY id",
+    )
+    .await;
+    assert!(evidence.contains("rw_evidence_by_operation"), "{evidence}");
+    assert!(!evidence.contains("TEMP B-TREE"), "{evidence}");
+}
+
+#[tokio::test]
+async fn the_real_claim_and_sweep_statements_use_the_partial_indexes() {
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    for (sql, index) in [
+        (CLAIM_DUE, "rw_operations_due"),
+        (SWEEP_EXPIRED, "rw_operations_in_flight_lease"),
+        (CLAIM_PREPARED, "rw_operations_prepared"),
+    ] {
+        let explain = format!("EXPLAIN QUERY PLAN {sql}");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(explain))
+            .bind(0_i64)
+            .bind(0_i64)
+            .bind(10_i64)
+            .fetch_all(ledger.writer_pool())
+            .await
+            .unwrap();
+        let plan = rows
+            .iter()
+            .map(|r| r.get::<String, _>("detail"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(plan.contains(index), "{sql}\n{plan}");
+    }
+}
+
+/// The plan of a listing or counting statement, its arguments bound.
+async fn plan_of(ledger: &SqliteLedger, sql: super::super::query::Sql) -> String {
+    let explain = format!("EXPLAIN QUERY PLAN {}", sql.text);
+    let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(explain)), sql.args)
+        .fetch_all(&ledger.reader)
+        .await
+        .unwrap();
+    rows.iter()
+        .map(|r| r.get::<String, _>("detail"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn the_review_queue_listing_and_the_counts_read_the_state_indexes() {
+    use super::super::query::{count_sql, list_sql};
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    let one = OperationQuery::tenant(Tenant::new("t")).state(State::ManualReview);
+    let all = OperationQuery::all_tenants().state(State::ManualReview);
+    for (q, index) in [
+        (one.clone(), "rw_operations_by_tenant_state"),
+        (
+            one.clone().order(Order::OldestFirst),
+            "rw_operations_by_tenant_state",
+        ),
+        (
+            one.after(Cursor::new(5, 7)),
+            "rw_operations_by_tenant_state",
+        ),
+        (all.clone(), "rw_operations_by_state"),
+        (
+            all.clone()
+                .order(Order::OldestFirst)
+                .after(Cursor::new(5, 7)),
+            "rw_operations_by_state",
+        ),
+    ] {
+        let plan = plan_of(
+            &ledger,
+            list_sql(&q, "rw_operations", "rowid", '?').unwrap(),
+        )
+        .await;
+        assert!(plan.contains(index), "{q:?}\n{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{q:?}\n{plan}");
+    }
+    for (scope, index) in [
+        (
+            TenantScope::Tenant(Tenant::new("t")),
+            "rw_operations_by_tenant_state",
+        ),
+        (TenantScope::AllTenants, "rw_operations_by_state"),
+    ] {
+        let plan = plan_of(&ledger, count_sql(&scope, "rw_operations", '?').unwrap()).await;
+        assert!(plan.contains(index), "{scope:?}\n{plan}");
+    }
+}

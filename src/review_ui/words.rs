@@ -1,0 +1,334 @@
+//! Plain language for the review page: ages, times, what an operation's state means and what a
+//! person needs to decide.
+
+use crate::evidence::{ConflictKind, Evidence};
+use crate::review::{EvidenceSummary, HandoffPackage};
+use crate::state::State;
+
+/// The evidence kind of a claim by a reviewer.
+pub(super) const CLAIM_KIND: &str = "review_claimed";
+/// The evidence kind of the page's audit note (who, why, from which version to which).
+pub(super) const AUDIT_KIND: &str = "review_reason";
+
+/// "45 s", "12 min", "3 h 5 min", "2 d 4 h".
+pub(super) fn age(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86_400 => match (s % 3600) / 60 {
+            0 => format!("{} h", s / 3600),
+            m => format!("{} h {m} min", s / 3600),
+        },
+        _ => match (s % 86_400) / 3600 {
+            0 => format!("{} d", s / 86_400),
+            h => format!("{} d {h} h", s / 86_400),
+        },
+    }
+}
+
+/// `2026-11-30 23:10:04 UTC`.
+pub(super) fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// The time of day only: `23:10:04`.
+pub(super) fn clock(ms: i64) -> String {
+    let full = utc(ms);
+    full[11..19].to_owned()
+}
+
+/// `create_ticket` → `create ticket`.
+pub(super) fn action(name: &str) -> String {
+    name.replace(['_', '-'], " ")
+}
+
+/// A state as a person says it.
+pub(super) fn state(s: State) -> &'static str {
+    match s {
+        State::Prepared => "Prepared",
+        State::InFlight => "In flight",
+        State::Processing => "Processing",
+        State::Unknown => "Unknown",
+        State::RetryReady => "Retry ready",
+        State::Succeeded => "Succeeded",
+        State::Rejected => "Rejected",
+        State::ManualReview => "Manual review",
+    }
+}
+
+/// The CSS class of a state's badge.
+pub(super) fn badge(s: State) -> &'static str {
+    match s {
+        State::ManualReview => "b-review",
+        State::Unknown | State::InFlight => "b-unknown",
+        State::Processing | State::Prepared | State::RetryReady => "b-pending",
+        State::Succeeded => "b-ok",
+        State::Rejected => "b-rejected",
+    }
+}
+
+/// One piece of evidence in words.
+pub(super) fn evidence(e: &Evidence) -> String {
+    match e {
+        Evidence::Succeeded { remote_ref } => match remote_ref {
+            Some(r) => format!("succeeded ({r})"),
+            None => "succeeded".to_owned(),
+        },
+        Evidence::Processing { .. } => "accepted, still processing".to_owned(),
+        Evidence::Rejected { reason } => format!("rejected: {reason}"),
+        Evidence::NotExecuted { why, .. } => format!("not executed: {why}"),
+        Evidence::Unknown { why, .. } => format!("no answer: {why}"),
+        Evidence::Conflict {
+            conflict: ConflictKind::Mismatch,
+        } => "conflict: the key was used with another payload".to_owned(),
+        Evidence::Conflict {
+            conflict: ConflictKind::InFlight,
+        } => "conflict: the same request is still running at the vendor".to_owned(),
+    }
+}
+
+/// An evidence kind in words.
+pub(super) fn kind(k: &str) -> String {
+    match k {
+        "created" => "recorded".to_owned(),
+        "attempt_registered" => "attempt sent".to_owned(),
+        "attempt_result" => "attempt answered".to_owned(),
+        "recovery_claimed" => "recovery started".to_owned(),
+        "lookup" => "lookup at the vendor".to_owned(),
+        "lease_expired" => "lease expired".to_owned(),
+        "escalated" => "handed to a person".to_owned(),
+        "late_evidence" => "LATE evidence".to_owned(),
+        CLAIM_KIND => "claimed by a reviewer".to_owned(),
+        "review" => "reviewer decision".to_owned(),
+        AUDIT_KIND => "reviewer's reason".to_owned(),
+        other => other.replace('_', " "),
+    }
+}
+
+/// Whether the entry is a lookup at the vendor (a reconciler's answer).
+fn is_lookup(e: &EvidenceSummary) -> bool {
+    e.kind.contains("lookup") || e.kind.contains("query") || e.kind.contains("reconcil")
+}
+
+/// The last claim by a reviewer: (who, when, sequence).
+pub(super) fn last_claim(p: &HandoffPackage) -> Option<(String, i64, i64)> {
+    p.evidence
+        .iter()
+        .rev()
+        .find(|e| e.kind == CLAIM_KIND)
+        .map(|e| {
+            let who = e
+                .note
+                .as_deref()
+                .and_then(|n| n.strip_prefix("claimed by "))
+                .unwrap_or("a reviewer")
+                .to_owned();
+            (who, e.at_ms, e.seq)
+        })
+}
+
+/// Evidence that arrived after the last claim and says something about the vendor's side:
+/// a person deciding must see it first.
+pub(super) fn late_after_claim(p: &HandoffPackage) -> Vec<&EvidenceSummary> {
+    let Some((_, _, seq)) = last_claim(p) else {
+        return Vec::new();
+    };
+    p.evidence
+        .iter()
+        .filter(|e| e.seq > seq && (e.kind == "late_evidence" || e.evidence.is_some()))
+        .collect()
+}
+
+/// What a person needs to decide, in a few sentences: a headline and the facts behind it.
+pub(super) struct Summary {
+    pub(super) headline: String,
+    pub(super) facts: Vec<String>,
+    pub(super) advice: Vec<String>,
+}
+
+/// The plain-language summary of a handoff package at `now_ms`.
+pub(super) fn summary(p: &HandoffPackage, now_ms: i64) -> Summary {
+    let what = action(&p.action);
+    let b = &p.budget;
+    let attempts = format!("{} of {} attempts used", b.attempts_used, b.max_attempts);
+    let lookups: Vec<&EvidenceSummary> = p.evidence.iter().filter(|e| is_lookup(e)).collect();
+    let found_nothing = match (lookups.first(), lookups.last()) {
+        (Some(first), Some(last)) if last.at_ms - first.at_ms >= 1000 => Some(format!(
+            "lookups found nothing for {} ({} of {} lookups used)",
+            age(last.at_ms - first.at_ms),
+            b.queries_used,
+            b.max_queries
+        )),
+        (Some(_), Some(_)) => Some(format!(
+            "lookups found nothing ({} of {} lookups used)",
+            b.queries_used, b.max_queries
+        )),
+        _ if b.queries_used > 0 => Some(format!(
+            "lookups found nothing ({} of {} used)",
+            b.queries_used, b.max_queries
+        )),
+        _ => None,
+    };
+    let headline = match p.state {
+        State::ManualReview => match p.last_result {
+            Some(State::Unknown) | Some(State::InFlight) | Some(State::Processing) | None => {
+                format!("The vendor may have carried out “{what}”: a person must decide")
+            }
+            Some(State::Prepared) => format!("“{what}” was never sent: a person must decide"),
+            Some(State::RetryReady) => {
+                format!("“{what}” was not executed and is waiting: a person must decide")
+            }
+            Some(s) => format!("“{what}” ended {}: a person must confirm", state(s)),
+        },
+        State::Unknown => {
+            format!("The vendor may have carried out “{what}”; the engine is still verifying it")
+        }
+        State::Processing => {
+            format!("The vendor accepted “{what}” and has not finished it yet")
+        }
+        State::InFlight => format!("“{what}” is being sent now"),
+        State::Prepared => format!("“{what}” is recorded and has not been sent"),
+        State::RetryReady => {
+            format!("“{what}” was proven not executed and will be sent again with the same key")
+        }
+        State::Succeeded => match &p.remote_ref {
+            Some(r) => format!("Done: “{what}” succeeded at the vendor ({r})"),
+            None => format!("Done: “{what}” succeeded at the vendor"),
+        },
+        State::Rejected => format!("“{what}” was refused by the vendor with no side effect"),
+    };
+    let mut facts = Vec::new();
+    if let Some(last) = p
+        .attempts
+        .last()
+        .and_then(|a| a.result.as_ref().map(|r| (a, r)))
+    {
+        facts.push(format!(
+            "the last attempt, sent {} ago, got {}",
+            age(now_ms - last.0.registered_ms),
+            evidence(last.1)
+        ));
+    }
+    let mut counts = vec![attempts];
+    if let Some(f) = found_nothing
+        && !matches!(p.state, State::Succeeded | State::Rejected)
+    {
+        counts.insert(0, f);
+    }
+    facts.push(counts.join("; "));
+    // Why it was handed over: the escalation's note (a claim overwrites the row's reason).
+    let escalation = p
+        .evidence
+        .iter()
+        .rev()
+        .find(|e| {
+            !e.kind.starts_with("review")
+                && matches!(e.transition, Some((_, Some(State::ManualReview))))
+        })
+        .and_then(|e| e.note.clone());
+    match (escalation, &p.reason) {
+        (Some(n), _) => facts.push(format!("handed to a person because: {n}")),
+        (None, Some(r)) if !r.starts_with("claimed by") => {
+            facts.push(format!("recorded reason: {r}"));
+        }
+        _ => {}
+    }
+    if p.state.is_terminal()
+        && let Some(n) = p
+            .evidence
+            .iter()
+            .rev()
+            .find(|e| e.kind == AUDIT_KIND)
+            .and_then(|e| e.note.as_deref())
+    {
+        facts.push(format!("decision: {n}"));
+    }
+    match last_claim(p) {
+        Some((who, at, _)) if !p.state.is_terminal() => facts.push(format!(
+            "claimed by {who} {} ago: automatic sends are stopped",
+            age(now_ms - at)
+        )),
+        None if p.state == State::ManualReview => {
+            facts.push("nobody has claimed it yet; automatic sends are stopped".to_owned())
+        }
+        _ => {}
+    }
+    if let Some(w) = &p.authorization.write_denied {
+        facts.push(format!("writes are not authorized now: {w}"));
+    }
+    let mut advice = Vec::new();
+    if p.state == State::ManualReview {
+        advice.push(
+            "Look the request up at the vendor (by the operation id or the idempotency key it \
+             carried)."
+                .to_owned(),
+        );
+        advice.push(
+            "Found it: resolve as succeeded with the vendor's reference. Sure it never happened: \
+             resolve as not executed and re-approve it (it is sent again with the same key and \
+             bytes). Not sure: keep it pending."
+                .to_owned(),
+        );
+        advice.push("Never create it again by hand: that is how duplicates happen.".to_owned());
+    } else if matches!(
+        p.state,
+        State::Unknown | State::Processing | State::InFlight
+    ) {
+        advice.push(
+            "The engine owns it. Claim it only if it has been stuck too long: claiming stops \
+             automatic sends."
+                .to_owned(),
+        );
+    }
+    Summary {
+        headline,
+        facts: facts.into_iter().map(capitalized).collect(),
+        advice,
+    }
+}
+
+fn capitalized(s: String) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(first) if first.is_lowercase() => first.to_uppercase().chain(c).collect(),
+        _ => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_and_times_read_like_a_person_writes_them() {
+        assert_eq!(age(45_000), "45 s");
+        assert_eq!(age(12 * 60_000 + 5_000), "12 min");
+        assert_eq!(age(3 * 3_600_000), "3 h");
+        assert_eq!(age(3 * 3_600_000 + 5 * 60_000), "3 h 5 min");
+        assert_eq!(age(2 * 86_400_000 + 4 * 3_600_000), "2 d 4 h");
+        assert_eq!(age(-5), "0 s");
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(1_796_080_204_000), "2026-11-30 23:10:04 UTC");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(clock(1_796_080_204_000), "23:10:04");
+        assert_eq!(action("create_ticket"), "create ticket");
+    }
+}

@@ -1,0 +1,882 @@
+//! The review page at the HTTP level (issue 12 item 3): every route, role and error, over a
+//! ledger populated by real drills against the fake vendor. Every action is checked in the
+//! ledger afterwards, and the vendor's side-effect count must not move.
+#![cfg(feature = "review-ui")]
+
+mod common;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use common::*;
+use http::{StatusCode, header};
+use http_body_util::BodyExt;
+use recoverable_write::ledger::TenantScope;
+use recoverable_write::review_ui::{self, ReviewUiConfig, ReviewerIdentity};
+use recoverable_write::testing::FakeVendor;
+use recoverable_write::{BudgetPolicy, Operation, State, Tenant};
+use tower::ServiceExt;
+
+/// The application's authentication, for the tests: `x-test-user: alice` may resolve,
+/// `x-test-user: rita;read-only` may only look, no header: nobody.
+async fn test_auth(mut req: Request, next: Next) -> Response {
+    let user = req
+        .headers()
+        .get("x-test-user")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(u) = user {
+        let identity = match u.strip_suffix(";read-only") {
+            Some(name) => ReviewerIdentity::read_only(name),
+            None => ReviewerIdentity::resolver(u),
+        };
+        req.extensions_mut().insert(identity);
+    }
+    next.run(req).await
+}
+
+fn config(drill: &Drill) -> ReviewUiConfig {
+    ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+        .reviews(drill.layer.reviews())
+        .csrf_key(b"review-ui test key: 32 bytes ok!")
+}
+
+fn app(config: ReviewUiConfig) -> Router {
+    Router::new()
+        .nest("/ops", review_ui::router(config))
+        .layer(middleware::from_fn(test_auth))
+}
+
+struct Answer {
+    status: StatusCode,
+    location: Option<String>,
+    body: String,
+}
+
+async fn call(app: &Router, req: http::Request<Body>) -> Answer {
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let location = res
+        .headers()
+        .get(header::LOCATION)
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        location,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+async fn get(app: &Router, user: Option<&str>, uri: &str) -> Answer {
+    let mut b = http::Request::get(uri);
+    if let Some(u) = user {
+        b = b.header("x-test-user", u);
+    }
+    call(app, b.body(Body::empty()).unwrap()).await
+}
+
+async fn post(app: &Router, user: Option<&str>, uri: &str, form: &[(&str, &str)]) -> Answer {
+    let body = form
+        .iter()
+        .map(|(k, v)| format!("{k}={}", urlencode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let mut b =
+        http::Request::post(uri).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(u) = user {
+        b = b.header("x-test-user", u);
+    }
+    call(app, b.body(Body::from(body)).unwrap()).await
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The value of the first hidden input `name` in a page.
+fn hidden(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = page
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in page"))
+        + marker.len();
+    page[start..][..page[start..].find('"').unwrap()].to_owned()
+}
+
+/// Drill D9 (a lost response, keys expired, records cleaned): the engine runs out of evidence
+/// and hands the operation to a person.
+async fn drill_in_review() -> (Drill, Operation) {
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract().with_retention_secs(1),
+        policy: BudgetPolicy {
+            max_queries: 4,
+            ..fast_policy()
+        },
+        skew_margin: Duration::from_millis(500),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-review-ui");
+    drill.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    drill.vendor.faults().expire_keys();
+    drill.vendor.faults().clean_operation_records();
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::ManualReview)
+        .await;
+    assert_eq!(row.last_result, Some(State::Unknown));
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    (drill, op)
+}
+
+fn op_path(op: &Operation) -> String {
+    format!("/ops/op/{}", op.id())
+}
+
+/// The form fields of the operation's page, as a browser would send them.
+async fn form_of(app: &Router, user: &str, op: &Operation) -> (String, String) {
+    let page = get(app, Some(user), &op_path(op)).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    (hidden(&page.body, "version"), hidden(&page.body, "csrf"))
+}
+
+#[tokio::test]
+async fn without_an_identity_every_route_answers_401() {
+    let (drill, op) = drill_in_review().await;
+    let app = app(config(&drill));
+    for uri in [
+        "/ops",
+        "/ops?state=bogus".to_owned().as_str(),
+        &op_path(&op),
+    ] {
+        let a = get(&app, None, uri).await;
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{uri}");
+        assert!(a.body.contains("Sign in required"));
+        assert!(
+            !a.body.contains(op.id().as_str()),
+            "nothing leaks to nobody"
+        );
+    }
+    for action in ["claim", "resolve"] {
+        let a = post(
+            &app,
+            None,
+            &format!("{}/{action}", op_path(&op)),
+            &[("version", "1"), ("csrf", "00"), ("reason", "x")],
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(drill.record(op.id()).await.state, State::ManualReview);
+}
+
+#[tokio::test]
+async fn the_queue_lists_stuck_operations_with_ages_and_filters() {
+    let (drill, op) = drill_in_review().await;
+    let app = app(config(&drill));
+    let id = op.id().as_str();
+
+    let q = get(&app, Some("alice"), "/ops").await;
+    assert_eq!(q.status, StatusCode::OK);
+    assert!(q.body.contains(id), "{}", q.body);
+    assert!(q.body.contains("Manual review"));
+    assert!(q.body.contains("create ticket"));
+    assert!(q.body.contains("127.0.0.1"), "the target host is shown");
+    assert!(q.body.contains(" s</b>"), "an age in words: {}", q.body);
+    assert!(q.body.contains("1/3"), "attempts used of allowed");
+    assert!(q.body.contains(&format!("href=\"/ops/op/{id}\"")));
+
+    let hit = |uri: &'static str| {
+        let app = app.clone();
+        async move { get(&app, Some("alice"), uri).await }
+    };
+    for uri in [
+        "/ops?state=manual_review",
+        "/ops?state=MANUAL_REVIEW&order=newest",
+        "/ops?state=all",
+        "/ops?contract=fake-vendor-v1",
+        "/ops?host=127.0.0.1",
+        "/ops?q=op-",
+        "/ops?older_than=0s",
+    ] {
+        let a = hit(uri).await;
+        assert_eq!(a.status, StatusCode::OK, "{uri}");
+        assert!(a.body.contains(id), "{uri} lists it");
+    }
+    for uri in [
+        "/ops?state=succeeded",
+        "/ops?state=unknown",
+        "/ops?contract=other",
+        "/ops?host=vendor.example",
+        "/ops?q=zzz",
+        "/ops?older_than=1d",
+    ] {
+        let a = hit(uri).await;
+        assert_eq!(a.status, StatusCode::OK, "{uri}");
+        assert!(!a.body.contains(id), "{uri} leaves it out");
+        assert!(a.body.contains("No operation matches these filters."));
+    }
+    // Another tenant's router does not see it.
+    let other = self::app(
+        ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new("tenant-b"))
+            .reviews(drill.layer.reviews()),
+    );
+    let a = get(&other, Some("alice"), "/ops?state=all").await;
+    assert!(!a.body.contains(id));
+    assert_eq!(
+        get(&other, Some("alice"), &op_path(&op)).await.status,
+        StatusCode::NOT_FOUND
+    );
+    // A tenant-scoped router refuses to be asked for another tenant.
+    assert_eq!(
+        get(&app, Some("alice"), "/ops?tenant=tenant-b")
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[tokio::test]
+async fn bad_filters_answer_400_and_say_why() {
+    let (drill, _op) = drill_in_review().await;
+    let app = app(config(&drill));
+    for (uri, why) in [
+        ("/ops?state=stuck", "unknown state"),
+        ("/ops?older_than=ten", "is not an age"),
+        ("/ops?order=sideways", "neither oldest nor newest"),
+        ("/ops?after=garbage", "page link is not valid"),
+        ("/ops?colour=red", "unknown filter"),
+        ("/ops?q=a%00b", "NUL"),
+    ] {
+        let a = get(&app, Some("alice"), uri).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{uri}");
+        assert!(a.body.contains(why), "{uri}: {}", a.body);
+    }
+}
+
+#[tokio::test]
+async fn the_queue_pages_with_a_keyset_next_link() {
+    let drill = Drill::start().await;
+    let mut svc = drill.writer();
+    let (first, second) = (new_op("intent-page-1"), new_op("intent-page-2"));
+    drill.vendor.faults().drop_after_commit(2);
+    let _ = send(&mut svc, drill.ticket_request(&first, "E17")).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let _ = send(&mut svc, drill.ticket_request(&second, "E18")).await;
+    assert_eq!(drill.record(first.id()).await.state, State::Unknown);
+    let app = app(config(&drill).page_size(1));
+
+    let one = get(&app, Some("alice"), "/ops?state=unknown").await;
+    assert_eq!(one.status, StatusCode::OK);
+    assert!(one.body.contains(first.id().as_str()), "oldest first");
+    assert!(!one.body.contains(second.id().as_str()));
+    let marker = "<a href=\"";
+    let next_at = one.body.find("Next page").expect("a next link");
+    let link_start = one.body[..next_at].rfind(marker).unwrap() + marker.len();
+    let link = one.body[link_start..][..one.body[link_start..].find('"').unwrap()]
+        .replace("&amp;", "&")
+        .replace("&#38;", "&");
+    assert!(link.starts_with("/ops?state=UNKNOWN"), "{link}");
+    assert!(link.contains("after="), "{link}");
+
+    let two = get(&app, Some("alice"), &link).await;
+    assert_eq!(two.status, StatusCode::OK, "{}", two.body);
+    assert!(two.body.contains(second.id().as_str()));
+    assert!(!two.body.contains(first.id().as_str()));
+    assert!(!two.body.contains("Next page"), "the last page");
+    assert!(two.body.contains("First page"));
+    assert_eq!(drill.vendor.tickets_created(), 2);
+}
+
+#[tokio::test]
+async fn the_operation_page_says_what_to_decide_and_shows_the_redacted_package() {
+    let (drill, op) = drill_in_review().await;
+    let app = app(config(&drill));
+    let row = drill.record(op.id()).await;
+    let a = get(&app, Some("alice"), &op_path(&op)).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let b = &a.body;
+    // The plain-language summary at the top.
+    assert!(
+        b.contains("The vendor may have carried out “create ticket”: a person must decide"),
+        "{b}"
+    );
+    assert!(b.contains("Lookups found nothing"), "{b}");
+    assert!(b.contains("4 of 4 lookups used"), "{b}");
+    assert!(b.contains("1 of 3 attempts used"), "{b}");
+    assert!(b.contains("Nobody has claimed it yet"), "{b}");
+    assert!(b.contains("Never create it again by hand"));
+    // The package: parameters redacted, attempts with id and generation, the timeline.
+    assert!(
+        b.contains("device_id, operation_id, priority (values hidden)"),
+        "{b}"
+    );
+    assert!(b.contains("POST http://127.0.0.1:"));
+    let attempt = row.current_attempt.expect("an attempt").to_string();
+    assert!(b.contains(&attempt), "the attempt id is shown");
+    assert!(
+        b.contains("Unknown → Manual review"),
+        "the escalation is in the timeline"
+    );
+    assert!(
+        b.contains("Handed to a person because: query budget exhausted"),
+        "and why"
+    );
+    assert!(b.contains("of 4 used"), "lookups used of allowed");
+    assert!(b.contains("Writes</dt><dd>allowed"));
+    // The forms carry the version shown and a token.
+    assert_eq!(hidden(b, "version"), row.version.to_string());
+    assert_eq!(hidden(b, "csrf").len(), 64);
+    // Never a credential or a body value.
+    assert!(!b.contains("sk_test_secret"));
+    assert!(!b.contains("E17"));
+    assert!(!b.contains(row.idempotency_key.as_str()));
+    // And what the browser is told about the page.
+    let res = app
+        .clone()
+        .oneshot(
+            http::Request::get(op_path(&op))
+                .header("x-test-user", "alice")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let csp = res.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap();
+    assert!(csp.contains("default-src 'none'") && !csp.contains("script-src"));
+    assert_eq!(res.headers()[header::CACHE_CONTROL], "no-store");
+}
+
+#[tokio::test]
+async fn an_unknown_operation_is_404() {
+    let (drill, _op) = drill_in_review().await;
+    let app = app(config(&drill));
+    let a = get(&app, Some("alice"), "/ops/op/op-does-not-exist").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert!(a.body.contains("No such operation"));
+    let a = get(&app, Some("alice"), "/ops/op/%3Cscript%3E").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert!(
+        a.body.contains("script") && !a.body.contains("<script>"),
+        "{}",
+        a.body
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_person_sees_everything_but_no_forms_and_cannot_post() {
+    let (drill, op) = drill_in_review().await;
+    let app = app(config(&drill));
+    let before = drill.record(op.id()).await;
+    let a = get(&app, Some("rita;read-only"), &op_path(&op)).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(a.body.contains("a person must decide"));
+    assert!(a.body.contains("read-only access"));
+    assert!(!a.body.contains("<form method=\"post\""), "no forms");
+    // A token that would be valid for someone who may resolve does not help.
+    let (version, csrf) = form_of(&app, "rita", &op).await;
+    for action in ["claim", "resolve"] {
+        let a = post(
+            &app,
+            Some("rita;read-only"),
+            &format!("{}/{action}", op_path(&op)),
+            &[
+                ("version", &version),
+                ("csrf", &csrf),
+                ("decision", "succeeded"),
+                ("reason", "trying"),
+            ],
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "{action}");
+        assert!(a.body.contains("Read-only access"));
+    }
+    let after = drill.record(op.id()).await;
+    assert_eq!(after.version, before.version, "nothing changed");
+    assert_eq!(after.state, State::ManualReview);
+}
+
+#[tokio::test]
+async fn a_missing_or_forged_csrf_token_is_403() {
+    let (drill, op) = drill_in_review().await;
+    let app = app(config(&drill));
+    let (version, csrf) = form_of(&app, "alice", &op).await;
+    let claim = format!("{}/claim", op_path(&op));
+    let cases: [(&str, Vec<(&str, &str)>); 4] = [
+        ("missing", vec![("version", &version), ("reason", "r")]),
+        (
+            "forged",
+            vec![("version", &version), ("csrf", "00ff"), ("reason", "r")],
+        ),
+        (
+            "someone else's",
+            vec![("version", &version), ("csrf", &csrf), ("reason", "r")],
+        ),
+        (
+            "another router's key",
+            vec![("version", &version), ("csrf", "not hex"), ("reason", "r")],
+        ),
+    ];
+    for (what, form) in cases {
+        let user = if what == "someone else's" {
+            "mallory"
+        } else {
+            "alice"
+        };
+        let a = post(&app, Some(user), &claim, &form).await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "{what}: {}", a.body);
+    }
+    // A router with another key does not accept this router's tokens.
+    let other = self::app(
+        ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+            .reviews(drill.layer.reviews()),
+    );
+    let a = post(
+        &other,
+        Some("alice"),
+        &claim,
+        &[("version", &version), ("csrf", &csrf), ("reason", "r")],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN);
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.version.to_string(), version, "nothing changed");
+    assert!(
+        !drill
+            .evidence(op.id())
+            .await
+            .iter()
+            .any(|e| e.entry.kind.starts_with("review")),
+        "no review action recorded"
+    );
+}
+
+#[tokio::test]
+async fn a_stale_version_is_409_with_the_current_state_and_a_double_submit_says_already_done() {
+    let (drill, op) = drill_in_review().await;
+    let app = app(config(&drill));
+    let (version, csrf) = form_of(&app, "alice", &op).await;
+    let (bob_version, bob_csrf) = form_of(&app, "bob", &op).await;
+    let claim = format!("{}/claim", op_path(&op));
+    let form = [
+        ("version", version.as_str()),
+        ("csrf", csrf.as_str()),
+        ("reason", "checking the vendor console"),
+    ];
+    let first = post(&app, Some("alice"), &claim, &form).await;
+    assert_eq!(first.status, StatusCode::SEE_OTHER, "{}", first.body);
+    // The same form again: the compare-and-swap refuses it, and the page says it was done.
+    let again = post(&app, Some("alice"), &claim, &form).await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    assert!(again.body.contains("Already done"), "{}", again.body);
+    assert!(again.body.contains("nothing was done twice"));
+    assert!(again.body.contains("alice claimed it on the review page"));
+
+    // Bob read the page before alice claimed: his form is stale.
+    let stale = post(
+        &app,
+        Some("bob"),
+        &format!("{}/resolve", op_path(&op)),
+        &[
+            ("version", &bob_version),
+            ("csrf", &bob_csrf),
+            ("decision", "succeeded"),
+            ("remote_ref", "W731"),
+            ("reason", "seen in the console"),
+        ],
+    )
+    .await;
+    assert_eq!(stale.status, StatusCode::CONFLICT);
+    assert!(
+        stale.body.contains("Changed since you read it"),
+        "{}",
+        stale.body
+    );
+    assert!(stale.body.contains(&format!("You read version {version}")));
+    assert!(
+        stale.body.contains("Manual review"),
+        "the current state is shown"
+    );
+    assert!(stale.body.contains("Claimed by alice"));
+    let row = drill.record(op.id()).await;
+    assert_eq!(
+        row.state,
+        State::ManualReview,
+        "the stale resolve did nothing"
+    );
+    assert_eq!(
+        row.version,
+        version.parse::<u64>().unwrap() + 1,
+        "one claim"
+    );
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn claim_then_resolve_succeeded_closes_it_with_the_audit_trail_and_sends_nothing() {
+    let (drill, op) = drill_in_review().await;
+    let (posts, tickets) = (
+        drill.vendor.posts_received(),
+        drill.vendor.tickets_created(),
+    );
+    let app = app(config(&drill));
+    let before = drill.record(op.id()).await;
+
+    let (version, csrf) = form_of(&app, "alice", &op).await;
+    let a = post(
+        &app,
+        Some("alice"),
+        &format!("{}/claim", op_path(&op)),
+        &[
+            ("tenant", TENANT),
+            ("version", &version),
+            ("csrf", &csrf),
+            ("reason", "checking the vendor console"),
+        ],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(
+        a.location.as_deref(),
+        Some(format!("/ops/op/{}?done=claim", op.id()).as_str())
+    );
+    let claimed = drill.record(op.id()).await;
+    assert_eq!(claimed.state, State::ManualReview);
+    assert_eq!(claimed.version, before.version + 1);
+    assert_eq!(
+        claimed.generation.0,
+        before.generation.0 + 1,
+        "the engine is fenced out"
+    );
+
+    let page = get(&app, Some("alice"), a.location.as_deref().unwrap()).await;
+    assert!(page.body.contains("Claimed. Automatic sends are stopped"));
+    assert!(page.body.contains("Claimed by alice"));
+    assert!(
+        page.body.contains("You hold this operation"),
+        "no second claim form for the holder"
+    );
+    let (version, csrf) = (hidden(&page.body, "version"), hidden(&page.body, "csrf"));
+    assert_eq!(version, claimed.version.to_string());
+
+    let a = post(
+        &app,
+        Some("alice"),
+        &format!("{}/resolve", op_path(&op)),
+        &[
+            ("version", &version),
+            ("csrf", &csrf),
+            ("decision", "succeeded"),
+            ("remote_ref", "W731"),
+            ("reason", "ticket W731 found in the vendor console"),
+        ],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+
+    // The audit trail: who, why, from which version to which.
+    let notes: Vec<String> = drill
+        .evidence(op.id())
+        .await
+        .into_iter()
+        .filter(|e| e.entry.kind == "review_reason")
+        .filter_map(|e| e.entry.note)
+        .collect();
+    assert_eq!(
+        notes,
+        vec![
+            format!(
+                "alice claimed it on the review page (version {} → {}): checking the vendor \
+                 console",
+                before.version, claimed.version
+            ),
+            format!(
+                "alice resolved it as succeeded (W731) on the review page (version {} → {}): \
+                 ticket W731 found in the vendor console",
+                claimed.version, row.version
+            ),
+        ]
+    );
+    let page = get(&app, Some("alice"), &op_path(&op)).await;
+    assert!(
+        page.body
+            .contains("Done: “create ticket” succeeded at the vendor (W731)")
+    );
+    assert!(
+        page.body
+            .contains("ticket W731 found in the vendor console")
+    );
+    assert!(
+        !page.body.contains("<form method=\"post\""),
+        "nothing left to do"
+    );
+
+    // The review sent nothing to the vendor.
+    assert_eq!(drill.vendor.posts_received(), posts);
+    assert_eq!(drill.vendor.tickets_created(), tickets);
+    for _ in 0..3 {
+        drill.recoverer.run_once().await.unwrap();
+    }
+    assert_eq!(drill.vendor.posts_received(), posts);
+}
+
+#[tokio::test]
+async fn resolving_needs_a_reason_a_decision_and_for_not_executed_a_reapproval() {
+    let (drill, op) = drill_in_review().await;
+    let app = app(config(&drill));
+    let (version, csrf) = form_of(&app, "alice", &op).await;
+    let resolve = format!("{}/resolve", op_path(&op));
+    let base = [("version", version.as_str()), ("csrf", csrf.as_str())];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut f: Vec<(&str, &str)> = base.to_vec();
+        f.extend_from_slice(extra);
+        f
+    };
+    for (form, why) in [
+        (
+            with(&[("decision", "succeeded"), ("reason", "  ")]),
+            "A reason is required",
+        ),
+        (with(&[("reason", "sure")]), "Choose a decision"),
+        (
+            with(&[("decision", "maybe"), ("reason", "sure")]),
+            "Unknown decision",
+        ),
+        (
+            with(&[("decision", "not_executed"), ("reason", "not there")]),
+            "tick “re-approve”",
+        ),
+        (
+            vec![
+                ("csrf", csrf.as_str()),
+                ("decision", "keep_pending"),
+                ("reason", "r"),
+            ],
+            "which version",
+        ),
+    ] {
+        let a = post(&app, Some("alice"), &resolve, &form).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{why}: {}", a.body);
+        assert!(a.body.contains(why), "{why}: {}", a.body);
+    }
+    assert_eq!(drill.record(op.id()).await.version.to_string(), version);
+
+    // Keep pending: a note, nothing else; sent twice, the second says already done.
+    let keep = with(&[
+        ("decision", "keep_pending"),
+        ("reason", "waiting for the vendor"),
+    ]);
+    let a = post(&app, Some("alice"), &resolve, &keep).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert!(a.location.unwrap().ends_with("done=keep_pending"));
+    let a = post(&app, Some("alice"), &resolve, &keep).await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+    assert!(a.body.contains("Already done"));
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::ManualReview);
+    assert_eq!(row.version.to_string(), version);
+
+    // Not executed, re-approved: back to RETRY_READY under a fresh budget, nothing sent yet.
+    let posts = drill.vendor.posts_received();
+    let a = post(
+        &app,
+        Some("alice"),
+        &resolve,
+        &with(&[
+            ("decision", "not_executed"),
+            ("reapprove", "yes"),
+            ("reason", "the vendor has no such ticket"),
+        ]),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(drill.record(op.id()).await.state, State::RetryReady);
+    assert_eq!(
+        drill.vendor.posts_received(),
+        posts,
+        "the page itself sends nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_claim_during_an_attempt_shows_the_late_success_prominently() {
+    // Drill D28 on the page: a reviewer claims while the attempt is on the wire; the vendor's
+    // success arrives after the claim.
+    let drill = Drill::start().await;
+    let op = new_op("intent-review-ui-d28");
+    drill
+        .vendor
+        .faults()
+        .delay_response(Duration::from_millis(400), 1);
+    let mut svc = drill.writer();
+    let req = drill.ticket_request(&op, "E17");
+    let call = tokio::spawn(async move { send(&mut svc, req).await });
+    let app = app(config(&drill));
+    let (version, csrf) = loop {
+        if let Some(r) = drill.ledger.get(op.tenant(), op.id()).await.unwrap()
+            && r.state == State::InFlight
+        {
+            break form_of(&app, "bob", &op).await;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let a = post(
+        &app,
+        Some("bob"),
+        &format!("{}/claim", op_path(&op)),
+        &[
+            ("version", &version),
+            ("csrf", &csrf),
+            ("reason", "customer says it is stuck"),
+        ],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let _ = call.await.unwrap();
+    assert_eq!(drill.record(op.id()).await.state, State::ManualReview);
+
+    let page = get(&app, Some("bob"), &op_path(&op)).await;
+    assert!(
+        page.body.contains("Late evidence after bob claimed it"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("<tr class=\"late\">"));
+    assert!(page.body.contains("<b>succeeded"), "{}", page.body);
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+#[tokio::test]
+async fn an_all_tenants_router_finds_the_tenant_and_a_scoped_one_stays_in_its_tenant() {
+    let (drill, op) = drill_in_review().await;
+    let all = app(
+        ReviewUiConfig::scoped(drill.ledger.clone(), TenantScope::AllTenants)
+            .reviews(drill.layer.reviews())
+            .csrf_key(b"another key for every tenant...."),
+    );
+    let q = get(&all, Some("ops-lead"), "/ops").await;
+    assert!(q.body.contains("all tenants"));
+    assert!(q.body.contains(TENANT), "a tenant column");
+    let href = format!("/ops/op/{}?tenant={TENANT}", op.id());
+    assert!(q.body.contains(&href.replace('&', "&amp;")) || q.body.contains(&href));
+    // Without a tenant in the address the only tenant with this id is found.
+    let page = get(&all, Some("ops-lead"), &op_path(&op)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let (version, csrf) = (hidden(&page.body, "version"), hidden(&page.body, "csrf"));
+    assert_eq!(hidden(&page.body, "tenant"), TENANT);
+    let a = post(
+        &all,
+        Some("ops-lead"),
+        &format!("{}/claim", op_path(&op)),
+        &[
+            ("tenant", TENANT),
+            ("version", &version),
+            ("csrf", &csrf),
+            ("reason", "operator on call"),
+        ],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(
+        a.location.as_deref(),
+        Some(format!("{href}&done=claim").as_str())
+    );
+    assert_eq!(
+        get(&all, Some("ops-lead"), "/ops/op/op-nowhere")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    // A tenant's router does not answer for another tenant, even when asked by name.
+    let scoped = app(config(&drill));
+    let a = get(
+        &scoped,
+        Some("alice"),
+        &format!("{}?tenant=tenant-b", op_path(&op)),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    let _keep_vendor_alive: &FakeVendor = &drill.vendor;
+}
+
+#[tokio::test]
+async fn a_claim_from_the_page_while_unknown_stops_the_engine_before_it_replays() {
+    // Drill D27 on the page: the operation is UNKNOWN and the engine would look and replay; a
+    // person claims it first.
+    let drill = Drill::with_options(DrillOptions {
+        contract: replay_safe_contract(),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-review-ui-d27");
+    drill.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    assert_eq!(drill.record(op.id()).await.state, State::Unknown);
+    let app = app(config(&drill));
+
+    let page = get(&app, Some("alice"), &op_path(&op)).await;
+    assert!(
+        page.body.contains("the engine is still verifying it"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("The engine owns it"));
+    assert!(
+        !page.body.contains("name=\"decision\""),
+        "resolving waits for review"
+    );
+    let (version, csrf) = (hidden(&page.body, "version"), hidden(&page.body, "csrf"));
+    let a = post(
+        &app,
+        Some("alice"),
+        &format!("{}/claim", op_path(&op)),
+        &[
+            ("version", &version),
+            ("csrf", &csrf),
+            ("reason", "the customer reports a duplicate risk"),
+        ],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    for _ in 0..3 {
+        drill.recoverer.run_once().await.unwrap();
+    }
+    let row = drill.record(op.id()).await;
+    assert_eq!(
+        row.state,
+        State::ManualReview,
+        "the engine does not take it back"
+    );
+    assert_eq!(
+        drill.vendor.posts_received(),
+        1,
+        "no replay after the claim"
+    );
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    let page = get(&app, Some("alice"), &op_path(&op)).await;
+    assert!(page.body.contains("You hold this operation"));
+    assert!(
+        page.body.contains("name=\"decision\""),
+        "now it can be resolved"
+    );
+}
