@@ -139,6 +139,8 @@ pub(super) fn last_claim(p: &HandoffPackage) -> Option<(String, i64, i64)> {
                 .note
                 .as_deref()
                 .and_then(|n| n.strip_prefix("claimed by "))
+                // The audit note goes on with `; version a -> b; reason: …` (review::audit_note).
+                .map(|w| w.split(';').next().unwrap_or(w))
                 .unwrap_or("a reviewer")
                 .to_owned();
             (who, e.at_ms, e.seq)
