@@ -6,12 +6,18 @@
 //! 1. reads the [`HandoffPackage`] ([`Reviews::handoff`]): the operation, a redacted parameter
 //!    summary, every attempt with its id and time, all evidence, the budget used and the current
 //!    authorization state;
-//! 2. claims it ([`Reviews::claim`]) with a compare-and-swap on the state version it read. A claim
-//!    also works on an operation that is not yet in review (an `UNKNOWN` one the engine is about
-//!    to replay): it revokes automatic send rights at once and fences out the engine's generation;
-//! 3. resolves it ([`Reviews::resolve`]): confirmed succeeded (with the vendor's reference),
-//!    confirmed not executed and re-approved (back to `RETRY_READY` under a fresh budget, same key
-//!    and bytes), or keep pending.
+//! 2. claims it ([`Reviews::claim_with_reason`], or [`Reviews::claim`] without a reason) with a
+//!    compare-and-swap on the state version it read. A claim also works on an operation that is
+//!    not yet in review (an `UNKNOWN` one the engine is about to replay): it revokes automatic
+//!    send rights at once and fences out the engine's generation;
+//! 3. resolves it ([`Reviews::resolve_with_reason`] or [`Reviews::resolve`]): confirmed
+//!    succeeded (with the vendor's reference), confirmed not executed and re-approved (back to
+//!    `RETRY_READY` under a fresh budget, same key and bytes), or keep pending.
+//!
+//! Every claim and resolution appends an audit entry to the operation's evidence (kinds
+//! `review_claimed` and `review`): who, when (the entry's time), the version transition and the
+//! reason ([`audit_note`]); [`operator::audit_trail`](crate::operator::audit_trail) reads them
+//! back.
 //!
 //! Late responses and reconciler answers after the claim are appended as evidence and published
 //! as [`Notice::LateEvidence`](crate::Notice::LateEvidence); they never restore automatic sends.

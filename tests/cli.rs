@@ -300,6 +300,37 @@ async fn review_with_the_cli(world: &World, cli: &Cli) {
         .map(|r| r["operation_id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, vec![fine.id().as_str(), id]);
+    // Keyset pages: one row, then the next from the cursor printed.
+    let first = cli
+        .run(&["list", "--oldest-first", "--limit", "1", "--json"])
+        .await
+        .json();
+    assert_eq!(first["operations"][0]["operation_id"], fine.id().as_str());
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    let second = cli
+        .run(&[
+            "list",
+            "--oldest-first",
+            "--limit",
+            "1",
+            "--cursor",
+            &cursor,
+            "--json",
+        ])
+        .await
+        .json();
+    assert_eq!(second["operations"][0]["operation_id"], id);
+    assert!(second["next_cursor"].is_null(), "{second}");
+    let text = cli.run(&["list", "--oldest-first", "--limit", "1"]).await;
+    assert!(
+        text.ok()
+            .ends_with(&format!("more: add --cursor {cursor}\n")),
+        "{}",
+        text.stdout
+    );
     let old = cli
         .run(&["list", "--state", "manual_review", "--older-than", "1h"])
         .await;
