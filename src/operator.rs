@@ -14,7 +14,7 @@
 //! ```
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -413,32 +413,13 @@ pub fn format_duration(d: Duration) -> String {
     format_age(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// A time (ms since the Unix epoch) in UTC: `2026-11-30 23:06:09.123Z`.
+/// A time (ms since the Unix epoch) in UTC: `2026-11-30 23:06:09.123Z` (RFC 3339 with a space,
+/// by `humantime`). Times before the epoch show as the epoch.
 pub fn format_time(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    let rem = secs.rem_euclid(86_400);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m as u32, d as u32)
+    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(at)
+        .to_string()
+        .replacen('T', " ", 1)
 }
 
 /// A duration as text that [`parse_duration`] refused.
@@ -458,45 +439,14 @@ impl fmt::Display for ParseDurationError {
 
 impl std::error::Error for ParseDurationError {}
 
-/// Parses `10m`, `1h30m`, `90s`, `500ms`, `2d`, `1w` (spaces between parts allowed). A bare
+/// Parses `10m`, `1h30m`, `1h 30m`, `90s`, `500ms`, `2d`, `1w` (`humantime`'s grammar). A bare
 /// number is refused: its unit would be a guess.
 ///
 /// # Errors
 ///
 /// [`ParseDurationError`] for anything else.
 pub fn parse_duration(text: &str) -> Result<Duration, ParseDurationError> {
-    let err = || ParseDurationError(text.to_owned());
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(err());
-    }
-    let mut total: u64 = 0;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(err)?;
-        if digits == 0 {
-            return Err(err());
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| err())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| !c.is_ascii_alphabetic())
-            .unwrap_or(rest.len());
-        let unit_ms: u64 = match &rest[..unit_len] {
-            "ms" => 1,
-            "s" | "sec" | "secs" => 1000,
-            "m" | "min" | "mins" => 60_000,
-            "h" | "hr" | "hrs" => 3_600_000,
-            "d" | "day" | "days" => 86_400_000,
-            "w" | "week" | "weeks" => 604_800_000,
-            _ => return Err(err()),
-        };
-        total = n
-            .checked_mul(unit_ms)
-            .and_then(|v| total.checked_add(v))
-            .ok_or_else(err)?;
-        rest = rest[unit_len..].trim_start();
-    }
-    Ok(Duration::from_millis(total))
+    humantime::parse_duration(text.trim()).map_err(|_| ParseDurationError(text.to_owned()))
 }
 
 #[cfg(test)]
@@ -511,7 +461,8 @@ mod tests {
         assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2d").unwrap(), Duration::from_secs(172_800));
-        for bad in ["", "10", "m", "10x", "1.5h", "-1m", "99999999999999999999w"] {
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        for bad in ["", "10", "m", "10x", "-1m", "99999999999999999999w"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
         assert_eq!(format_age(-5), "0ms");
