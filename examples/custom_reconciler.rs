@@ -221,16 +221,15 @@ async fn run() -> Result<(), BoxError> {
 
     // The contract names the lookup the vendor offers. The fake vendor's list is consistent as
     // soon as the create commits, so `settle_secs` stays unset; for a search index that lags,
-    // set it (`.with_settle_secs(60)`) and the reconciler waits that long before a miss counts.
-    let contract =
-        Contract::conservative()
-            .named("fake-tickets")
-            .with_lookup(Lookup::ListByReference {
-                url_template: "/tickets".into(),
-                items_pointer: Some("/tickets".into()),
-                reference_pointer: Some("/operation_id".into()),
-                reference: "{operation_id}".into(),
-            });
+    // set it (`.settle_secs(60)`) and the reconciler waits that long before a miss counts.
+    let contract = Contract::conservative()
+        .named("fake-tickets")
+        .lookup(Lookup::ListByReference {
+            url_template: "/tickets".into(),
+            items_pointer: Some("/tickets".into()),
+            reference_pointer: Some("/operation_id".into()),
+            reference: "{operation_id}".into(),
+        });
     contract.validate()?;
 
     let layer = RecoverableWriteLayer::from_arc(ledger.clone()).contract(contract.clone());

@@ -230,7 +230,7 @@ async fn d5() -> Run {
 
 async fn d9() -> Run {
     let drill = Drill::with_options(DrillOptions {
-        contract: replay_safe_contract().with_retention_secs(1),
+        contract: replay_safe_contract().retention_secs(1),
         policy: BudgetPolicy {
             max_queries: 4,
             ..fast_policy()

@@ -22,15 +22,18 @@
 //! use http_body_util::Full;
 //! use hyper_util::client::legacy::Client;
 //! use hyper_util::rt::TokioExecutor;
-//! use recoverable_write::{Operation, RecoverableWriteLayer, SendOnceGuardLayer, SqliteLedger};
+//! use recoverable_write::{Operation, RecoverableWrite, SendOnceGuardLayer, SqliteLedger};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // One configuration: the layer, the recoverer, the reviews all share it.
+//! let rw = RecoverableWrite::builder(SqliteLedger::open("ops.db").await?).build()?;
+//! let _recovery = rw.recoverer().spawn();
 //! let client = Client::builder(TokioExecutor::new())
 //!     .retry_canceled_requests(false)
 //!     .build_http::<Full<Bytes>>();
 //! let service = ServiceBuilder::new()
-//!     .layer(RecoverableWriteLayer::new(SqliteLedger::open("ops.db").await?))
+//!     .layer(rw.layer())
 //!     .layer(SendOnceGuardLayer::new())
 //!     .service(client);
 //!
@@ -56,6 +59,17 @@
 //! - `axum`: `IntoResponse` for [`Outcome`] and [`Error`] ([`responses`]).
 //! - `cli`: the operators' command line, the `recoverable-write` binary (`cli`), on a SQLite
 //!   file or a PostgreSQL URL; see the README's "Runbook: stuck operations".
+//! - `review-ui`: the embeddable review page, an axum `Router` (`review_ui`).
+//! - `callbacks`: verified, deduplicated vendor callbacks as evidence (`callbacks`).
+//! - `metrics` (default): counters, histograms and gauges through the `metrics` facade.
+//!
+//! # Naming
+//!
+//! One style, as in tower and tower-http: builders and layers are configured by value with
+//! setters named after what they set (`contracts(..)`, `budget(..)`, `Contract::lookup(..)`,
+//! `StripeSignature::secret(..)`), and read with getters of the same plain kind on the built
+//! value (`Config::ledger()`, `Config::contracts()`). The one `with_` left is
+//! [`Operation::with_id`], where a getter of the same name ([`Operation::id`]) exists.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -66,7 +66,7 @@ fn stripe_documented_format_is_accepted() {
 
 #[test]
 fn stripe_rotation_accepts_the_second_secret() {
-    let verifier = StripeSignature::new(SECRET).with_secret(OTHER);
+    let verifier = StripeSignature::new(SECRET).secret(OTHER);
     let h = headers("stripe-signature", &stripe_header(OTHER, DOC_T, BODY));
     assert!(verifier.verify(&h, BODY, at(DOC_T)).is_ok());
     // Without the rotated secret the same delivery is refused.
@@ -185,7 +185,7 @@ fn stripe_malformed_headers_are_typed_errors() {
 
 #[test]
 fn the_secret_never_appears_in_errors_or_debug() {
-    let stripe = StripeSignature::new(SECRET).with_secret(OTHER);
+    let stripe = StripeSignature::new(SECRET).secret(OTHER);
     let body_marker = "pi_3MtwBwLkdIwHu7ix28a3tqPa";
     let now = at(DOC_T);
     let v1 = v1_of(SECRET, DOC_T, BODY);
@@ -226,7 +226,7 @@ fn the_secret_never_appears_in_errors_or_debug() {
 fn generic_hmac_header_github_style() {
     let secret = "It's a Secret to Everybody";
     let body = b"Hello, World!";
-    let verifier = HmacHeader::github(secret).with_secret("older");
+    let verifier = HmacHeader::github(secret).secret("older");
     let mac = verifier.sign(&Secret::new(secret), None, body);
     // GitHub's documented test vector (docs.github.com, "Validating webhook deliveries").
     assert_eq!(
@@ -417,7 +417,7 @@ fn adyen_hmac_matches_adyens_own_library_vector() {
     signed["additionalData"] =
         json!({"hmacSignature": "Ny9gS2veKo5E4w8/OL6xz1/wvT/hYkAXy1xNc/QvO4I="});
     let body = json!({"live": "false", "notificationItems": [{"NotificationRequestItem": signed}]});
-    let verifier = AdyenHmac::new("00").unwrap().with_key(key).unwrap();
+    let verifier = AdyenHmac::new("00").unwrap().key(key).unwrap();
     assert!(
         verifier
             .verify(

@@ -61,7 +61,7 @@ impl World {
         let layer = RecoverableWriteLayer::from_arc(ledger.clone())
             .budget(policy)
             .expect("a valid budget")
-            .contract(Contract::conservative().with_secret_body_field("/client_secret"));
+            .contract(Contract::conservative().secret_body_field("/client_secret"));
         let guard = SendOnceGuardLayer::new();
         let lookup = HttpLookup::new(
             authed_client(credential.clone()),

@@ -483,7 +483,7 @@ fn ec2_client_token_goes_in_the_form_body_or_the_query() {
             uuid_key().as_str()
         )
     );
-    let q = profiles::aws_ec2().with_key(KeyPlacement::query("ClientToken"));
+    let q = profiles::aws_ec2().key(KeyPlacement::query("ClientToken"));
     q.validate().unwrap();
     let mut p = parts("https://ec2.eu-west-1.amazonaws.com/?Action=RunInstances&ImageId=ami-0abc");
     q.attach_key(&mut p, Bytes::new(), &uuid_key()).unwrap();
@@ -611,11 +611,11 @@ fn no_idempotency_sends_no_key_and_never_replays() {
     // Such a contract cannot claim a safe replay.
     let err = c
         .clone()
-        .with_replay(Replay::StoredFirstResponse)
+        .replay(Replay::StoredFirstResponse)
         .validate()
         .unwrap_err();
     assert_eq!(err.kind(), &ContractErrorKind::ReplayWithoutKey);
-    let err = c.with_lookup(Lookup::SameKeyReplay).validate().unwrap_err();
+    let err = c.lookup(Lookup::SameKeyReplay).validate().unwrap_err();
     assert_eq!(err.kind(), &ContractErrorKind::ReplayWithoutKey);
 }
 
@@ -934,10 +934,10 @@ fn the_conservative_default_is_unchanged() {
 fn lookup_and_settle_are_part_of_the_reference() {
     let base = profiles::ietf_draft();
     let h = base.reference().hash;
-    assert_ne!(base.clone().with_settle_secs(1).reference().hash, h);
+    assert_ne!(base.clone().settle_secs(1).reference().hash, h);
     assert_ne!(
         base.clone()
-            .with_lookup(Lookup::http_get("/ops/{operation_id}"))
+            .lookup(Lookup::http_get("/ops/{operation_id}"))
             .reference()
             .hash,
         h
@@ -948,7 +948,7 @@ fn lookup_and_settle_are_part_of_the_reference() {
 fn lookup_templates_are_checked() {
     let c = |t: &str| {
         Contract::conservative()
-            .with_lookup(Lookup::http_get(t))
+            .lookup(Lookup::http_get(t))
             .validate()
     };
     c("https://vendor.example/operations/{operation_id}").unwrap();
@@ -964,7 +964,7 @@ fn lookup_templates_are_checked() {
         assert_eq!(err.field(), "lookup.url_template", "{bad}");
     }
     let err = Contract::conservative()
-        .with_lookup(Lookup::SameKeyReplay)
+        .lookup(Lookup::SameKeyReplay)
         .validate()
         .unwrap_err();
     assert_eq!(err.kind(), &ContractErrorKind::LookupNeedsSafeReplay);
@@ -972,7 +972,7 @@ fn lookup_templates_are_checked() {
 
 #[test]
 fn xml_rules_match_element_text_only() {
-    let c = Contract::conservative().with_rule(
+    let c = Contract::conservative().rule(
         Rule::new(400, EvidenceClass::ConflictMismatch).xml("Code", "IdempotentParameterMismatch"),
     );
     assert_eq!(classify(&c, 400, &[], EC2_MISMATCH), MISMATCH);
@@ -995,7 +995,7 @@ fn xml_rules_match_element_text_only() {
         assert_eq!(label(&c, 400, &[], body), "rejected", "{body}");
     }
     let err = Contract::conservative()
-        .with_rule(Rule::new(400, EvidenceClass::Unknown).xml("<Code>", "x"))
+        .rule(Rule::new(400, EvidenceClass::Unknown).xml("<Code>", "x"))
         .validate()
         .unwrap_err();
     assert_eq!(err.field(), "rules[0].xml.element");

@@ -32,9 +32,9 @@ fn business_fields() -> PayloadDigest {
 fn contract_with_field_digest() -> Contract {
     profiles::ietf_draft()
         .named("tickets-d12")
-        .with_retention_secs(24 * 3600)
-        .with_remote_ref(RemoteRef::required("/id"))
-        .with_digest(business_fields())
+        .retention_secs(24 * 3600)
+        .remote_ref(RemoteRef::required("/id"))
+        .digest(business_fields())
 }
 
 /// Each agent turn names the same intent but gets a fresh operation id (a new tool-call id).
@@ -217,7 +217,7 @@ async fn d12_while_unknown_the_reworded_retry_waits_and_the_changed_amount_confl
 /// different payload.
 #[tokio::test]
 async fn d12_without_the_field_digest_a_reworded_memo_is_refused() {
-    let drill = drill_with(contract_with_field_digest().with_digest(PayloadDigest::Full)).await;
+    let drill = drill_with(contract_with_field_digest().digest(PayloadDigest::Full)).await;
     let mut svc = drill.writer();
     send(
         &mut svc,

@@ -52,11 +52,11 @@ async fn the_first_send_of_an_existing_prepared_row_uses_its_frozen_contract_and
         .await
         .unwrap();
     let drill = Drill::with_vendor(vendor).await;
-    let old = named(Contract::conservative(), "vendor-a").with_key(KeyPlacement::Header {
+    let old = named(Contract::conservative(), "vendor-a").key(KeyPlacement::Header {
         name: "X-Key-A".into(),
         format: Default::default(),
     });
-    let new = named(Contract::conservative(), "vendor-b").with_key(KeyPlacement::Header {
+    let new = named(Contract::conservative(), "vendor-b").key(KeyPlacement::Header {
         name: "X-Key-B".into(),
         format: Default::default(),
     });
@@ -155,7 +155,7 @@ async fn a_key_that_cannot_be_placed_leaves_nothing_recorded_or_sent() {
     let drill = Drill::start().await;
     let ledger: Arc<dyn Ledger> = Arc::new(MemoryLedger::new());
     let layer = RecoverableWriteLayer::from_arc(ledger.clone()).contract(
-        Contract::conservative().with_key(KeyPlacement::JsonBody {
+        Contract::conservative().key(KeyPlacement::JsonBody {
             pointer: "/idempotency_key".into(),
         }),
     );
@@ -295,7 +295,7 @@ async fn url_credentials_are_sent_but_never_stored() {
 #[tokio::test]
 async fn contract_secret_query_params_are_redacted_and_do_not_change_the_payload() {
     let drill = Drill::with_options(DrillOptions {
-        contract: Contract::conservative().with_secret_query_param("tenant_secret"),
+        contract: Contract::conservative().secret_query_param("tenant_secret"),
         ..DrillOptions::default()
     })
     .await;
@@ -327,7 +327,7 @@ async fn contract_secret_query_params_are_redacted_and_do_not_change_the_payload
 #[tokio::test]
 async fn secret_body_fields_are_sent_but_never_stored() {
     let drill = Drill::with_options(DrillOptions {
-        contract: Contract::conservative().with_secret_body_field("/client_secret"),
+        contract: Contract::conservative().secret_body_field("/client_secret"),
         ..DrillOptions::default()
     })
     .await;
@@ -358,7 +358,7 @@ async fn secret_body_fields_are_sent_but_never_stored() {
 #[tokio::test]
 async fn a_replay_without_its_secret_body_fields_is_refused() {
     let drill = Drill::with_options(DrillOptions {
-        contract: Contract::conservative().with_secret_body_field("/client_secret"),
+        contract: Contract::conservative().secret_body_field("/client_secret"),
         ..DrillOptions::default()
     })
     .await;

@@ -318,7 +318,7 @@ async fn d8_expired_key_with_operation_record_returns_w731_never_a_create_or_new
 async fn d9_key_expired_and_record_cleaned_stops_automatic_writes_for_review() {
     let drill = Drill::with_options(DrillOptions {
         // The vendor keeps keys for 1 s: by the time recovery looks, a replay would run anew.
-        contract: replay_safe_contract().with_retention_secs(1),
+        contract: replay_safe_contract().retention_secs(1),
         policy: BudgetPolicy {
             max_queries: 4,
             ..fast_policy()
@@ -670,7 +670,7 @@ async fn a_deferred_replay_past_the_key_retention_is_not_sent() {
     let drill = Drill::with(
         vendor,
         DrillOptions {
-            contract: replay_safe_contract().with_retention_secs(2),
+            contract: replay_safe_contract().retention_secs(2),
             // Withheld only when the replay is about to be claimed, so the path-(b) decision is
             // taken and the send is then delayed.
             authorizer: Some(Arc::new(move |op: &OperationRecord, access: Access| {

@@ -119,7 +119,7 @@ fn hidden(page: &str, name: &str) -> String {
 /// and hands the operation to a person.
 async fn drill_in_review() -> (Drill, Operation) {
     let drill = Drill::with_options(DrillOptions {
-        contract: replay_safe_contract().with_retention_secs(1),
+        contract: replay_safe_contract().retention_secs(1),
         policy: BudgetPolicy {
             max_queries: 4,
             ..fast_policy()

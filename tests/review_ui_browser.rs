@@ -121,7 +121,7 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
     // Drill D9: a lost response, keys expired and records cleaned: the operation is handed to a
     // person. Two more lost responses wait in UNKNOWN, and one write went through.
     let drill = Drill::with_options(DrillOptions {
-        contract: replay_safe_contract().with_retention_secs(1),
+        contract: replay_safe_contract().retention_secs(1),
         policy: BudgetPolicy {
             max_queries: 4,
             ..fast_policy()

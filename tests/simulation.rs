@@ -926,10 +926,10 @@ fn policy() -> BudgetPolicy {
 
 fn replay_safe_contract(retention_secs: u64) -> Contract {
     Contract::new("sim-vendor-v1", KeyPlacement::header("Idempotency-Key"))
-        .with_replay(Replay::StoredFirstResponse)
-        .with_retention_secs(retention_secs)
-        .with_rule(Rule::new(429u16, EvidenceClass::NotExecuted))
-        .with_remote_ref(RemoteRef::optional("/id"))
+        .replay(Replay::StoredFirstResponse)
+        .retention_secs(retention_secs)
+        .rule(Rule::new(429u16, EvidenceClass::NotExecuted))
+        .remote_ref(RemoteRef::optional("/id"))
 }
 
 fn request(op: &Operation) -> Request<Full<Bytes>> {

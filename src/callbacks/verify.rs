@@ -195,7 +195,7 @@ impl StripeSignature {
     }
 
     /// Adds a secret that is also accepted (rotation).
-    pub fn with_secret(mut self, secret: impl Into<Secret>) -> Self {
+    pub fn secret(mut self, secret: impl Into<Secret>) -> Self {
         self.secrets.push(secret.into());
         self
     }
@@ -330,7 +330,7 @@ impl HmacHeader {
     }
 
     /// Adds a secret that is also accepted (rotation).
-    pub fn with_secret(mut self, secret: impl Into<Secret>) -> Self {
+    pub fn secret(mut self, secret: impl Into<Secret>) -> Self {
         self.secrets.push(secret.into());
         self
     }
@@ -497,8 +497,8 @@ impl SquareSignature {
     }
 
     /// Adds a signature key that is also accepted (rotation).
-    pub fn with_secret(self, secret: impl Into<Secret>) -> Self {
-        Self(self.0.with_secret(secret))
+    pub fn secret(self, secret: impl Into<Secret>) -> Self {
+        Self(self.0.secret(secret))
     }
 
     /// The header value Square would send for `body` (tests and the fake vendor).
@@ -563,7 +563,7 @@ impl AdyenHmac {
     }
 
     /// Adds a key that is also accepted (rotation).
-    pub fn with_key(mut self, hex_key: &str) -> Result<Self, VerifyError> {
+    pub fn key(mut self, hex_key: &str) -> Result<Self, VerifyError> {
         self.secrets.push(Secret::from_hex(hex_key)?);
         Ok(self)
     }

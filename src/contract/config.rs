@@ -968,7 +968,7 @@ impl<'a> Loader<'a> {
     fn rules(&self, rules: &[Rule], path: &str) -> Result<Vec<Rule>, ConfigError> {
         for (i, rule) in rules.iter().enumerate() {
             profiles::conservative()
-                .with_rule(rule.clone())
+                .rule(rule.clone())
                 .validate()
                 .map_err(|e| {
                     let rest = e.field().strip_prefix("rules[0]").unwrap_or("");

@@ -590,62 +590,62 @@ impl Contract {
     }
 
     /// Sets where the key goes.
-    pub fn with_key(mut self, key: KeyPlacement) -> Self {
+    pub fn key(mut self, key: KeyPlacement) -> Self {
         self.key = key;
         self
     }
 
     /// Sets the longest key the vendor accepts.
-    pub fn with_max_key_len(mut self, max_key_len: usize) -> Self {
+    pub fn max_key_len(mut self, max_key_len: usize) -> Self {
         self.max_key_len = max_key_len;
         self
     }
 
     /// Sets the vendor's key retention, in seconds.
-    pub fn with_retention_secs(mut self, secs: u64) -> Self {
+    pub fn retention_secs(mut self, secs: u64) -> Self {
         self.retention_secs = Some(secs);
         self
     }
 
     /// Sets what a same-key replay does.
-    pub fn with_replay(mut self, replay: Replay) -> Self {
+    pub fn replay(mut self, replay: Replay) -> Self {
         self.replay = replay;
         self
     }
 
     /// Appends a classification rule (tried after the rules already present).
-    pub fn with_rule(mut self, rule: Rule) -> Self {
+    pub fn rule(mut self, rule: Rule) -> Self {
         self.rules.push(rule);
         self
     }
 
     /// Sets where the remote reference sits.
-    pub fn with_remote_ref(mut self, remote_ref: RemoteRef) -> Self {
+    pub fn remote_ref(mut self, remote_ref: RemoteRef) -> Self {
         self.remote_ref = Some(remote_ref);
         self
     }
 
     /// Marks one more header as secret.
-    pub fn with_secret_header(mut self, name: impl Into<String>) -> Self {
+    pub fn secret_header(mut self, name: impl Into<String>) -> Self {
         self.secret_headers.push(name.into());
         self
     }
 
     /// Marks one more query parameter as secret.
-    pub fn with_secret_query_param(mut self, name: impl Into<String>) -> Self {
+    pub fn secret_query_param(mut self, name: impl Into<String>) -> Self {
         self.secret_query_params.push(name.into());
         self
     }
 
     /// Marks one more body field as secret (a JSON pointer, or a form field name).
-    pub fn with_secret_body_field(mut self, field: impl Into<String>) -> Self {
+    pub fn secret_body_field(mut self, field: impl Into<String>) -> Self {
         self.secret_body_fields.push(field.into());
         self
     }
 
     /// Says the replay stack re-inserts the secret body fields (see
     /// [`replay_supplies_body_secrets`](Self::replay_supplies_body_secrets)).
-    pub fn with_replay_supplied_body_secrets(mut self, supplied: bool) -> Self {
+    pub fn replay_supplied_body_secrets(mut self, supplied: bool) -> Self {
         self.replay_supplies_body_secrets = supplied;
         self
     }
@@ -661,19 +661,19 @@ impl Contract {
     }
 
     /// Sets which parts of the body define the payload.
-    pub fn with_digest(mut self, digest: PayloadDigest) -> Self {
+    pub fn digest(mut self, digest: PayloadDigest) -> Self {
         self.digest = digest;
         self
     }
 
     /// Sets how an operation is looked up at the vendor.
-    pub fn with_lookup(mut self, lookup: Lookup) -> Self {
+    pub fn lookup(mut self, lookup: Lookup) -> Self {
         self.lookup = Some(lookup);
         self
     }
 
     /// Sets how long an eventually consistent lookup may miss a fresh operation, in seconds.
-    pub fn with_settle_secs(mut self, secs: u64) -> Self {
+    pub fn settle_secs(mut self, secs: u64) -> Self {
         self.settle_secs = Some(secs);
         self
     }

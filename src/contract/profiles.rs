@@ -119,7 +119,7 @@ pub fn all() -> Vec<Contract> {
 /// that the original was never applied). Checked 2026-11-30.
 pub fn conservative() -> Contract {
     Contract::new("default", KeyPlacement::header("Idempotency-Key"))
-        .with_remote_ref(RemoteRef::optional("/id"))
+        .remote_ref(RemoteRef::optional("/id"))
 }
 
 /// Stripe, API v1. Name: `stripe-v1`.
@@ -165,41 +165,41 @@ pub fn conservative() -> Contract {
 /// `_api_requestor.py`. Checked 2026-11-30.
 pub fn stripe_v1() -> Contract {
     Contract::new("stripe-v1", KeyPlacement::header("Idempotency-Key"))
-        .with_max_key_len(255)
-        .with_retention_secs(DAY)
-        .with_replay(Replay::StoredFirstResponse)
-        .with_rule(
+        .max_key_len(255)
+        .retention_secs(DAY)
+        .replay(Replay::StoredFirstResponse)
+        .rule(
             Rule::new(429, EvidenceClass::NotExecuted)
                 .reason("rate limited before idempotency runs; nothing was stored"),
         )
-        .with_rule(
+        .rule(
             Rule::new(409, EvidenceClass::ConflictInFlight)
                 .body("/error/code", "idempotency_key_in_use")
                 .reason("a request with this key is still executing; retry later with the same key"),
         )
-        .with_rule(
+        .rule(
             Rule::new(400, EvidenceClass::ConflictMismatch)
                 .body("/error/type", "idempotency_error")
                 .reason("the key was used with other parameters or on another endpoint"),
         )
-        .with_rule(
+        .rule(
             Rule::new(StatusMatch::range(500, 599), EvidenceClass::Unknown)
                 .header("Stripe-Should-Retry", "false")
                 .reason(
                     "Stripe-Should-Retry: false; the first result is cached, a replay returns it again: reconcile",
                 ),
         )
-        .with_rule(
+        .rule(
             Rule::new(StatusMatch::range(400, 499), EvidenceClass::Unknown)
                 .header("Stripe-Should-Retry", "true")
                 .reason("Stripe-Should-Retry: true; not a final answer"),
         )
-        .with_rule(
+        .rule(
             Rule::new(401, EvidenceClass::Rejected)
                 .reason("authentication failed; nothing was stored"),
         )
-        .with_remote_ref(RemoteRef::required("/id"))
-        .with_lookup(Lookup::SameKeyReplay)
+        .remote_ref(RemoteRef::required("/id"))
+        .lookup(Lookup::SameKeyReplay)
 }
 
 /// Stripe, API v2. Name: `stripe-v2`.
@@ -226,10 +226,10 @@ pub fn stripe_v1() -> Contract {
 /// preview). Checked 2026-11-30.
 pub fn stripe_v2() -> Contract {
     Contract::new("stripe-v2", KeyPlacement::header("Idempotency-Key"))
-        .with_retention_secs(30 * DAY)
-        .with_replay(Replay::CurrentState)
-        .with_remote_ref(RemoteRef::required("/id"))
-        .with_lookup(Lookup::SameKeyReplay)
+        .retention_secs(30 * DAY)
+        .replay(Replay::CurrentState)
+        .remote_ref(RemoteRef::required("/id"))
+        .lookup(Lookup::SameKeyReplay)
 }
 
 /// Adyen. Name: `adyen`.
@@ -259,26 +259,26 @@ pub fn stripe_v2() -> Contract {
 /// Source: docs.adyen.com/development-resources/api-idempotency. Checked 2026-11-30.
 pub fn adyen() -> Contract {
     Contract::new("adyen", KeyPlacement::header("Idempotency-Key"))
-        .with_max_key_len(64)
-        .with_retention_secs(31 * DAY)
-        .with_replay(Replay::StoredFirstResponse)
-        .with_rule(
+        .max_key_len(64)
+        .retention_secs(31 * DAY)
+        .replay(Replay::StoredFirstResponse)
+        .rule(
             Rule::new(409, EvidenceClass::ConflictInFlight)
                 .body("/errorCode", "704")
                 .reason("704: request already processed or in progress"),
         )
-        .with_rule(
+        .rule(
             Rule::new(422, EvidenceClass::ConflictInFlight)
                 .body("/errorCode", "704")
                 .reason("704: request already processed or in progress (older API versions)"),
         )
-        .with_rule(
+        .rule(
             Rule::new(StatusMatch::range(400, 599), EvidenceClass::Unknown)
                 .header("Transient-Error", "true")
                 .reason("Transient-Error: true; retry later with the same key"),
         )
-        .with_remote_ref(RemoteRef::optional("/pspReference"))
-        .with_lookup(Lookup::Webhooks { events: Vec::new() })
+        .remote_ref(RemoteRef::optional("/pspReference"))
+        .lookup(Lookup::Webhooks { events: Vec::new() })
 }
 
 /// The PayPal REST API a [`paypal`] contract is for: the key retention differs per API.
@@ -324,7 +324,7 @@ impl PayPalApi {
 ///   1–108 characters; the other limits are not stated (UNCONFIRMED): 64 is assumed, which
 ///   holds our UUIDs.
 /// - Retention, per API (pitfall 2): Orders v2 6 h (up to 72 h on request: raise it with
-///   [`Contract::with_retention_secs`] only if PayPal granted it), Payments v2 (capture,
+///   [`Contract::retention_secs`] only if PayPal granted it), Payments v2 (capture,
 ///   refund, void, reauthorize) 45 days, Payouts 30 days, Subscriptions 72 h.
 /// - Replay: [`Replay::CurrentState`]. A duplicate returns the LATEST STATUS of the earlier
 ///   request, not a stored copy: authorize and capture answer 201 the first time and 200 on a
@@ -343,22 +343,22 @@ pub fn paypal(api: PayPalApi) -> Contract {
         api.profile_name(),
         KeyPlacement::header("PayPal-Request-Id"),
     )
-    .with_retention_secs(api.retention_secs())
-    .with_replay(Replay::CurrentState)
-    .with_rule(
+    .retention_secs(api.retention_secs())
+    .replay(Replay::CurrentState)
+    .rule(
         Rule::new(409, EvidenceClass::ConflictInFlight)
             .body("/details/0/issue", "PREVIOUS_REQUEST_IN_PROGRESS")
             .reason("PREVIOUS_REQUEST_IN_PROGRESS: the first request with this id still runs"),
     )
-    .with_rule(
+    .rule(
         Rule::new(409, EvidenceClass::ConflictInFlight)
             .body("/name", "PREVIOUS_REQUEST_IN_PROGRESS")
             .reason("PREVIOUS_REQUEST_IN_PROGRESS: the first request with this id still runs"),
     )
-    .with_remote_ref(RemoteRef::required("/id"))
-    .with_lookup(Lookup::SameKeyReplay);
+    .remote_ref(RemoteRef::required("/id"))
+    .lookup(Lookup::SameKeyReplay);
     match api {
-        PayPalApi::OrdersV2 => c.with_max_key_len(108),
+        PayPalApi::OrdersV2 => c.max_key_len(108),
         _ => c,
     }
 }
@@ -388,9 +388,9 @@ pub fn paypal(api: PayPalApi) -> Contract {
 /// connect-api-specification. Checked 2026-11-30.
 pub fn square() -> Contract {
     Contract::new("square", KeyPlacement::json_body("/idempotency_key"))
-        .with_max_key_len(45)
-        .with_replay(Replay::StoredFirstResponse)
-        .with_rule(
+        .max_key_len(45)
+        .replay(Replay::StoredFirstResponse)
+        .rule(
             Rule::new(
                 StatusMatch::range(400, 499),
                 EvidenceClass::ConflictMismatch,
@@ -398,17 +398,17 @@ pub fn square() -> Contract {
             .body("/errors/0/code", "IDEMPOTENCY_KEY_REUSED")
             .reason("IDEMPOTENCY_KEY_REUSED: the key was used with another request"),
         )
-        .with_rule(
+        .rule(
             Rule::new(StatusMatch::range(400, 599), EvidenceClass::Unknown)
                 .body("/errors/0/code", "TEMPORARY_ERROR")
                 .reason("TEMPORARY_ERROR; may be retried with the same key"),
         )
-        .with_rule(
+        .rule(
             Rule::new(StatusMatch::range(400, 599), EvidenceClass::Unknown)
                 .body("/errors/0/code", "RATE_LIMITED")
                 .reason("RATE_LIMITED; not documented as not executed"),
         )
-        .with_lookup(Lookup::Webhooks {
+        .lookup(Lookup::Webhooks {
             events: vec!["payment.created".to_owned()],
         })
 }
@@ -417,7 +417,7 @@ pub fn square() -> Contract {
 ///
 /// - Key: the parameter `ClientToken`, case-sensitive, at most 64 ASCII characters, sent as a
 ///   field of the `application/x-www-form-urlencoded` body (the SDKs' form). For the
-///   query-string form of the API, use `.with_key(KeyPlacement::query("ClientToken"))`.
+///   query-string form of the API, use `.key(KeyPlacement::query("ClientToken"))`.
 /// - Scope (pitfall 3): the token is zonal when an Availability Zone is given directly
 ///   (`Placement.AvailabilityZone`) or implied by `SubnetId`, else regional. The same token in
 ///   another zone or Region launches NEW instances: a failover does not carry the dedupe. So the
@@ -450,9 +450,9 @@ pub fn square() -> Contract {
 /// docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html. Checked 2026-11-30.
 pub fn aws_ec2() -> Contract {
     Contract::new("aws-ec2", KeyPlacement::form_body("ClientToken"))
-        .with_max_key_len(64)
-        .with_replay(Replay::CurrentState)
-        .with_rule(
+        .max_key_len(64)
+        .replay(Replay::CurrentState)
+        .rule(
             Rule::new(
                 StatusMatch::range(400, 499),
                 EvidenceClass::ConflictMismatch,
@@ -460,20 +460,20 @@ pub fn aws_ec2() -> Contract {
             .xml("Code", "IdempotentParameterMismatch")
             .reason("IdempotentParameterMismatch: the token was used with other parameters"),
         )
-        .with_lookup(Lookup::ListByReference {
+        .lookup(Lookup::ListByReference {
             url_template: "?Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=client-token&Filter.1.Value.1={idempotency_key}".to_owned(),
             items_pointer: None,
             reference_pointer: None,
             reference: "{idempotency_key}".to_owned(),
         })
-        .with_settle_secs(300)
+        .settle_secs(300)
 }
 
 /// Google Cloud APIs following AIP-155. Name: `google-aip155`.
 ///
 /// - Key: `requestId`, a UUID (the all-zero UUID is rejected; ours are random v4), as a query
 ///   parameter (`?requestId=...`, as Compute Engine takes it). For APIs that take it in the
-///   body, use `.with_key(KeyPlacement::json_body("/requestId"))`. At most 36 characters.
+///   body, use `.key(KeyPlacement::json_body("/requestId"))`. At most 36 characters.
 /// - Retention: many services guarantee at least 60 minutes: 3600 s (check your service).
 /// - Replay: [`Replay::CurrentState`]: a duplicate returns the earlier response or the current
 ///   resource state.
@@ -486,22 +486,22 @@ pub fn aws_ec2() -> Contract {
 /// Sources: google.aip.dev/155, google.aip.dev/194. Checked 2026-11-30.
 pub fn google_aip155() -> Contract {
     let mut c = Contract::new("google-aip155", KeyPlacement::query("requestId"))
-        .with_max_key_len(36)
-        .with_retention_secs(HOUR)
-        .with_replay(Replay::CurrentState)
-        .with_rule(
+        .max_key_len(36)
+        .retention_secs(HOUR)
+        .replay(Replay::CurrentState)
+        .rule(
             Rule::new(StatusMatch::range(500, 599), EvidenceClass::Unknown)
                 .body("/error/status", "UNAVAILABLE")
                 .reason("UNAVAILABLE (AIP-194: the one status retried automatically)"),
         );
     for status in ["DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN"] {
-        c = c.with_rule(
+        c = c.rule(
             Rule::new(StatusMatch::range(400, 599), EvidenceClass::Unknown)
                 .body("/error/status", status)
                 .reason(format!("{status} (AIP-194: never retried automatically)")),
         );
     }
-    c.with_lookup(Lookup::SameKeyReplay)
+    c.lookup(Lookup::SameKeyReplay)
 }
 
 /// The IETF HTTPAPI `Idempotency-Key` header draft. Name: `ietf-draft`.
@@ -527,19 +527,19 @@ pub fn ietf_draft() -> Contract {
             format: KeyFormat::Quoted,
         },
     )
-    .with_replay(Replay::StoredFirstResponse)
-    .with_rule(Rule::new(400, EvidenceClass::Rejected).reason(
+    .replay(Replay::StoredFirstResponse)
+    .rule(Rule::new(400, EvidenceClass::Rejected).reason(
         "missing or malformed Idempotency-Key, or invalid request (draft, \"Error Scenarios\")",
     ))
-    .with_rule(
+    .rule(
         Rule::new(422, EvidenceClass::ConflictMismatch)
             .reason("Idempotency-Key reused with another payload (draft, \"Error Scenarios\")"),
     )
-    .with_rule(Rule::new(409, EvidenceClass::ConflictInFlight).reason(
+    .rule(Rule::new(409, EvidenceClass::ConflictInFlight).reason(
         "a request with this Idempotency-Key is still being processed (draft, \"Error Scenarios\")",
     ))
-    .with_remote_ref(RemoteRef::optional("/id"))
-    .with_lookup(Lookup::SameKeyReplay)
+    .remote_ref(RemoteRef::optional("/id"))
+    .lookup(Lookup::SameKeyReplay)
 }
 
 /// A vendor with no outbound idempotency (Twilio-like). Name: `no-idempotency`.
@@ -560,18 +560,18 @@ pub fn ietf_draft() -> Contract {
 /// Checked 2026-11-30.
 pub fn no_idempotency() -> Contract {
     Contract::new("no-idempotency", KeyPlacement::Omitted)
-        .with_rule(
+        .rule(
             Rule::new(429, EvidenceClass::NotExecuted)
                 .body("/code", "20429")
                 .reason("20429: never processed, safe to retry"),
         )
-        .with_rule(
+        .rule(
             Rule::new(500, EvidenceClass::Unknown)
                 .body("/code", "20500")
                 .reason("20500: the request may have executed"),
         )
-        .with_remote_ref(RemoteRef::optional("/sid"))
-        .with_lookup(Lookup::Unavailable)
+        .remote_ref(RemoteRef::optional("/sid"))
+        .lookup(Lookup::Unavailable)
 }
 
 /// GitHub's REST API: no idempotency, rate-limit signals only. Name: `github`.
@@ -589,23 +589,23 @@ pub fn no_idempotency() -> Contract {
 /// Source: github/docs `rate-limits-for-the-rest-api.md`. Checked 2026-11-30.
 pub fn github() -> Contract {
     Contract::new("github", KeyPlacement::Omitted)
-        .with_rule(
+        .rule(
             Rule::new(403, EvidenceClass::Unknown)
                 .header("x-ratelimit-remaining", "0")
                 .reason("primary rate limit; wait until x-ratelimit-reset"),
         )
-        .with_rule(
+        .rule(
             Rule::new(429, EvidenceClass::Unknown)
                 .header("x-ratelimit-remaining", "0")
                 .reason("primary rate limit; wait until x-ratelimit-reset"),
         )
-        .with_rule(
+        .rule(
             Rule::new(403, EvidenceClass::Unknown)
                 .header("retry-after", "*")
                 .reason("secondary rate limit; honour Retry-After"),
         )
-        .with_remote_ref(RemoteRef::optional("/id"))
-        .with_lookup(Lookup::Unavailable)
+        .remote_ref(RemoteRef::optional("/id"))
+        .lookup(Lookup::Unavailable)
 }
 
 /// Whether a contract's digest keeps an EC2 launch's zone in the operation identity: a full

@@ -57,27 +57,27 @@ fn parts(uri: &str) -> http::request::Parts {
 /// A Stripe-v1-like contract, built inline (the real profile comes with the vendor profiles).
 fn stripe_like() -> Contract {
     Contract::new("stripe-like", KeyPlacement::header("Idempotency-Key"))
-        .with_max_key_len(255)
-        .with_retention_secs(24 * 3600)
-        .with_replay(Replay::StoredFirstResponse)
-        .with_rule(
+        .max_key_len(255)
+        .retention_secs(24 * 3600)
+        .replay(Replay::StoredFirstResponse)
+        .rule(
             Rule::new(429, EvidenceClass::NotExecuted)
                 .reason("rate limited before idempotency runs"),
         )
-        .with_rule(
+        .rule(
             Rule::new(409, EvidenceClass::ConflictInFlight)
                 .body("/error/code", "idempotency_key_in_use"),
         )
-        .with_rule(
+        .rule(
             Rule::new(400, EvidenceClass::ConflictMismatch)
                 .body("/error/type", "idempotency_error"),
         )
-        .with_rule(
+        .rule(
             Rule::new(StatusMatch::range(500, 599), EvidenceClass::Rejected)
                 .header("Stripe-Should-Retry", "false")
                 .reason("Stripe-Should-Retry: false"),
         )
-        .with_remote_ref(RemoteRef::required("/id"))
+        .remote_ref(RemoteRef::required("/id"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -295,11 +295,11 @@ fn stripe_should_retry_header_overrides_the_status() {
 #[test]
 fn first_matching_rule_wins() {
     let c = Contract::conservative()
-        .with_rule(
+        .rule(
             Rule::new(StatusMatch::range(500, 599), EvidenceClass::Unknown)
                 .header("Transient-Error", "true"),
         )
-        .with_rule(Rule::new(500, EvidenceClass::Rejected));
+        .rule(Rule::new(500, EvidenceClass::Rejected));
     // Several header values: any may match.
     let e = classify(
         &c,
@@ -317,7 +317,7 @@ fn first_matching_rule_wins() {
 
 #[test]
 fn body_condition_compares_numbers_and_strings_by_text() {
-    let c = Contract::conservative().with_rule(
+    let c = Contract::conservative().rule(
         Rule::new(
             StatusMatch::range(400, 499),
             EvidenceClass::ConflictInFlight,
@@ -349,7 +349,7 @@ fn rules_can_yield_every_class() {
         (EvidenceClass::ConflictInFlight, "conflict_in_flight"),
     ];
     for (class, label) in cases {
-        let c = Contract::conservative().with_rule(Rule::new(418, class));
+        let c = Contract::conservative().rule(Rule::new(418, class));
         assert_eq!(classify(&c, 418, &[], "").label(), label);
     }
 }
@@ -357,9 +357,9 @@ fn rules_can_yield_every_class() {
 #[test]
 fn an_invalid_rule_never_panics() {
     let c = Contract::conservative()
-        .with_rule(Rule::new(500, EvidenceClass::Rejected).header("Bad Header", "x"))
-        .with_rule(Rule::new(500, EvidenceClass::Rejected).body("no-slash", "x"))
-        .with_rule(Rule::new(500, EvidenceClass::NotExecuted).reason("  "));
+        .rule(Rule::new(500, EvidenceClass::Rejected).header("Bad Header", "x"))
+        .rule(Rule::new(500, EvidenceClass::Rejected).body("no-slash", "x"))
+        .rule(Rule::new(500, EvidenceClass::NotExecuted).reason("  "));
     let e = classify(&c, 500, &[("x", "y")], r#"{"a":1}"#);
     let Evidence::NotExecuted { why, .. } = e else {
         panic!("{e:?}")
@@ -413,7 +413,7 @@ fn success_requires_the_remote_reference_when_configured() {
         );
     }
     // Also when a rule says succeeded.
-    let c = c.with_rule(Rule::new(299, EvidenceClass::Succeeded));
+    let c = c.rule(Rule::new(299, EvidenceClass::Succeeded));
     assert_eq!(classify(&c, 299, &[], "").label(), "unknown");
     // 202 is processing, never subject to the reference.
     assert_eq!(classify(&stripe_like(), 202, &[], "").label(), "processing");
@@ -421,7 +421,7 @@ fn success_requires_the_remote_reference_when_configured() {
 
 #[test]
 fn nested_remote_ref_pointer() {
-    let c = Contract::conservative().with_remote_ref(RemoteRef::required("/data/ticket/number"));
+    let c = Contract::conservative().remote_ref(RemoteRef::required("/data/ticket/number"));
     assert_eq!(
         classify(&c, 201, &[], r#"{"data":{"ticket":{"number":731}}}"#),
         Evidence::Succeeded {
@@ -781,7 +781,7 @@ fn key_in_form_body() {
 
 #[test]
 fn oversize_and_empty_keys_are_refused() {
-    let c = Contract::conservative().with_max_key_len(40);
+    let c = Contract::conservative().max_key_len(40);
     let long = IdempotencyKey::from_stored("k".repeat(41));
     let err = c
         .attach_key(&mut parts("https://a.test/"), Bytes::new(), &long)
@@ -800,7 +800,7 @@ fn oversize_and_empty_keys_are_refused() {
     assert_eq!(err.kind(), &ContractErrorKind::Empty);
     // validate refuses a maximum that cannot hold a generated key.
     let err = Contract::conservative()
-        .with_max_key_len(35)
+        .max_key_len(35)
         .validate()
         .unwrap_err();
     assert_eq!(
@@ -827,23 +827,20 @@ fn numeric_fields_beyond_their_bounds_are_refused() {
     // a spawned recoverer.
     for (c, field) in [
         (
-            Contract::ietf_draft().with_retention_secs(u64::MAX),
+            Contract::ietf_draft().retention_secs(u64::MAX),
             "retention_secs",
         ),
         (
-            Contract::ietf_draft().with_retention_secs(MAX_RETENTION_SECS + 1),
+            Contract::ietf_draft().retention_secs(MAX_RETENTION_SECS + 1),
             "retention_secs",
         ),
+        (Contract::ietf_draft().settle_secs(u64::MAX), "settle_secs"),
         (
-            Contract::ietf_draft().with_settle_secs(u64::MAX),
+            Contract::ietf_draft().settle_secs(MAX_SETTLE_SECS + 1),
             "settle_secs",
         ),
         (
-            Contract::ietf_draft().with_settle_secs(MAX_SETTLE_SECS + 1),
-            "settle_secs",
-        ),
-        (
-            Contract::ietf_draft().with_max_key_len(usize::MAX),
+            Contract::ietf_draft().max_key_len(usize::MAX),
             "max_key_len",
         ),
     ] {
@@ -857,9 +854,9 @@ fn numeric_fields_beyond_their_bounds_are_refused() {
     }
     // The bounds themselves are fine.
     Contract::ietf_draft()
-        .with_retention_secs(MAX_RETENTION_SECS)
-        .with_settle_secs(MAX_SETTLE_SECS)
-        .with_max_key_len(MAX_KEY_LEN_LIMIT)
+        .retention_secs(MAX_RETENTION_SECS)
+        .settle_secs(MAX_SETTLE_SECS)
+        .max_key_len(MAX_KEY_LEN_LIMIT)
         .validate()
         .unwrap();
     // From JSON, the error names the field too.
@@ -923,7 +920,7 @@ fn invalid_contracts_name_the_field() {
         ContractErrorKind::Empty,
     );
     invalid(
-        Contract::conservative().with_key(KeyPlacement::header("Idempotency Key")),
+        Contract::conservative().key(KeyPlacement::header("Idempotency Key")),
         "key.name",
         ContractErrorKind::InvalidHeaderName("Idempotency Key".into()),
     );
@@ -948,7 +945,7 @@ fn invalid_contracts_name_the_field() {
         ContractErrorKind::Empty,
     );
     invalid(
-        stripe_like().with_rule(Rule::new(
+        stripe_like().rule(Rule::new(
             StatusMatch::range(600, 700),
             EvidenceClass::Unknown,
         )),
@@ -956,7 +953,7 @@ fn invalid_contracts_name_the_field() {
         ContractErrorKind::InvalidStatusRange { lo: 600, hi: 700 },
     );
     invalid(
-        Contract::conservative().with_rule(Rule::new(
+        Contract::conservative().rule(Rule::new(
             StatusMatch::range(599, 500),
             EvidenceClass::Unknown,
         )),
@@ -964,11 +961,11 @@ fn invalid_contracts_name_the_field() {
         ContractErrorKind::InvalidStatusRange { lo: 599, hi: 500 },
     );
     invalid(
-        Contract::conservative().with_rule(Rule::new(99, EvidenceClass::Unknown)),
+        Contract::conservative().rule(Rule::new(99, EvidenceClass::Unknown)),
         "rules[0].status",
         ContractErrorKind::InvalidStatusRange { lo: 99, hi: 99 },
     );
-    let mut empty_rule = Contract::conservative().with_rule(Rule::new(500, EvidenceClass::Unknown));
+    let mut empty_rule = Contract::conservative().rule(Rule::new(500, EvidenceClass::Unknown));
     empty_rule.rules.push(Rule {
         status: None,
         header: None,
@@ -984,30 +981,29 @@ fn invalid_contracts_name_the_field() {
     );
     invalid(
         Contract::conservative()
-            .with_rule(Rule::new(500, EvidenceClass::Unknown).header("Bad Header", "x")),
+            .rule(Rule::new(500, EvidenceClass::Unknown).header("Bad Header", "x")),
         "rules[0].header.name",
         ContractErrorKind::InvalidHeaderName("Bad Header".into()),
     );
     invalid(
-        Contract::conservative()
-            .with_rule(Rule::new(500, EvidenceClass::Unknown).body("/a~2", "x")),
+        Contract::conservative().rule(Rule::new(500, EvidenceClass::Unknown).body("/a~2", "x")),
         "rules[0].body.pointer",
         ContractErrorKind::InvalidPointer("/a~2".into()),
     );
     invalid(
-        Contract::conservative().with_remote_ref(RemoteRef::required("id")),
+        Contract::conservative().remote_ref(RemoteRef::required("id")),
         "remote_ref.pointer",
         ContractErrorKind::InvalidPointer("id".into()),
     );
     invalid(
         Contract::conservative()
-            .with_secret_header("X-Api-Key")
-            .with_secret_header("bad:name"),
+            .secret_header("X-Api-Key")
+            .secret_header("bad:name"),
         "secret_headers[1]",
         ContractErrorKind::InvalidHeaderName("bad:name".into()),
     );
     invalid(
-        Contract::conservative().with_digest(PayloadDigest::Fields(vec![
+        Contract::conservative().digest(PayloadDigest::Fields(vec![
             "/amount".into(),
             "currency".into(),
         ])),
@@ -1020,7 +1016,7 @@ fn invalid_contracts_name_the_field() {
 fn error_display_names_contract_field_and_problem() {
     let err = Contract::conservative()
         .named("acme")
-        .with_rule(Rule::new(
+        .rule(Rule::new(
             StatusMatch::range(500, 700),
             EvidenceClass::Unknown,
         ))
@@ -1192,15 +1188,14 @@ fn reference_changes_when_any_field_changes() {
     let h = base.reference().hash;
     let variants: Vec<Contract> = vec![
         base.clone().named("stripe-v1b"),
-        base.clone().with_key(KeyPlacement::Header {
+        base.clone().key(KeyPlacement::Header {
             name: "Idempotency-Key".into(),
             format: KeyFormat::Quoted,
         }),
-        base.clone().with_max_key_len(254),
-        base.clone().with_retention_secs(86401),
-        base.clone().with_replay(Replay::CurrentState),
-        base.clone()
-            .with_rule(Rule::new(418, EvidenceClass::Rejected)),
+        base.clone().max_key_len(254),
+        base.clone().retention_secs(86401),
+        base.clone().replay(Replay::CurrentState),
+        base.clone().rule(Rule::new(418, EvidenceClass::Rejected)),
         {
             let mut c = base.clone();
             c.rules[0].reason = None;
@@ -1214,10 +1209,10 @@ fn reference_changes_when_any_field_changes() {
             });
             c
         },
-        base.clone().with_remote_ref(RemoteRef::optional("/id")),
-        base.clone().with_secret_header("X-Other"),
+        base.clone().remote_ref(RemoteRef::optional("/id")),
+        base.clone().secret_header("X-Other"),
         base.clone()
-            .with_digest(PayloadDigest::Fields(vec!["/amount".into()])),
+            .digest(PayloadDigest::Fields(vec!["/amount".into()])),
     ];
     let mut seen = std::collections::HashSet::new();
     seen.insert(h);
@@ -1405,7 +1400,7 @@ fn get_and_find_by_reference() {
     assert_eq!(cs.get("stripe-v1").unwrap().as_ref(), &stripe);
     assert!(cs.get("nope").is_none());
     assert_eq!(cs.find(&stripe.reference()).unwrap().as_ref(), &stripe);
-    let changed = stripe.clone().with_max_key_len(100).reference();
+    let changed = stripe.clone().max_key_len(100).reference();
     assert!(cs.find(&changed).is_none());
 }
 
@@ -1415,7 +1410,7 @@ fn registry_validation() {
         .route(Target::host("a.test"), named("same"))
         .route(Target::host("b.test"), named("same"));
     cs.validate().unwrap();
-    let cs = cs.route(Target::host("c.test"), named("same").with_max_key_len(100));
+    let cs = cs.route(Target::host("c.test"), named("same").max_key_len(100));
     let err = cs.validate().unwrap_err();
     assert_eq!(err.kind(), &ContractErrorKind::DuplicateName("same".into()));
     for bad in [

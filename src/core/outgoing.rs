@@ -262,7 +262,7 @@ mod tests {
 
     #[test]
     fn a_key_that_cannot_be_placed_is_an_error_before_anything_else() {
-        let contract = Contract::conservative().with_key(KeyPlacement::JsonBody {
+        let contract = Contract::conservative().key(KeyPlacement::JsonBody {
             pointer: "/idempotency_key".into(),
         });
         let frozen = FrozenRequest::freeze(

@@ -127,10 +127,10 @@ impl Default for DrillOptions {
 /// response (errors included) for 24 h, and 429 is documented as not executed.
 pub fn replay_safe_contract() -> Contract {
     Contract::new("fake-vendor-v1", KeyPlacement::header("Idempotency-Key"))
-        .with_replay(Replay::StoredFirstResponse)
-        .with_retention_secs(86_400)
-        .with_rule(Rule::new(429u16, EvidenceClass::NotExecuted))
-        .with_remote_ref(RemoteRef::optional("/id"))
+        .replay(Replay::StoredFirstResponse)
+        .retention_secs(86_400)
+        .rule(Rule::new(429u16, EvidenceClass::NotExecuted))
+        .remote_ref(RemoteRef::optional("/id"))
 }
 
 /// The credential the stack applies.
