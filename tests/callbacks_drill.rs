@@ -460,3 +460,55 @@ async fn an_unmapped_account_is_quarantined() {
     );
     assert_eq!(state_of(&s, &op).await, State::Unknown);
 }
+
+/// Issue 13 item 5: quarantined callbacks are visible in the operators' command line.
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn quarantined_callbacks_are_listed_by_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let s = setup(SqliteLedger::open(&path).await.unwrap()).await;
+    let op = lost_write(&s, "intent-cli-quarantine").await;
+    let mut ticket = ticket_of(&s, &op);
+    ticket.operation_id = Some("op-nobody-made".into());
+    ticket.idempotency_key = None;
+    ticket.id = "W404".into();
+    let d = signed(
+        &s,
+        "evt_q",
+        ticket_event("evt_q", "ticket.created", &ticket),
+    );
+    assert!(matches!(
+        &deliver(&s, &d).await.outcomes[..],
+        [DeliveryOutcome::Quarantined { .. }]
+    ));
+
+    let run = |scope: &[&str]| {
+        let mut args = vec!["--ledger".to_owned(), format!("sqlite:{}", path.display())];
+        args.extend(scope.iter().map(|s| (*s).to_owned()));
+        args.extend(["--json".to_owned(), "quarantine".to_owned()]);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_recoverable-write"))
+            .args(&args)
+            .output()
+            .expect("run the CLI");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(!text.contains(SECRET), "never the signing secret");
+        serde_json::from_str::<serde_json::Value>(&text).expect("json")
+    };
+    let all = run(&["--all-tenants"]);
+    let callbacks = all["callbacks"].as_array().expect("callbacks");
+    assert_eq!(callbacks.len(), 1, "{all}");
+    assert_eq!(callbacks[0]["event_id"], "evt_q");
+    assert_eq!(callbacks[0]["match_value"], "op-nobody-made");
+    assert_eq!(callbacks[0]["evidence"], "succeeded");
+    // Scoped to the tenant its account maps to, and to no other.
+    let mine = run(&["--tenant", TENANT]);
+    assert_eq!(mine["callbacks"].as_array().unwrap().len(), 1);
+    let other = run(&["--tenant", "tenant-b"]);
+    assert!(other["callbacks"].as_array().unwrap().is_empty());
+}

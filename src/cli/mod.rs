@@ -120,6 +120,18 @@ pub enum Command {
     Resolve(ResolveArgs),
     /// Counts by state and target, the oldest stuck items, review resolution times.
     Stats(StatsArgs),
+    /// What the ledger holds but never acts on: vendor callbacks that matched no operation of
+    /// their tenant (or named an unknown account, or another tenant's operation), and rows it
+    /// could not decode.
+    Quarantine(QuarantineArgs),
+}
+
+/// `quarantine`.
+#[derive(Debug, Args)]
+pub struct QuarantineArgs {
+    /// Most entries of each kind, oldest first.
+    #[arg(long, default_value_t = 100)]
+    pub limit: u32,
 }
 
 /// `list`.
@@ -320,6 +332,7 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
         Command::Claim(a) => ctx.claim(a).await,
         Command::Resolve(a) => ctx.resolve(a).await,
         Command::Stats(a) => ctx.stats(a).await,
+        Command::Quarantine(a) => ctx.quarantine(a).await,
     };
     store.close().await;
     result
@@ -518,7 +531,101 @@ fn to_json<T: Serialize>(value: &T) -> Result<String, CliError> {
         .map_err(|e| CliError::new(exit::OPERATIONAL, format!("cannot serialize: {e}")))
 }
 
+/// One quarantined callback as printed: never its payload.
+#[derive(Debug, Serialize)]
+struct QuarantinedCallbackView {
+    vendor: String,
+    event_id: String,
+    event_type: String,
+    tenant: Option<String>,
+    match_by: Option<String>,
+    match_value: Option<String>,
+    reason: String,
+    evidence: Option<&'static str>,
+    received: String,
+}
+
+/// One quarantined (undecodable) row as printed.
+#[derive(Debug, Serialize)]
+struct QuarantinedRowView {
+    tenant: String,
+    operation_id: String,
+    error: String,
+    at: String,
+}
+
 impl Ctx {
+    async fn quarantine(&self, a: QuarantineArgs) -> Result<String, CliError> {
+        let callbacks = self
+            .ledger
+            .quarantined_callbacks(a.limit)
+            .await
+            .map_err(CliError::ledger)?;
+        let rows = self
+            .ledger
+            .quarantined(a.limit)
+            .await
+            .map_err(CliError::ledger)?;
+        let all = matches!(self.scope, TenantScope::AllTenants);
+        // A callback whose account mapped to no tenant belongs to no tenant: only an
+        // all-tenants view shows it.
+        let callbacks: Vec<QuarantinedCallbackView> = callbacks
+            .into_iter()
+            .filter(|c| all || c.tenant.as_ref().is_some_and(|t| self.scope.contains(t)))
+            .map(|c| QuarantinedCallbackView {
+                vendor: c.vendor,
+                event_id: c.event_id,
+                event_type: c.event_type,
+                tenant: c.tenant.map(|t| t.as_str().to_owned()),
+                match_by: c.match_by,
+                match_value: c.match_value,
+                reason: c.reason,
+                evidence: c.evidence.as_ref().map(|e| e.label()),
+                received: operator::format_time(c.received_at_ms),
+            })
+            .collect();
+        let rows: Vec<QuarantinedRowView> = rows
+            .into_iter()
+            .filter(|r| self.scope.contains(&r.tenant))
+            .map(|r| QuarantinedRowView {
+                tenant: r.tenant.as_str().to_owned(),
+                operation_id: r.operation_id.as_str().to_owned(),
+                error: r.error,
+                at: operator::format_time(r.at_ms),
+            })
+            .collect();
+        if self.json {
+            return to_json(&serde_json::json!({ "callbacks": callbacks, "rows": rows }));
+        }
+        let mut out = String::new();
+        out.push_str(&format!("quarantined callbacks: {}\n", callbacks.len()));
+        for c in &callbacks {
+            out.push_str(&format!(
+                "  {}  {} {} ({})  tenant {}  {} {}  evidence {}\n    why: {}\n",
+                c.received,
+                c.vendor,
+                c.event_id,
+                c.event_type,
+                c.tenant.as_deref().unwrap_or("-"),
+                c.match_by.as_deref().unwrap_or("-"),
+                c.match_value.as_deref().unwrap_or("-"),
+                c.evidence.unwrap_or("-"),
+                c.reason,
+            ));
+        }
+        out.push_str(&format!(
+            "quarantined rows (could not be decoded): {}\n",
+            rows.len()
+        ));
+        for r in &rows {
+            out.push_str(&format!(
+                "  {}  {} {}\n    why: {}\n",
+                r.at, r.tenant, r.operation_id, r.error
+            ));
+        }
+        Ok(out)
+    }
+
     async fn list(&self, a: ListArgs) -> Result<String, CliError> {
         let mut q = OperationQuery::scoped(self.scope.clone())
             .states(parse_states(&a.state)?)
