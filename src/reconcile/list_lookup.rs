@@ -302,3 +302,123 @@ where
         })
     }
 }
+
+#[cfg(all(test, feature = "test-util"))]
+mod tests {
+    use super::*;
+    use crate::ledger::Created;
+    use crate::testing::FakeVendor;
+    use crate::testing::drill::http_client;
+    use crate::{MemoryLedger, Operation, OperationId, RecoverableWriteLayer};
+
+    /// A row naming operation `id`, as the layer would create it.
+    async fn row(id: &str) -> OperationRecord {
+        let layer = RecoverableWriteLayer::new(MemoryLedger::new());
+        let op = Operation::new("tenant-a", "create_ticket", id).with_id(OperationId::new(id));
+        let req = Request::post("http://vendor.test/tickets")
+            .body(Bytes::from_static(br#"{"device_id":"E17"}"#))
+            .expect("request");
+        let new = layer.new_operation(&op, &req);
+        match layer.ledger().create_or_get(new).await.expect("create") {
+            Created::New(r) | Created::Existing(r) => r,
+        }
+    }
+
+    fn why(evidence: &Evidence) -> &str {
+        match evidence {
+            Evidence::Unknown { why, .. } => why,
+            other => panic!("expected Unknown, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_one_item_carrying_the_reference_is_read() {
+        let op = row("op-7").await;
+        let lookup = ListLookup::new((), "/search")
+            .items_pointer(Some("/data"))
+            .reference_pointer(Some("/meta/ref"))
+            .remote_ref_pointer("/id");
+        let ok = StatusCode::OK;
+        let headers = http::HeaderMap::new();
+        let body = br#"{"data":[
+            {"id":"W1","status":"SUCCEEDED","meta":{"ref":"op-6"}},
+            {"id":"W2","status":"SUCCEEDED","meta":{"ref":"op-7"}},
+            {"id":"W3","status":"SUCCEEDED"}
+        ]}"#;
+        let (evidence, item) = lookup.judge(&op, "op-7", ok, &headers, body);
+        assert_eq!(
+            evidence,
+            Evidence::Succeeded {
+                remote_ref: Some("W2".into())
+            }
+        );
+        assert_eq!(item.expect("the item")["id"], "W2");
+        // A number carries the reference as its decimal text.
+        let (evidence, _) = lookup.judge(
+            &op,
+            "42",
+            ok,
+            &headers,
+            br#"{"data":[{"id":7,"status":"PENDING","meta":{"ref":42}}]}"#,
+        );
+        assert!(
+            matches!(evidence, Evidence::Processing { .. }),
+            "{evidence:?}"
+        );
+        // Nothing carrying it, several, a 404, no list there, not JSON: nothing proven.
+        for (status, body, expected) in [
+            (ok, &br#"{"data":[]}"#[..], "no item carrying"),
+            (
+                ok,
+                br#"{"data":[{"meta":{"ref":"op-7"}},{"meta":{"ref":"op-7"}}]}"#,
+                "2 items",
+            ),
+            (StatusCode::NOT_FOUND, br#"{"error":"none"}"#, "not proof"),
+            (
+                ok,
+                br#"{"data":{"meta":{"ref":"op-7"}}}"#,
+                "no list of items",
+            ),
+            (ok, b"<items/>", "without a JSON document"),
+        ] {
+            let (evidence, item) = lookup.judge(&op, "op-7", status, &headers, body);
+            assert!(why(&evidence).contains(expected), "{evidence:?}");
+            assert!(item.is_none());
+        }
+        // Without a reference pointer the URL's filter selected: every item carries it.
+        let filtered = ListLookup::new((), "/search?ref={operation_id}");
+        let (evidence, _) = filtered.judge(
+            &op,
+            "op-7",
+            ok,
+            &headers,
+            br#"[{"status":"DONE","resource_id":"W9"}]"#,
+        );
+        assert_eq!(
+            evidence,
+            Evidence::Succeeded {
+                remote_ref: Some("W9".into())
+            }
+        );
+        let (evidence, _) = filtered.judge(&op, "op-7", ok, &headers, br#"[{}, {}]"#);
+        assert!(why(&evidence).contains("2 items"), "{evidence:?}");
+    }
+
+    #[tokio::test]
+    async fn a_reference_the_operation_has_no_value_for_makes_no_lookup() {
+        let vendor = FakeVendor::start().await;
+        let op = row("op-no-ref").await;
+        let lookup = ListLookup::new(
+            http_client(),
+            vendor.url("/tickets?operation_id={operation_id}"),
+        )
+        .reference("{remote_ref}");
+        let evidence = lookup.reconcile(&op).await;
+        let why = why(&evidence);
+        assert!(
+            why.contains("not made") && why.contains("{remote_ref}"),
+            "{why}"
+        );
+        assert!(vendor.requests().is_empty(), "nothing was sent");
+    }
+}
