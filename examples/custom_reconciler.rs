@@ -229,6 +229,7 @@ async fn run() -> Result<(), BoxError> {
             items_pointer: Some("/tickets".into()),
             reference_pointer: Some("/operation_id".into()),
             reference: "{operation_id}".into(),
+            answer: Default::default(),
         });
     contract.validate()?;
 

@@ -51,12 +51,14 @@ use crate::BoxError;
 use crate::authorize::{Authorizer, SharedAuthorizer};
 use crate::budget::{BudgetPolicy, ReplayLimiter};
 use crate::clock::{Clock, SharedClock};
-use crate::contract::{Contract, ContractError, Contracts, Lookup};
+use crate::contract::{Contract, ContractError, Contracts, Lookup, LookupAnswer};
 use crate::core::Shared;
 use crate::layer::{RecoverableWrite, RecoverableWriteLayer};
 use crate::ledger::Ledger;
 use crate::notify::Notifier;
-use crate::reconcile::{HttpLookup, LookupStatuses, Reconciler, Recoverer, Transport};
+use crate::reconcile::{
+    HttpLookup, ListLookup, LookupStatuses, NotFound, Reconciler, Recoverer, Transport,
+};
 use crate::review::Reviews;
 
 /// Why a configuration was refused. Nothing was built.
@@ -311,7 +313,9 @@ impl ConfigBuilder {
     }
 }
 
-/// The reconciler a contract's `lookup` describes, over `transport`.
+/// The reconciler a contract's `lookup` describes, over `transport`: an [`HttpLookup`] for
+/// `http_get`, a [`ListLookup`] for `list_by_reference`; none for the other kinds (a same-key
+/// replay is the engine's own path, webhooks and `unavailable` have nothing to ask).
 fn lookup_for(
     contract: &Contract,
     transport: &Transport,
@@ -325,7 +329,16 @@ fn lookup_for(
         } => {
             let mut lookup = HttpLookup::new(transport.clone(), url_template.clone())
                 .timeout(timeout)
-                .secret_body_fields(contract.secret_body_fields.clone());
+                .secret_body_fields(contract.secret_body_fields.clone())
+                .statuses(statuses(answer))
+                // Validated with the contract: an unknown value never gets here.
+                .not_found(
+                    answer
+                        .not_found
+                        .as_deref()
+                        .and_then(NotFound::parse)
+                        .unwrap_or_default(),
+                );
             // A URL built from the operation's own id or key identifies it, and so does one
             // built from its remote reference (recorded only from this operation's own
             // evidence): the answer need not repeat the id, unless the contract says where it
@@ -344,18 +357,36 @@ fn lookup_for(
             if let Some(p) = &answer.remote_ref {
                 lookup = lookup.remote_ref_pointer(p);
             }
-            let mut statuses = LookupStatuses::default();
-            for (set, from) in [
-                (&mut statuses.succeeded, &answer.succeeded),
-                (&mut statuses.processing, &answer.processing),
-                (&mut statuses.rejected, &answer.rejected),
-                (&mut statuses.not_executed, &answer.not_executed),
-            ] {
-                if let Some(v) = from {
-                    set.clone_from(v);
-                }
+            if let Some(h) = tenant_header {
+                lookup = lookup.tenant_header(h.clone());
             }
-            lookup = lookup.statuses(statuses);
+            Some(Arc::new(lookup))
+        }
+        Lookup::ListByReference {
+            url_template,
+            items_pointer,
+            reference_pointer,
+            reference,
+            answer,
+        } => {
+            // The item carrying the reference is read with the answer's pointers, relative to
+            // the item; the reference identifies it (the item repeats the operation id only
+            // where the contract says). A 404 or an empty list is never "not executed" (the
+            // contract cannot say otherwise: validation refuses it).
+            let mut lookup = ListLookup::new(transport.clone(), url_template.clone())
+                .items_pointer(items_pointer.as_deref())
+                .reference_pointer(reference_pointer.as_deref())
+                .reference(reference.clone())
+                .id_pointer(answer.operation_id.as_deref())
+                .statuses(statuses(answer))
+                .timeout(timeout)
+                .secret_body_fields(contract.secret_body_fields.clone());
+            if let Some(p) = &answer.status {
+                lookup = lookup.status_pointer(p);
+            }
+            if let Some(p) = &answer.remote_ref {
+                lookup = lookup.remote_ref_pointer(p);
+            }
             if let Some(h) = tenant_header {
                 lookup = lookup.tenant_header(h.clone());
             }
@@ -363,6 +394,22 @@ fn lookup_for(
         }
         _ => None,
     }
+}
+
+/// The status vocabulary an answer configures: each list it gives replaces the default one.
+fn statuses(answer: &LookupAnswer) -> LookupStatuses {
+    let mut statuses = LookupStatuses::default();
+    for (set, from) in [
+        (&mut statuses.succeeded, &answer.succeeded),
+        (&mut statuses.processing, &answer.processing),
+        (&mut statuses.rejected, &answer.rejected),
+        (&mut statuses.not_executed, &answer.not_executed),
+    ] {
+        if let Some(v) = from {
+            set.clone_from(v);
+        }
+    }
+    statuses
 }
 
 /// A validated configuration. Hands out the layer, the recoverer, the reviews and (feature

@@ -120,7 +120,7 @@ pub use ledger::SqliteLedger;
 pub use ledger::{Ledger, MemoryLedger};
 pub use notify::{Notice, Notifier};
 pub use operation::{AttemptId, Generation, IdempotencyKey, Operation, OperationId, Tenant};
-pub use reconcile::{HttpLookup, Reconciler, Recoverer};
+pub use reconcile::{HttpLookup, ListLookup, Reconciler, Recoverer};
 pub use review::{HandoffPackage, Reviews};
 pub use state::State;
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use http::HeaderName;
+use recoverable_write::RecoverableWrite as RecoverableWriteService;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
     Contracts, Error, Evidence, HttpLookup, MemoryLedger, Reconciler, RecoverableWrite,
@@ -312,4 +313,362 @@ lookup = {{ kind = "http_get", url_template = "{lookup_base}/by-op/{{operation_i
         serde_json::from_str(note.trim_start_matches("lookup answer: ")).unwrap();
     assert_eq!(kept, serde_json::json!({"id": "W731", "status": "open"}));
     assert!(!note.contains("cs_live"), "{note}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11 item 2: `list_by_reference` lookups and what a 404 means, from the contract alone.
+// ---------------------------------------------------------------------------------------------
+
+/// The fake vendor's tickets contract from TOML, with `lookup_and_more` after `extends`. Its
+/// replay is unsafe: no same-key replay either, so only the lookup (or its proof that nothing
+/// ran) moves an operation on.
+fn tickets_contract(lookup_and_more: &str) -> Contracts {
+    let toml = format!(
+        r#"
+[[route]]
+host = "127.0.0.1"
+contract = "tickets"
+
+[contracts.tickets]
+extends = "ietf-draft"
+replay = "unsafe"
+{lookup_and_more}
+"#
+    );
+    Contracts::from_toml_str(&toml, "contracts.toml").expect("valid contracts")
+}
+
+/// The list lookup the fake vendor offers: its search by operation id, items under `/tickets`,
+/// each carrying the operation id at `/operation_id` and the ticket id at `/id`.
+const LIST_LOOKUP: &str = r#"lookup = { kind = "list_by_reference", url_template = "/tickets?operation_id={operation_id}", items_pointer = "/tickets", reference_pointer = "/operation_id", answer = { remote_ref = "/id" } }"#;
+
+/// The configuration over `contracts`, and the writer (the layer over the guard and client).
+fn configured(
+    contracts: Contracts,
+) -> (
+    recoverable_write::Config,
+    RecoverableWriteService<recoverable_write::SendOnceGuard<HttpClient>>,
+) {
+    let below = ServiceBuilder::new()
+        .layer(SendOnceGuardLayer::new())
+        .service(http_client());
+    let rw = RecoverableWrite::builder(MemoryLedger::new())
+        .contracts(contracts)
+        .budget(fast_policy())
+        .transport(below.clone())
+        .lookup_tenant_header(HeaderName::from_static("x-tenant"))
+        .lookup_timeout(Duration::from_millis(500))
+        .recovery_lease(Duration::from_secs(2))
+        .build()
+        .expect("valid configuration");
+    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
+    (rw, svc)
+}
+
+async fn row_of(
+    rw: &recoverable_write::Config,
+    op: &recoverable_write::Operation,
+) -> recoverable_write::ledger::OperationRecord {
+    rw.ledger()
+        .get(op.tenant(), op.id())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Recovery passes until `done` holds for the row (at most about 4 s).
+async fn recover_until(
+    rw: &recoverable_write::Config,
+    op: &recoverable_write::Operation,
+    done: impl Fn(&recoverable_write::ledger::OperationRecord) -> bool,
+) -> recoverable_write::ledger::OperationRecord {
+    let recoverer = rw.recoverer();
+    for _ in 0..200 {
+        let row = row_of(rw, op).await;
+        if done(&row) {
+            return row;
+        }
+        recoverer.run_once().await.expect("pass");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "never reached the expected state: {:?}",
+        row_of(rw, op).await
+    );
+}
+
+fn posts(vendor: &FakeVendor) -> usize {
+    vendor
+        .requests()
+        .iter()
+        .filter(|r| r.method == http::Method::POST)
+        .count()
+}
+
+#[tokio::test]
+async fn a_list_by_reference_lookup_from_toml_only_recovers_a_lost_response_to_one_ticket() {
+    let vendor = FakeVendor::start().await;
+    let (rw, svc) = configured(tickets_contract(LIST_LOOKUP));
+    let op = new_op("intent-list-lookup");
+    vendor.faults().drop_after_commit(1);
+    let err = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17"))
+        .await
+        .expect_err("the response is lost");
+    assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+
+    let row = recover_until(&rw, &op, |r| r.state == State::Succeeded).await;
+    assert_eq!(
+        row.remote_ref.as_deref(),
+        Some("W731"),
+        "read at the item's /id"
+    );
+    assert_eq!(vendor.tickets_created(), 1);
+    assert_eq!(vendor.posts_received(), 1);
+    assert!(vendor.lookups_received() >= 1, "the search was asked");
+    // The search was scoped (tenant header) and filtered by the operation's own id.
+    let search = vendor
+        .requests()
+        .into_iter()
+        .find(|r| r.method == http::Method::GET)
+        .expect("a lookup");
+    assert_eq!(search.path, format!("/tickets?operation_id={}", op.id()));
+    assert_eq!(search.tenant, op.tenant().as_str());
+    // The item that resolved it is kept in the evidence log.
+    let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    let note = log
+        .iter()
+        .find(|e| e.entry.kind == "lookup" && e.entry.to_state == Some(State::Succeeded))
+        .and_then(|e| e.entry.note.clone())
+        .unwrap_or_else(|| panic!("no resolving lookup: {log:?}"));
+    assert!(note.contains("\"W731\""), "{note}");
+}
+
+#[tokio::test]
+async fn an_empty_list_before_settle_is_no_evidence_and_after_it_still_no_proof_of_non_execution() {
+    let vendor = FakeVendor::start().await;
+    let (rw, svc) = configured(tickets_contract(&format!("settle_secs = 2\n{LIST_LOOKUP}")));
+    let op = new_op("intent-list-empty");
+    // The vendor holds the create far beyond the attempt's timeout (600 ms): the write's
+    // outcome is unknown and the vendor's search finds nothing.
+    vendor
+        .faults()
+        .delay_before_commit(Duration::from_secs(120), 1);
+    let err = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17"))
+        .await
+        .expect_err("the attempt times out");
+    assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+
+    // Before the settle time: the miss is no evidence at all, and uses no query.
+    let log_has_deferral = |log: &[recoverable_write::ledger::EvidenceEntry]| {
+        log.iter().any(|e| {
+            e.entry.kind == "deferred" && e.entry.note.as_deref().unwrap_or("").contains("settle")
+        })
+    };
+    let recoverer = rw.recoverer();
+    let mut deferred = false;
+    for _ in 0..40 {
+        recoverer.run_once().await.expect("pass");
+        let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+        if log_has_deferral(&log) {
+            deferred = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(deferred, "the early miss was deferred");
+    let row = row_of(&rw, &op).await;
+    assert_eq!(row.state, State::Unknown);
+    assert_eq!(row.queries_used, 0, "an early miss counts no query");
+    assert!(vendor.lookups_received() >= 1, "the search was asked");
+
+    // After the settle time: an empty list is weak evidence, never proof that nothing ran.
+    let row = recover_until(&rw, &op, |r| r.queries_used >= 1).await;
+    assert_eq!(
+        row.state,
+        State::Unknown,
+        "an empty list is not NOT_EXECUTED"
+    );
+    let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    assert!(
+        log.iter().any(|e| e.entry.kind == "lookup"
+            && matches!(&e.entry.evidence, Some(Evidence::Unknown { why, .. })
+                if why.contains("no item carrying the reference"))),
+        "{log:?}"
+    );
+    assert!(
+        !log.iter().any(|e| matches!(
+            e.entry.evidence,
+            Some(Evidence::NotExecuted { .. } | Evidence::Succeeded { .. })
+        )),
+        "{log:?}"
+    );
+    // Nothing was sent again.
+    assert_eq!(vendor.posts_received(), 1);
+    assert_eq!(posts(&vendor), 1);
+    assert_eq!(
+        vendor.tickets_created(),
+        0,
+        "the held create has not committed"
+    );
+}
+
+#[tokio::test]
+async fn two_items_carrying_the_reference_are_unknown_and_nothing_is_sent() {
+    // A vendor that does not dedupe by operation id: someone created a second ticket under the
+    // same operation id (another key) after the first one's answer was lost.
+    let vendor = FakeVendor::builder()
+        .dedupe_by_operation_id(false)
+        .start()
+        .await
+        .expect("vendor");
+    let (rw, svc) = configured(tickets_contract(LIST_LOOKUP));
+    let op = new_op("intent-list-two");
+    vendor.faults().drop_after_commit(1);
+    let _ = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17")).await;
+    let other = http::Request::post(vendor.url("/tickets"))
+        .header("content-type", "application/json")
+        .header("x-tenant", op.tenant().as_str())
+        .header("idempotency-key", "k-someone-else")
+        .body(http_body_util::Full::new(bytes::Bytes::from(ticket_body(
+            &op, "E17",
+        ))))
+        .unwrap();
+    let res = tower::ServiceExt::oneshot(http_client(), other)
+        .await
+        .unwrap();
+    assert_eq!(res.status(), http::StatusCode::CREATED);
+    assert_eq!(vendor.tickets_created(), 2);
+
+    let row = recover_until(&rw, &op, |r| r.queries_used >= 1).await;
+    assert_eq!(row.state, State::Unknown, "none of the two is picked");
+    assert_eq!(row.remote_ref, None);
+    let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    assert!(
+        log.iter().any(|e| e.entry.kind == "lookup"
+            && matches!(&e.entry.evidence, Some(Evidence::Unknown { why, .. })
+                if why.contains("2 items carrying the reference"))),
+        "{log:?}"
+    );
+    // Nothing was sent by recovery: the two POSTs are the lost write and the other one.
+    assert_eq!(vendor.posts_received(), 2);
+    assert_eq!(posts(&vendor), 2);
+    assert_eq!(vendor.tickets_created(), 2);
+}
+
+const GET_LOOKUP: &str =
+    r#"lookup = { kind = "http_get", url_template = "/operations/{operation_id}" }"#;
+
+#[tokio::test]
+async fn a_404_is_unknown_by_default_and_nothing_is_replayed() {
+    let vendor = FakeVendor::start().await;
+    let (rw, svc) = configured(tickets_contract(GET_LOOKUP));
+    let op = new_op("intent-404-default");
+    vendor
+        .faults()
+        .delay_before_commit(Duration::from_secs(120), 1);
+    let _ = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17")).await;
+
+    let row = recover_until(&rw, &op, |r| r.queries_used >= 2).await;
+    assert_eq!(row.state, State::Unknown, "a 404 proves nothing");
+    let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    assert!(
+        log.iter().any(|e| e.entry.kind == "lookup"
+            && matches!(&e.entry.evidence, Some(Evidence::Unknown { why, .. })
+                if why.contains("404"))),
+        "{log:?}"
+    );
+    assert_eq!(vendor.posts_received(), 1, "no replay");
+    assert_eq!(posts(&vendor), 1);
+    assert_eq!(vendor.tickets_created(), 0);
+}
+
+#[tokio::test]
+async fn a_404_the_contract_reads_as_not_executed_replays_a_write_lost_before_commit_once() {
+    let vendor = FakeVendor::start().await;
+    let (rw, svc) = configured(tickets_contract(
+        r#"lookup = { kind = "http_get", url_template = "/operations/{operation_id}", answer = { not_found = "not_executed" } }"#,
+    ));
+    let op = new_op("intent-404-not-executed");
+    // Lost before the commit: the vendor holds the create far beyond the attempt's timeout.
+    vendor
+        .faults()
+        .delay_before_commit(Duration::from_secs(120), 1);
+    let err = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17"))
+        .await
+        .expect_err("the attempt times out");
+    assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+    assert_eq!(vendor.tickets_created(), 0);
+
+    let row = recover_until(&rw, &op, |r| r.state == State::Succeeded).await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    // The 404 was read as "never registered": RETRY_READY, then one replay with the same key.
+    let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    assert!(
+        log.iter().any(|e| e.entry.kind == "lookup"
+            && e.entry.to_state == Some(State::RetryReady)
+            && matches!(&e.entry.evidence, Some(Evidence::NotExecuted { why, .. })
+                if why.contains("404"))),
+        "{log:?}"
+    );
+    assert_eq!(vendor.tickets_created(), 1, "exactly one ticket");
+    let keys: Vec<_> = vendor
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == http::Method::POST)
+        .map(|r| r.idempotency_key)
+        .collect();
+    assert_eq!(keys.len(), 2, "the held write and its one replay");
+    assert_eq!(keys[0], keys[1], "the replay carries the same key");
+}
+
+#[test]
+fn what_a_404_means_is_validated_and_named_by_its_key() {
+    use recoverable_write::contract::{ConfigErrorKind, ContractErrorKind};
+    let load = |lookup_and_more: &str| {
+        let toml = format!("[contracts.tickets]\nextends = \"ietf-draft\"\n{lookup_and_more}\n");
+        Contracts::from_toml_str(&toml, "contracts.toml")
+    };
+    // An unknown value: a typed error naming the key and the values it takes.
+    let err = load(
+        r#"lookup = { kind = "http_get", url_template = "/o/{operation_id}", answer = { not_found = "gone" } }"#,
+    )
+    .expect_err("refused");
+    assert_eq!(
+        err.key(),
+        "contracts.tickets.lookup.answer.not_found",
+        "{err}"
+    );
+    assert!(
+        matches!(err.kind(), ConfigErrorKind::Contract(ContractErrorKind::InvalidChoice { value, .. }) if value == "gone"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("unknown, not_executed"), "{err}");
+    // A lookup that may lag, or a list, can never prove that a write was not executed.
+    for refused in [
+        "settle_secs = 5\nlookup = { kind = \"http_get\", url_template = \"/o/{operation_id}\", answer = { not_found = \"not_executed\" } }",
+        &LIST_LOOKUP.replace("answer = {", "answer = { not_found = \"not_executed\","),
+    ] {
+        let err = load(refused).expect_err("refused");
+        assert_eq!(
+            err.key(),
+            "contracts.tickets.lookup.answer.not_found",
+            "{err}"
+        );
+        assert!(
+            matches!(
+                err.kind(),
+                ConfigErrorKind::Contract(ContractErrorKind::NotFoundCannotProve(_))
+            ),
+            "{err:?}"
+        );
+    }
+    // The defaults change no contract's hash: they are left out of the canonical form.
+    let cs = load(&format!("{GET_LOOKUP}\n")).unwrap();
+    let json = cs.default_contract().canonical_json();
+    assert!(
+        !json.contains("not_found") && !json.contains("answer"),
+        "{json}"
+    );
+    let ec2 = recoverable_write::contract::profiles::aws_ec2().canonical_json();
+    assert!(!ec2.contains("answer"), "{ec2}");
 }

@@ -115,6 +115,18 @@ pub enum ContractErrorKind {
     /// A URL template that is malformed or names an unknown placeholder.
     #[error("invalid URL template: {0}")]
     InvalidTemplate(String),
+    /// A value that is not one of those the field takes.
+    #[error("`{value}` is not one of: {expected}")]
+    InvalidChoice {
+        /// The value given (cut to 64 characters).
+        value: String,
+        /// The values the field takes.
+        expected: &'static str,
+    },
+    /// A lookup that cannot prove a write was not executed is told to read a 404 as "not
+    /// executed" (it would authorise a replay of a write that may have happened).
+    #[error("`not_executed` is refused here: {0}")]
+    NotFoundCannotProve(&'static str),
     /// Not a plain XML element name.
     #[error("`{0}` is not an XML element name (letters, digits, `_`, `-`, `.`, `:`)")]
     InvalidXmlElement(String),

@@ -391,7 +391,9 @@ pub enum Lookup {
     /// `GET` a list or search filtered by a reference the client attached (Stripe metadata,
     /// EC2's `client-token` filter) and find the item carrying it. Only an item that carries the
     /// reference identifies the operation; an empty list proves nothing, and nothing at all
-    /// before `settle_secs` when the list is eventually consistent.
+    /// before `settle_secs` when the list is eventually consistent. Several items carrying the
+    /// reference prove nothing either (none is picked). The answer must be JSON. Built as a
+    /// [`ListLookup`](crate::reconcile::ListLookup).
     ListByReference {
         /// The list URL template (the filter, if the vendor has one, goes in the query).
         url_template: String,
@@ -406,6 +408,11 @@ pub enum Lookup {
         /// The reference value, a template (default `{operation_id}`; EC2: `{idempotency_key}`).
         #[serde(default = "default_reference")]
         reference: String,
+        /// How the item carrying the reference is read (defaults documented on
+        /// [`LookupAnswer`], pointers relative to the item). `not_found` must stay `unknown`:
+        /// an empty list or a 404 never proves that a write was not executed.
+        #[serde(default, skip_serializing_if = "LookupAnswer::is_default")]
+        answer: LookupAnswer,
     },
     /// Send the frozen request again with the same key inside the retention window: the vendor
     /// answers with the first result or the current state, never a second execution. Only for a
@@ -422,7 +429,8 @@ pub enum Lookup {
     Unavailable,
 }
 
-/// How the answer of an [`Lookup::HttpGet`] is read. Every field is optional; in TOML:
+/// How the answer of an [`Lookup::HttpGet`] (or the item of a [`Lookup::ListByReference`]) is
+/// read. Every field is optional; in TOML:
 /// `answer = { status = "/state", remote_ref = "/ticket/id", succeeded = ["OPEN", "CLOSED"] }`.
 ///
 /// | field | default | meaning |
@@ -434,11 +442,22 @@ pub enum Lookup {
 /// | `processing` | `PROCESSING`, `PENDING`, `IN_PROGRESS`, `RUNNING` | still running |
 /// | `rejected` | `REJECTED`, `FAILED`, `DECLINED` | refused, no side effect |
 /// | `not_executed` | `NOT_EXECUTED` | the vendor's record says it never ran |
-/// | `not_found` | `unknown` | what a 404/410 means: `unknown` (weak evidence: the operation stays unknown) |
+/// | `not_found` | `unknown` | what a 404/410 means: `unknown` (weak evidence: the operation stays unknown) or `not_executed` |
 ///
 /// Statuses compare case-insensitively; any other status is weak evidence. A 404 is never
 /// proof of anything by default: a vendor whose lookup is eventually consistent, or whose record
 /// is written after the side effect, answers 404 for a write that happened.
+///
+/// `not_found = "not_executed"` is only for a vendor whose lookup endpoint **guarantees** that a
+/// 404 means the write was never registered (the record is written atomically with the side
+/// effect, read from the primary, kept at least as long as the recovery window). It is
+/// dangerous: a 404 read as "not executed" authorises a replay with the same key, and if the
+/// vendor did execute the write (its record lagging, cleaned up, or kept elsewhere) the replay
+/// executes it a second time. It is refused with `settle_secs` (a lookup that may lag cannot
+/// prove absence) and on a `list_by_reference` lookup (an empty list never proves it).
+///
+/// For a [`Lookup::ListByReference`] the pointers are relative to the item carrying the
+/// reference, and `operation_id` has no default (the reference identifies the item).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LookupAnswer {
@@ -463,6 +482,11 @@ pub struct LookupAnswer {
     /// Statuses meaning never executed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_executed: Option<Vec<String>>,
+    /// What a 404 or 410 means: `unknown` (the default: weak evidence) or `not_executed`
+    /// (see the danger above; parsed by [`NotFound::parse`](crate::reconcile::NotFound::parse)).
+    /// Any other value is refused by [`Contract::validate`], naming `lookup.answer.not_found`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_found: Option<String>,
 }
 
 impl LookupAnswer {

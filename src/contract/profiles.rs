@@ -465,6 +465,7 @@ pub fn aws_ec2() -> Contract {
             items_pointer: None,
             reference_pointer: None,
             reference: "{idempotency_key}".to_owned(),
+            answer: Default::default(),
         })
         .settle_secs(300)
 }

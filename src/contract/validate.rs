@@ -5,10 +5,11 @@ use http::HeaderName;
 use super::error::{ContractError, ContractErrorKind as Kind};
 use super::key::pointer_tokens;
 use super::{
-    Contract, GENERATED_KEY_LEN, KeyPlacement, Lookup, MAX_KEY_LEN_LIMIT, MAX_RETENTION_SECS,
-    MAX_SETTLE_SECS,
+    Contract, GENERATED_KEY_LEN, KeyPlacement, Lookup, LookupAnswer, MAX_KEY_LEN_LIMIT,
+    MAX_RETENTION_SECS, MAX_SETTLE_SECS,
 };
 use crate::operation::PayloadDigest;
+use crate::reconcile::NotFound;
 
 pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
     let err = |field: String, kind| ContractError::new(&c.name, field, kind);
@@ -124,14 +125,14 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
             answer,
         }) => {
             template(url_template).map_err(|k| err("lookup.url_template".into(), k))?;
-            for (name, p) in [
-                ("status", &answer.status),
-                ("remote_ref", &answer.remote_ref),
-                ("operation_id", &answer.operation_id),
-            ] {
-                if let Some(p) = p {
-                    pointer_ok(p).map_err(|k| err(format!("lookup.answer.{name}"), k))?;
-                }
+            lookup_answer(answer).map_err(|(f, k)| err(format!("lookup.answer.{f}"), k))?;
+            if c.settle_secs.is_some() && not_found(answer) == Some(NotFound::NotExecuted) {
+                return Err(err(
+                    "lookup.answer.not_found".into(),
+                    Kind::NotFoundCannotProve(
+                        "the contract has `settle_secs`: a lookup that may lag cannot prove a write was never registered",
+                    ),
+                ));
             }
         }
         Some(Lookup::ListByReference {
@@ -139,8 +140,18 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
             items_pointer,
             reference_pointer,
             reference,
+            answer,
         }) => {
             template(url_template).map_err(|k| err("lookup.url_template".into(), k))?;
+            lookup_answer(answer).map_err(|(f, k)| err(format!("lookup.answer.{f}"), k))?;
+            if not_found(answer) == Some(NotFound::NotExecuted) {
+                return Err(err(
+                    "lookup.answer.not_found".into(),
+                    Kind::NotFoundCannotProve(
+                        "an empty list or a 404 from a list lookup never proves a write was not executed",
+                    ),
+                ));
+            }
             if let Some(p) = items_pointer {
                 pointer_ok(p).map_err(|k| err("lookup.items_pointer".into(), k))?;
             }
@@ -168,6 +179,38 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
         _ => {}
     }
     Ok(())
+}
+
+/// A lookup's `answer`: its pointers well-formed, its `not_found` one of the known values. The
+/// error names the field under `answer`.
+fn lookup_answer(answer: &LookupAnswer) -> Result<(), (&'static str, Kind)> {
+    for (name, p) in [
+        ("status", &answer.status),
+        ("remote_ref", &answer.remote_ref),
+        ("operation_id", &answer.operation_id),
+    ] {
+        if let Some(p) = p {
+            pointer_ok(p).map_err(|k| (name, k))?;
+        }
+    }
+    if let Some(v) = &answer.not_found
+        && NotFound::parse(v).is_none()
+    {
+        let value = v.chars().take(64).collect();
+        return Err((
+            "not_found",
+            Kind::InvalidChoice {
+                value,
+                expected: NotFound::EXPECTED,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// What the answer says a 404 means, when it says it validly.
+fn not_found(answer: &LookupAnswer) -> Option<NotFound> {
+    answer.not_found.as_deref().and_then(NotFound::parse)
 }
 
 /// The placeholders a lookup template may use.

@@ -42,6 +42,249 @@ impl Default for LookupStatuses {
     }
 }
 
+/// What a 404 or 410 from a lookup means (the contract's `answer.not_found`).
+///
+/// The default, [`NotFound::Unknown`], is the only safe reading for most vendors: a lookup that
+/// is eventually consistent, scoped by tenant, or whose record is written after the side effect
+/// answers 404 for a write that happened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotFound {
+    /// Weak evidence: the operation stays unknown (`unknown`).
+    #[default]
+    Unknown,
+    /// The vendor guarantees that a 404 means the write was never registered (`not_executed`).
+    ///
+    /// **Dangerous**: the operation becomes `RETRY_READY` and is replayed with the same key. If
+    /// the vendor did execute the write (a lagging replica, a record cleaned up early, another
+    /// tenant scope), the replay executes it a second time. Only for a lookup endpoint whose
+    /// record is written atomically with the side effect and read from the primary.
+    NotExecuted,
+}
+
+impl NotFound {
+    /// The values a contract may give, as an error names them.
+    pub const EXPECTED: &'static str = "unknown, not_executed";
+
+    /// Reads the contract's value (`unknown` or `not_executed`, exactly).
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "unknown" => Some(Self::Unknown),
+            "not_executed" => Some(Self::NotExecuted),
+            _ => None,
+        }
+    }
+
+    /// The contract's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::NotExecuted => "not_executed",
+        }
+    }
+}
+
+/// How an answer (or a list's item) is read into evidence: the identity, status and remote
+/// reference pointers and the status vocabulary. Shared by [`HttpLookup`] and
+/// [`ListLookup`](super::ListLookup).
+#[derive(Clone, Debug)]
+pub(super) struct AnswerReader {
+    pub(super) id_pointer: Option<String>,
+    pub(super) status_pointer: String,
+    pub(super) remote_ref_pointer: Option<String>,
+    pub(super) statuses: LookupStatuses,
+}
+
+impl AnswerReader {
+    /// The defaults: `/operation_id`, `/status`, `/resource_id`, [`LookupStatuses::default`].
+    pub(super) fn new() -> Self {
+        Self {
+            id_pointer: Some("/operation_id".into()),
+            status_pointer: "/status".into(),
+            remote_ref_pointer: Some("/resource_id".into()),
+            statuses: LookupStatuses::default(),
+        }
+    }
+
+    /// The evidence a JSON document (an answer, or one item of a list) gives about `op`.
+    pub(super) fn read(
+        &self,
+        op: &OperationRecord,
+        doc: &serde_json::Value,
+        retry_after: Option<Duration>,
+    ) -> Evidence {
+        if let Some(p) = &self.id_pointer {
+            let named = doc.pointer(p).and_then(|v| v.as_str());
+            if named != Some(op.operation_id.as_str()) {
+                return Evidence::unknown("lookup answer does not name this operation");
+            }
+        }
+        let Some(state) = doc.pointer(&self.status_pointer).and_then(|v| v.as_str()) else {
+            return Evidence::unknown("lookup answer has no status");
+        };
+        let is = |set: &[String]| set.iter().any(|s| s.eq_ignore_ascii_case(state));
+        if is(&self.statuses.succeeded) {
+            let remote_ref = self
+                .remote_ref_pointer
+                .as_deref()
+                .and_then(|p| doc.pointer(p).and_then(scalar));
+            Evidence::Succeeded { remote_ref }
+        } else if is(&self.statuses.processing) {
+            Evidence::Processing { retry_after }
+        } else if is(&self.statuses.rejected) {
+            Evidence::Rejected {
+                reason: format!("lookup: {}", truncate(state)),
+            }
+        } else if is(&self.statuses.not_executed) {
+            Evidence::NotExecuted {
+                why: format!("lookup: {}", truncate(state)),
+                retry_after,
+            }
+        } else {
+            Evidence::unknown(format!(
+                "lookup status {:?} not understood",
+                truncate(state)
+            ))
+        }
+    }
+}
+
+/// A string, or a number written as a string; anything else is no value.
+pub(super) fn scalar(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The answer's `Retry-After`, if it has a usable one.
+pub(super) fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| parse_retry_after(v, SystemTime::now()))
+}
+
+/// `template` with the operation's values in its placeholders (percent-encoded when `encode`),
+/// or why it cannot be: a placeholder the operation has no (non-empty) value for.
+pub(super) fn fill(template: &str, op: &OperationRecord, encode: bool) -> Result<String, String> {
+    let placeholders = [
+        ("{operation_id}", Some(op.operation_id.as_str())),
+        ("{idempotency_key}", Some(op.idempotency_key.as_str())),
+        ("{tenant}", Some(op.tenant.as_str())),
+        ("{remote_ref}", op.remote_ref.as_deref()),
+    ];
+    let mut out = template.to_owned();
+    for (placeholder, value) in placeholders {
+        if !out.contains(placeholder) {
+            continue;
+        }
+        // An empty path segment or query value names no scope (`/tickets/` lists them all).
+        match value.filter(|v| !v.is_empty()) {
+            Some(v) if encode => out = out.replace(placeholder, &encode_component(v)),
+            Some(v) => out = out.replace(placeholder, v),
+            None => {
+                return Err(format!(
+                    "needs {placeholder} and the operation has no value for it"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The `GET` request for `template`, carrying every scope the configuration names, or why it
+/// cannot be made. Fails closed: a request without its scope would be answered from the vendor's
+/// default scope, possibly with another customer's object. The reason names the problem, never
+/// the value (a tenant may be personal data).
+pub(super) fn scoped_request(
+    template: &str,
+    tenant_header: Option<&HeaderName>,
+    op: &OperationRecord,
+) -> Result<Request<Full<Bytes>>, String> {
+    let mut url = fill(template, op, true).map_err(|why| format!("the URL template {why}"))?;
+    // A template that is a path (`/operations/{operation_id}`, as contracts write it) asks
+    // the host the write was sent to; one that is a query (`?client_token=...`) asks the
+    // write's own URL.
+    if url.starts_with('/') || url.starts_with('?') {
+        let own = op.request.url.parse::<http::Uri>().ok();
+        let origin = own
+            .as_ref()
+            .and_then(|u| Some(format!("{}://{}", u.scheme_str()?, u.authority()?)))
+            .ok_or("the URL template is relative and the operation's URL has no origin")?;
+        url = match url.starts_with('?') {
+            true => format!("{origin}{}{url}", own.as_ref().map_or("/", |u| u.path())),
+            false => format!("{origin}{url}"),
+        };
+    }
+    let mut req = Request::get(url)
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| format!("the lookup URL is invalid: {e}"))?;
+    if let Some(h) = tenant_header {
+        let tenant = op.tenant.as_str();
+        // HTTP strips surrounding whitespace and many vendors read an empty header as absent:
+        // either would name another tenant.
+        let carried = (!tenant.is_empty() && tenant.trim() == tenant)
+            .then(|| HeaderValue::from_str(tenant).ok())
+            .flatten();
+        match carried {
+            Some(v) => {
+                req.headers_mut().insert(h.clone(), v);
+            }
+            None => {
+                return Err(format!(
+                    "the tenant cannot be sent in header {h} (empty, surrounding whitespace, or not a valid header value)"
+                ));
+            }
+        }
+    }
+    Ok(req)
+}
+
+/// Sends `req` through `client` and reads at most `max_body` bytes of the answer, within
+/// `timeout`; the error is the evidence's reason.
+pub(super) async fn fetch<S, RB>(
+    client: &S,
+    req: Request<Full<Bytes>>,
+    timeout: Duration,
+    max_body: usize,
+) -> Result<(http::response::Parts, Bytes), String>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    RB: Body,
+    RB::Error: Into<BoxError>,
+{
+    let mut client = client.clone();
+    let call = async {
+        std::future::poll_fn(|cx| client.poll_ready(cx))
+            .await
+            .map_err(Into::into)?;
+        let res = client.call(req).await.map_err(Into::into)?;
+        let (parts, body) = res.into_parts();
+        let body = Limited::new(body, max_body).collect().await?.to_bytes();
+        Ok::<_, BoxError>((parts, body))
+    };
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(format!("lookup failed: {e}")),
+        Err(_) => Err("lookup timed out".into()),
+    }
+}
+
+/// The answer body as kept in the evidence log: without the secret fields, at most `max` bytes
+/// (cut at a character boundary).
+pub(super) fn kept_answer(body: &Bytes, secret_body_fields: &[String], max: usize) -> String {
+    let redacted = redact_body(body, secret_body_fields);
+    let text = String::from_utf8_lossy(&redacted);
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = if end < text.len() { " [cut]" } else { "" };
+    format!("lookup answer: {}{cut}", &text[..end])
+}
+
 /// Looks an operation up with `GET` on a URL template, e.g.
 /// `http://vendor.test/operations/{operation_id}`. A template that is a path
 /// (`/operations/{operation_id}`) is asked of the scheme and host the write was sent to.
@@ -69,8 +312,9 @@ impl Default for LookupStatuses {
 /// The answer counts as [`Evidence::Succeeded`] only when it is a 2xx JSON document that names
 /// this operation at the identity pointer (default `/operation_id`) and has a succeeded status at
 /// the status pointer (default `/status`); the remote reference is read at `/resource_id` by
-/// default. A 404 or 410 is weak evidence ([`Evidence::Unknown`]). Credentials are applied by the
-/// client stack (`client`), never stored in the ledger.
+/// default. A 404 or 410 is weak evidence ([`Evidence::Unknown`]) unless
+/// [`not_found`](Self::not_found) says the vendor guarantees otherwise. Credentials are applied
+/// by the client stack (`client`), never stored in the ledger.
 ///
 /// Lookups fail closed: when the request cannot carry its scope (a [tenant
 /// header](Self::tenant_header) whose value is empty or not a valid header value, a placeholder
@@ -92,10 +336,8 @@ pub struct HttpLookup<S> {
     client: S,
     template: String,
     tenant_header: Option<HeaderName>,
-    id_pointer: Option<String>,
-    status_pointer: String,
-    remote_ref_pointer: Option<String>,
-    statuses: LookupStatuses,
+    reader: AnswerReader,
+    not_found: NotFound,
     timeout: Duration,
     max_body: usize,
     secret_body_fields: Vec<String>,
@@ -106,9 +348,10 @@ impl<S> fmt::Debug for HttpLookup<S> {
         f.debug_struct("HttpLookup")
             .field("template", &self.template)
             .field("tenant_header", &self.tenant_header)
-            .field("id_pointer", &self.id_pointer)
-            .field("status_pointer", &self.status_pointer)
-            .field("remote_ref_pointer", &self.remote_ref_pointer)
+            .field("id_pointer", &self.reader.id_pointer)
+            .field("status_pointer", &self.reader.status_pointer)
+            .field("remote_ref_pointer", &self.reader.remote_ref_pointer)
+            .field("not_found", &self.not_found)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
@@ -121,10 +364,8 @@ impl<S> HttpLookup<S> {
             client,
             template: url_template.into(),
             tenant_header: None,
-            id_pointer: Some("/operation_id".into()),
-            status_pointer: "/status".into(),
-            remote_ref_pointer: Some("/resource_id".into()),
-            statuses: LookupStatuses::default(),
+            reader: AnswerReader::new(),
+            not_found: NotFound::Unknown,
             timeout: Duration::from_secs(10),
             max_body: 1024 * 1024,
             secret_body_fields: Vec::new(),
@@ -155,25 +396,32 @@ impl<S> HttpLookup<S> {
     /// Where the answer names the operation (default `/operation_id`); `None` to accept answers
     /// whose URL alone identifies the operation.
     pub fn id_pointer(mut self, pointer: Option<&str>) -> Self {
-        self.id_pointer = pointer.map(str::to_owned);
+        self.reader.id_pointer = pointer.map(str::to_owned);
         self
     }
 
     /// Where the status sits (default `/status`).
     pub fn status_pointer(mut self, pointer: &str) -> Self {
-        self.status_pointer = pointer.to_owned();
+        self.reader.status_pointer = pointer.to_owned();
         self
     }
 
     /// Where the created object's reference sits (default `/resource_id`).
     pub fn remote_ref_pointer(mut self, pointer: &str) -> Self {
-        self.remote_ref_pointer = Some(pointer.to_owned());
+        self.reader.remote_ref_pointer = Some(pointer.to_owned());
         self
     }
 
     /// The status vocabulary.
     pub fn statuses(mut self, statuses: LookupStatuses) -> Self {
-        self.statuses = statuses;
+        self.reader.statuses = statuses;
+        self
+    }
+
+    /// What a 404 or 410 means (default [`NotFound::Unknown`]: weak evidence). Read the danger
+    /// of [`NotFound::NotExecuted`] before setting it.
+    pub fn not_found(mut self, means: NotFound) -> Self {
+        self.not_found = means;
         self
     }
 
@@ -183,70 +431,6 @@ impl<S> HttpLookup<S> {
         self
     }
 
-    /// The lookup request, carrying every scope the configuration names, or why it cannot be
-    /// made. Fails closed: a request without its scope would be answered from the vendor's
-    /// default scope, possibly with another customer's object. The reason names the problem,
-    /// never the value (a tenant may be personal data).
-    fn scoped_request(&self, op: &OperationRecord) -> Result<Request<Full<Bytes>>, String> {
-        let placeholders = [
-            ("{operation_id}", Some(op.operation_id.as_str())),
-            ("{idempotency_key}", Some(op.idempotency_key.as_str())),
-            ("{tenant}", Some(op.tenant.as_str())),
-            ("{remote_ref}", op.remote_ref.as_deref()),
-        ];
-        let mut url = self.template.clone();
-        for (placeholder, value) in placeholders {
-            if !url.contains(placeholder) {
-                continue;
-            }
-            // An empty path segment or query value names no scope (`/tickets/` lists them all).
-            match value.filter(|v| !v.is_empty()) {
-                Some(v) => url = url.replace(placeholder, &encode_component(v)),
-                None => {
-                    return Err(format!(
-                        "the URL template needs {placeholder} and the operation has no value for it"
-                    ));
-                }
-            }
-        }
-        // A template that is a path (`/operations/{operation_id}`, as contracts write it) asks
-        // the host the write was sent to; one that is a query (`?client_token=...`) asks the
-        // write's own URL.
-        if url.starts_with('/') || url.starts_with('?') {
-            let own = op.request.url.parse::<http::Uri>().ok();
-            let origin = own
-                .as_ref()
-                .and_then(|u| Some(format!("{}://{}", u.scheme_str()?, u.authority()?)))
-                .ok_or("the URL template is relative and the operation's URL has no origin")?;
-            url = match url.starts_with('?') {
-                true => format!("{origin}{}{url}", own.as_ref().map_or("/", |u| u.path())),
-                false => format!("{origin}{url}"),
-            };
-        }
-        let mut req = Request::get(url)
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| format!("the lookup URL is invalid: {e}"))?;
-        if let Some(h) = &self.tenant_header {
-            let tenant = op.tenant.as_str();
-            // HTTP strips surrounding whitespace and many vendors read an empty header as absent:
-            // either would name another tenant.
-            let carried = (!tenant.is_empty() && tenant.trim() == tenant)
-                .then(|| HeaderValue::from_str(tenant).ok())
-                .flatten();
-            match carried {
-                Some(v) => {
-                    req.headers_mut().insert(h.clone(), v);
-                }
-                None => {
-                    return Err(format!(
-                        "the tenant cannot be sent in header {h} (empty, surrounding whitespace, or not a valid header value)"
-                    ));
-                }
-            }
-        }
-        Ok(req)
-    }
-
     fn judge(
         &self,
         op: &OperationRecord,
@@ -254,13 +438,19 @@ impl<S> HttpLookup<S> {
         headers: &http::HeaderMap,
         body: &[u8],
     ) -> Evidence {
-        let retry_after = headers
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let retry_after = retry_after(headers);
         if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
-            return Evidence::Unknown {
-                why: format!("lookup: {status} (not found is not proof of non-execution)"),
-                retry_after,
+            return match self.not_found {
+                NotFound::NotExecuted => Evidence::NotExecuted {
+                    why: format!(
+                        "lookup: {status} (the contract says not found means never registered)"
+                    ),
+                    retry_after,
+                },
+                NotFound::Unknown => Evidence::Unknown {
+                    why: format!("lookup: {status} (not found is not proof of non-execution)"),
+                    retry_after,
+                },
             };
         }
         if !status.is_success() {
@@ -272,68 +462,23 @@ impl<S> HttpLookup<S> {
         let Ok(doc) = serde_json::from_slice::<serde_json::Value>(body) else {
             return Evidence::unknown("lookup answered 2xx without a JSON document");
         };
-        if let Some(p) = &self.id_pointer {
-            let named = doc.pointer(p).and_then(|v| v.as_str());
-            if named != Some(op.operation_id.as_str()) {
-                return Evidence::unknown("lookup answer does not name this operation");
-            }
-        }
-        let Some(state) = doc.pointer(&self.status_pointer).and_then(|v| v.as_str()) else {
-            return Evidence::unknown("lookup answer has no status");
-        };
-        let is = |set: &[String]| set.iter().any(|s| s.eq_ignore_ascii_case(state));
-        if is(&self.statuses.succeeded) {
-            let remote_ref = self.remote_ref_pointer.as_deref().and_then(|p| {
-                doc.pointer(p).and_then(|v| match v {
-                    serde_json::Value::String(s) => Some(s.clone()),
-                    serde_json::Value::Number(n) => Some(n.to_string()),
-                    _ => None,
-                })
-            });
-            Evidence::Succeeded { remote_ref }
-        } else if is(&self.statuses.processing) {
-            Evidence::Processing { retry_after }
-        } else if is(&self.statuses.rejected) {
-            Evidence::Rejected {
-                reason: format!("lookup: {}", truncate(state)),
-            }
-        } else if is(&self.statuses.not_executed) {
-            Evidence::NotExecuted {
-                why: format!("lookup: {}", truncate(state)),
-                retry_after,
-            }
-        } else {
-            Evidence::unknown(format!(
-                "lookup status {:?} not understood",
-                truncate(state)
-            ))
-        }
+        self.reader.read(op, &doc, retry_after)
     }
-}
 
-impl<S> HttpLookup<S> {
     /// The answer body as kept in the evidence log: without the secret fields, at most
     /// [`MAX_KEPT_ANSWER`](Self::MAX_KEPT_ANSWER) bytes (cut at a character boundary).
     fn kept_answer(&self, body: &Bytes) -> String {
-        let redacted = redact_body(body, &self.secret_body_fields);
-        let text = String::from_utf8_lossy(&redacted);
-        let mut end = text.len().min(Self::MAX_KEPT_ANSWER);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        let cut = if end < text.len() { " [cut]" } else { "" };
-        format!("lookup answer: {}{cut}", &text[..end])
+        kept_answer(body, &self.secret_body_fields, Self::MAX_KEPT_ANSWER)
     }
 }
 
-fn truncate(s: &str) -> &str {
+pub(super) fn truncate(s: &str) -> &str {
     match s.char_indices().nth(64) {
         Some((i, _)) => &s[..i],
         None => s,
     }
 }
 
-/// Percent-encodes everything but RFC 3986 unreserved characters.
 impl<S, RB> Reconciler for HttpLookup<S>
 where
     S: Service<Request<Full<Bytes>>, Response = Response<RB>> + Clone + Send + Sync + 'static,
@@ -352,28 +497,15 @@ where
         op: &'a OperationRecord,
     ) -> BoxFuture<'a, (Evidence, Option<String>)> {
         Box::pin(async move {
-            let req = match self.scoped_request(op) {
+            let req = match scoped_request(&self.template, self.tenant_header.as_ref(), op) {
                 Ok(req) => req,
                 Err(why) => {
                     tracing::warn!(operation = %op.operation_id, %why, "lookup not made: it cannot carry its scope");
                     return (Evidence::unknown(format!("lookup not made: {why}")), None);
                 }
             };
-            let mut client = self.client.clone();
-            let call = async {
-                std::future::poll_fn(|cx| client.poll_ready(cx))
-                    .await
-                    .map_err(Into::into)?;
-                let res = client.call(req).await.map_err(Into::into)?;
-                let (parts, body) = res.into_parts();
-                let body = Limited::new(body, self.max_body)
-                    .collect()
-                    .await?
-                    .to_bytes();
-                Ok::<_, BoxError>((parts, body))
-            };
-            match tokio::time::timeout(self.timeout, call).await {
-                Ok(Ok((parts, body))) => {
+            match fetch(&self.client, req, self.timeout, self.max_body).await {
+                Ok((parts, body)) => {
                     let evidence = self.judge(op, parts.status, &parts.headers, &body);
                     let resolves = matches!(
                         evidence,
@@ -382,8 +514,7 @@ where
                     let kept = resolves.then(|| self.kept_answer(&body));
                     (evidence, kept)
                 }
-                Ok(Err(e)) => (Evidence::unknown(format!("lookup failed: {e}")), None),
-                Err(_) => (Evidence::unknown("lookup timed out"), None),
+                Err(why) => (Evidence::unknown(why), None),
             }
         })
     }

@@ -6,12 +6,17 @@
 //! reconciler, and applies what it learns through the state machine.
 //!
 //! Built-in reconcilers: [`HttpLookup`], a `GET` by URL template such as
-//! `https://vendor.example/operations/{operation_id}`.
+//! `https://vendor.example/operations/{operation_id}`, and [`ListLookup`], a list or search
+//! filtered by a reference the client attached, such as
+//! `https://vendor.example/tickets?operation_id={operation_id}`. A contract's `lookup` builds
+//! either (see [`ConfigBuilder`](crate::ConfigBuilder)).
 
 mod http_lookup;
+mod list_lookup;
 mod recoverer;
 
-pub use self::http_lookup::{HttpLookup, LookupStatuses};
+pub use self::http_lookup::{HttpLookup, LookupStatuses, NotFound};
+pub use self::list_lookup::ListLookup;
 pub use self::recoverer::{Recoverer, RecovererHandle, RecoveryReport};
 /// The stack lookups and replays go through, boxed.
 pub(crate) type Transport = self::recoverer::ReplayService;

@@ -425,9 +425,29 @@ async fn lookup_by_key(
     .await
 }
 
+/// `GET /tickets`: the tenant's tickets, `{"tickets":[{"id","operation_id","device_id","status"}]}`.
+///
+/// With `?operation_id=...` (percent-encoded) only the tickets created under that operation id,
+/// a search a list lookup (`list_by_reference`) can use: such a request counts as a lookup
+/// ([`FakeVendor::lookups_received`](super::FakeVendor::lookups_received)) and is refused with
+/// 401 for a revoked credential, as the other lookups are. The list is consistent at once (no
+/// lag): an eventually consistent search is the contract's `settle_secs`, tested on the engine.
 async fn list_tickets(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    let filter = uri.query().and_then(|q| {
+        q.split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(name, _)| *name == "operation_id")
+            .map(|(_, value)| {
+                percent_encoding::percent_decode_str(&value.replace('+', " "))
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+    });
     let tickets = {
         let mut store = lock(&shared.store);
+        if filter.is_some() {
+            store.lookups_received += 1;
+        }
         let (tenant, _) = record(
             &shared,
             &mut store,
@@ -438,7 +458,20 @@ async fn list_tickets(State(shared): State<Arc<Shared>>, uri: Uri, headers: Head
         );
         store.tenant_tickets(&tenant)
     };
-    let body: Vec<Value> = tickets.iter().map(ticket_json).collect();
+    if filter.is_some() && lock(&shared.plan).is_revoked(&headers) {
+        return respond(
+            &StoredResponse::error(StatusCode::UNAUTHORIZED, "invalid_credentials"),
+            false,
+        );
+    }
+    let body: Vec<Value> = tickets
+        .iter()
+        .filter(|t| match &filter {
+            Some(id) => t.operation_id.as_deref() == Some(id.as_str()),
+            None => true,
+        })
+        .map(ticket_json)
+        .collect();
     respond(
         &StoredResponse::new(StatusCode::OK, json!({ "tickets": body })),
         false,

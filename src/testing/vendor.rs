@@ -354,7 +354,9 @@ fn shut_down(shared: &Shared) {
 /// - `GET /operations/{operation_id}` and `GET /operations/by-key/{key}` → 200
 ///   `{"operation_id":..,"status":"SUCCEEDED"|"PROCESSING"|"REJECTED","resource_id":..,
 ///   "state_version":N}` or 404 `not_found`; another tenant's operation is 404.
-/// - `GET /tickets` → `{"tickets":[...]}`, the tenant's tickets.
+/// - `GET /tickets` → `{"tickets":[...]}`, the tenant's tickets; `GET /tickets?operation_id=..`
+///   → the same, only the tickets created under that operation id (a search for list lookups,
+///   counted as a lookup).
 ///
 /// Errors are `{"error":{"code":..}}`. Faults are set through [`FakeVendor::faults`].
 ///
@@ -425,7 +427,8 @@ impl FakeVendor {
         lock(&self.shared().store).posts_received
     }
 
-    /// Number of lookups (`GET /operations/...`) received, whatever their answer.
+    /// Number of lookups (`GET /operations/...`, `GET /tickets?operation_id=...`) received,
+    /// whatever their answer.
     pub fn lookups_received(&self) -> u64 {
         lock(&self.shared().store).lookups_received
     }

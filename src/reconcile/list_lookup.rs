@@ -1,0 +1,424 @@
+//! Lookup by a list or search filtered by a reference the client attached.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::Full;
+use tower_service::Service;
+
+use super::Reconciler;
+use super::http_lookup::{
+    AnswerReader, LookupStatuses, fetch, fill, kept_answer, retry_after, scalar, scoped_request,
+};
+use crate::BoxError;
+use crate::evidence::Evidence;
+use crate::ledger::{BoxFuture, OperationRecord};
+
+/// Looks an operation up in a list or search the vendor filters by a reference the client
+/// attached to the write: Stripe's metadata search, a `GET /tickets?operation_id=...`, EC2's
+/// `client-token` filter. The contract's
+/// [`Lookup::ListByReference`](crate::contract::Lookup::ListByReference) builds one.
+///
+/// The list URL takes the placeholders of [`HttpLookup`](super::HttpLookup) (`{operation_id}`,
+/// `{idempotency_key}`, `{tenant}`, `{remote_ref}`, values percent-encoded; a path or a query is
+/// relative to the write's own URL). The answer must be a JSON document; the items are the array
+/// at [`items_pointer`](Self::items_pointer) (default: the document itself is the array).
+///
+/// An item carries the operation's reference when the value at
+/// [`reference_pointer`](Self::reference_pointer) (a string, or a number) equals the
+/// [`reference`](Self::reference) template filled with the operation's values (default
+/// `{operation_id}`, not encoded). Without a reference pointer every item carries it: the
+/// URL's filter already selected the operation's items.
+///
+/// | items carrying the reference | evidence |
+/// |---|---|
+/// | exactly one | that item read like an [`HttpLookup`](super::HttpLookup) answer: the status at `/status`, the remote reference at `/resource_id`, the [`LookupStatuses`] vocabulary (pointers relative to the item) |
+/// | none (an empty list, a 404) | [`Evidence::Unknown`]: never proof of non-execution |
+/// | several | [`Evidence::Unknown`], with a warning: none is picked |
+///
+/// **An empty list is never read as "not executed"**: a list or search is usually eventually
+/// consistent (and may page, or lag the write by minutes), so a miss proves nothing. Before the
+/// contract's `settle_secs` have passed since the first send, the recovery engine does not even
+/// count the miss: no evidence, no query used, the operation is looked at again once the list
+/// has settled (see [`Contract::settle_secs`](crate::Contract::settle_secs)). After that it is
+/// weak evidence: the operation stays `UNKNOWN` until a lookup finds it, a safe same-key replay
+/// settles it, or the recovery window ends and a human decides.
+///
+/// Like [`HttpLookup`](super::HttpLookup), the lookup fails closed (a tenant the header cannot
+/// carry, a placeholder the operation has no value for: no request, [`Evidence::Unknown`]), and
+/// an answer that resolves the operation is kept, bounded and without the
+/// [secret body fields](Self::secret_body_fields), in the evidence log (the item, not the list).
+///
+/// ```
+/// use recoverable_write::ListLookup;
+/// # fn build<S>(client: S) -> ListLookup<S> {
+/// ListLookup::new(client, "/tickets?operation_id={operation_id}")
+///     .items_pointer(Some("/tickets"))
+///     .reference_pointer(Some("/operation_id"))
+///     .remote_ref_pointer("/id")
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct ListLookup<S> {
+    client: S,
+    template: String,
+    items_pointer: Option<String>,
+    reference_pointer: Option<String>,
+    reference: String,
+    tenant_header: Option<HeaderName>,
+    reader: AnswerReader,
+    timeout: Duration,
+    max_body: usize,
+    secret_body_fields: Vec<String>,
+}
+
+impl<S> fmt::Debug for ListLookup<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListLookup")
+            .field("template", &self.template)
+            .field("items_pointer", &self.items_pointer)
+            .field("reference_pointer", &self.reference_pointer)
+            .field("reference", &self.reference)
+            .field("tenant_header", &self.tenant_header)
+            .field("status_pointer", &self.reader.status_pointer)
+            .field("remote_ref_pointer", &self.reader.remote_ref_pointer)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> ListLookup<S> {
+    /// A list lookup through `client` (any tower service taking `http::Request<Full<Bytes>>`):
+    /// the answer is the array of items, every item carries the reference (the URL filters),
+    /// each is read with the defaults of [`HttpLookup`](super::HttpLookup).
+    pub fn new(client: S, url_template: impl Into<String>) -> Self {
+        let reader = AnswerReader {
+            // The reference identifies the item; the item need not repeat the operation id.
+            id_pointer: None,
+            ..AnswerReader::new()
+        };
+        Self {
+            client,
+            template: url_template.into(),
+            items_pointer: None,
+            reference_pointer: None,
+            reference: "{operation_id}".into(),
+            tenant_header: None,
+            reader,
+            timeout: Duration::from_secs(10),
+            max_body: 1024 * 1024,
+            secret_body_fields: Vec::new(),
+        }
+    }
+
+    /// How much of a resolving item is kept in the evidence log (16 KiB).
+    pub const MAX_KEPT_ANSWER: usize = 16 * 1024;
+
+    /// Where the items are in the answer (e.g. `/data`); `None` (the default): the answer is
+    /// the array.
+    pub fn items_pointer(mut self, pointer: Option<&str>) -> Self {
+        self.items_pointer = pointer.map(str::to_owned);
+        self
+    }
+
+    /// Where an item carries the reference (e.g. `/metadata/operation_id`); `None` (the
+    /// default): the URL's filter already selects the operation's items.
+    pub fn reference_pointer(mut self, pointer: Option<&str>) -> Self {
+        self.reference_pointer = pointer.map(str::to_owned);
+        self
+    }
+
+    /// The reference value, a template over the same placeholders as the URL (default
+    /// `{operation_id}`; EC2: `{idempotency_key}`), compared as is (not encoded).
+    pub fn reference(mut self, template: impl Into<String>) -> Self {
+        self.reference = template.into();
+        self
+    }
+
+    /// Sends the operation's tenant in this header (a tenant the header cannot carry makes no
+    /// lookup, as for [`HttpLookup::tenant_header`](super::HttpLookup::tenant_header)).
+    pub fn tenant_header(mut self, name: HeaderName) -> Self {
+        self.tenant_header = Some(name);
+        self
+    }
+
+    /// Where an item must also repeat the operation id (default `None`: the reference
+    /// identifies the item).
+    pub fn id_pointer(mut self, pointer: Option<&str>) -> Self {
+        self.reader.id_pointer = pointer.map(str::to_owned);
+        self
+    }
+
+    /// Where an item's status sits (default `/status`).
+    pub fn status_pointer(mut self, pointer: &str) -> Self {
+        self.reader.status_pointer = pointer.to_owned();
+        self
+    }
+
+    /// Where an item's created-object reference sits (default `/resource_id`).
+    pub fn remote_ref_pointer(mut self, pointer: &str) -> Self {
+        self.reader.remote_ref_pointer = Some(pointer.to_owned());
+        self
+    }
+
+    /// The status vocabulary.
+    pub fn statuses(mut self, statuses: LookupStatuses) -> Self {
+        self.reader.statuses = statuses;
+        self
+    }
+
+    /// Body fields left out of the item kept in the evidence log: JSON pointers relative to the
+    /// item, as the contract's [`secret_body_fields`](crate::Contract::secret_body_fields).
+    pub fn secret_body_fields(mut self, fields: Vec<String>) -> Self {
+        self.secret_body_fields = fields;
+        self
+    }
+
+    /// How long one lookup may take (default 10 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The evidence the answer gives about `op`, and the item that resolved it.
+    fn judge(
+        &self,
+        op: &OperationRecord,
+        reference: &str,
+        status: StatusCode,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> (Evidence, Option<serde_json::Value>) {
+        let retry_after = retry_after(headers);
+        if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
+            let why = format!("list lookup: {status} (not found is not proof of non-execution)");
+            return (Evidence::Unknown { why, retry_after }, None);
+        }
+        if !status.is_success() {
+            let why = format!("list lookup answered {status}");
+            return (Evidence::Unknown { why, retry_after }, None);
+        }
+        let Ok(mut doc) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return (
+                Evidence::unknown("list lookup answered 2xx without a JSON document"),
+                None,
+            );
+        };
+        let items = match &self.items_pointer {
+            Some(p) => doc.pointer_mut(p).map(serde_json::Value::take),
+            None => Some(doc),
+        };
+        let Some(serde_json::Value::Array(items)) = items else {
+            return (
+                Evidence::unknown("list lookup answer has no list of items there"),
+                None,
+            );
+        };
+        let mut carrying: Vec<serde_json::Value> = items
+            .into_iter()
+            .filter(|item| match &self.reference_pointer {
+                Some(p) => item.pointer(p).and_then(scalar).as_deref() == Some(reference),
+                None => true,
+            })
+            .collect();
+        match carrying.len() {
+            1 => {
+                let item = carrying.remove(0);
+                (self.reader.read(op, &item, retry_after), Some(item))
+            }
+            0 => (
+                Evidence::unknown(
+                    "list lookup found no item carrying the reference (an empty list is not proof of non-execution)",
+                ),
+                None,
+            ),
+            n => {
+                tracing::warn!(
+                    operation = %op.operation_id,
+                    items = n,
+                    "list lookup found several items carrying the operation's reference: none is picked"
+                );
+                (
+                    Evidence::unknown(format!(
+                        "list lookup found {n} items carrying the reference: none is picked"
+                    )),
+                    None,
+                )
+            }
+        }
+    }
+}
+
+impl<S, RB> Reconciler for ListLookup<S>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<RB>> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    RB: Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+{
+    fn reconcile<'a>(&'a self, op: &'a OperationRecord) -> BoxFuture<'a, Evidence> {
+        Box::pin(async move { self.reconcile_with_answer(op).await.0 })
+    }
+
+    fn reconcile_with_answer<'a>(
+        &'a self,
+        op: &'a OperationRecord,
+    ) -> BoxFuture<'a, (Evidence, Option<String>)> {
+        Box::pin(async move {
+            let made = fill(&self.reference, op, false)
+                .map_err(|why| format!("the reference template {why}"))
+                .and_then(|reference| {
+                    let req = scoped_request(&self.template, self.tenant_header.as_ref(), op)?;
+                    Ok((reference, req))
+                });
+            let (reference, req) = match made {
+                Ok(made) => made,
+                Err(why) => {
+                    tracing::warn!(operation = %op.operation_id, %why, "list lookup not made: it cannot carry its scope");
+                    return (Evidence::unknown(format!("lookup not made: {why}")), None);
+                }
+            };
+            match fetch(&self.client, req, self.timeout, self.max_body).await {
+                Ok((parts, body)) => {
+                    let (evidence, item) =
+                        self.judge(op, &reference, parts.status, &parts.headers, &body);
+                    let resolves = matches!(
+                        evidence,
+                        Evidence::Succeeded { .. } | Evidence::Rejected { .. }
+                    );
+                    let kept = item.filter(|_| resolves).map(|item| {
+                        let item = Bytes::from(serde_json::to_vec(&item).unwrap_or_default());
+                        kept_answer(&item, &self.secret_body_fields, Self::MAX_KEPT_ANSWER)
+                    });
+                    (evidence, kept)
+                }
+                Err(why) => (Evidence::unknown(why), None),
+            }
+        })
+    }
+}
+
+#[cfg(all(test, feature = "test-util"))]
+mod tests {
+    use super::*;
+    use crate::ledger::Created;
+    use crate::testing::FakeVendor;
+    use crate::testing::drill::http_client;
+    use crate::{MemoryLedger, Operation, OperationId, RecoverableWriteLayer};
+
+    /// A row naming operation `id`, as the layer would create it.
+    async fn row(id: &str) -> OperationRecord {
+        let layer = RecoverableWriteLayer::new(MemoryLedger::new());
+        let op = Operation::new("tenant-a", "create_ticket", id).with_id(OperationId::new(id));
+        let req = Request::post("http://vendor.test/tickets")
+            .body(Bytes::from_static(br#"{"device_id":"E17"}"#))
+            .expect("request");
+        let new = layer.new_operation(&op, &req);
+        match layer.ledger().create_or_get(new).await.expect("create") {
+            Created::New(r) | Created::Existing(r) => r,
+        }
+    }
+
+    fn why(evidence: &Evidence) -> &str {
+        match evidence {
+            Evidence::Unknown { why, .. } => why,
+            other => panic!("expected Unknown, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_one_item_carrying_the_reference_is_read() {
+        let op = row("op-7").await;
+        let lookup = ListLookup::new((), "/search")
+            .items_pointer(Some("/data"))
+            .reference_pointer(Some("/meta/ref"))
+            .remote_ref_pointer("/id");
+        let ok = StatusCode::OK;
+        let headers = http::HeaderMap::new();
+        let body = br#"{"data":[
+            {"id":"W1","status":"SUCCEEDED","meta":{"ref":"op-6"}},
+            {"id":"W2","status":"SUCCEEDED","meta":{"ref":"op-7"}},
+            {"id":"W3","status":"SUCCEEDED"}
+        ]}"#;
+        let (evidence, item) = lookup.judge(&op, "op-7", ok, &headers, body);
+        assert_eq!(
+            evidence,
+            Evidence::Succeeded {
+                remote_ref: Some("W2".into())
+            }
+        );
+        assert_eq!(item.expect("the item")["id"], "W2");
+        // A number carries the reference as its decimal text.
+        let (evidence, _) = lookup.judge(
+            &op,
+            "42",
+            ok,
+            &headers,
+            br#"{"data":[{"id":7,"status":"PENDING","meta":{"ref":42}}]}"#,
+        );
+        assert!(
+            matches!(evidence, Evidence::Processing { .. }),
+            "{evidence:?}"
+        );
+        // Nothing carrying it, several, a 404, no list there, not JSON: nothing proven.
+        for (status, body, expected) in [
+            (ok, &br#"{"data":[]}"#[..], "no item carrying"),
+            (
+                ok,
+                br#"{"data":[{"meta":{"ref":"op-7"}},{"meta":{"ref":"op-7"}}]}"#,
+                "2 items",
+            ),
+            (StatusCode::NOT_FOUND, br#"{"error":"none"}"#, "not proof"),
+            (
+                ok,
+                br#"{"data":{"meta":{"ref":"op-7"}}}"#,
+                "no list of items",
+            ),
+            (ok, b"<items/>", "without a JSON document"),
+        ] {
+            let (evidence, item) = lookup.judge(&op, "op-7", status, &headers, body);
+            assert!(why(&evidence).contains(expected), "{evidence:?}");
+            assert!(item.is_none());
+        }
+        // Without a reference pointer the URL's filter selected: every item carries it.
+        let filtered = ListLookup::new((), "/search?ref={operation_id}");
+        let (evidence, _) = filtered.judge(
+            &op,
+            "op-7",
+            ok,
+            &headers,
+            br#"[{"status":"DONE","resource_id":"W9"}]"#,
+        );
+        assert_eq!(
+            evidence,
+            Evidence::Succeeded {
+                remote_ref: Some("W9".into())
+            }
+        );
+        let (evidence, _) = filtered.judge(&op, "op-7", ok, &headers, br#"[{}, {}]"#);
+        assert!(why(&evidence).contains("2 items"), "{evidence:?}");
+    }
+
+    #[tokio::test]
+    async fn a_reference_the_operation_has_no_value_for_makes_no_lookup() {
+        let vendor = FakeVendor::start().await;
+        let op = row("op-no-ref").await;
+        let lookup = ListLookup::new(
+            http_client(),
+            vendor.url("/tickets?operation_id={operation_id}"),
+        )
+        .reference("{remote_ref}");
+        let evidence = lookup.reconcile(&op).await;
+        let why = why(&evidence);
+        assert!(
+            why.contains("not made") && why.contains("{remote_ref}"),
+            "{why}"
+        );
+        assert!(vendor.requests().is_empty(), "nothing was sent");
+    }
+}
