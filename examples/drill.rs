@@ -229,16 +229,7 @@ async fn d5() -> Run {
 }
 
 async fn d9() -> Run {
-    let drill = Drill::with_options(DrillOptions {
-        contract: replay_safe_contract().retention_secs(1),
-        policy: BudgetPolicy {
-            max_queries: 4,
-            ..fast_policy()
-        },
-        skew_margin: Duration::from_millis(500),
-        ..DrillOptions::default()
-    })
-    .await;
+    let drill = Drill::with_options(DrillOptions::d9()).await;
     let op = new_op("approved-intent-17");
     drill.vendor.faults().drop_after_commit(1);
     let caller = call(&drill, &op).await;

@@ -13,20 +13,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::HeaderName;
 use http_body_util::Full;
-use recoverable_write::ledger::{EvidenceEntry, Ledger, OperationRecord, PostgresLedgerOptions};
+use recoverable_write::ledger::{Ledger, PostgresLedgerOptions};
 use recoverable_write::state::ReviewDecision;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::testing::drill::{
-    CREDENTIAL, TENANT, Writer, authed_client, fast_policy, new_op, send,
+    CREDENTIAL, Drill, DrillOptions, TENANT, fast_policy, new_op, send,
 };
-use recoverable_write::{
-    BudgetPolicy, Contract, HttpLookup, Operation, OperationId, PostgresLedger,
-    RecoverableWriteLayer, Recoverer, SendOnceGuardLayer, SqliteLedger, State, Tenant,
-};
+use recoverable_write::{BudgetPolicy, Contract, Operation, PostgresLedger, SqliteLedger, State};
 use serde_json::Value;
-use tower::ServiceBuilder;
 
 const BIN: &str = env!("CARGO_BIN_EXE_recoverable-write");
 /// A body field the contract marks secret: never stored, never printed.
@@ -34,13 +29,15 @@ const SECRET: &str = "cs_live_SUPERSECRET123";
 /// A plain body value: not stored in any column the CLI prints.
 const DEVICE: &str = "DEVICE-E17-XYZ";
 
-/// The layer, the guard and the recoverer over `ledger`, as the drill harness assembles them.
-struct World {
-    vendor: FakeVendor,
-    ledger: Arc<dyn Ledger>,
-    layer: RecoverableWriteLayer,
-    recoverer: Recoverer,
-    writer: Writer,
+/// A drill over `ledger` whose contract marks a body field secret.
+struct World(Drill);
+
+impl std::ops::Deref for World {
+    type Target = Drill;
+
+    fn deref(&self) -> &Drill {
+        &self.0
+    }
 }
 
 impl World {
@@ -56,53 +53,16 @@ impl World {
     }
 
     async fn with_policy(ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> Self {
-        let vendor = FakeVendor::start().await;
-        let credential = Arc::new(Mutex::new(CREDENTIAL.to_owned()));
-        let layer = RecoverableWriteLayer::from_arc(ledger.clone())
-            .budget(policy)
-            .expect("a valid budget")
-            .contract(Contract::conservative().secret_body_field("/client_secret"));
-        let guard = SendOnceGuardLayer::new();
-        let lookup = HttpLookup::new(
-            authed_client(credential.clone()),
-            format!("{}/operations/{{operation_id}}", vendor.base_url()),
-        )
-        .tenant_header(HeaderName::from_static("x-tenant"))
-        .timeout(Duration::from_millis(500));
-        let recoverer = layer
-            .recoverer()
-            .reconciler(lookup)
-            .replay_through(
-                ServiceBuilder::new()
-                    .layer(guard.clone())
-                    .service(authed_client(credential.clone())),
-            )
-            .skew_margin(Duration::from_millis(100))
-            .lease(Duration::from_secs(2));
-        let svc = ServiceBuilder::new()
-            .layer(layer.clone())
-            .layer(guard)
-            .service(authed_client(credential));
-        let writer = tower::util::BoxCloneSyncService::new(tower::ServiceExt::and_then(
-            svc,
-            |res: http::Response<recoverable_write::ResponseBody<hyper::body::Incoming>>| async move {
-                use http_body_util::BodyExt as _;
-                let (parts, body) = res.into_parts();
-                let bytes = body
-                    .collect()
-                    .await
-                    .map_err(|e| recoverable_write::Error::Inner { source: e })?
-                    .to_bytes();
-                Ok(http::Response::from_parts(parts, bytes))
-            },
-        ));
-        Self {
-            vendor,
+        let options = DrillOptions {
+            contract: Contract::conservative().secret_body_field("/client_secret"),
+            policy,
+            ..DrillOptions::default()
+        };
+        Self(Drill::with_ledger(
+            FakeVendor::start().await,
             ledger,
-            layer,
-            recoverer,
-            writer,
-        }
+            options,
+        ))
     }
 
     /// A ticket create whose body carries a secret field and a device value.
@@ -121,43 +81,12 @@ impl World {
         req
     }
 
-    async fn record(&self, op: &OperationId) -> OperationRecord {
-        self.ledger
-            .get(&Tenant::new(TENANT), op)
-            .await
-            .expect("ledger get")
-            .expect("operation exists")
-    }
-
-    async fn evidence(&self, op: &OperationId) -> Vec<EvidenceEntry> {
-        self.ledger
-            .evidence(&Tenant::new(TENANT), op)
-            .await
-            .expect("ledger evidence")
-    }
-
-    async fn recover_until(
-        &self,
-        op: &OperationId,
-        done: impl Fn(&OperationRecord) -> bool,
-    ) -> OperationRecord {
-        for _ in 0..300 {
-            self.recoverer.run_once().await.expect("recovery pass");
-            let r = self.record(op).await;
-            if done(&r) {
-                return r;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("operation {op} never reached the expected state");
-    }
-
     /// The drill: a lost response (the vendor commits, then drops the connection), the
     /// vendor's operation records cleaned so every lookup says 404, the lookup budget spent:
     /// `MANUAL_REVIEW`. Plus one write that simply succeeds.
     async fn lost_response_to_review(&self, intent: &str) -> (Operation, Operation) {
         let fine = new_op(&format!("{intent}-fine"));
-        let mut svc = self.writer.clone();
+        let mut svc = self.writer();
         send(&mut svc, self.request(&fine))
             .await
             .expect("a plain create succeeds");
@@ -592,7 +521,7 @@ async fn late_evidence_after_a_claim_is_shown_first_and_refusals_have_exit_codes
         .vendor
         .faults()
         .delay_response(Duration::from_millis(1_500), 1);
-    let mut svc = world.writer.clone();
+    let mut svc = world.writer();
     let req = world.request(&op);
     let call = tokio::spawn(async move { send(&mut svc, req).await });
     // While the attempt is on the wire, a reviewer claims it with the CLI.

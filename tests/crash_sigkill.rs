@@ -20,15 +20,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderName, Request};
+use http::Request;
 use http_body_util::Full;
 use recoverable_write::ledger::Ledger;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::testing::drill::{
-    CREDENTIAL, TENANT, authed_client, fast_policy, replay_safe_contract, ticket_body,
+    self, CREDENTIAL, TENANT, authed_client, fast_policy, replay_safe_contract, ticket_body,
 };
 use recoverable_write::{
-    HttpLookup, Operation, RecoverableWriteLayer, SendOnceGuardLayer, SqliteLedger, State, Tenant,
+    Operation, RecoverableWriteLayer, SendOnceGuardLayer, SqliteLedger, State, Tenant,
 };
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -243,24 +243,16 @@ async fn child_main() {
         .contract(replay_safe_contract());
     let guard = SendOnceGuardLayer::new();
     // The stack below the layer applies the credential at send time, as in the drills.
-    let authed = authed_client(Arc::new(Mutex::new(CREDENTIAL.to_owned())));
-    let lookup = HttpLookup::new(
-        authed.clone(),
-        format!("{base}/operations/{{operation_id}}"),
+    let credential = Arc::new(Mutex::new(CREDENTIAL.to_owned()));
+    let authed = authed_client(credential.clone());
+    let recoverer = drill::recoverer(
+        &layer,
+        &guard,
+        &base,
+        credential,
+        Duration::from_millis(100),
     )
-    .tenant_header(HeaderName::from_static("x-tenant"))
-    .timeout(Duration::from_millis(500));
-    let recoverer = layer
-        .recoverer()
-        .reconciler(lookup)
-        .replay_through(
-            ServiceBuilder::new()
-                .layer(guard.clone())
-                .service(authed.clone()),
-        )
-        .skew_margin(Duration::from_millis(100))
-        .lease(Duration::from_secs(2))
-        .interval(Duration::from_millis(20));
+    .interval(Duration::from_millis(20));
     // Boxed, as `Drill::writer` does: the boxed future is plainly `Send` for `tokio::spawn`.
     let writer: tower::util::BoxCloneSyncService<
         Request<Full<Bytes>>,

@@ -12,14 +12,10 @@ use bytes::Bytes;
 use common::*;
 use http_body_util::BodyExt;
 use recoverable_write::authorize::{Access, Denied};
-use recoverable_write::ledger::backend::{NewEvidence, Update};
-use recoverable_write::ledger::{
-    BoxFuture, Created, EvidenceEntry, Ledger, LedgerError, NewOperation, OperationRecord,
-};
-use recoverable_write::testing::FakeVendor;
+use recoverable_write::ledger::{BoxFuture, Ledger, LedgerError, OperationRecord};
+use recoverable_write::testing::{FakeVendor, ForwardingLedger, LedgerCall};
 use recoverable_write::{
-    Error, MemoryLedger, Operation, OperationId, RecoverableWriteLayer, SendOnceGuardLayer, State,
-    Tenant,
+    Error, MemoryLedger, Operation, RecoverableWriteLayer, SendOnceGuardLayer, State,
 };
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -44,88 +40,28 @@ impl Counting {
     }
 }
 
-impl Ledger for Counting {
-    fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
-        self.create_or_get.fetch_add(1, Ordering::SeqCst);
-        self.inner.create_or_get(new)
+impl ForwardingLedger for Counting {
+    fn inner(&self) -> &dyn Ledger {
+        &self.inner
     }
-    fn create_and_apply(
-        &self,
-        new: NewOperation,
-        first: Update,
-    ) -> BoxFuture<'_, Result<Created, LedgerError>> {
-        self.create_and_apply.fetch_add(1, Ordering::SeqCst);
-        self.inner.create_and_apply(new, first)
-    }
-    fn get<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        self.get.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(tenant, id)
-    }
-    fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        self.apply.fetch_add(1, Ordering::SeqCst);
-        self.inner.apply(update)
-    }
-    fn claim_prepared(
-        &self,
-        now_ms: i64,
-        older_than_ms: i64,
-        lease_ms: i64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.inner
-            .claim_prepared(now_ms, older_than_ms, lease_ms, limit)
-    }
-    fn claim_due(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.inner.claim_due(now_ms, lease_ms, limit)
-    }
-    fn sweep_expired(
-        &self,
-        now_ms: i64,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.inner.sweep_expired(now_ms)
-    }
-    fn append_evidence<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-        entry: NewEvidence,
-    ) -> BoxFuture<'a, Result<(), LedgerError>> {
-        self.inner.append_evidence(tenant, id, entry)
-    }
-    fn evidence<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
-        self.inner.evidence(tenant, id)
-    }
-    fn list<'a>(
-        &'a self,
-        query: &'a recoverable_write::ledger::OperationQuery,
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::Page, LedgerError>> {
-        self.inner.list(query)
-    }
-    fn count_by_state<'a>(
-        &'a self,
-        scope: &'a recoverable_write::ledger::TenantScope,
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::StateCounts, LedgerError>> {
-        self.inner.count_by_state(scope)
-    }
-    fn oldest<'a>(
-        &'a self,
-        scope: &'a recoverable_write::ledger::TenantScope,
-        states: &'a [recoverable_write::state::State],
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::OldestPerState, LedgerError>> {
-        self.inner.oldest(scope, states)
+
+    fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
+    where
+        T: Send + 'a,
+        F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+    {
+        let counter = match call {
+            LedgerCall::CreateOrGet => Some(&self.create_or_get),
+            LedgerCall::CreateAndApply => Some(&self.create_and_apply),
+            // `record` is `apply` for what an attempt produced: both count as the write's record.
+            LedgerCall::Apply | LedgerCall::Record => Some(&self.apply),
+            LedgerCall::Get => Some(&self.get),
+            _ => None,
+        };
+        if let Some(c) = counter {
+            c.fetch_add(1, Ordering::SeqCst);
+        }
+        f(&self.inner)
     }
 }
 

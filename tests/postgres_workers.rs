@@ -21,15 +21,15 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use recoverable_write::layer::ResponseBody;
-use recoverable_write::ledger::backend::{NewEvidence, Update};
+use recoverable_write::ledger::backend::Update;
 use recoverable_write::ledger::{
-    BoxFuture, ClockSource, Created, EvidenceEntry, Ledger, LedgerError, NewOperation,
-    OperationRecord, PostgresLedger, PostgresLedgerOptions,
+    BoxFuture, ClockSource, Created, Ledger, LedgerError, NewOperation, OperationRecord,
+    PostgresLedger, PostgresLedgerOptions,
 };
 use recoverable_write::operation::{FrozenRequest, PayloadHash};
 use recoverable_write::reconcile::RecoveryReport;
 use recoverable_write::state::State;
-use recoverable_write::testing::FakeVendor;
+use recoverable_write::testing::{FakeVendor, ForwardingLedger};
 use recoverable_write::{
     BudgetPolicy, Contract, Error, HttpLookup, IdempotencyKey, Operation, OperationId,
     RecoverableWriteLayer, Recoverer, SendOnceGuardLayer, Tenant,
@@ -457,17 +457,9 @@ struct PausingLedger {
     armed: std::sync::atomic::AtomicBool,
 }
 
-impl Ledger for PausingLedger {
-    fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
-        self.inner.create_or_get(new)
-    }
-
-    fn get<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        self.inner.get(tenant, id)
+impl ForwardingLedger for PausingLedger {
+    fn inner(&self) -> &dyn Ledger {
+        &self.inner
     }
 
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
@@ -480,69 +472,6 @@ impl Ledger for PausingLedger {
             }
             self.inner.apply(update).await
         })
-    }
-
-    fn claim_prepared(
-        &self,
-        now_ms: i64,
-        older_than_ms: i64,
-        lease_ms: i64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.inner
-            .claim_prepared(now_ms, older_than_ms, lease_ms, limit)
-    }
-
-    fn claim_due(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.inner.claim_due(now_ms, lease_ms, limit)
-    }
-
-    fn sweep_expired(
-        &self,
-        now_ms: i64,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.inner.sweep_expired(now_ms)
-    }
-
-    fn append_evidence<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-        entry: NewEvidence,
-    ) -> BoxFuture<'a, Result<(), LedgerError>> {
-        self.inner.append_evidence(tenant, id, entry)
-    }
-
-    fn evidence<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
-        self.inner.evidence(tenant, id)
-    }
-    fn list<'a>(
-        &'a self,
-        query: &'a recoverable_write::ledger::OperationQuery,
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::Page, LedgerError>> {
-        self.inner.list(query)
-    }
-    fn count_by_state<'a>(
-        &'a self,
-        scope: &'a recoverable_write::ledger::TenantScope,
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::StateCounts, LedgerError>> {
-        self.inner.count_by_state(scope)
-    }
-    fn oldest<'a>(
-        &'a self,
-        scope: &'a recoverable_write::ledger::TenantScope,
-        states: &'a [recoverable_write::state::State],
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::OldestPerState, LedgerError>> {
-        self.inner.oldest(scope, states)
     }
 }
 

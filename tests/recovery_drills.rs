@@ -316,27 +316,10 @@ async fn d8_expired_key_with_operation_record_returns_w731_never_a_create_or_new
 
 #[tokio::test]
 async fn d9_key_expired_and_record_cleaned_stops_automatic_writes_for_review() {
-    let drill = Drill::with_options(DrillOptions {
-        // The vendor keeps keys for 1 s: by the time recovery looks, a replay would run anew.
-        contract: replay_safe_contract().retention_secs(1),
-        policy: BudgetPolicy {
-            max_queries: 4,
-            ..fast_policy()
-        },
-        skew_margin: Duration::from_millis(500),
-        ..DrillOptions::default()
-    })
-    .await;
-    let mut svc = drill.writer();
+    // The vendor keeps keys for 1 s: by the time recovery looks, a replay would run anew.
+    let drill = Drill::with_options(DrillOptions::d9()).await;
     let op = new_op("intent-d9");
-    drill.vendor.faults().drop_after_commit(1);
-    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
-    drill.vendor.faults().expire_keys();
-    drill.vendor.faults().clean_operation_records();
-
-    let row = drill
-        .recover_until(op.id(), |r| r.state == State::ManualReview)
-        .await;
+    let row = drill.d9_to_review(&op, "E17").await;
     assert_eq!(row.last_result, Some(State::Unknown));
     assert_eq!(row.attempts_used, 1);
     // No automatic write: a replay here would have been a second ticket.

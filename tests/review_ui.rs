@@ -18,7 +18,7 @@ use http_body_util::BodyExt;
 use recoverable_write::ledger::TenantScope;
 use recoverable_write::review_ui::{self, ReviewUiConfig, ReviewerIdentity};
 use recoverable_write::testing::FakeVendor;
-use recoverable_write::{BudgetPolicy, Operation, State, Tenant};
+use recoverable_write::{Operation, State, Tenant};
 use tower::ServiceExt;
 
 /// The application's authentication, for the tests: `x-test-user: alice` may resolve,
@@ -118,25 +118,9 @@ fn hidden(page: &str, name: &str) -> String {
 /// Drill D9 (a lost response, keys expired, records cleaned): the engine runs out of evidence
 /// and hands the operation to a person.
 async fn drill_in_review() -> (Drill, Operation) {
-    let drill = Drill::with_options(DrillOptions {
-        contract: replay_safe_contract().retention_secs(1),
-        policy: BudgetPolicy {
-            max_queries: 4,
-            ..fast_policy()
-        },
-        skew_margin: Duration::from_millis(500),
-        ..DrillOptions::default()
-    })
-    .await;
-    let mut svc = drill.writer();
+    let drill = Drill::with_options(DrillOptions::d9()).await;
     let op = new_op("intent-review-ui");
-    drill.vendor.faults().drop_after_commit(1);
-    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
-    drill.vendor.faults().expire_keys();
-    drill.vendor.faults().clean_operation_records();
-    let row = drill
-        .recover_until(op.id(), |r| r.state == State::ManualReview)
-        .await;
+    let row = drill.d9_to_review(&op, "E17").await;
     assert_eq!(row.last_result, Some(State::Unknown));
     assert_eq!(drill.vendor.tickets_created(), 1);
     (drill, op)

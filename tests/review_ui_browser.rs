@@ -23,7 +23,7 @@ use common::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use recoverable_write::review_ui::{self, ReviewUiConfig, ReviewerIdentity};
-use recoverable_write::{BudgetPolicy, State, Tenant};
+use recoverable_write::{State, Tenant};
 
 /// chromedriver, killed when the test ends however it ends.
 struct Driver(Child);
@@ -120,25 +120,10 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
 
     // Drill D9: a lost response, keys expired and records cleaned: the operation is handed to a
     // person. Two more lost responses wait in UNKNOWN, and one write went through.
-    let drill = Drill::with_options(DrillOptions {
-        contract: replay_safe_contract().retention_secs(1),
-        policy: BudgetPolicy {
-            max_queries: 4,
-            ..fast_policy()
-        },
-        skew_margin: Duration::from_millis(500),
-        ..DrillOptions::default()
-    })
-    .await;
-    let mut svc = drill.writer();
+    let drill = Drill::with_options(DrillOptions::d9()).await;
     let op = new_op("intent-browser");
-    drill.vendor.faults().drop_after_commit(1);
-    let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
-    drill.vendor.faults().expire_keys();
-    drill.vendor.faults().clean_operation_records();
-    drill
-        .recover_until(op.id(), |r| r.state == State::ManualReview)
-        .await;
+    drill.d9_to_review(&op, "E17").await;
+    let mut svc = drill.writer();
     drill.vendor.faults().drop_after_commit(2);
     for (intent, device) in [("intent-browser-2", "E18"), ("intent-browser-3", "E19")] {
         let _ = send(&mut svc, drill.ticket_request(&new_op(intent), device)).await;

@@ -53,12 +53,11 @@ use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Full};
 use recoverable_write::clock::Clock;
 use recoverable_write::contract::{EvidenceClass, KeyPlacement, RemoteRef, Replay, Rule};
-use recoverable_write::ledger::backend::{NewEvidence, Update};
+use recoverable_write::ledger::backend::Update;
 use recoverable_write::ledger::conformance::rewrite_changes;
-use recoverable_write::ledger::{
-    BoxFuture, Created, EvidenceEntry, LedgerError, NewOperation, OperationRecord,
-};
+use recoverable_write::ledger::{BoxFuture, LedgerError, OperationRecord};
 use recoverable_write::state::ReviewDecision;
+use recoverable_write::testing::{ForwardingLedger, LedgerCall};
 use recoverable_write::{
     BoxError, BudgetPolicy, Contract, HttpLookup, Ledger, MemoryLedger, Operation, OperationId,
     RecoverableWriteLayer, SendOnceGuardLayer, State, Tenant,
@@ -599,14 +598,24 @@ fn gone() -> LedgerError {
     LedgerError::Unavailable("process crashed".into())
 }
 
-impl CrashLedger {
-    fn write<'a, T: Send + 'a>(
-        &'a self,
-        f: impl FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
-    ) -> BoxFuture<'a, Result<T, LedgerError>> {
+impl ForwardingLedger for CrashLedger {
+    fn inner(&self) -> &dyn Ledger {
+        &*self.inner
+    }
+
+    /// Every call fails once the process is dead; the `crash_at`-th write goes through, then
+    /// the process dies before it hears the answer.
+    fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
+    where
+        T: Send + 'a,
+        F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+    {
         Box::pin(async move {
             if self.dead.load(Ordering::SeqCst) {
                 return Err(gone());
+            }
+            if !call.writes() {
+                return f(&*self.inner).await;
             }
             let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
             let r = f(&*self.inner).await;
@@ -617,104 +626,6 @@ impl CrashLedger {
             }
             r
         })
-    }
-
-    fn read<'a, T: Send + 'a>(
-        &'a self,
-        f: impl FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
-    ) -> BoxFuture<'a, Result<T, LedgerError>> {
-        Box::pin(async move {
-            if self.dead.load(Ordering::SeqCst) {
-                return Err(gone());
-            }
-            f(&*self.inner).await
-        })
-    }
-}
-
-impl Ledger for CrashLedger {
-    fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
-        self.write(move |l| l.create_or_get(new))
-    }
-    fn create_and_apply(
-        &self,
-        new: NewOperation,
-        first: Update,
-    ) -> BoxFuture<'_, Result<Created, LedgerError>> {
-        self.write(move |l| l.create_and_apply(new, first))
-    }
-    fn get<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        self.read(move |l| l.get(tenant, id))
-    }
-    fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        self.write(move |l| l.apply(update))
-    }
-    fn record(
-        &self,
-        update: Update,
-    ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        self.write(move |l| l.record(update))
-    }
-    fn claim_due(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.write(move |l| l.claim_due(now_ms, lease_ms, limit))
-    }
-    fn claim_prepared(
-        &self,
-        now_ms: i64,
-        older_than_ms: i64,
-        lease_ms: i64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.write(move |l| l.claim_prepared(now_ms, older_than_ms, lease_ms, limit))
-    }
-    fn sweep_expired(
-        &self,
-        now_ms: i64,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.write(move |l| l.sweep_expired(now_ms))
-    }
-    fn append_evidence<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-        entry: NewEvidence,
-    ) -> BoxFuture<'a, Result<(), LedgerError>> {
-        self.write(move |l| l.append_evidence(tenant, id, entry))
-    }
-    fn evidence<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
-        self.read(move |l| l.evidence(tenant, id))
-    }
-    fn list<'a>(
-        &'a self,
-        query: &'a recoverable_write::ledger::OperationQuery,
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::Page, LedgerError>> {
-        self.read(move |l| l.list(query))
-    }
-    fn count_by_state<'a>(
-        &'a self,
-        scope: &'a recoverable_write::ledger::TenantScope,
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::StateCounts, LedgerError>> {
-        self.read(move |l| l.count_by_state(scope))
-    }
-    fn oldest<'a>(
-        &'a self,
-        scope: &'a recoverable_write::ledger::TenantScope,
-        states: &'a [recoverable_write::state::State],
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::OldestPerState, LedgerError>> {
-        self.read(move |l| l.oldest(scope, states))
     }
 }
 
@@ -738,24 +649,11 @@ struct Tamper {
     mode: TamperMode,
 }
 
-impl Ledger for Tamper {
-    fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
-        self.inner.create_or_get(new)
+impl ForwardingLedger for Tamper {
+    fn inner(&self) -> &dyn Ledger {
+        &*self.inner
     }
-    fn create_and_apply(
-        &self,
-        new: NewOperation,
-        first: Update,
-    ) -> BoxFuture<'_, Result<Created, LedgerError>> {
-        self.inner.create_and_apply(new, first)
-    }
-    fn get<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        self.inner.get(tenant, id)
-    }
+
     fn apply(
         &self,
         mut update: Update,
@@ -787,64 +685,6 @@ impl Ledger for Tamper {
             }
             self.inner.apply(update).await
         })
-    }
-    fn claim_due(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.inner.claim_due(now_ms, lease_ms, limit)
-    }
-    fn claim_prepared(
-        &self,
-        now_ms: i64,
-        older_than_ms: i64,
-        lease_ms: i64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.inner
-            .claim_prepared(now_ms, older_than_ms, lease_ms, limit)
-    }
-    fn sweep_expired(
-        &self,
-        now_ms: i64,
-    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
-        self.inner.sweep_expired(now_ms)
-    }
-    fn append_evidence<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-        entry: NewEvidence,
-    ) -> BoxFuture<'a, Result<(), LedgerError>> {
-        self.inner.append_evidence(tenant, id, entry)
-    }
-    fn evidence<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
-        self.inner.evidence(tenant, id)
-    }
-    fn list<'a>(
-        &'a self,
-        query: &'a recoverable_write::ledger::OperationQuery,
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::Page, LedgerError>> {
-        self.inner.list(query)
-    }
-    fn count_by_state<'a>(
-        &'a self,
-        scope: &'a recoverable_write::ledger::TenantScope,
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::StateCounts, LedgerError>> {
-        self.inner.count_by_state(scope)
-    }
-    fn oldest<'a>(
-        &'a self,
-        scope: &'a recoverable_write::ledger::TenantScope,
-        states: &'a [recoverable_write::state::State],
-    ) -> BoxFuture<'a, Result<recoverable_write::ledger::OldestPerState, LedgerError>> {
-        self.inner.oldest(scope, states)
     }
 }
 

@@ -90,6 +90,8 @@ pub struct Drill {
     pub credential: Arc<Mutex<String>>,
     /// The options the drill was built with.
     pub options: DrillOptions,
+    /// Whether `ledger` is the SQLite file in `dir` (reopened by [`Drill::restart`]).
+    own_file: bool,
 }
 
 /// A synchronous authorizer closure.
@@ -119,6 +121,24 @@ impl Default for DrillOptions {
             authorizer: None,
             skew_margin: Duration::from_millis(100),
             limiter: None,
+        }
+    }
+}
+
+impl DrillOptions {
+    /// The options of drill D9: the vendor keeps keys for 1 s ([`replay_safe_contract`] with a
+    /// 1 s retention), recovery may ask four times, and the clock-skew margin is 500 ms. Once
+    /// the keys have expired and the vendor's operation records are cleaned, no evidence is
+    /// left and a replay could run anew: see [`Drill::d9_to_review`].
+    pub fn d9() -> Self {
+        Self {
+            contract: replay_safe_contract().retention_secs(1),
+            policy: BudgetPolicy {
+                max_queries: 4,
+                ..fast_policy()
+            },
+            skew_margin: Duration::from_millis(500),
+            ..Self::default()
         }
     }
 }
@@ -163,10 +183,23 @@ impl Drill {
                 .await
                 .expect("open sqlite ledger"),
         );
-        Self::assemble(vendor, dir, ledger, options)
+        Self::assemble(vendor, dir, ledger, options, true)
     }
 
-    /// Rebuilds everything but the vendor and the ledger file: a process restart.
+    /// A drill around `vendor` over `ledger` (any backend, such as a PostgreSQL schema) with
+    /// `options`. `dir` is an empty temp dir then, and [`restart`](Self::restart) keeps
+    /// `ledger`.
+    ///
+    /// # Panics
+    /// If the temp dir cannot be created.
+    pub fn with_ledger(vendor: FakeVendor, ledger: Arc<dyn Ledger>, options: DrillOptions) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Self::assemble(vendor, dir, ledger, options, false)
+    }
+
+    /// Rebuilds everything but the vendor and the ledger's store: a process restart. The
+    /// drill's own SQLite file is opened again; a ledger given to
+    /// [`with_ledger`](Self::with_ledger) is kept.
     ///
     /// # Panics
     /// If the ledger cannot be reopened.
@@ -174,15 +207,21 @@ impl Drill {
         let Drill {
             vendor,
             dir,
+            ledger,
             options,
+            own_file,
             ..
         } = self;
-        let ledger: Arc<dyn Ledger> = Arc::new(
-            SqliteLedger::open(dir.path().join("ledger.db"))
-                .await
-                .expect("reopen sqlite ledger"),
-        );
-        Self::assemble(vendor, dir, ledger, options)
+        let ledger: Arc<dyn Ledger> = if own_file {
+            Arc::new(
+                SqliteLedger::open(dir.path().join("ledger.db"))
+                    .await
+                    .expect("reopen sqlite ledger"),
+            )
+        } else {
+            ledger
+        };
+        Self::assemble(vendor, dir, ledger, options, own_file)
     }
 
     fn assemble(
@@ -190,6 +229,7 @@ impl Drill {
         dir: tempfile::TempDir,
         ledger: Arc<dyn Ledger>,
         options: DrillOptions,
+        own_file: bool,
     ) -> Self {
         let credential = Arc::new(Mutex::new(CREDENTIAL.to_owned()));
         let mut layer = RecoverableWriteLayer::from_arc(ledger.clone())
@@ -200,21 +240,13 @@ impl Drill {
             layer = layer.authorizer(move |op: &OperationRecord, access: Access| a(op, access));
         }
         let guard = SendOnceGuardLayer::new();
-        let lookup = HttpLookup::new(
-            authed_client(credential.clone()),
-            format!("{}/operations/{{operation_id}}", vendor.base_url()),
-        )
-        .tenant_header(HeaderName::from_static("x-tenant"))
-        .timeout(Duration::from_millis(500));
-        let replay = ServiceBuilder::new()
-            .layer(guard.clone())
-            .service(authed_client(credential.clone()));
-        let mut recoverer = layer
-            .recoverer()
-            .reconciler(lookup)
-            .replay_through(replay)
-            .skew_margin(options.skew_margin)
-            .lease(Duration::from_secs(2));
+        let mut recoverer = recoverer(
+            &layer,
+            &guard,
+            &vendor.base_url(),
+            credential.clone(),
+            options.skew_margin,
+        );
         if let Some(l) = options.limiter.clone() {
             recoverer = recoverer.replay_limiter(l);
         }
@@ -227,6 +259,7 @@ impl Drill {
             recoverer,
             credential,
             options,
+            own_file,
         }
     }
 
@@ -301,6 +334,51 @@ impl Drill {
         }
         panic!("operation {op} never reached the expected state");
     }
+
+    /// Drill D9 (with [`DrillOptions::d9`]) for `op`: its ticket create for `device` commits
+    /// and the response is lost; then the vendor's keys expire and its operation records are
+    /// cleaned, so no lookup or replay can tell, and recovery hands the operation to a person.
+    /// Returns the `MANUAL_REVIEW` row.
+    ///
+    /// # Panics
+    /// If the operation never reaches `MANUAL_REVIEW` (see
+    /// [`recover_until`](Self::recover_until)).
+    pub async fn d9_to_review(&self, op: &Operation, device: &str) -> OperationRecord {
+        self.vendor.faults().drop_after_commit(1);
+        let _ = send(&mut self.writer(), self.ticket_request(op, device)).await;
+        self.vendor.faults().expire_keys();
+        self.vendor.faults().clean_operation_records();
+        self.recover_until(op.id(), |r| r.state == State::ManualReview)
+            .await
+    }
+}
+
+/// The recovery engine the drills build for `layer`: an [`HttpLookup`] of the vendor's
+/// `{vendor_base_url}/operations/{operation_id}` (tenant header `x-tenant`, 500 ms timeout) and a
+/// replay path through `guard`, both over [`authed_client`] with `credential`; the clock-skew
+/// margin `skew_margin` and a 2 s lease.
+pub fn recoverer(
+    layer: &RecoverableWriteLayer,
+    guard: &SendOnceGuardLayer,
+    vendor_base_url: &str,
+    credential: Arc<Mutex<String>>,
+    skew_margin: Duration,
+) -> Recoverer {
+    let lookup = HttpLookup::new(
+        authed_client(credential.clone()),
+        format!("{vendor_base_url}/operations/{{operation_id}}"),
+    )
+    .tenant_header(HeaderName::from_static("x-tenant"))
+    .timeout(Duration::from_millis(500));
+    let replay = ServiceBuilder::new()
+        .layer(guard.clone())
+        .service(authed_client(credential));
+    layer
+        .recoverer()
+        .reconciler(lookup)
+        .replay_through(replay)
+        .skew_margin(skew_margin)
+        .lease(Duration::from_secs(2))
 }
 
 /// The client with credentials applied at send time.

@@ -32,10 +32,12 @@ pub mod callbacks;
 #[cfg(feature = "sqlite")]
 pub mod drill;
 mod faults;
+mod forwarding;
 mod server;
 mod store;
 mod vendor;
 
 pub use faults::{Faults, Rejection};
+pub use forwarding::{ForwardingLedger, LedgerCall};
 pub use store::{OperationStatus, SeenRequest, Ticket};
 pub use vendor::{FakeVendor, FakeVendorBuilder};

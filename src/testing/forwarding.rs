@@ -1,0 +1,164 @@
+//! [`ForwardingLedger`]: a ledger that forwards to another, for tests that change one call.
+
+use std::fmt;
+
+use crate::ledger::backend::{NewEvidence, Update};
+use crate::ledger::{
+    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, Created,
+    EvidenceEntry, Ledger, LedgerError, NewOperation, OldestPerState, OperationQuery,
+    OperationRecord, Page, QuarantinedCallback, QuarantinedRow, StateCounts, TenantScope,
+};
+use crate::{OperationId, State, Tenant};
+
+/// Writes [`ForwardingLedger`] and the [`Ledger`] impl over it from one list of the methods:
+/// `name(args) -> output as LedgerCall variant`.
+macro_rules! forwarding_ledger {
+    ($( fn $name:ident($($arg:ident: $ty:ty),*) -> $out:ty as $call:ident; )*) => {
+        /// A [`Ledger`] made of another one, for tests that change one or two calls: count them,
+        /// fail them after a crash, pause a worker inside one, rewrite an update on its way to
+        /// the store.
+        ///
+        /// Implement [`inner`](Self::inner) and override what changes: every type that implements
+        /// this trait is a [`Ledger`], and each method it does not override goes to the same
+        /// method of the inner ledger through [`around`](Self::around). [`record`](Self::record)
+        /// and [`create_and_apply`](Self::create_and_apply) too go to the inner ledger's own
+        /// methods: overriding [`apply`](Self::apply) does not change them.
+        ///
+        /// ```
+        /// use std::sync::Arc;
+        /// use std::sync::atomic::{AtomicUsize, Ordering};
+        ///
+        /// use recoverable_write::ledger::{BoxFuture, Ledger, LedgerError};
+        /// use recoverable_write::testing::{ForwardingLedger, LedgerCall};
+        /// use recoverable_write::MemoryLedger;
+        ///
+        /// /// Counts the ledger's writes.
+        /// #[derive(Debug, Default)]
+        /// struct CountWrites {
+        ///     inner: MemoryLedger,
+        ///     writes: AtomicUsize,
+        /// }
+        ///
+        /// impl ForwardingLedger for CountWrites {
+        ///     fn inner(&self) -> &dyn Ledger {
+        ///         &self.inner
+        ///     }
+        ///
+        ///     fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
+        ///     where
+        ///         T: Send + 'a,
+        ///         F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+        ///     {
+        ///         if call.writes() {
+        ///             self.writes.fetch_add(1, Ordering::SeqCst);
+        ///         }
+        ///         f(self.inner())
+        ///     }
+        /// }
+        ///
+        /// let ledger: Arc<dyn Ledger> = Arc::new(CountWrites::default());
+        /// # let _ = ledger;
+        /// ```
+        pub trait ForwardingLedger: Send + Sync + fmt::Debug + 'static {
+            /// The ledger every call goes to.
+            fn inner(&self) -> &dyn Ledger;
+
+            /// Runs one forwarded call: `f` makes the inner ledger's future for `call`. The
+            /// provided implementation calls `f(self.inner())`; override it to count, delay or
+            /// fail calls (call `f` only if the call is to run).
+            fn around<'a, T, F>(
+                &'a self,
+                call: LedgerCall,
+                f: F,
+            ) -> BoxFuture<'a, Result<T, LedgerError>>
+            where
+                T: Send + 'a,
+                F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+            {
+                let _ = call;
+                f(self.inner())
+            }
+
+            $(
+                #[doc = concat!("[`Ledger::", stringify!($name), "`], through [`around`](Self::around).")]
+                fn $name<'a>(&'a self, $($arg: $ty),*) -> BoxFuture<'a, Result<$out, LedgerError>> {
+                    self.around(LedgerCall::$call, move |l| l.$name($($arg),*))
+                }
+            )*
+        }
+
+        /// The methods of [`ForwardingLedger`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum LedgerCall {
+            $(
+                #[doc = concat!("[`Ledger::", stringify!($name), "`].")]
+                $call,
+            )*
+        }
+
+        impl<L: ForwardingLedger> Ledger for L {
+            $(
+                fn $name<'a>(&'a self, $($arg: $ty),*) -> BoxFuture<'a, Result<$out, LedgerError>> {
+                    ForwardingLedger::$name(self, $($arg),*)
+                }
+            )*
+        }
+    };
+}
+
+forwarding_ledger! {
+    fn create_or_get(new: NewOperation) -> Created as CreateOrGet;
+    fn create_and_apply(new: NewOperation, first: Update) -> Created as CreateAndApply;
+    fn get(tenant: &'a Tenant, id: &'a OperationId) -> Option<OperationRecord> as Get;
+    fn apply(update: Update) -> Option<OperationRecord> as Apply;
+    fn record(update: Update) -> Option<OperationRecord> as Record;
+    fn claim_due(now_ms: i64, lease_ms: i64, limit: u32) -> Vec<OperationRecord> as ClaimDue;
+    fn claim_prepared(now_ms: i64, older_than_ms: i64, lease_ms: i64, limit: u32)
+        -> Vec<OperationRecord> as ClaimPrepared;
+    fn sweep_expired(now_ms: i64) -> Vec<OperationRecord> as SweepExpired;
+    fn quarantined(limit: u32) -> Vec<QuarantinedRow> as Quarantined;
+    fn append_evidence(tenant: &'a Tenant, id: &'a OperationId, entry: NewEvidence) -> ()
+        as AppendEvidence;
+    fn evidence(tenant: &'a Tenant, id: &'a OperationId) -> Vec<EvidenceEntry> as Evidence;
+    fn list(query: &'a OperationQuery) -> Page as List;
+    fn count_by_state(scope: &'a TenantScope) -> StateCounts as CountByState;
+    fn oldest(scope: &'a TenantScope, states: &'a [State]) -> OldestPerState as Oldest;
+    fn apply_callback(delivery: CallbackDelivery, effect: CallbackEffect) -> CallbackApplied
+        as ApplyCallback;
+    fn quarantine_callback(event: QuarantinedCallback) -> CallbackQuarantined
+        as QuarantineCallback;
+    fn quarantined_callbacks(limit: u32) -> Vec<QuarantinedCallback> as QuarantinedCallbacks;
+    fn find_by_remote_ref(tenant: &'a Tenant, remote_ref: &'a str) -> Option<OperationRecord>
+        as FindByRemoteRef;
+    fn find_by_idempotency_key(tenant: &'a Tenant, key: &'a str) -> Option<OperationRecord>
+        as FindByIdempotencyKey;
+}
+
+impl LedgerCall {
+    /// Whether the call may change the store (create, apply, record, claim, sweep, append,
+    /// callbacks); `false` for reads.
+    pub fn writes(self) -> bool {
+        match self {
+            Self::CreateOrGet
+            | Self::CreateAndApply
+            | Self::Apply
+            | Self::Record
+            | Self::ClaimDue
+            | Self::ClaimPrepared
+            | Self::SweepExpired
+            | Self::AppendEvidence
+            | Self::ApplyCallback
+            | Self::QuarantineCallback => true,
+            Self::Get
+            | Self::Quarantined
+            | Self::Evidence
+            | Self::List
+            | Self::CountByState
+            | Self::Oldest
+            | Self::QuarantinedCallbacks
+            | Self::FindByRemoteRef
+            | Self::FindByIdempotencyKey => false,
+        }
+    }
+}
