@@ -71,6 +71,14 @@ impl EventRule {
 #[serde(deny_unknown_fields)]
 pub struct CallbackMapping {
     /// The vendor's name, scoping event ids in the dedupe table (`stripe`, `adyen`, ...).
+    ///
+    /// The dedupe key is `(vendor, event id)`, across tenants: the event id must be unique for
+    /// the whole vendor (Stripe `evt_…`, Square's `event_id`, PayPal `WH-…`, Adyen's
+    /// `pspReference` are). A vendor whose event ids are unique only within one merchant
+    /// account needs one mapping per account, each with its own `vendor` name
+    /// (`acme-shop-a`, ...), or an `event_id` that includes the account pointer; otherwise a
+    /// second account's event with the same id would be answered as a duplicate and never
+    /// applied.
     pub vendor: String,
     /// Pointer to an array of events when one delivery batches several (Adyen's
     /// `/notificationItems`); every other pointer is then relative to one element.
