@@ -443,6 +443,7 @@ impl Config {
         ConfigBuilder::new(Arc::new(ledger))
     }
 
+    #[cfg(feature = "callbacks")]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
