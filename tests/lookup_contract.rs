@@ -77,39 +77,16 @@ async fn tickets_by_id(vendor: &FakeVendor) -> String {
 }
 
 fn contracts(lookup_base: &str) -> Contracts {
-    // `replay = "unsafe"`: no same-key replay either, so the lookup is the only way on.
-    let toml = format!(
-        r#"
-[[route]]
-host = "127.0.0.1"
-contract = "tickets"
-
-[contracts.tickets]
-extends = "ietf-draft"
-replay = "unsafe"
-lookup = {{ kind = "http_get", url_template = "{lookup_base}/tickets/{{remote_ref}}", answer = {{ remote_ref = "/id", succeeded = ["open"] }} }}
-"#
-    );
-    Contracts::from_toml_str(&toml, "contracts.toml").expect("valid contracts")
+    tickets_contract(&format!(
+        r#"lookup = {{ kind = "http_get", url_template = "{lookup_base}/tickets/{{remote_ref}}", answer = {{ remote_ref = "/id", succeeded = ["open"] }} }}"#
+    ))
 }
 
 #[tokio::test]
 async fn a_remote_ref_lookup_without_a_reference_is_not_made_and_resolves_nothing() {
     let vendor = FakeVendor::start().await;
     let lookup_base = tickets_by_id(&vendor).await;
-    let below = ServiceBuilder::new()
-        .layer(SendOnceGuardLayer::new())
-        .service(http_client());
-    let rw = RecoverableWrite::builder(MemoryLedger::new())
-        .contracts(contracts(&lookup_base))
-        .budget(fast_policy())
-        .transport(below.clone())
-        .lookup_tenant_header(HeaderName::from_static("x-tenant"))
-        .lookup_timeout(Duration::from_millis(500))
-        .recovery_lease(Duration::from_secs(2))
-        .build()
-        .expect("valid configuration");
-    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
+    let (rw, svc) = configured(contracts(&lookup_base));
     let op = new_op("intent-remote-ref-none");
     vendor.faults().drop_after_commit(1);
     let err = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17"))
@@ -169,16 +146,7 @@ async fn a_remote_ref_lookup_without_a_reference_is_not_made_and_resolves_nothin
 async fn a_remote_ref_lookup_finds_the_operation_whose_reference_is_known() {
     let vendor = FakeVendor::start().await;
     let lookup_base = tickets_by_id(&vendor).await;
-    let below = ServiceBuilder::new()
-        .layer(SendOnceGuardLayer::new())
-        .service(http_client());
-    let rw = RecoverableWrite::builder(MemoryLedger::new())
-        .contracts(contracts(&lookup_base))
-        .budget(fast_policy())
-        .transport(below.clone())
-        .build()
-        .expect("valid configuration");
-    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
+    let (rw, svc) = configured(contracts(&lookup_base));
     let op = new_op("intent-remote-ref-known");
     vendor.faults().drop_after_commit(1);
     let _ = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17")).await;
@@ -260,18 +228,7 @@ secret_body_fields = ["/client_secret"]
 lookup = {{ kind = "http_get", url_template = "{lookup_base}/by-op/{{operation_id}}", answer = {{ remote_ref = "/id", succeeded = ["open"] }} }}
 "#
     );
-    let below = ServiceBuilder::new()
-        .layer(SendOnceGuardLayer::new())
-        .service(http_client());
-    let rw = RecoverableWrite::builder(MemoryLedger::new())
-        .contracts(Contracts::from_toml_str(&toml, "contracts.toml").unwrap())
-        .budget(fast_policy())
-        .transport(below.clone())
-        .lookup_timeout(Duration::from_millis(500))
-        .recovery_lease(Duration::from_secs(2))
-        .build()
-        .expect("valid configuration");
-    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
+    let (rw, svc) = configured(Contracts::from_toml_str(&toml, "contracts.toml").unwrap());
     let op = new_op("intent-lookup-body");
     vendor.faults().drop_after_commit(1);
     let _ = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17")).await;
