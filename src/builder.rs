@@ -59,6 +59,7 @@ use crate::notify::Notifier;
 use crate::reconcile::{
     HttpLookup, ListLookup, LookupStatuses, NotFound, Reconciler, Recoverer, Transport,
 };
+use crate::retention::{Purger, Retention};
 use crate::review::Reviews;
 
 /// Why a configuration was refused. Nothing was built.
@@ -257,6 +258,14 @@ impl ConfigBuilder {
         self
     }
 
+    /// Retention: how long finished operations keep their details and their rows, and how
+    /// often the recoverer purges (default [`Retention::new`]: 7 days, 35 days, every
+    /// 10 minutes). See [`crate::retention`].
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.shared.retention = retention;
+        self
+    }
+
     /// Validates everything and builds the configuration.
     ///
     /// # Errors
@@ -270,6 +279,7 @@ impl ConfigBuilder {
         };
         self.shared.policy.validate()?;
         self.shared.contracts.validate()?;
+        self.shared.retention.validate(&self.shared.contracts)?;
         if self.shared.max_request_body == 0 {
             return Err(invalid("max_request_body", "must be at least 1 byte"));
         }
@@ -472,6 +482,13 @@ impl Config {
             r = r.replay_limiter(l.clone());
         }
         r
+    }
+
+    /// Retention over this configuration's ledger and contracts: run a purge now, preview
+    /// one, show an operation's retention dates, erase a tenant. The recoverer also purges on
+    /// [`Retention::interval`].
+    pub fn retention(&self) -> Purger {
+        Purger::from_shared(self.shared.clone())
     }
 
     /// The reviews API (handoff package, claim, resolve).

@@ -98,6 +98,7 @@ pub mod reconcile;
 pub mod reqwest;
 #[cfg(feature = "axum")]
 pub mod responses;
+pub mod retention;
 pub mod review;
 #[cfg(feature = "review-ui")]
 pub mod review_ui;

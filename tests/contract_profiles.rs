@@ -1248,7 +1248,7 @@ fn every_config_error_names_origin_key_and_problem() {
         "[contracts.c]\nretenton_secs = 5",
         "contracts.c.retenton_secs",
         unknown(
-            "extends, name, key, max_key_len, retention_secs, replay, rules, extra_rules, remote_ref, secret_headers, secret_query_params, secret_body_fields, replay_supplies_body_secrets, digest, lookup, settle_secs",
+            "extends, name, key, max_key_len, retention_secs, replay, rules, extra_rules, remote_ref, secret_headers, secret_query_params, secret_body_fields, replay_supplies_body_secrets, digest, lookup, settle_secs, keep_details_secs, keep_identity_secs",
         ),
     );
     config_error(

@@ -427,6 +427,8 @@ struct ContractSpec {
     digest: Option<PayloadDigest>,
     lookup: Option<Lookup>,
     settle_secs: Option<u64>,
+    keep_details_secs: Option<u64>,
+    keep_identity_secs: Option<u64>,
 }
 
 /// `default`: a contract table, or the name of a contract.
@@ -600,7 +602,7 @@ fn serde_message(e: &serde_json::Error) -> String {
         .replace("invalid type: map", "invalid type: table")
         .replace("expected a sequence", "expected an array")
         .replace("expected a map", "expected a table");
-    super::classify::truncate(&m, 300)
+    super::classify::truncate(&m, 512)
 }
 
 /// The loader's working state.
@@ -889,6 +891,12 @@ impl<'a> Loader<'a> {
         }
         if table.settle_secs.is_some() {
             c.settle_secs = table.settle_secs;
+        }
+        if table.keep_details_secs.is_some() {
+            c.keep_details_secs = table.keep_details_secs;
+        }
+        if table.keep_identity_secs.is_some() {
+            c.keep_identity_secs = table.keep_identity_secs;
         }
         if table.remote_ref.is_some() {
             c.remote_ref.clone_from(&table.remote_ref);

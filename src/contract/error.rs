@@ -127,6 +127,17 @@ pub enum ContractErrorKind {
     /// executed" (it would authorise a replay of a write that may have happened).
     #[error("`not_executed` is refused here: {0}")]
     NotFoundCannotProve(&'static str),
+    /// A retention shorter than something it must cover: the vendor's key retention, or the
+    /// details clock.
+    #[error("{value} s is shorter than {because}: {min} s")]
+    RetentionTooShort {
+        /// The value given, in seconds.
+        value: u64,
+        /// The least allowed, in seconds.
+        min: u64,
+        /// What it must cover.
+        because: &'static str,
+    },
     /// Not a plain XML element name.
     #[error("`{0}` is not an XML element name (letters, digits, `_`, `-`, `.`, `:`)")]
     InvalidXmlElement(String),

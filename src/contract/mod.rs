@@ -111,6 +111,11 @@ pub const DEFAULT_MAX_KEY_LEN: usize = 64;
 /// keeps retention arithmetic in milliseconds far from overflowing.
 pub const MAX_RETENTION_SECS: u64 = 365 * 24 * 60 * 60;
 
+/// The longest `keep_details_secs` or `keep_identity_secs` a contract (or the ledger's
+/// default) may state: 10 years. Keeps retention arithmetic in milliseconds far from
+/// overflowing.
+pub const MAX_KEEP_SECS: u64 = 10 * 365 * 24 * 60 * 60;
+
 /// The longest `settle_secs` a contract may state: 30 days, the longest recovery window (a
 /// lookup that settles later than that can never count).
 pub const MAX_SETTLE_SECS: u64 = 30 * 24 * 60 * 60;
@@ -205,6 +210,18 @@ pub struct Contract {
     /// lookup is consistent right after the write answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settle_secs: Option<u64>,
+    /// How long after an operation of this contract finished the ledger keeps its details (the
+    /// frozen request, the stored response, the evidence details), in seconds: the details
+    /// clock of [retention](crate::retention). `None`: the ledger's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_details_secs: Option<u64>,
+    /// How long after an operation of this contract finished the ledger keeps its row (its
+    /// identity: a repeat of the intent within this time sends nothing), in seconds: the
+    /// identity clock of [retention](crate::retention). At least the vendor's
+    /// [`retention_secs`](Self::retention_secs) and `keep_details_secs`. `None`: the ledger's
+    /// default, raised to the vendor's retention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_identity_secs: Option<u64>,
 }
 
 fn default_max_key_len() -> usize {
@@ -596,6 +613,8 @@ impl Contract {
             digest: PayloadDigest::Full,
             lookup: None,
             settle_secs: None,
+            keep_details_secs: None,
+            keep_identity_secs: None,
         }
     }
 
@@ -699,6 +718,20 @@ impl Contract {
     /// Sets how long an eventually consistent lookup may miss a fresh operation, in seconds.
     pub fn settle_secs(mut self, secs: u64) -> Self {
         self.settle_secs = Some(secs);
+        self
+    }
+
+    /// Sets how long after they finished this contract's operations keep their details, in
+    /// seconds (see [`keep_details_secs`](Self::keep_details_secs)).
+    pub fn keep_details_secs(mut self, secs: u64) -> Self {
+        self.keep_details_secs = Some(secs);
+        self
+    }
+
+    /// Sets how long after they finished this contract's operations keep their row, in
+    /// seconds (see [`keep_identity_secs`](Self::keep_identity_secs)).
+    pub fn keep_identity_secs(mut self, secs: u64) -> Self {
+        self.keep_identity_secs = Some(secs);
         self
     }
 

@@ -5,8 +5,8 @@ use http::HeaderName;
 use super::error::{ContractError, ContractErrorKind as Kind};
 use super::key::pointer_tokens;
 use super::{
-    Contract, GENERATED_KEY_LEN, KeyPlacement, Lookup, LookupAnswer, MAX_KEY_LEN_LIMIT,
-    MAX_RETENTION_SECS, MAX_SETTLE_SECS,
+    Contract, GENERATED_KEY_LEN, KeyPlacement, Lookup, LookupAnswer, MAX_KEEP_SECS,
+    MAX_KEY_LEN_LIMIT, MAX_RETENTION_SECS, MAX_SETTLE_SECS,
 };
 use crate::operation::PayloadDigest;
 use crate::reconcile::NotFound;
@@ -75,6 +75,38 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
         && secs > MAX_SETTLE_SECS
     {
         return too_large("settle_secs", secs, MAX_SETTLE_SECS, true);
+    }
+    for (field, value) in [
+        ("keep_details_secs", c.keep_details_secs),
+        ("keep_identity_secs", c.keep_identity_secs),
+    ] {
+        if let Some(secs) = value
+            && secs > MAX_KEEP_SECS
+        {
+            return too_large(field, secs, MAX_KEEP_SECS, true);
+        }
+    }
+    if let Some(identity) = c.keep_identity_secs {
+        let too_short = |min, because| {
+            Err(err(
+                "keep_identity_secs".into(),
+                Kind::RetentionTooShort {
+                    value: identity,
+                    min,
+                    because,
+                },
+            ))
+        };
+        if let Some(vendor) = c.retention_secs
+            && identity < vendor
+        {
+            return too_short(vendor, "the vendor's key retention (`retention_secs`)");
+        }
+        if let Some(details) = c.keep_details_secs
+            && identity < details
+        {
+            return too_short(details, "`keep_details_secs`: a row cannot outlive itself");
+        }
     }
     for (i, rule) in c.rules.iter().enumerate() {
         let Some(status) = rule.status else {

@@ -61,6 +61,7 @@ pub(crate) struct Shared {
     pub(crate) wait: Option<Duration>,
     pub(crate) track_all_writes: bool,
     pub(crate) clock: SharedClock,
+    pub(crate) retention: crate::retention::Retention,
 }
 
 impl Shared {
@@ -113,6 +114,7 @@ impl Shared {
             wait: None,
             track_all_writes: false,
             clock: SharedClock::default(),
+            retention: crate::retention::Retention::default(),
         }
     }
 }

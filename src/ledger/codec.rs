@@ -530,6 +530,7 @@ macro_rules! row_decoder {
                 response,
                 created_ms: c.get("created_ms")?,
                 updated_ms: c.get("updated_ms")?,
+                details_removed_ms: c.get("details_removed_ms")?,
             })
         }
 

@@ -45,13 +45,23 @@ struct Tables {
     next_row: u64,
     /// Evidence sequence, global and increasing like an autoincrement id.
     next_seq: i64,
-    /// The callback dedupe table: `(vendor, event id)` → what the event did.
-    callback_events: HashMap<(String, String), &'static str>,
+    /// The callback dedupe table: `(vendor, event id)` → what the event did, and when.
+    callback_events: HashMap<(String, String), Delivery>,
     /// Quarantined callback events, in the order they were stored.
     callback_quarantine: Vec<QuarantinedCallback>,
 }
 
 type Key = (Tenant, OperationId);
+
+/// A dedupe record of a vendor event.
+#[derive(Debug)]
+struct Delivery {
+    /// What it did (kept to mirror the SQL tables; the memory ledger never reads it back).
+    #[allow(dead_code)]
+    outcome: &'static str,
+    tenant: Option<Tenant>,
+    received_ms: i64,
+}
 
 #[derive(Debug)]
 struct Row {
@@ -319,6 +329,194 @@ impl MemoryLedger {
     }
 }
 
+impl MemoryLedger {
+    fn purge_now(&self, batch: &PurgeBatch) -> Result<Purged, LedgerError> {
+        let mut guard = self.tables()?;
+        let t = &mut *guard;
+        let mut victims: Vec<(i64, u64, Key)> = t
+            .operations
+            .iter()
+            .filter(|(_, row)| purgeable(&row.record, batch))
+            .map(|(key, row)| (row.record.updated_ms, row.created_seq, key.clone()))
+            .collect();
+        victims.sort();
+        if !batch.dry_run {
+            victims.truncate(batch.limit as usize);
+        }
+        let mut purged = Purged::default();
+        for (_, _, key) in victims {
+            let row = t
+                .operations
+                .get_mut(&key)
+                .expect("victim listed under the lock");
+            let bytes = match batch.stage {
+                PurgeStage::Details => detail_bytes(row),
+                PurgeStage::Identity => row_bytes(row),
+            };
+            purged = purged.plus(Purged::new(1, bytes));
+            if batch.dry_run {
+                continue;
+            }
+            match batch.stage {
+                PurgeStage::Details => slim(row, batch.now_ms),
+                PurgeStage::Identity => {
+                    let row = t
+                        .operations
+                        .remove(&key)
+                        .expect("victim listed under the lock");
+                    let r = row.record;
+                    t.intents.remove(&(r.tenant, r.action, r.intent_ref));
+                }
+            }
+        }
+        Ok(purged)
+    }
+
+    fn purge_callbacks_now(&self, batch: &CallbackPurge) -> Result<Purged, LedgerError> {
+        let mut guard = self.tables()?;
+        let t = &mut *guard;
+        let matches = |tenant: Option<&Tenant>, received_ms: i64| match &batch.scope {
+            CallbackScope::ReceivedBefore(before) => received_ms < *before,
+            CallbackScope::Tenant(want) => tenant == Some(want),
+        };
+        let limit = if batch.dry_run {
+            usize::MAX
+        } else {
+            batch.limit as usize
+        };
+        match batch.records {
+            CallbackRecords::Deliveries => {
+                let mut victims: Vec<(i64, (String, String))> = t
+                    .callback_events
+                    .iter()
+                    .filter(|(_, d)| matches(d.tenant.as_ref(), d.received_ms))
+                    .map(|(k, d)| (d.received_ms, k.clone()))
+                    .collect();
+                victims.sort();
+                victims.truncate(limit);
+                let bytes = victims
+                    .iter()
+                    .map(|(_, (v, e))| (v.len() + e.len()) as u64)
+                    .sum();
+                let rows = victims.len() as u64;
+                if !batch.dry_run {
+                    for (_, key) in victims {
+                        t.callback_events.remove(&key);
+                    }
+                }
+                Ok(Purged::new(rows, bytes))
+            }
+            CallbackRecords::Quarantine => {
+                let mut purged = Purged::default();
+                let mut kept = Vec::with_capacity(t.callback_quarantine.len());
+                for q in t.callback_quarantine.drain(..) {
+                    if (purged.rows as usize) < limit
+                        && matches(q.tenant.as_ref(), q.received_at_ms)
+                    {
+                        purged = purged.plus(Purged::new(1, quarantined_bytes(&q)));
+                        if batch.dry_run {
+                            kept.push(q);
+                        }
+                    } else {
+                        kept.push(q);
+                    }
+                }
+                t.callback_quarantine = kept;
+                Ok(purged)
+            }
+        }
+    }
+}
+
+/// Whether `r` is a finished, decodable row `batch` covers.
+fn purgeable(r: &OperationRecord, batch: &PurgeBatch) -> bool {
+    if !r.state.is_terminal() {
+        return false;
+    }
+    if batch.stage == PurgeStage::Details && r.details_removed_ms.is_some() {
+        return false;
+    }
+    match &batch.scope {
+        PurgeScope::FinishedBefore {
+            contract,
+            before_ms,
+        } => r.contract.name == *contract && r.updated_ms < *before_ms,
+        PurgeScope::Tenant(tenant) => r.tenant == *tenant,
+        PurgeScope::Operation {
+            tenant,
+            operation_id,
+        } => r.tenant == *tenant && r.operation_id == *operation_id,
+    }
+}
+
+fn json_len<T: serde::Serialize>(v: &T) -> u64 {
+    serde_json::to_vec(v).map_or(0, |b| b.len() as u64)
+}
+
+/// The bytes the details stage drops from `row` (as the SQL backends count them).
+fn detail_bytes(row: &Row) -> u64 {
+    let r = &row.record;
+    let response = r
+        .response
+        .as_ref()
+        .map_or(0, |resp| json_len(&resp.headers) + resp.body.len() as u64);
+    let evidence: u64 = row
+        .evidence
+        .iter()
+        .map(|e| {
+            e.entry.evidence.as_ref().map_or(0, json_len)
+                + e.entry.note.as_ref().map_or(0, |n| n.len() as u64)
+        })
+        .sum();
+    json_len(&r.request.headers)
+        + r.request.body.len() as u64
+        + response
+        + r.reason.as_ref().map_or(0, |s| s.len() as u64)
+        + evidence
+}
+
+/// The bytes the identity stage drops with `row`: its details and its identity columns.
+fn row_bytes(row: &Row) -> u64 {
+    let r = &row.record;
+    detail_bytes(row)
+        + (r.tenant.as_str().len()
+            + r.operation_id.as_str().len()
+            + r.action.len()
+            + r.intent_ref.len()
+            + r.idempotency_key.as_str().len()
+            + r.payload_hash.as_str().len()
+            + r.request.method.len()
+            + r.request.url.len()
+            + r.remote_ref.as_ref().map_or(0, String::len)) as u64
+}
+
+fn quarantined_bytes(q: &QuarantinedCallback) -> u64 {
+    (q.vendor.len()
+        + q.event_id.len()
+        + q.event_type.len()
+        + q.match_value.as_ref().map_or(0, String::len)
+        + q.reason.len()) as u64
+        + q.evidence.as_ref().map_or(0, json_len)
+}
+
+/// The details stage on one row.
+fn slim(row: &mut Row, now_ms: i64) {
+    let r = &mut row.record;
+    r.request = Arc::new(crate::operation::FrozenRequest {
+        method: r.request.method.clone(),
+        url: r.request.url.clone(),
+        headers: Vec::new(),
+        body: Bytes::new(),
+    });
+    r.response = None;
+    r.reason = None;
+    r.details_removed_ms = Some(now_ms);
+    for e in &mut row.evidence {
+        e.entry.evidence = None;
+        e.entry.note = None;
+    }
+}
+
 impl Tables {
     /// The oldest operation of `tenant` that `pick` picks (a scan: the memory ledger holds
     /// tests' and examples' rows).
@@ -550,7 +748,14 @@ impl Ledger for MemoryLedger {
                     CallbackApplied::Appended
                 }
             };
-            t.callback_events.insert(key, done);
+            t.callback_events.insert(
+                key,
+                Delivery {
+                    outcome: done,
+                    tenant: Some(delivery.tenant.clone()),
+                    received_ms: delivery.received_at_ms,
+                },
+            );
             Ok(applied)
         })
     }
@@ -565,7 +770,14 @@ impl Ledger for MemoryLedger {
             if t.callback_events.contains_key(&key) {
                 return Ok(CallbackQuarantined::Duplicate);
             }
-            t.callback_events.insert(key, QUARANTINED);
+            t.callback_events.insert(
+                key,
+                Delivery {
+                    outcome: QUARANTINED,
+                    tenant: event.tenant.clone(),
+                    received_ms: event.received_at_ms,
+                },
+            );
             t.callback_quarantine.push(event);
             Ok(CallbackQuarantined::Stored)
         })
@@ -605,5 +817,26 @@ impl Ledger for MemoryLedger {
             let t = self.tables()?;
             Ok(t.oldest_where(tenant, |r| r.idempotency_key.as_str() == key))
         })
+    }
+
+    fn finished_contracts(&self) -> BoxFuture<'_, Result<Vec<String>, LedgerError>> {
+        Box::pin(async move {
+            let t = self.tables()?;
+            let names: std::collections::BTreeSet<String> = t
+                .operations
+                .values()
+                .filter(|row| row.record.state.is_terminal())
+                .map(|row| row.record.contract.name.clone())
+                .collect();
+            Ok(names.into_iter().collect())
+        })
+    }
+
+    fn purge(&self, batch: PurgeBatch) -> BoxFuture<'_, Result<Purged, LedgerError>> {
+        Box::pin(async move { self.purge_now(&batch) })
+    }
+
+    fn purge_callbacks(&self, batch: CallbackPurge) -> BoxFuture<'_, Result<Purged, LedgerError>> {
+        Box::pin(async move { self.purge_callbacks_now(&batch) })
     }
 }

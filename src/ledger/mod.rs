@@ -47,9 +47,13 @@ mod codec;
 mod memory;
 pub use memory::MemoryLedger;
 mod query;
+mod retention;
 pub use query::{
     Cursor, DEFAULT_LIMIT, MAX_LIMIT, OPEN_STATES, OldestPerState, OldestRow, OperationQuery,
     Order, Page, SkippedRow, StateCounts, TenantScope, TextMatch, WATCHED_STATES,
+};
+pub use retention::{
+    CallbackPurge, CallbackRecords, CallbackScope, PurgeBatch, PurgeScope, PurgeStage, Purged,
 };
 
 #[cfg(feature = "sqlite")]
@@ -157,8 +161,12 @@ pub struct OperationRecord {
     pub response: Option<StoredResponse>,
     /// Creation time (ms since epoch).
     pub created_ms: i64,
-    /// Last change (ms since epoch).
+    /// Last change (ms since epoch). For a finished operation, when it finished: nothing
+    /// changes a finished row's state again, and the retention stages do not move this time.
     pub updated_ms: i64,
+    /// When the retention's details stage dropped this operation's request, response and
+    /// evidence details ([`PurgeStage::Details`]); `None` while they are kept.
+    pub details_removed_ms: Option<i64>,
 }
 
 /// What [`Ledger::create_or_get`] found.
@@ -527,6 +535,54 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         let _ = (tenant, key);
         Box::pin(async { Err(callback::callbacks_unsupported()) })
     }
+    /// The names of the contracts frozen on finished (`SUCCEEDED` or `REJECTED`) operations
+    /// that are not quarantined, in name order: what a retention pass must visit. Read through
+    /// an index (one probe per name), never a scan of the rows.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`] ("retention not supported
+    /// by this ledger"): a third-party backend keeps compiling, and its rows are kept forever.
+    /// Every bundled backend implements it.
+    fn finished_contracts(&self) -> BoxFuture<'_, Result<Vec<String>, LedgerError>> {
+        Box::pin(async { Err(retention::retention_unsupported()) })
+    }
+
+    /// Runs one bounded batch of a retention stage ([`PurgeStage`]) over the finished
+    /// operations `batch.scope` names, oldest finish first, at most `batch.limit` of them, in
+    /// one transaction. Operations in any other state, and quarantined rows, are never
+    /// touched, whatever their age. The details stage skips rows already slimmed; it leaves
+    /// `state`, `version` and `updated_ms` as they are. The identity stage deletes the rows and
+    /// their evidence together.
+    ///
+    /// With `batch.dry_run`, nothing changes and every matching row is counted.
+    ///
+    /// Returns what was dropped. A batch that returns fewer rows than its limit found no more.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`finished_contracts`](Self::finished_contracts).
+    fn purge(&self, batch: PurgeBatch) -> BoxFuture<'_, Result<Purged, LedgerError>> {
+        let _ = batch;
+        Box::pin(async { Err(retention::retention_unsupported()) })
+    }
+
+    /// Deletes one bounded batch of callback records ([`CallbackRecords`]): dedupe records of
+    /// vendor events, or quarantined events, oldest first.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`finished_contracts`](Self::finished_contracts).
+    fn purge_callbacks(&self, batch: CallbackPurge) -> BoxFuture<'_, Result<Purged, LedgerError>> {
+        let _ = batch;
+        Box::pin(async { Err(retention::retention_unsupported()) })
+    }
+
+    /// Gives the space freed by purges back to the file system where the store does not do
+    /// it by itself, a bounded amount per call; returns the bytes given back. SQLite runs an
+    /// incremental vacuum (files created by this version use `auto_vacuum = INCREMENTAL`);
+    /// PostgreSQL's autovacuum makes the space reusable without help, so it returns 0.
+    ///
+    /// The provided implementation does nothing and returns 0.
+    fn reclaim_space(&self) -> BoxFuture<'_, Result<u64, LedgerError>> {
+        Box::pin(async { Ok(0) })
+    }
 }
 
 /// The error of the provided [`Ledger::list`] and [`Ledger::count_by_state`].
@@ -564,6 +620,7 @@ impl NewOperation {
             response: None,
             created_ms: self.now_ms,
             updated_ms: self.now_ms,
+            details_removed_ms: None,
         }
     }
 }

@@ -793,7 +793,35 @@ impl Recoverer {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut gauges_at: Option<tokio::time::Instant> = None;
+        // Retention runs in a task of its own: a backlog of purges never delays recovery.
+        let purger = crate::retention::Purger::from_shared(self.shared.clone());
+        let mut purged_at: Option<tokio::time::Instant> = None;
+        let mut purging: Option<JoinHandle<()>> = None;
+        let purge_task = AbortOnDrop(&mut purging);
         loop {
+            if let Some(every) = self.shared.retention.purge_interval()
+                && purge_task.0.as_ref().is_none_or(|task| task.is_finished())
+                && purged_at.is_none_or(|at| at.elapsed() >= every)
+            {
+                purged_at = Some(tokio::time::Instant::now());
+                let purger = purger.clone();
+                *purge_task.0 = Some(tokio::spawn(async move {
+                    match purger.run().await {
+                        Ok(report) if !report.is_empty() => {
+                            tracing::info!(
+                                details = report.details.rows,
+                                deleted = report.identity.rows,
+                                callback_records = report.callback_deliveries.rows
+                                    + report.quarantined_callbacks.rows,
+                                space_reclaimed = report.space_reclaimed,
+                                "retention purge"
+                            );
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "retention purge failed; next time"),
+                    }
+                }));
+            }
             if let Some(every) = self.gauges_every
                 && gauges_at.is_none_or(|at| at.elapsed() >= every)
             {
@@ -845,6 +873,17 @@ impl Recoverer {
             let _ = rx.wait_for(|stop| *stop).await;
         }));
         RecovererHandle { stop: tx, task }
+    }
+}
+
+/// Aborts the retention task when the run loop ends.
+struct AbortOnDrop<'a>(&'a mut Option<JoinHandle<()>>);
+
+impl Drop for AbortOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
     }
 }
 

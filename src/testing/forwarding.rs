@@ -4,9 +4,10 @@ use std::fmt;
 
 use crate::ledger::backend::{NewEvidence, Update};
 use crate::ledger::{
-    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, Created,
-    EvidenceEntry, Ledger, LedgerError, NewOperation, OldestPerState, OperationQuery,
-    OperationRecord, Page, QuarantinedCallback, QuarantinedRow, StateCounts, TenantScope,
+    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackPurge,
+    CallbackQuarantined, Created, EvidenceEntry, Ledger, LedgerError, NewOperation, OldestPerState,
+    OperationQuery, OperationRecord, Page, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow,
+    StateCounts, TenantScope,
 };
 use crate::{OperationId, State, Tenant};
 
@@ -133,6 +134,10 @@ forwarding_ledger! {
         as FindByRemoteRef;
     fn find_by_idempotency_key(tenant: &'a Tenant, key: &'a str) -> Option<OperationRecord>
         as FindByIdempotencyKey;
+    fn finished_contracts() -> Vec<String> as FinishedContracts;
+    fn purge(batch: PurgeBatch) -> Purged as Purge;
+    fn purge_callbacks(batch: CallbackPurge) -> Purged as PurgeCallbacks;
+    fn reclaim_space() -> u64 as ReclaimSpace;
 }
 
 impl LedgerCall {
@@ -149,7 +154,10 @@ impl LedgerCall {
             | Self::SweepExpired
             | Self::AppendEvidence
             | Self::ApplyCallback
-            | Self::QuarantineCallback => true,
+            | Self::QuarantineCallback
+            | Self::Purge
+            | Self::PurgeCallbacks
+            | Self::ReclaimSpace => true,
             Self::Get
             | Self::Quarantined
             | Self::Evidence
@@ -158,7 +166,8 @@ impl LedgerCall {
             | Self::Oldest
             | Self::QuarantinedCallbacks
             | Self::FindByRemoteRef
-            | Self::FindByIdempotencyKey => false,
+            | Self::FindByIdempotencyKey
+            | Self::FinishedContracts => false,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The shared ledger for many workers on many machines: PostgreSQL over sqlx. See
 //! [`PostgresLedger`].
 
+mod retention;
 mod sql;
 #[cfg(test)]
 mod tests;
@@ -985,6 +986,18 @@ impl Ledger for PostgresLedger {
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(self.find_one(self.sql.select_by_idempotency_key.clone(), tenant, key))
+    }
+
+    fn finished_contracts(&self) -> BoxFuture<'_, Result<Vec<String>, LedgerError>> {
+        Box::pin(self.finished_contracts_now())
+    }
+
+    fn purge(&self, batch: PurgeBatch) -> BoxFuture<'_, Result<Purged, LedgerError>> {
+        Box::pin(self.purge_now(batch))
+    }
+
+    fn purge_callbacks(&self, batch: CallbackPurge) -> BoxFuture<'_, Result<Purged, LedgerError>> {
+        Box::pin(self.purge_callbacks_now(batch))
     }
 }
 

@@ -85,6 +85,7 @@
 //! quarantined row is never claimed or swept again. A budget stored by a newer version, with
 //! fields this one does not know, is read with those fields ignored.
 
+mod retention;
 mod sql;
 #[cfg(test)]
 mod tests;
@@ -98,8 +99,8 @@ use std::time::Duration;
 
 use sqlx::Row;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
+    SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -290,6 +291,10 @@ impl SqliteLedger {
         let writer_options = base
             .clone()
             .create_if_missing(true)
+            // Space freed by retention goes back to the file system a bounded step at a time
+            // (`Ledger::reclaim_space`). Takes effect when the file is created; set before the
+            // journal mode, as SQLite requires.
+            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .journal_mode(SqliteJournalMode::Wal)
             // SQLite keeps the page images a statement may need to restore on an error inside a
             // transaction in a statement journal, which spills to a temporary *file* after
@@ -866,6 +871,22 @@ impl Ledger for SqliteLedger {
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(self.find_one(SELECT_BY_IDEMPOTENCY_KEY, tenant, key))
+    }
+
+    fn finished_contracts(&self) -> BoxFuture<'_, Result<Vec<String>, LedgerError>> {
+        Box::pin(self.finished_contracts_now())
+    }
+
+    fn purge(&self, batch: PurgeBatch) -> BoxFuture<'_, Result<Purged, LedgerError>> {
+        Box::pin(self.purge_now(batch))
+    }
+
+    fn purge_callbacks(&self, batch: CallbackPurge) -> BoxFuture<'_, Result<Purged, LedgerError>> {
+        Box::pin(self.purge_callbacks_now(batch))
+    }
+
+    fn reclaim_space(&self) -> BoxFuture<'_, Result<u64, LedgerError>> {
+        Box::pin(self.reclaim_space_now())
     }
 }
 

@@ -1,0 +1,224 @@
+//! Retention on the PostgreSQL ledger: each purge batch is one statement (pick, drop or delete
+//! the evidence, slim or delete the rows) whose victims are picked through the partial indexes
+//! of migration 0005 with `FOR UPDATE SKIP LOCKED`, so workers purging at the same time take
+//! different rows instead of waiting for each other, and a row a request holds is left for the
+//! next pass. Autovacuum makes the space of deleted rows reusable; nothing else is needed.
+//!
+//! Cut-offs are the caller's times. With [`ClockSource::Database`](super::ClockSource) the rows'
+//! times are the database's; a skew of seconds is immaterial to retention clocks of hours or
+//! days.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::{PostgresLedger, unavailable};
+use crate::ledger::{
+    CallbackPurge, CallbackRecords, CallbackScope, LedgerError, PurgeBatch, PurgeScope, PurgeStage,
+    Purged,
+};
+
+/// Finished and not quarantined: the terms of the partial indexes' conditions.
+const FINISHED: &str = "o.state IN ('SUCCEEDED', 'REJECTED') AND o.quarantine_reason IS NULL";
+
+/// A statement parameter.
+#[derive(Clone, Debug)]
+enum Arg {
+    Text(String),
+    Int(i64),
+}
+
+type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+fn bind_all<'q>(mut query: Query<'q>, args: &[Arg]) -> Query<'q> {
+    for arg in args {
+        query = match arg {
+            Arg::Text(s) => query.bind(s.clone()),
+            Arg::Int(i) => query.bind(*i),
+        };
+    }
+    query
+}
+
+impl PostgresLedger {
+    fn table(&self, name: &str) -> String {
+        format!("\"{}\".{name}", self.schema())
+    }
+
+    pub(super) async fn finished_contracts_now(&self) -> Result<Vec<String>, LedgerError> {
+        let ops = self.table("rw_operations");
+        // A loose index scan of `rw_operations_finished`: one probe per distinct name.
+        let sql = format!(
+            "WITH RECURSIVE c(name) AS (
+                 SELECT min(o.contract_name) FROM {ops} AS o WHERE {FINISHED}
+                 UNION ALL
+                 SELECT (SELECT min(o.contract_name) FROM {ops} AS o
+                         WHERE {FINISHED} AND o.contract_name > c.name)
+                 FROM c WHERE c.name IS NOT NULL
+             )
+             SELECT name FROM c WHERE name IS NOT NULL"
+        );
+        sqlx::query_scalar(AssertSqlSafe(sql))
+            .fetch_all(self.pool())
+            .await
+            .map_err(unavailable)
+    }
+
+    pub(super) async fn purge_now(&self, batch: PurgeBatch) -> Result<Purged, LedgerError> {
+        let (ops, ev) = (self.table("rw_operations"), self.table("rw_evidence"));
+        let (scope, mut args) = match &batch.scope {
+            PurgeScope::FinishedBefore {
+                contract,
+                before_ms,
+            } => (
+                "o.contract_name = $1 AND o.updated_ms < $2",
+                vec![Arg::Text(contract.clone()), Arg::Int(*before_ms)],
+            ),
+            PurgeScope::Tenant(tenant) => {
+                ("o.tenant = $1", vec![Arg::Text(tenant.as_str().to_owned())])
+            }
+            PurgeScope::Operation {
+                tenant,
+                operation_id,
+            } => (
+                "o.tenant = $1 AND o.operation_id = $2",
+                vec![
+                    Arg::Text(tenant.as_str().to_owned()),
+                    Arg::Text(operation_id.as_str().to_owned()),
+                ],
+            ),
+        };
+        let detail_bytes = format!(
+            "octet_length(o.request_headers) + octet_length(o.request_body)
+             + coalesce(octet_length(o.response_headers), 0)
+             + coalesce(octet_length(o.response_body), 0) + coalesce(octet_length(o.reason), 0)
+             + (SELECT coalesce(sum(coalesce(octet_length(e.evidence), 0)
+                                    + coalesce(octet_length(e.note), 0)), 0)
+                FROM {ev} AS e WHERE e.tenant = o.tenant AND e.operation_id = o.operation_id)"
+        );
+        let (stage, bytes) = match batch.stage {
+            PurgeStage::Details => (" AND o.details_removed_ms IS NULL", detail_bytes),
+            PurgeStage::Identity => (
+                "",
+                format!(
+                    "{detail_bytes} + octet_length(o.tenant) + octet_length(o.operation_id)
+                     + octet_length(o.action) + octet_length(o.intent_ref)
+                     + octet_length(o.idempotency_key) + octet_length(o.payload_hash)
+                     + octet_length(o.request_method) + octet_length(o.request_url)
+                     + coalesce(octet_length(o.remote_ref), 0)"
+                ),
+            ),
+        };
+        let pick = format!(
+            "SELECT o.tenant, o.operation_id, ({bytes})::bigint AS bytes FROM {ops} AS o
+             WHERE {scope} AND {FINISHED}{stage}"
+        );
+        // The limit and the time follow the scope's parameters.
+        let (limit, now) = (args.len() + 1, args.len() + 2);
+        let query = |sql: String, args: &[Arg]| bind_all(sqlx::query(AssertSqlSafe(sql)), args);
+        let sql = if batch.dry_run {
+            format!("SELECT count(*)::bigint, coalesce(sum(bytes), 0)::bigint FROM ({pick}) AS v")
+        } else {
+            if batch.limit == 0 {
+                return Ok(Purged::default());
+            }
+            let (evidence, operations) = match batch.stage {
+                PurgeStage::Details => (
+                    format!(
+                        "UPDATE {ev} AS e SET evidence = NULL, note = NULL FROM victims AS v
+                         WHERE e.tenant = v.tenant AND e.operation_id = v.operation_id
+                           AND (e.evidence IS NOT NULL OR e.note IS NOT NULL)"
+                    ),
+                    format!(
+                        "UPDATE {ops} AS o SET request_headers = '[]', request_body = ''::bytea,
+                             response_status = NULL, response_headers = NULL,
+                             response_body = NULL, reason = NULL, details_removed_ms = ${now}
+                         FROM victims AS v
+                         WHERE o.tenant = v.tenant AND o.operation_id = v.operation_id"
+                    ),
+                ),
+                PurgeStage::Identity => (
+                    format!(
+                        "DELETE FROM {ev} AS e USING victims AS v
+                         WHERE e.tenant = v.tenant AND e.operation_id = v.operation_id"
+                    ),
+                    format!(
+                        "DELETE FROM {ops} AS o USING victims AS v
+                         WHERE o.tenant = v.tenant AND o.operation_id = v.operation_id"
+                    ),
+                ),
+            };
+            args.push(Arg::Int(i64::from(batch.limit)));
+            args.push(Arg::Int(batch.now_ms));
+            format!(
+                "WITH victims AS ({pick} ORDER BY o.updated_ms, o.seq LIMIT ${limit}
+                                  FOR UPDATE OF o SKIP LOCKED),
+                 ev AS ({evidence}),
+                 ops AS ({operations} RETURNING 1)
+                 SELECT (SELECT count(*) FROM ops)::bigint,
+                        coalesce((SELECT sum(bytes) FROM victims), 0)::bigint"
+            )
+        };
+        let row = query(sql, &args)
+            .fetch_one(self.pool())
+            .await
+            .map_err(unavailable)?;
+        Ok(Purged::new(
+            row.get::<i64, _>(0).max(0) as u64,
+            row.get::<i64, _>(1).max(0) as u64,
+        ))
+    }
+
+    pub(super) async fn purge_callbacks_now(
+        &self,
+        batch: CallbackPurge,
+    ) -> Result<Purged, LedgerError> {
+        let (table, (key, columns), bytes) = match batch.records {
+            CallbackRecords::Deliveries => (
+                self.table("rw_callback_events"),
+                ("(vendor, event_id)", "vendor, event_id"),
+                "octet_length(vendor) + octet_length(event_id) + octet_length(event_type)
+                 + coalesce(octet_length(tenant), 0) + coalesce(octet_length(operation_id), 0)",
+            ),
+            CallbackRecords::Quarantine => (
+                self.table("rw_callback_quarantine"),
+                ("id", "id"),
+                "octet_length(vendor) + octet_length(event_id) + octet_length(event_type)
+                 + coalesce(octet_length(match_value), 0) + octet_length(reason)
+                 + coalesce(octet_length(evidence), 0)",
+            ),
+        };
+        let (filter, arg) = match &batch.scope {
+            CallbackScope::ReceivedBefore(before) => ("received_ms < $1", Arg::Int(*before)),
+            CallbackScope::Tenant(t) => ("tenant = $1", Arg::Text(t.as_str().to_owned())),
+        };
+        let sql = if batch.dry_run {
+            format!(
+                "SELECT count(*)::bigint, coalesce(sum({bytes}), 0)::bigint FROM {table}
+                 WHERE {filter}"
+            )
+        } else {
+            if batch.limit == 0 {
+                return Ok(Purged::default());
+            }
+            format!(
+                "WITH gone AS (
+                     DELETE FROM {table} WHERE {key} IN (
+                         SELECT {columns} FROM {table} WHERE {filter}
+                         ORDER BY received_ms LIMIT $2 FOR UPDATE SKIP LOCKED)
+                     RETURNING ({bytes})::bigint AS bytes)
+                 SELECT count(*)::bigint, coalesce(sum(bytes), 0)::bigint FROM gone"
+            )
+        };
+        let mut args = vec![arg];
+        if !batch.dry_run {
+            args.push(Arg::Int(i64::from(batch.limit)));
+        }
+        let row = bind_all(sqlx::query(AssertSqlSafe(sql)), &args)
+            .fetch_one(self.pool())
+            .await
+            .map_err(unavailable)?;
+        Ok(Purged::new(
+            row.get::<i64, _>(0).max(0) as u64,
+            row.get::<i64, _>(1).max(0) as u64,
+        ))
+    }
+}
