@@ -718,3 +718,80 @@ async fn bad_ledgers_and_missing_scope_fail_clearly() {
     let r = cli.raw(&["list", "--state"]).await;
     assert_eq!(r.code, 2, "{}", r.stderr);
 }
+
+/// Retention from the command line (issue 15): a dry run counts and changes nothing, a purge
+/// slims what is due and nothing else, `show` prints the retention dates, and erasure refuses
+/// what is not finished; settings that retention refuses are a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_and_erase_with_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let world = World::new(ledger.clone()).await;
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    let (stuck, fine) = world.lost_response_to_review("intent-retention").await;
+    let before = ledger.get(fine.tenant(), fine.id()).await.unwrap().unwrap();
+    assert!(!before.request.body.is_empty());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    // Ledger-wide only.
+    let run = cli.run(&["purge", "--dry-run"]).await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("--all-tenants"), "{}", run.stderr);
+    let all = |args: &[&'static str]| {
+        let mut full = vec!["--ledger", cli.ledger.as_str(), "--all-tenants"];
+        full.extend(args);
+        full
+    };
+    // A details clock of 10 ms: the finished write is due, the one in review never is.
+    let dry = cli
+        .raw(&all(&["--keep-details", "10ms", "--json", "purge", "--dry-run"]))
+        .await;
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    let report = dry.json();
+    assert_eq!(report["dry_run"], true);
+    assert_eq!(report["report"]["details"]["rows"], 1, "{}", dry.stdout);
+    assert_eq!(report["report"]["identity"]["rows"], 0);
+    assert_eq!(
+        ledger.get(fine.tenant(), fine.id()).await.unwrap().unwrap(),
+        before,
+        "a dry run changes nothing"
+    );
+    let done = cli.raw(&all(&["--keep-details", "10ms", "purge"])).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert!(done.stdout.contains("operation details"), "{}", done.stdout);
+    let after = ledger.get(fine.tenant(), fine.id()).await.unwrap().unwrap();
+    assert!(after.details_removed_ms.is_some() && after.request.body.is_empty());
+    assert_eq!(after.state, State::Succeeded);
+    let kept = ledger.get(stuck.tenant(), stuck.id()).await.unwrap().unwrap();
+    assert_eq!(kept.state, State::ManualReview);
+    assert!(kept.details_removed_ms.is_none() && !kept.request.body.is_empty());
+
+    let show = cli.run(&["show", fine.id().as_str()]).await;
+    assert!(show.ok().contains("details erased"), "{}", show.stdout);
+    assert!(show.stdout.contains("a repeat sends nothing"), "{}", show.stdout);
+    let show = cli.run(&["--json", "show", fine.id().as_str()]).await;
+    assert_eq!(show.json()["retention"]["details_removed"], true);
+    let show = cli.run(&["show", stuck.id().as_str()]).await;
+    assert!(show.ok().contains("kept whatever its age"), "{}", show.stdout);
+
+    // Erasure refuses what is not finished (exit 5) and asks before deleting a tenant.
+    let refused = cli.run(&["erase", stuck.id().as_str()]).await;
+    assert_eq!(refused.code, 5, "{}", refused.stderr);
+    assert!(refused.stderr.contains("not finished"), "{}", refused.stderr);
+    let unconfirmed = cli.run(&["erase", "--all-finished"]).await;
+    assert_eq!(unconfirmed.code, 2, "{}", unconfirmed.stderr);
+    let open = cli.run(&["erase", "--all-finished", "--yes"]).await;
+    assert_eq!(open.code, 5, "{}", open.stderr);
+    assert!(open.stderr.contains(stuck.id().as_str()), "{}", open.stderr);
+    assert!(ledger.get(fine.tenant(), fine.id()).await.unwrap().is_some());
+
+    // Settings retention refuses never reach the ledger.
+    let bad = cli
+        .raw(&all(&["--keep-details", "2d", "--keep-identity", "1d", "purge"]))
+        .await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("retention.identity"), "{}", bad.stderr);
+    assert_eq!(world.vendor.posts_received(), 2, "the CLI sends nothing");
+    cli.assert_nothing_leaked();
+}

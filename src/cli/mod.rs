@@ -8,7 +8,16 @@
 //! recoverable-write --ledger sqlite:ops.db --tenant acme resolve op-5d1f… succeeded \
 //!     --remote-ref W731 --version 8 --reviewer alice --reason "ticket W731 in the console"
 //! recoverable-write --ledger postgres://ops@db/ops --all-tenants stats
+//! recoverable-write --ledger sqlite:ops.db --all-tenants --contracts contracts.toml purge --dry-run
+//! recoverable-write --ledger sqlite:ops.db --tenant acme erase op-5d1f…     # one operation's details
+//! recoverable-write --ledger sqlite:ops.db --tenant acme erase --all-finished --yes
 //! ```
+//!
+//! Retention (`purge`, and the retention dates `show` prints) reads the same settings as the
+//! application: the contracts file it loads (`--contracts`, for their `keep_details_secs` and
+//! `keep_identity_secs`) and the ledger-wide clocks (`--keep-details`, `--keep-identity`,
+//! `--keep-callback-deliveries`, `--keep-quarantined-callbacks`; the library's defaults when
+//! not given). See [`crate::retention`].
 //!
 //! The ledger is `--ledger` or `RECOVERABLE_WRITE_LEDGER`: `sqlite:PATH`, `sqlite://PATH`, or
 //! a `postgres://` / `postgresql://` URL (`--schema`, default `public`). The ledger URL is never
@@ -101,6 +110,21 @@ pub struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The contracts file the application loads (TOML or JSON): their retention clocks.
+    #[arg(long, env = "RECOVERABLE_WRITE_CONTRACTS", global = true)]
+    pub contracts: Option<std::path::PathBuf>,
+    /// Ledger-wide details clock (e.g. 7d), as the application configures it.
+    #[arg(long, global = true, value_parser = parse_duration)]
+    pub keep_details: Option<std::time::Duration>,
+    /// Ledger-wide identity clock (e.g. 35d), as the application configures it.
+    #[arg(long, global = true, value_parser = parse_duration)]
+    pub keep_identity: Option<std::time::Duration>,
+    /// How long callback dedupe records are kept (e.g. 35d).
+    #[arg(long, global = true, value_parser = parse_duration)]
+    pub keep_callback_deliveries: Option<std::time::Duration>,
+    /// How long quarantined callback events are kept (e.g. 90d).
+    #[arg(long, global = true, value_parser = parse_duration)]
+    pub keep_quarantined_callbacks: Option<std::time::Duration>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -124,6 +148,39 @@ pub enum Command {
     /// their tenant (or named an unknown account, or another tenant's operation), and rows it
     /// could not decode.
     Quarantine(QuarantineArgs),
+    /// Purge what retention says is due now (finished operations' details, then their rows;
+    /// callback records), in bounded batches. Ledger-wide: needs --all-tenants. Operations that
+    /// are not finished are never purged.
+    Purge(PurgeArgs),
+    /// The right to erasure: one finished operation's details (its identity stays, so a repeat
+    /// still sends nothing), or every finished operation of the tenant with --all-finished.
+    /// Refused while the operation, or any of the tenant's, is not finished.
+    Erase(EraseArgs),
+}
+
+/// `purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Count what would be purged; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `erase`.
+#[derive(Debug, Args)]
+pub struct EraseArgs {
+    /// The operation whose details to erase (id or unique prefix).
+    #[arg(
+        required_unless_present = "all_finished",
+        conflicts_with = "all_finished"
+    )]
+    pub op: Option<String>,
+    /// Delete every finished operation of the tenant, and its callback records.
+    #[arg(long)]
+    pub all_finished: bool,
+    /// Confirm the deletion of --all-finished (it cannot be undone).
+    #[arg(long)]
+    pub yes: bool,
 }
 
 /// `quarantine`.
@@ -317,10 +374,39 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
     let target = cli.ledger.as_deref().ok_or_else(|| {
         CliError::usage("no ledger: pass --ledger sqlite:PATH or postgres://… (or set RECOVERABLE_WRITE_LEDGER)")
     })?;
+    let mut retention = crate::retention::Retention::new();
+    if let Some(d) = cli.keep_details {
+        retention = retention.details(d);
+    }
+    if let Some(d) = cli.keep_identity {
+        retention = retention.identity(d);
+    }
+    if let Some(d) = cli.keep_callback_deliveries {
+        retention = retention.callback_deliveries(d);
+    }
+    if let Some(d) = cli.keep_quarantined_callbacks {
+        retention = retention.quarantined_callbacks(Some(d));
+    }
+    let contracts = match &cli.contracts {
+        Some(path) => crate::Contracts::load(path).map_err(|e| CliError::usage(e.to_string()))?,
+        None => crate::Contracts::default(),
+    };
     let store = open(target, &cli.schema).await?;
     let ledger = store.ledger();
+    let config = match crate::ConfigBuilder::new(ledger.clone())
+        .contracts(contracts)
+        .retention(retention)
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            store.close().await;
+            return Err(CliError::usage(e.to_string()));
+        }
+    };
     let ctx = Ctx {
         ledger: ledger.clone(),
+        purger: config.retention(),
         reviews: Reviews::new(ledger),
         scope,
         json: cli.json,
@@ -333,6 +419,8 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
         Command::Resolve(a) => ctx.resolve(a).await,
         Command::Stats(a) => ctx.stats(a).await,
         Command::Quarantine(a) => ctx.quarantine(a).await,
+        Command::Purge(a) => ctx.purge(a).await,
+        Command::Erase(a) => ctx.erase(a).await,
     };
     store.close().await;
     result
@@ -431,6 +519,16 @@ fn redact_url(url: &str) -> String {
     }
 }
 
+/// A retention refusal as its exit code.
+fn retention_error(e: crate::retention::RetentionError) -> CliError {
+    use crate::retention::RetentionError as E;
+    match e {
+        E::Ledger(e) => CliError::ledger(e),
+        E::NotFound { .. } => CliError::new(exit::NOT_FOUND, e.to_string()),
+        other => CliError::new(exit::REFUSED, other.to_string()),
+    }
+}
+
 /// Parses a state name: `manual_review`, `MANUAL-REVIEW`, … (`open`: every open state).
 fn parse_states(names: &[String]) -> Result<Vec<State>, CliError> {
     let mut out = Vec::new();
@@ -516,6 +614,7 @@ impl Row {
 
 struct Ctx {
     ledger: Arc<dyn Ledger>,
+    purger: crate::retention::Purger,
     reviews: Reviews,
     scope: TenantScope,
     json: bool,
@@ -624,6 +723,78 @@ impl Ctx {
             ));
         }
         Ok(out)
+    }
+
+    async fn purge(&self, a: PurgeArgs) -> Result<String, CliError> {
+        if !matches!(self.scope, TenantScope::AllTenants) {
+            return Err(CliError::usage(
+                "purge is ledger-wide: pass --all-tenants (to erase one tenant, use erase --all-finished)",
+            ));
+        }
+        if !self.purger.settings().is_enabled() {
+            return Err(CliError::usage("retention is off"));
+        }
+        let report = if a.dry_run {
+            self.purger.preview().await
+        } else {
+            self.purger.run().await
+        }
+        .map_err(retention_error)?;
+        if self.json {
+            return to_json(&serde_json::json!({ "dry_run": a.dry_run, "report": report }));
+        }
+        Ok(render::purge(&report, a.dry_run))
+    }
+
+    async fn erase(&self, a: EraseArgs) -> Result<String, CliError> {
+        let TenantScope::Tenant(tenant) = &self.scope else {
+            return Err(CliError::usage(
+                "erase works on one tenant: pass --tenant T",
+            ));
+        };
+        if let Some(text) = &a.op {
+            let (tenant, op) = self.locate(text).await?;
+            let done = self
+                .purger
+                .erase_details(&tenant, &op)
+                .await
+                .map_err(retention_error)?;
+            if self.json {
+                return to_json(&serde_json::json!({
+                    "operation_id": op.as_str(),
+                    "details_erased": done.rows,
+                    "bytes": done.bytes,
+                }));
+            }
+            return Ok(if done.rows == 0 {
+                format!("{op}: its details were already erased\n")
+            } else {
+                format!(
+                    "{op}: request, response and evidence details erased ({} bytes); its identity \
+                     stays, so a repeat still sends nothing\n",
+                    done.bytes
+                )
+            });
+        }
+        if !a.yes {
+            return Err(CliError::usage(
+                "erase --all-finished deletes every finished operation of the tenant and cannot be \
+                 undone: pass --yes to confirm",
+            ));
+        }
+        let report = self
+            .purger
+            .erase_tenant(tenant)
+            .await
+            .map_err(retention_error)?;
+        if self.json {
+            return to_json(&serde_json::json!({ "tenant": tenant.as_str(), "report": report }));
+        }
+        Ok(format!(
+            "tenant {tenant}: {} finished operation(s) deleted, {} callback record(s) deleted\n",
+            report.identity.rows,
+            report.callback_deliveries.rows + report.quarantined_callbacks.rows
+        ))
     }
 
     async fn list(&self, a: ListArgs) -> Result<String, CliError> {
@@ -740,6 +911,12 @@ impl Ctx {
             .map_err(|e| review_error(e, None))?;
         let explanation = operator::explain(&pkg, self.now_ms);
         let audit = operator::audit_trail(&pkg);
+        let record = self
+            .ledger
+            .get(&tenant, &op)
+            .await
+            .map_err(CliError::ledger)?;
+        let retention = record.as_ref().and_then(|r| self.purger.dates(r));
         if self.json {
             #[derive(Serialize)]
             struct Out<'a> {
@@ -747,6 +924,8 @@ impl Ctx {
                 explanation: &'a operator::Explanation,
                 audit: &'a [AuditEntry],
                 late_evidence: Vec<i64>,
+                /// `null` while the operation is not finished: it is kept whatever its age.
+                retention: Option<crate::retention::RetentionDates>,
                 now_ms: i64,
             }
             return to_json(&Out {
@@ -757,10 +936,13 @@ impl Ctx {
                     .iter()
                     .map(|e| e.seq)
                     .collect(),
+                retention,
                 now_ms: self.now_ms,
             });
         }
-        Ok(render::show(&pkg, &explanation, &audit, self.now_ms))
+        let mut out = render::show(&pkg, &explanation, &audit, self.now_ms);
+        out.push_str(&render::retention(retention.as_ref()));
+        Ok(out)
     }
 
     async fn claim(&self, a: ClaimArgs) -> Result<String, CliError> {

@@ -530,3 +530,54 @@ pub(super) fn stats(s: &Stats) -> String {
     }
     out
 }
+
+/// The retention lines of `show`.
+pub(super) fn retention(dates: Option<&crate::retention::RetentionDates>) -> String {
+    let Some(d) = dates else {
+        return "\nretention  kept whatever its age while it is not finished\n".to_owned();
+    };
+    let details = if d.details_removed {
+        format!(
+            "details erased {}",
+            crate::operator::format_time(d.details_until_ms)
+        )
+    } else {
+        format!(
+            "details kept until {}",
+            crate::operator::format_time(d.details_until_ms)
+        )
+    };
+    format!(
+        "\nretention  finished {}; {details}; row (and the guarantee that a repeat sends \
+         nothing) kept until {}\n",
+        crate::operator::format_time(d.finished_ms),
+        crate::operator::format_time(d.identity_until_ms)
+    )
+}
+
+/// The report of `purge`.
+pub(super) fn purge(r: &crate::retention::PurgeReport, dry_run: bool) -> String {
+    let mut out = String::new();
+    let verb = if dry_run { "would purge" } else { "purged" };
+    let _ = writeln!(out, "{verb}:");
+    for (what, c) in [
+        ("operation details", r.details),
+        ("operations", r.identity),
+        ("callback dedupe records", r.callback_deliveries),
+        ("quarantined callbacks", r.quarantined_callbacks),
+    ] {
+        let _ = writeln!(
+            out,
+            "  {what:<25} {:>10} rows  {:>14} bytes",
+            c.rows, c.bytes
+        );
+    }
+    if !dry_run {
+        let _ = writeln!(
+            out,
+            "  space given back to the file system: {} bytes",
+            r.space_reclaimed
+        );
+    }
+    out
+}
