@@ -236,6 +236,8 @@ struct Case<'a> {
     work: Work,
     store: Store<'a>,
     rt: &'a tokio::runtime::Runtime,
+    /// Operations run so far, all phases (for profiles: `perf stat`, `strace -c` per operation).
+    ran: std::cell::Cell<u64>,
 }
 
 impl Case<'_> {
@@ -243,6 +245,7 @@ impl Case<'_> {
     /// add each operation's own latency (ns) to `latencies`.
     fn run(&self, iters: u64, latencies: &mut Vec<f64>) -> Duration {
         let (work, store) = (self.work, self.store);
+        self.ran.set(self.ran.get() + iters);
         self.rt.block_on(async move {
             let start = Instant::now();
             match (work, store) {
@@ -436,6 +439,7 @@ fn main() {
             work: Work::CreateThenClaim,
             store: Store::Crate(&first),
             rt: &current,
+            ran: Default::default(),
         },
         Case {
             group: "first_send",
@@ -443,6 +447,7 @@ fn main() {
             work: Work::CreateAndApply,
             store: Store::Crate(&first),
             rt: &current,
+            ran: Default::default(),
         },
         Case {
             group: "first_send",
@@ -450,6 +455,7 @@ fn main() {
             work: Work::CreateOnly,
             store: Store::Crate(&first),
             rt: &current,
+            ran: Default::default(),
         },
     ];
     for (group, concurrency) in [
@@ -467,6 +473,7 @@ fn main() {
                 work: Work::Lifecycle(concurrency),
                 store: Store::Crate(ledger),
                 rt: &multi,
+                ran: Default::default(),
             });
         }
         cases.push(Case {
@@ -475,6 +482,7 @@ fn main() {
             work: Work::Lifecycle(concurrency),
             store: Store::Raw(&raw),
             rt: &multi,
+            ran: Default::default(),
         });
         if concurrency == 1 {
             cases.push(Case {
@@ -483,6 +491,7 @@ fn main() {
                 work: Work::Tick,
                 store: Store::Raw(&raw_tick),
                 rt: &multi,
+                ran: Default::default(),
             });
         }
     }
@@ -499,6 +508,7 @@ fn main() {
                 work: Work::Lifecycle(64),
                 store,
                 rt: &multi,
+                ran: Default::default(),
             });
         }
     }
@@ -642,6 +652,14 @@ fn main() {
         let mut v: Vec<f64> = a.iter().zip(b).map(|(a, b)| f(*a, *b)).collect();
         (!v.is_empty()).then(|| median(&mut v))
     };
+    println!(
+        "operations run per case in this process (all phases, for per-operation profile counts): {}",
+        cases
+            .iter()
+            .map(|c| format!("{} {}", c.id(), c.ran.get()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     println!(
         "\ntargets (issue #14; raw reference: one rusqlite thread, cached statements, the same \
          rows, {row_bytes} bytes of operation row, batches of up to {})",
