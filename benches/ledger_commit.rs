@@ -17,6 +17,21 @@
 //!   two writes of one request through the layer) from 1 or 64 tasks, with group commit on
 //!   (default) and off (`max_batch(1)`), and with group commit but `synchronous=OFF` (no fsync:
 //!   what the statements alone cost, the CPU ceiling of the write path).
+//! - `lifecycle/concurrency_{1,64}/raw_reference` (issue #14): the same rows per operation,
+//!   written by the least overhead this bench could build and no crate code: one OS thread
+//!   owning a `rusqlite` connection, cached prepared statements, WAL, `synchronous=FULL`, the
+//!   crate's schema and values (read back from a file the crate wrote), requests from the tasks
+//!   handed over a channel, one transaction per batch of up to 64, callers released after the
+//!   COMMIT (see `benches/support/raw_sqlite.rs`).
+//! - `lifecycle/concurrency_1/raw_fsync_tick`: one tiny row per commit through the same
+//!   reference, one at a time: what one commit (one fsync) costs here, in the same run.
+//!
+//! The table ends with the targets of issue #14 next to what this run measured: the crate's
+//! lifecycle throughput at concurrency 64 as a share of the reference's (median of per-round
+//! ratios), and its median latency at concurrency 1 against one fsync + 150 us.
+//!
+//! Shorter runs: criterion's own flags (`--warm-up-time 1 --measurement-time 1`, a filter such
+//! as `lifecycle`), `RW_BENCH_ROUNDS` and `RW_BENCH_TURN_MS` for the interleaved phase.
 //!
 //! After criterion's report (each case measured in turn), the table comes from 12 interleaved
 //! rounds that run every case of a group for about 250 ms in rotated order (see
@@ -29,8 +44,18 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 
+#[cfg(feature = "postgres")]
+#[path = "support/raw_postgres.rs"]
+mod raw_postgres;
+#[path = "support/raw_sqlite.rs"]
+mod raw_sqlite;
 #[path = "support/mod.rs"]
 mod support;
+#[cfg(feature = "postgres")]
+use raw_postgres::RawPostgres;
+use raw_sqlite::{RawLedger, Template};
+#[cfg(feature = "postgres")]
+use recoverable_write::ledger::PostgresLedger;
 use recoverable_write::ledger::backend::Update;
 use recoverable_write::ledger::conformance::{evidence_entry, keep, new_operation, update_of};
 use recoverable_write::ledger::{
@@ -113,7 +138,7 @@ fn first_claim(new: &NewOperation) -> Update {
     .expect("claim from PREPARED")
 }
 
-async fn create_and_apply(ledger: &SqliteLedger) -> OperationRecord {
+async fn create_and_apply(ledger: &impl Ledger) -> OperationRecord {
     let new = fresh_operation();
     let first = first_claim(&new);
     let r = new_row(ledger.create_and_apply(new, first).await.expect("create"));
@@ -122,7 +147,7 @@ async fn create_and_apply(ledger: &SqliteLedger) -> OperationRecord {
 }
 
 /// The two writes of one request through the layer: create and claim, record the result.
-async fn lifecycle(ledger: &SqliteLedger) {
+async fn lifecycle(ledger: &impl Ledger) {
     let r = create_and_apply(ledger).await;
     let done = keep(&r, State::Succeeded, now_ms());
     claimed(ledger.apply(update_of(&r, done, "attempt_result")).await);
@@ -134,38 +159,107 @@ enum Work {
     CreateThenClaim,
     CreateAndApply,
     CreateOnly,
-    /// The two writes of a request, from this many tasks at once.
+    /// The two writes of a request (or the reference's same rows), from this many tasks at once.
     Lifecycle(u64),
+    /// One tiny row per commit through the raw SQLite reference, one at a time: one fsync.
+    Tick,
 }
 
-/// One benchmark: its name, its comparison group, the ledger and the runtime it runs on.
+/// What a case writes to: one of the crate's ledgers or a raw reference.
+#[derive(Clone, Copy)]
+enum Store<'a> {
+    Crate(&'a SqliteLedger),
+    Raw(&'a RawLedger),
+    #[cfg(feature = "postgres")]
+    Postgres(&'a PostgresLedger),
+    #[cfg(feature = "postgres")]
+    RawPostgres(&'a RawPostgres),
+}
+
+impl Store<'_> {
+    /// Commits and committed writes so far (`None`: not counted).
+    fn counters(&self) -> Option<(u64, u64)> {
+        match self {
+            Store::Crate(l) => Some((l.commits(), l.committed_writes())),
+            Store::Raw(l) => Some((l.commits(), l.committed_writes())),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(_) | Store::RawPostgres(_) => None,
+        }
+    }
+}
+
+/// Runs `one` `iters` times from `concurrency` tasks; at concurrency 1, every run's own
+/// latency (ns) goes to `latencies`.
+async fn spread<F, Fut>(iters: u64, concurrency: u64, one: F, latencies: &mut Vec<f64>)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    if concurrency == 1 {
+        for _ in 0..iters {
+            let t = Instant::now();
+            one().await;
+            latencies.push(t.elapsed().as_nanos() as f64);
+        }
+        return;
+    }
+    let next = std::sync::Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let (one, next) = (one.clone(), next.clone());
+        tasks.spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < iters {
+                one().await;
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("worker");
+    }
+}
+
+/// `f(handle)` as a cloneable `Fn` for [`spread`]: every call gets its own clone of `handle`.
+macro_rules! each {
+    ($handle:expr, |$h:ident| $body:expr) => {{
+        let handle = $handle.clone();
+        move || {
+            let $h = handle.clone();
+            async move { $body }
+        }
+    }};
+}
+
+/// One benchmark: its name, its comparison group, the store and the runtime it runs on.
 struct Case<'a> {
     group: &'static str,
     name: &'static str,
     work: Work,
-    ledger: &'a SqliteLedger,
+    store: Store<'a>,
     rt: &'a tokio::runtime::Runtime,
+    /// Operations run so far, all phases (for profiles: `perf stat`, `strace -c` per operation).
+    ran: std::cell::Cell<u64>,
 }
 
 impl Case<'_> {
-    /// Runs `iters` operations; returns the elapsed time.
-    fn run(&self, iters: u64) -> Duration {
-        let ledger = self.ledger.clone();
-        let work = self.work;
+    /// Runs `iters` operations; returns the elapsed time. One-at-a-time lifecycles and ticks
+    /// add each operation's own latency (ns) to `latencies`.
+    fn run(&self, iters: u64, latencies: &mut Vec<f64>) -> Duration {
+        let (work, store) = (self.work, self.store);
+        self.ran.set(self.ran.get() + iters);
         self.rt.block_on(async move {
             let start = Instant::now();
-            match work {
-                Work::CreateThenClaim => {
+            match (work, store) {
+                (Work::CreateThenClaim, Store::Crate(ledger)) => {
                     for _ in 0..iters {
-                        create_then_claim(&ledger).await;
+                        create_then_claim(ledger).await;
                     }
                 }
-                Work::CreateAndApply => {
+                (Work::CreateAndApply, Store::Crate(ledger)) => {
                     for _ in 0..iters {
-                        create_and_apply(&ledger).await;
+                        create_and_apply(ledger).await;
                     }
                 }
-                Work::CreateOnly => {
+                (Work::CreateOnly, Store::Crate(ledger)) => {
                     for _ in 0..iters {
                         new_row(
                             ledger
@@ -175,21 +269,24 @@ impl Case<'_> {
                         );
                     }
                 }
-                Work::Lifecycle(concurrency) => {
-                    let next = std::sync::Arc::new(AtomicU64::new(0));
-                    let mut tasks = tokio::task::JoinSet::new();
-                    for _ in 0..concurrency {
-                        let (ledger, next) = (ledger.clone(), next.clone());
-                        tasks.spawn(async move {
-                            while next.fetch_add(1, Ordering::Relaxed) < iters {
-                                lifecycle(&ledger).await;
-                            }
-                        });
-                    }
-                    while let Some(done) = tasks.join_next().await {
-                        done.expect("worker");
-                    }
+                (Work::Lifecycle(c), Store::Crate(ledger)) => {
+                    spread(iters, c, each!(ledger, |l| lifecycle(&l).await), latencies).await;
                 }
+                (Work::Lifecycle(c), Store::Raw(raw)) => {
+                    spread(iters, c, each!(raw, |r| r.lifecycle().await), latencies).await;
+                }
+                (Work::Tick, Store::Raw(raw)) => {
+                    spread(iters, 1, each!(raw, |r| r.tick().await), latencies).await;
+                }
+                #[cfg(feature = "postgres")]
+                (Work::Lifecycle(c), Store::Postgres(ledger)) => {
+                    spread(iters, c, each!(ledger, |l| lifecycle(&l).await), latencies).await;
+                }
+                #[cfg(feature = "postgres")]
+                (Work::Lifecycle(c), Store::RawPostgres(raw)) => {
+                    spread(iters, c, each!(raw, |r| r.lifecycle().await), latencies).await;
+                }
+                _ => unreachable!("no such case"),
             }
             start.elapsed()
         })
@@ -200,11 +297,89 @@ impl Case<'_> {
     }
 }
 
-/// Rounds of the interleaved phase, and the target duration of one case's turn in a round.
+/// Rounds of the interleaved phase, and the target duration of one case's turn in a round
+/// (defaults; `RW_BENCH_ROUNDS` and `RW_BENCH_TURN_MS` override them, see `support`).
 const ROUNDS: usize = 12;
 const TURN: Duration = Duration::from_millis(250);
 
+/// The raw reference's values: one real operation of the crate, read back from its file after
+/// each of its two writes.
+async fn capture(ledger: &SqliteLedger, path: &std::path::Path) -> Template {
+    let r = create_and_apply(ledger).await;
+    let (tenant, id) = (
+        r.tenant.as_str().to_owned(),
+        r.operation_id.as_str().to_owned(),
+    );
+    let (claimed_row, first_entries) = raw_sqlite::read_claimed(path, &tenant, &id);
+    let done = keep(&r, State::Succeeded, now_ms());
+    claimed(ledger.apply(update_of(&r, done, "attempt_result")).await);
+    let (finished, finish_entry) = raw_sqlite::read_finished(path, &tenant, &id);
+    Template {
+        claimed: claimed_row,
+        first_entries,
+        finished,
+        finish_entry,
+    }
+}
+
+/// The crate's PostgresLedger and the raw reference over a bare pool, 8 connections each, in
+/// schemas of their own made afresh (both migrated by the crate: the same tables and indexes).
+/// `None`, with a note, when `RW_POSTGRES_URL` is unset or no server answers.
+#[cfg(feature = "postgres")]
+async fn postgres_pair(template: Template) -> Option<(PostgresLedger, RawPostgres)> {
+    use recoverable_write::ledger::PostgresLedgerOptions;
+    let Ok(url) = std::env::var("RW_POSTGRES_URL") else {
+        println!("postgres cases skipped: RW_POSTGRES_URL is unset");
+        return None;
+    };
+    let admin = match sqlx::PgPool::connect(&url).await {
+        Ok(admin) => admin,
+        Err(e) => {
+            println!("postgres cases skipped: no PostgreSQL at RW_POSTGRES_URL ({e})");
+            return None;
+        }
+    };
+    // Fresh schemas, not a TRUNCATE (see `postgres_ledger` in benches/overhead.rs).
+    for schema in ["rw_bench_commit", "rw_bench_commit_ref"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE"
+        )))
+        .execute(&admin)
+        .await
+        .expect("drop a bench schema");
+    }
+    admin.close().await;
+    let open = |schema: &'static str| {
+        let options = PostgresLedgerOptions::new()
+            .schema(schema)
+            .expect("schema name")
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(3));
+        PostgresLedger::connect_with(&url, options)
+    };
+    let ledger = open("rw_bench_commit").await.expect("the crate's ledger");
+    // The reference's tables: migrated by the crate, whose pool is then closed.
+    open("rw_bench_commit_ref")
+        .await
+        .expect("migrate the reference's schema")
+        .close()
+        .await;
+    // As the crate's pool does: a generic plan made while the table was empty would scan the
+    // whole table on every UPDATE (see `PostgresLedger::connect_with`).
+    let connect: sqlx::postgres::PgConnectOptions = url.parse().expect("RW_POSTGRES_URL");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect_with(connect.options([("plan_cache_mode", "force_custom_plan")]))
+        .await
+        .expect("the reference's pool");
+    Some((
+        ledger,
+        RawPostgres::new(pool, "rw_bench_commit_ref", template),
+    ))
+}
+
 fn main() {
+    let (rounds, turn) = (support::rounds(ROUNDS), support::turn(TURN));
     let dir = tempfile::tempdir().expect("temp dir");
     // First sends run one at a time, on a current-thread runtime.
     let current = tokio::runtime::Builder::new_current_thread()
@@ -233,28 +408,54 @@ fn main() {
         "lifecycle_off.db",
         SqliteLedgerOptions::new().synchronous(Synchronous::Off),
     );
+    // The raw reference: the crate's schema and one real operation's values, read back from a
+    // file the crate wrote; its own files, batches of up to 64 (the crate's default).
+    let template_file = dir.path().join("template.db");
+    let template_ledger = open(&multi, "template.db", SqliteLedgerOptions::new());
+    let template = multi.block_on(capture(&template_ledger, &template_file));
+    let schema = raw_sqlite::schema_of(&template_file);
+    let row_bytes = template.row_bytes();
+    let raw = RawLedger::open(
+        &dir.path().join("raw.db"),
+        &schema,
+        template.clone(),
+        SqliteLedgerOptions::DEFAULT_MAX_BATCH,
+    );
+    let raw_tick = RawLedger::open(
+        &dir.path().join("raw_tick.db"),
+        &schema,
+        template.clone(),
+        1,
+    );
+    #[cfg(feature = "postgres")]
+    let postgres = multi.block_on(postgres_pair(template));
+    #[cfg(not(feature = "postgres"))]
+    drop(template);
 
     let mut cases = vec![
         Case {
             group: "first_send",
             name: "create_then_claim",
             work: Work::CreateThenClaim,
-            ledger: &first,
+            store: Store::Crate(&first),
             rt: &current,
+            ran: Default::default(),
         },
         Case {
             group: "first_send",
             name: "create_and_apply",
             work: Work::CreateAndApply,
-            ledger: &first,
+            store: Store::Crate(&first),
             rt: &current,
+            ran: Default::default(),
         },
         Case {
             group: "first_send",
             name: "create_only",
             work: Work::CreateOnly,
-            ledger: &first,
+            store: Store::Crate(&first),
             rt: &current,
+            ran: Default::default(),
         },
     ];
     for (group, concurrency) in [
@@ -270,8 +471,44 @@ fn main() {
                 group,
                 name,
                 work: Work::Lifecycle(concurrency),
-                ledger,
+                store: Store::Crate(ledger),
                 rt: &multi,
+                ran: Default::default(),
+            });
+        }
+        cases.push(Case {
+            group,
+            name: "raw_reference",
+            work: Work::Lifecycle(concurrency),
+            store: Store::Raw(&raw),
+            rt: &multi,
+            ran: Default::default(),
+        });
+        if concurrency == 1 {
+            cases.push(Case {
+                group,
+                name: "raw_fsync_tick",
+                work: Work::Tick,
+                store: Store::Raw(&raw_tick),
+                rt: &multi,
+                ran: Default::default(),
+            });
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    if let Some((ledger, raw)) = &postgres {
+        for (name, store) in [
+            ("crate_lifecycle", Store::Postgres(ledger)),
+            ("raw_reference", Store::RawPostgres(raw)),
+        ] {
+            cases.push(Case {
+                group: "postgres/concurrency_64",
+                name,
+                work: Work::Lifecycle(64),
+                store,
+                rt: &multi,
+                ran: Default::default(),
             });
         }
     }
@@ -288,7 +525,7 @@ fn main() {
         let mut samples = Vec::new();
         group.bench_function(case.name, |b| {
             b.iter_custom(|iters| {
-                let elapsed = case.run(iters);
+                let elapsed = case.run(iters, &mut Vec::new());
                 samples.push(elapsed.as_nanos() as f64 / iters.max(1) as f64);
                 elapsed
             })
@@ -306,42 +543,54 @@ fn main() {
     // Phase 2: the table, from interleaved rounds (see benches/overhead.rs for why).
     cases.retain(|case| calibrated.contains_key(&case.id()));
     let mut per_op: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    // Median latency of one operation, per round (one-at-a-time cases only).
+    let mut latency: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut counts: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let groups: Vec<&str> = {
         let mut g: Vec<&str> = cases.iter().map(|c| c.group).collect();
         g.dedup();
         g
     };
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         for group in &groups {
             let members: Vec<&Case> = cases.iter().filter(|c| c.group == *group).collect();
             for k in 0..members.len() {
                 let case = members[(k + round) % members.len()];
-                let n = ((TURN.as_nanos() as f64 / calibrated[&case.id()]) as u64).max(10);
-                let (c0, w0) = (case.ledger.commits(), case.ledger.committed_writes());
-                let elapsed = case.run(n);
+                let n = ((turn.as_nanos() as f64 / calibrated[&case.id()]) as u64).max(10);
+                let before = case.store.counters();
+                let mut latencies = Vec::new();
+                let elapsed = case.run(n, &mut latencies);
                 per_op
                     .entry(case.id())
                     .or_default()
                     .push(elapsed.as_nanos() as f64 / n as f64);
-                let e = counts.entry(case.id()).or_default();
-                e.0 += case.ledger.commits() - c0;
-                e.1 += case.ledger.committed_writes() - w0;
+                if !latencies.is_empty() {
+                    latency
+                        .entry(case.id())
+                        .or_default()
+                        .push(median(&mut latencies));
+                }
+                if let (Some((c0, w0)), Some((c1, w1))) = (before, case.store.counters()) {
+                    let e = counts.entry(case.id()).or_default();
+                    e.0 += c1 - c0;
+                    e.1 += w1 - w0;
+                }
             }
         }
     }
 
     println!(
-        "\nSQLite ledger alone: {ROUNDS} interleaved rounds, ~{} ms per case per round",
-        TURN.as_millis()
+        "\nThe ledgers alone: {rounds} interleaved rounds, ~{} ms per case per round",
+        turn.as_millis()
     );
     println!(
         "(us/op: median over rounds; vs first: median of per-round ratios of time per op to the \
-         group's first case)"
+         group's first case; p50 us: median over rounds of each round's median latency, \
+         one-at-a-time cases only)"
     );
     println!(
-        "{:<26} {:<28} {:>10} {:>9} {:>9} {:>14}",
-        "group", "case", "us/op", "ops/s", "vs first", "writes/commit"
+        "{:<26} {:<28} {:>10} {:>9} {:>9} {:>14} {:>9}",
+        "group", "case", "us/op", "ops/s", "vs first", "writes/commit", "p50 us"
     );
     let mut ratio = BTreeMap::new();
     for group in &groups {
@@ -353,15 +602,25 @@ fn main() {
             let r = median(&mut r);
             ratio.insert(case.id(), r);
             let m = median(&mut v.clone());
-            let (commits, writes) = counts[&case.id()];
+            let per_commit = counts
+                .get(&case.id())
+                .map(|(commits, writes)| {
+                    format!("{:.1}", *writes as f64 / (*commits).max(1) as f64)
+                })
+                .unwrap_or_default();
+            let p50 = latency
+                .get(&case.id())
+                .map(|l| format!("{:.1}", median(&mut l.clone()) / 1000.0))
+                .unwrap_or_default();
             println!(
-                "{:<26} {:<28} {:>10.1} {:>9.0} {:>8.2}x {:>14.1}",
+                "{:<26} {:<28} {:>10.1} {:>9.0} {:>8.2}x {:>14} {:>9}",
                 group,
                 case.name,
                 m / 1000.0,
                 1e9 / m,
                 r,
-                writes as f64 / commits.max(1) as f64
+                per_commit,
+                p50
             );
         }
     }
@@ -384,5 +643,79 @@ fn main() {
                 1.0 / gc
             );
         }
+    }
+
+    // The crate against the raw reference, ratios taken within each round.
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    let per_round = |ours: &str, theirs: &str, f: &dyn Fn(f64, f64) -> f64| -> Option<f64> {
+        let (a, b) = (per_op.get(ours)?, per_op.get(theirs)?);
+        let mut v: Vec<f64> = a.iter().zip(b).map(|(a, b)| f(*a, *b)).collect();
+        (!v.is_empty()).then(|| median(&mut v))
+    };
+    println!(
+        "operations run per case in this process (all phases, for per-operation profile counts): {}",
+        cases
+            .iter()
+            .map(|c| format!("{} {}", c.id(), c.ran.get()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "\ntargets (issue #14; raw reference: one rusqlite thread, cached statements, the same \
+         rows, {row_bytes} bytes of operation row, batches of up to {})",
+        SqliteLedgerOptions::DEFAULT_MAX_BATCH
+    );
+    for concurrency in [1, 64] {
+        let group = format!("lifecycle/concurrency_{concurrency}");
+        if let Some(r) = per_round(
+            &format!("{group}/group_commit"),
+            &format!("{group}/raw_reference"),
+            &|ours, theirs| theirs / ours,
+        ) {
+            let target = if concurrency == 64 {
+                format!("target >= 75% -> {}", verdict(r >= 0.75))
+            } else {
+                "(no target)".to_owned()
+            };
+            println!(
+                "  SQLite lifecycle throughput at concurrency {concurrency}, crate / raw reference: \
+                 {:.1}% {target}",
+                100.0 * r
+            );
+        }
+    }
+    if let Some(r) = per_round(
+        "postgres/concurrency_64/crate_lifecycle",
+        "postgres/concurrency_64/raw_reference",
+        &|ours, theirs| theirs / ours,
+    ) {
+        println!(
+            "  PostgreSQL lifecycle throughput at concurrency 64 (pools of 8), crate / raw \
+             reference: {:.1}% target >= 75% -> {}",
+            100.0 * r,
+            verdict(r >= 0.75)
+        );
+    }
+    let p50 = |id: &str| latency.get(id).map(|l| median(&mut l.clone()));
+    if let (Some(ours), Some(theirs), Some(fsync)) = (
+        p50("lifecycle/concurrency_1/group_commit"),
+        p50("lifecycle/concurrency_1/raw_reference"),
+        p50("lifecycle/concurrency_1/raw_fsync_tick"),
+    ) {
+        let target = fsync + 150_000.0;
+        println!(
+            "  SQLite lifecycle at concurrency 1, the crate's median latency (what the ledger adds \
+             to a request): {:.1} us; target <= one fsync ({:.1} us, a one-row commit) + 150 us \
+             = {:.1} us -> {}",
+            ours / 1000.0,
+            fsync / 1000.0,
+            target / 1000.0,
+            verdict(ours <= target)
+        );
+        println!(
+            "    (the raw reference's median: {:.1} us; the crate adds {:.1} us to it)",
+            theirs / 1000.0,
+            (ours - theirs) / 1000.0
+        );
     }
 }

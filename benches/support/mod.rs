@@ -105,3 +105,22 @@ pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
+
+/// Rounds of an interleaved phase: `RW_BENCH_ROUNDS`, else `default` (shorter runs for quick
+/// checks; the medians need at least 3).
+pub fn rounds(default: usize) -> usize {
+    std::env::var("RW_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+        .max(1)
+}
+
+/// One case's turn in a round: `RW_BENCH_TURN_MS` milliseconds, else `default`.
+pub fn turn(default: std::time::Duration) -> std::time::Duration {
+    std::env::var("RW_BENCH_TURN_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(std::time::Duration::from_millis)
+        .unwrap_or(default)
+}

@@ -1,0 +1,134 @@
+//! Heap allocations per request (issue #14: the memory path at most 50 per request), counted by
+//! a global allocator that counts calls, over the same loopback server, client and request as
+//! `benches/overhead.rs`.
+//!
+//! ```text
+//! cargo bench -p recoverable-write-benches --bench allocs
+//! ```
+//!
+//! Each configuration sends 200 requests to warm up, then 2,000 one at a time; the counts are
+//! of every thread of the process (the in-process server's allocations too, the same for every
+//! configuration), so the table gives each configuration's total per request and what it adds
+//! to `bare`. `alloc` counts `alloc` and `alloc_zeroed`; `realloc` is counted apart.
+//! Not a timing benchmark: the counting itself costs an atomic increment per call.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use recoverable_write::{BudgetPolicy, MemoryLedger};
+use tokio::net::TcpListener;
+use tower::{Service, ServiceExt};
+
+#[path = "support/mod.rs"]
+mod support;
+use support::{Svc, bare, layered, request, serve_201};
+
+/// The system allocator, counting calls.
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static REALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counters are atomics.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        REALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const WARM_UP: u64 = 200;
+const REQUESTS: u64 = 2_000;
+
+/// Sends `n` requests one at a time.
+async fn send(svc: &Svc, url: &str, n: u64) {
+    let mut svc = svc.clone();
+    for _ in 0..n {
+        let status = svc
+            .ready()
+            .await
+            .expect("ready")
+            .call(request(url))
+            .await
+            .expect("request succeeds");
+        assert_eq!(status, 201);
+    }
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
+    let url = format!("http://{}/tickets", listener.local_addr().expect("addr"));
+    rt.spawn(serve_201(listener));
+
+    let configs: Vec<(&str, Svc)> = vec![
+        ("bare", bare()),
+        (
+            "layer_memory",
+            layered(Arc::new(MemoryLedger::new()), BudgetPolicy::default()),
+        ),
+    ];
+    println!(
+        "\nheap allocations per request, {REQUESTS} requests one at a time (every thread of \
+         the process)"
+    );
+    println!(
+        "{:<16} {:>12} {:>12} {:>18}",
+        "configuration", "alloc/req", "realloc/req", "alloc added/req"
+    );
+    let mut base = None;
+    for (name, svc) in &configs {
+        rt.block_on(send(svc, &url, WARM_UP));
+        let (a0, r0) = (
+            ALLOCS.load(Ordering::Relaxed),
+            REALLOCS.load(Ordering::Relaxed),
+        );
+        rt.block_on(send(svc, &url, REQUESTS));
+        let allocs = (ALLOCS.load(Ordering::Relaxed) - a0) as f64 / REQUESTS as f64;
+        let reallocs = (REALLOCS.load(Ordering::Relaxed) - r0) as f64 / REQUESTS as f64;
+        let base = *base.get_or_insert(allocs);
+        println!(
+            "{:<16} {:>12.1} {:>12.1} {:>18.1}",
+            name,
+            allocs,
+            reallocs,
+            allocs - base
+        );
+        if *name == "layer_memory" {
+            // Judged on the total: the issue's "today 116" matches this count (114 here when
+            // this bench was written), not the 88 it adds to bare.
+            println!(
+                "target (issue #14): layer_memory at most 50 heap allocations per request: \
+                 {allocs:.1} in all (the in-process server's included; {:.1} added to bare) -> {}",
+                allocs - base,
+                if allocs <= 50.0 { "met" } else { "NOT met" }
+            );
+        }
+    }
+}
