@@ -745,7 +745,13 @@ async fn purge_and_erase_with_the_cli() {
     };
     // A details clock of 10 ms: the finished write is due, the one in review never is.
     let dry = cli
-        .raw(&all(&["--keep-details", "10ms", "--json", "purge", "--dry-run"]))
+        .raw(&all(&[
+            "--keep-details",
+            "10ms",
+            "--json",
+            "purge",
+            "--dry-run",
+        ]))
         .await;
     assert_eq!(dry.code, 0, "{}", dry.stderr);
     let report = dry.json();
@@ -763,32 +769,60 @@ async fn purge_and_erase_with_the_cli() {
     let after = ledger.get(fine.tenant(), fine.id()).await.unwrap().unwrap();
     assert!(after.details_removed_ms.is_some() && after.request.body.is_empty());
     assert_eq!(after.state, State::Succeeded);
-    let kept = ledger.get(stuck.tenant(), stuck.id()).await.unwrap().unwrap();
+    let kept = ledger
+        .get(stuck.tenant(), stuck.id())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(kept.state, State::ManualReview);
     assert!(kept.details_removed_ms.is_none() && !kept.request.body.is_empty());
 
     let show = cli.run(&["show", fine.id().as_str()]).await;
     assert!(show.ok().contains("details erased"), "{}", show.stdout);
-    assert!(show.stdout.contains("a repeat sends nothing"), "{}", show.stdout);
+    assert!(
+        show.stdout.contains("a repeat sends nothing"),
+        "{}",
+        show.stdout
+    );
     let show = cli.run(&["--json", "show", fine.id().as_str()]).await;
     assert_eq!(show.json()["retention"]["details_removed"], true);
     let show = cli.run(&["show", stuck.id().as_str()]).await;
-    assert!(show.ok().contains("kept whatever its age"), "{}", show.stdout);
+    assert!(
+        show.ok().contains("kept whatever its age"),
+        "{}",
+        show.stdout
+    );
 
     // Erasure refuses what is not finished (exit 5) and asks before deleting a tenant.
     let refused = cli.run(&["erase", stuck.id().as_str()]).await;
     assert_eq!(refused.code, 5, "{}", refused.stderr);
-    assert!(refused.stderr.contains("not finished"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("not finished"),
+        "{}",
+        refused.stderr
+    );
     let unconfirmed = cli.run(&["erase", "--all-finished"]).await;
     assert_eq!(unconfirmed.code, 2, "{}", unconfirmed.stderr);
     let open = cli.run(&["erase", "--all-finished", "--yes"]).await;
     assert_eq!(open.code, 5, "{}", open.stderr);
     assert!(open.stderr.contains(stuck.id().as_str()), "{}", open.stderr);
-    assert!(ledger.get(fine.tenant(), fine.id()).await.unwrap().is_some());
+    assert!(
+        ledger
+            .get(fine.tenant(), fine.id())
+            .await
+            .unwrap()
+            .is_some()
+    );
 
     // Settings retention refuses never reach the ledger.
     let bad = cli
-        .raw(&all(&["--keep-details", "2d", "--keep-identity", "1d", "purge"]))
+        .raw(&all(&[
+            "--keep-details",
+            "2d",
+            "--keep-identity",
+            "1d",
+            "purge",
+        ]))
         .await;
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(bad.stderr.contains("retention.identity"), "{}", bad.stderr);

@@ -312,8 +312,9 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// crash, the row is still `IN_FLIGHT` under its lease; the sweeper moves it to `UNKNOWN`
     /// and the recovery engine asks the vendor: the loss costs a lookup, never a duplicate.
     /// `PostgresLedger` commits these without waiting for the WAL flush
-    /// (`synchronous_commit = off` for that transaction); the provided implementation, and the
-    /// other bundled backends, call [`apply`](Self::apply).
+    /// (`synchronous_commit = off` for that transaction); `SqliteLedger` commits a batch of
+    /// them without an fsync (`synchronous = NORMAL` in WAL mode); the provided implementation,
+    /// and `MemoryLedger`, call [`apply`](Self::apply).
     fn record(
         &self,
         update: Update,

@@ -71,9 +71,14 @@
 //! that acceptable.
 //!
 //! Only the claim has to be durable before bytes leave. A result recorded after the response
-//! and then lost (the process dies before the commit) leaves the row `IN_FLIGHT`; its lease
-//! expires, the sweeper moves it to `UNKNOWN` and reconciliation asks the vendor. It never
-//! becomes a second send (`tests/sqlite_group_commit.rs` kills a process between the two).
+//! ([`Ledger::record`]) does not wait for the disk: a batch that holds only such results is
+//! committed at `synchronous = NORMAL` (switched in the same round trip as its `BEGIN`), which
+//! in WAL mode writes the WAL without an fsync; it survives the process dying, and a later
+//! durable commit's fsync covers it. A batch with any claim commits at the configured level.
+//! A result lost anyway (a power cut, or the process dying before the commit) leaves the row
+//! `IN_FLIGHT`; its lease expires, the sweeper moves it to `UNKNOWN` and reconciliation asks
+//! the vendor. It never becomes a second send (`tests/sqlite_group_commit.rs` kills a process
+//! between the two). [`SqliteLedger::relaxed_commits`] counts those commits.
 //!
 //! # Errors
 //!
@@ -111,7 +116,7 @@ use super::codec::{
 };
 use super::*;
 use sql::*;
-use writer::{Finish, PendingWrite, Queued, WriterStats, run_writer, writer_stopped};
+use writer::{Durability, Finish, PendingWrite, Queued, WriterStats, run_writer, writer_stopped};
 
 /// How this backend encodes values.
 const SQLITE: Dialect = Dialect::Sqlite;
@@ -321,7 +326,8 @@ impl SqliteLedger {
             .connect_with(base)
             .await
             .map_err(unavailable)?;
-        Self::start(writer, reader, options.max_batch, true)
+        let sync = Durability::new(options.synchronous.as_str(), true);
+        Self::start(writer, reader, options.max_batch, true, sync)
     }
 
     /// Starts the writer task on the current Tokio runtime. `keep_connection`: whether the task
@@ -331,6 +337,7 @@ impl SqliteLedger {
         reader: SqlitePool,
         max_batch: usize,
         keep_connection: bool,
+        sync: Durability,
     ) -> Result<Self, LedgerError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
             LedgerError::Config(format!(
@@ -344,6 +351,7 @@ impl SqliteLedger {
             pending,
             max_batch,
             keep_connection,
+            sync,
             stats.clone(),
         ));
         Ok(Self {
@@ -378,6 +386,8 @@ impl SqliteLedger {
             pool,
             SqliteLedgerOptions::DEFAULT_MAX_BATCH,
             false,
+            // Nothing to sync: SQLite's default level, never switched.
+            Durability::new("FULL", false),
         )
     }
 
@@ -401,6 +411,13 @@ impl SqliteLedger {
         self.stats.commits.load(Ordering::Relaxed)
     }
 
+    /// Transactions committed so far without waiting for the disk because every write in them
+    /// was a result recorded after its send ([`Ledger::record`]): with `synchronous = FULL`
+    /// they commit at `NORMAL`. Claims are always committed at the configured level.
+    pub fn relaxed_commits(&self) -> u64 {
+        self.stats.relaxed_commits.load(Ordering::Relaxed)
+    }
+
     /// Write requests answered from committed transactions so far (all handles of this ledger),
     /// including those whose precondition failed or that failed on their own inside a
     /// committed batch.
@@ -422,10 +439,23 @@ impl SqliteLedger {
             + Send
             + 'static,
     {
+        self.write_as(false, op).await
+    }
+
+    /// [`write`](Self::write), committed without an fsync if every write of its batch is
+    /// `relaxed` (see [`Ledger::record`]).
+    async fn write_as<T, F>(&self, relaxed: bool, op: F) -> Result<T, LedgerError>
+    where
+        T: Send + 'static,
+        F: for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<T>, LedgerError>>
+            + Send
+            + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Box::new(Queued {
                 op,
+                relaxed,
                 result: None,
                 reply,
             }))
@@ -538,26 +568,19 @@ impl Ledger for SqliteLedger {
     }
 
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(async move {
-            let columns = UpdateColumns::encode(update, SQLITE)?;
-            let apply = Statement::new(APPLY, |query| bind_apply(query, columns))?;
-            self.write(move |conn| {
-                let query = apply.query();
-                Box::pin(async move {
-                    // `fetch_all`, not `fetch_optional`: both statements run to completion, so
-                    // nothing is left in progress when the transaction commits.
-                    let rows = query.fetch_all(&mut *conn).await.map_err(unavailable)?;
-                    let Some(row) = rows.first() else {
-                        return Ok(Finish::Unchanged(None));
-                    };
-                    // A row that cannot be decoded fails this request: its update and evidence
-                    // are undone with the batch's transaction, and the batch runs again
-                    // without it.
-                    Ok(Finish::Commit(Some(decode_operation(row)?)))
-                })
-            })
-            .await
-        })
+        Box::pin(self.apply_as(false, update))
+    }
+
+    /// A result written after the bytes left: the same compare-and-swap as
+    /// [`apply`](Ledger::apply), committed at `synchronous = NORMAL` when its batch holds no
+    /// claim (in WAL mode: written to the WAL, surviving the process dying, without waiting for
+    /// the disk). A power cut may lose it: the row is then still `IN_FLIGHT`, and its lease
+    /// turns it into a lookup, never a second send.
+    fn record(
+        &self,
+        update: Update,
+    ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.apply_as(true, update))
     }
 
     fn claim_due(
@@ -887,6 +910,33 @@ impl Ledger for SqliteLedger {
 
     fn reclaim_space(&self) -> BoxFuture<'_, Result<u64, LedgerError>> {
         Box::pin(self.reclaim_space_now())
+    }
+}
+
+impl SqliteLedger {
+    async fn apply_as(
+        &self,
+        relaxed: bool,
+        update: Update,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        let columns = UpdateColumns::encode(update, SQLITE)?;
+        let apply = Statement::new(APPLY, |query| bind_apply(query, columns))?;
+        self.write_as(relaxed, move |conn| {
+            let query = apply.query();
+            Box::pin(async move {
+                // `fetch_all`, not `fetch_optional`: both statements run to completion, so
+                // nothing is left in progress when the transaction commits.
+                let rows = query.fetch_all(&mut *conn).await.map_err(unavailable)?;
+                let Some(row) = rows.first() else {
+                    return Ok(Finish::Unchanged(None));
+                };
+                // A row that cannot be decoded fails this request: its update and evidence
+                // are undone with the batch's transaction, and the batch runs again
+                // without it.
+                Ok(Finish::Commit(Some(decode_operation(row)?)))
+            })
+        })
+        .await
     }
 }
 

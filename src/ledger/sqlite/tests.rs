@@ -508,3 +508,63 @@ async fn callback_lookups_read_their_indexes() {
         assert!(plan.contains(index), "{sql}\n{plan}");
     }
 }
+
+/// Only the claim must be durable before a send: a batch holding nothing but results recorded
+/// after their send commits at `synchronous = NORMAL` (no fsync), any batch with a claim at the
+/// configured `FULL`, and the level switches back for the next claim.
+#[tokio::test]
+async fn results_alone_commit_without_an_fsync_and_claims_always_with_one() {
+    use crate::ledger::conformance::{keep, new_operation, update_of};
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = SqliteLedger::open(dir.path().join("l.db")).await.unwrap();
+    let level = |l: SqliteLedger| async move {
+        l.write(|conn| {
+            Box::pin(async move {
+                let v: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(Finish::Unchanged(v))
+            })
+        })
+        .await
+        .unwrap()
+    };
+    let r = ledger
+        .create_or_get(new_operation("t", "op-1", "i-1"))
+        .await
+        .unwrap()
+        .into_record();
+    assert_eq!(
+        ledger.relaxed_commits(),
+        0,
+        "a create is a claim's kin: durable"
+    );
+    let claimed = ledger
+        .apply(update_of(&r, keep(&r, State::InFlight, 5), "claim"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ledger.relaxed_commits(), 0);
+    let done = ledger
+        .record(update_of(
+            &claimed,
+            keep(&claimed, State::Succeeded, 6),
+            "result",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.state, State::Succeeded);
+    assert_eq!(ledger.relaxed_commits(), 1, "the result alone: no fsync");
+    // The probe is an ordinary write: its batch goes back to FULL (2) before it runs.
+    assert_eq!(level(ledger.clone()).await, 2);
+    assert_eq!(ledger.relaxed_commits(), 1);
+    // What the result wrote is there for every reader.
+    let read = ledger
+        .get(&r.tenant, &r.operation_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, done);
+}

@@ -29,6 +29,8 @@ pub(super) struct WriterStats {
     pub(super) commits: AtomicU64,
     /// Requests answered from committed transactions.
     pub(super) committed_requests: AtomicU64,
+    /// Transactions committed without an fsync because they held only results.
+    pub(super) relaxed_commits: AtomicU64,
 }
 
 /// One caller's write, waiting in the queue of the writer task.
@@ -45,6 +47,12 @@ pub(super) trait PendingWrite: Send {
     /// Answers the caller: with the result of the last run, or with `batch_failed` if given
     /// (also when it never ran).
     fn answer(self: Box<Self>, batch_failed: Option<LedgerError>);
+
+    /// Whether this write may be committed without an fsync: a result recorded after the bytes
+    /// left ([`Ledger::record`](crate::ledger::Ledger::record)). Only the claim must be durable
+    /// before a send; a result lost to a power cut leaves the row `IN_FLIGHT`, which its lease
+    /// turns into a lookup, never a second send.
+    fn relaxed(&self) -> bool;
 }
 
 /// What one run of a write did.
@@ -61,6 +69,7 @@ pub(super) enum Ran {
 /// A typed request: the statements to run and where its answer goes.
 pub(super) struct Queued<T, F> {
     pub(super) op: F,
+    pub(super) relaxed: bool,
     pub(super) result: Option<Result<T, LedgerError>>,
     pub(super) reply: oneshot::Sender<Result<T, LedgerError>>,
 }
@@ -76,6 +85,10 @@ where
         self.reply.is_closed()
     }
 
+    fn relaxed(&self) -> bool {
+        self.relaxed
+    }
+
     fn run<'c>(&'c mut self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran> {
         Box::pin(async move {
             let (ran, result) = match (self.op)(conn).await {
@@ -89,7 +102,9 @@ where
     }
 
     fn answer(self: Box<Self>, batch_failed: Option<LedgerError>) {
-        let Queued { op, result, reply } = *self;
+        let Queued {
+            op, result, reply, ..
+        } = *self;
         // Whatever the write shares with its caller is released before the caller wakes.
         drop(op);
         let result = match (batch_failed, result) {
@@ -135,10 +150,14 @@ pub(super) async fn run_writer(
     mut queue: mpsc::UnboundedReceiver<Box<dyn PendingWrite>>,
     max_batch: usize,
     keep_connection: bool,
+    sync: Durability,
     stats: Arc<WriterStats>,
 ) {
     let mut batch: Vec<Box<dyn PendingWrite>> = Vec::with_capacity(max_batch);
     let mut conn: Option<PoolConnection<Sqlite>> = None;
+    // The `synchronous` level the writer's connection is at: the configured one when it was
+    // opened; switched (in the same round trip as the `BEGIN`) for batches of relaxed writes.
+    let mut level = sync.durable;
     let mut closed = std::pin::pin!(pool.close_event());
     let mut pool_closed = false;
     loop {
@@ -168,7 +187,12 @@ pub(super) async fn run_writer(
         let c = match conn.as_mut() {
             Some(c) => c,
             None => match pool.acquire().await {
-                Ok(c) => conn.insert(c),
+                Ok(c) => {
+                    // A fresh (or returned) connection: at the level it was configured with,
+                    // or at the one this task left it at; set it again to be sure.
+                    level = "";
+                    conn.insert(c)
+                }
                 Err(e) => {
                     let e = Arc::new(e);
                     for w in batch.drain(..) {
@@ -178,7 +202,21 @@ pub(super) async fn run_writer(
                 }
             },
         };
-        let committed = run_batch(c, &mut batch, &stats).await;
+        let want = if batch.iter().all(|w| w.relaxed()) {
+            sync.relaxed
+        } else {
+            sync.durable
+        };
+        let begin = if want == level {
+            "BEGIN IMMEDIATE"
+        } else {
+            sync.begin(want)
+        };
+        let committed = run_batch(c, &mut batch, begin, &stats).await;
+        if committed && want != sync.durable {
+            stats.relaxed_commits.fetch_add(1, Ordering::Relaxed);
+        }
+        level = if committed { want } else { "" };
         // After a failed COMMIT or ROLLBACK (a full disk, an I/O error) SQLite may have rolled
         // the transaction back by itself while sqlx still counts it as open: every later
         // `BEGIN` would then fail. Such a connection is closed and the pool opens a fresh one.
@@ -190,6 +228,40 @@ pub(super) async fn run_writer(
             conn = None;
         }
         batch.clear();
+    }
+}
+
+/// The writer's `synchronous` levels: for batches with a claim (the configured level) and for
+/// batches of results only (at most `NORMAL`: in WAL mode, a commit that survives the process
+/// dying, written to the WAL without waiting for the disk).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Durability {
+    durable: &'static str,
+    relaxed: &'static str,
+}
+
+impl Durability {
+    /// The levels for a ledger configured with `configured` (`FULL`, `NORMAL`, `OFF`).
+    /// `relax`: whether results may be committed at `NORMAL` (a file ledger in WAL mode).
+    pub(super) fn new(configured: &'static str, relax: bool) -> Self {
+        let relaxed = if relax && configured == "FULL" {
+            "NORMAL"
+        } else {
+            configured
+        };
+        Self {
+            durable: configured,
+            relaxed,
+        }
+    }
+
+    /// The `BEGIN` of a batch that switches the connection to `level` first, in one round trip.
+    fn begin(self, level: &'static str) -> &'static str {
+        match level {
+            "FULL" => "PRAGMA synchronous = FULL; BEGIN IMMEDIATE",
+            "NORMAL" => "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE",
+            _ => "PRAGMA synchronous = OFF; BEGIN IMMEDIATE",
+        }
     }
 }
 
@@ -213,11 +285,12 @@ async fn still_usable(conn: &mut SqliteConnection) -> bool {
 async fn run_batch(
     conn: &mut SqliteConnection,
     writes: &mut Vec<Box<dyn PendingWrite>>,
+    begin: &'static str,
     stats: &WriterStats,
 ) -> bool {
     let mut failed: Vec<Box<dyn PendingWrite>> = Vec::new();
     let finished = loop {
-        let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
+        let mut tx = match conn.begin_with(begin).await {
             Ok(tx) => tx,
             Err(e) => break Err(e),
         };
