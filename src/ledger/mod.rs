@@ -577,7 +577,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
 
     /// Gives the space freed by purges back to the file system where the store does not do
     /// it by itself, a bounded amount per call; returns the bytes given back. SQLite runs an
-    /// incremental vacuum (files created by this version use `auto_vacuum = INCREMENTAL`);
+    /// incremental vacuum (files created by this version use `auto_vacuum = INCREMENTAL`) of
+    /// the free pages beyond a quarter of the file (those are kept for the next rows);
     /// PostgreSQL's autovacuum makes the space reusable without help, so it returns 0.
     ///
     /// The provided implementation does nothing and returns 0.
