@@ -869,3 +869,37 @@ async fn a_claim_from_the_page_while_unknown_stops_the_engine_before_it_replays(
         "now it can be resolved"
     );
 }
+
+/// With the application's retention settings, the operation page says when a finished
+/// operation's details and record go, and that an unfinished one is kept whatever its age.
+#[tokio::test]
+async fn the_operation_page_shows_the_retention_dates() {
+    let (drill, op) = drill_in_review().await;
+    let with = app(config(&drill).retention(drill.layer.retention()));
+    let page = get(&with, Some("alice"), &op_path(&op)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body
+            .contains("kept whatever its age while it is not finished"),
+        "{}",
+        page.body
+    );
+    // A finished one: the write that simply succeeds.
+    let done = new_op("intent-retention-page");
+    let mut writer = drill.writer();
+    send(&mut writer, drill.ticket_request(&done, "E5"))
+        .await
+        .unwrap();
+    let page = get(&with, Some("alice"), &op_path(&done)).await;
+    assert!(page.body.contains("details kept until"), "{}", page.body);
+    assert!(
+        page.body
+            .contains("the guarantee that a repeat sends nothing"),
+        "{}",
+        page.body
+    );
+    // Without the settings, no retention line.
+    let plain = app(config(&drill));
+    let page = get(&plain, Some("alice"), &op_path(&done)).await;
+    assert!(!page.body.contains("Retention"), "{}", page.body);
+}

@@ -172,6 +172,12 @@ impl RecoverableWriteLayer {
         crate::Reviews::from_shared(self.shared.clone())
     }
 
+    /// Retention over this layer's ledger, contracts and retention settings (see
+    /// [`crate::retention`]).
+    pub fn retention(&self) -> crate::retention::Purger {
+        crate::retention::Purger::from_shared(self.shared.clone())
+    }
+
     /// A recovery engine sharing this layer's ledger, contracts, authorizer and notifier. Give
     /// it a [`Reconciler`](crate::Reconciler) and the stack below the layer to replay through.
     pub fn recoverer(&self) -> crate::Recoverer {

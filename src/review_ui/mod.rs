@@ -105,6 +105,7 @@ pub struct ReviewUiConfig {
     scope: TenantScope,
     csrf_key: Arc<[u8]>,
     page_size: u32,
+    retention: Option<crate::retention::Purger>,
 }
 
 impl fmt::Debug for ReviewUiConfig {
@@ -138,7 +139,15 @@ impl ReviewUiConfig {
             scope,
             csrf_key: Arc::from(&key[..]),
             page_size: 50,
+            retention: None,
         }
+    }
+
+    /// Shows each operation's retention dates (when its details and its row go), from the
+    /// application's retention settings: pass [`Config::retention`](crate::Config::retention).
+    pub fn retention(mut self, purger: crate::retention::Purger) -> Self {
+        self.retention = Some(purger);
+        self
     }
 
     /// Acts through these reviews (e.g. [`RecoverableWriteLayer::reviews`](crate::RecoverableWriteLayer::reviews),
@@ -934,7 +943,32 @@ async fn operation(
         Some("keep_pending") => "Kept pending. Your note is in the timeline below.",
         _ => "",
     };
-    let view = operation_view(&cfg, &who, &base, &p, now_ms(), done);
+    let mut view = operation_view(&cfg, &who, &base, &p, now_ms(), done);
+    if let Some(purger) = &cfg.retention {
+        let record = cfg.ledger.get(&p.tenant, &p.operation_id).await;
+        let line = match record.as_ref().map(|r| r.as_ref().map(|r| purger.dates(r))) {
+            Ok(Some(Some(d))) => {
+                let details = if d.details_removed {
+                    format!(
+                        "request, response and evidence details erased {}",
+                        crate::operator::format_time(d.details_until_ms)
+                    )
+                } else {
+                    format!(
+                        "details kept until {}",
+                        crate::operator::format_time(d.details_until_ms)
+                    )
+                };
+                format!(
+                    "{details}; the record (and the guarantee that a repeat sends nothing) kept until {}",
+                    crate::operator::format_time(d.identity_until_ms)
+                )
+            }
+            Ok(_) => "kept whatever its age while it is not finished".to_owned(),
+            Err(_) => "unknown (the ledger did not answer)".to_owned(),
+        };
+        view.fields.push(("Retention".to_owned(), line));
+    }
     html(StatusCode::OK, view.render())
 }
 
