@@ -11,7 +11,10 @@
 //! - suppresses the retries of every layer below it ([`SendOnceGuardLayer`]), so the recovery
 //!   engine is the only retry owner, under one persisted [`budget`];
 //! - hands unknown outcomes to a [`Reconciler`] run by the [`Recoverer`], which asks the vendor
-//!   what really happened before anything is sent again.
+//!   what really happened before anything is sent again;
+//! - keeps the ledger bounded ([`retention`]): finished operations lose their bodies after one
+//!   clock and their rows after another, never before a repeat of the intent could be safely
+//!   forgotten, and never while they are unfinished.
 //!
 //! The heart is a pure [state machine](state) applied to a [`Ledger`] with compare-and-swap.
 //!

@@ -30,7 +30,7 @@
 //! [`ConfigBuilder::build`](crate::ConfigBuilder::build).
 //!
 //! Purging runs in bounded batches through partial indexes (see
-//! [`Ledger::purge`]): the [`Recoverer`](crate::Recoverer) runs it every
+//! [`Ledger::purge`](crate::Ledger::purge)): the [`Recoverer`](crate::Recoverer) runs it every
 //! [`Retention::interval`] (default 10 minutes) in a task of its own, and [`Purger::run`] runs
 //! it on demand; [`Purger::preview`] counts what a run would drop. [`Purger::erase_tenant`] and
 //! [`Purger::erase_details`] are the right-to-erasure path.

@@ -124,7 +124,8 @@ pub enum DeliveryOutcome {
         operation_id: OperationId,
     },
     /// Verified, but matched no operation of its tenant (or matched one of another tenant, or
-    /// named an unknown account): stored in quarantine, never applied, never dropped.
+    /// named an unknown account): stored in quarantine, never applied, never dropped on receipt
+    /// (kept for [`Retention::quarantined_callbacks`](crate::retention::Retention::quarantined_callbacks)).
     Quarantined {
         /// Why, without the payload.
         why: String,

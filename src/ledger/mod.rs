@@ -481,8 +481,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// Stores a verified event that matched no operation of its tenant (or one of another
     /// tenant, or named an unknown account) in the callback quarantine, and records it in the
     /// dedupe table, in one transaction: a redelivery is [`CallbackQuarantined::Duplicate`] and
-    /// stores nothing twice. A quarantined event is never applied and never dropped; list them
-    /// with [`quarantined_callbacks`](Self::quarantined_callbacks).
+    /// stores nothing twice. A quarantined event is never applied, and kept until retention
+    /// removes it; list them with [`quarantined_callbacks`](Self::quarantined_callbacks).
     ///
     /// The provided implementation returns [`LedgerError::Config`], as
     /// [`apply_callback`](Self::apply_callback).
