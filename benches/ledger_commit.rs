@@ -57,30 +57,11 @@ use raw_sqlite::{RawLedger, Template};
 #[cfg(feature = "postgres")]
 use recoverable_write::ledger::PostgresLedger;
 use recoverable_write::ledger::backend::Update;
-use recoverable_write::ledger::conformance::{evidence_entry, keep, new_operation, update_of};
-use recoverable_write::ledger::{
-    Created, Ledger, NewOperation, OperationRecord, SqliteLedgerOptions, Synchronous,
-};
+use recoverable_write::ledger::conformance::{evidence_entry, keep, update_of};
+use recoverable_write::ledger::{Ledger, OperationRecord, SqliteLedgerOptions, Synchronous};
 use recoverable_write::state::{Clock, Event, State};
 use recoverable_write::{AttemptId, SqliteLedger};
-use support::median;
-
-static NEXT: AtomicU64 = AtomicU64::new(0);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
-
-fn fresh_operation() -> NewOperation {
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let id = format!("op-{n:010}");
-    let mut new = new_operation("tenant-a", &id, &format!("intent-{n:010}"));
-    new.now_ms = now_ms();
-    new
-}
+use support::{first_claim, fresh_operation, median, new_row, now_ms};
 
 /// The claim of send rights on `r`, as the layer builds it.
 fn claim(r: &OperationRecord) -> Update {
@@ -105,13 +86,6 @@ fn claimed(
     result.expect("apply").expect("claim precondition holds")
 }
 
-fn new_row(created: Created) -> OperationRecord {
-    match created {
-        Created::New(r) => r,
-        Created::Existing(r) => panic!("{} already existed", r.operation_id),
-    }
-}
-
 async fn create_then_claim(ledger: &SqliteLedger) {
     let r = new_row(
         ledger
@@ -120,22 +94,6 @@ async fn create_then_claim(ledger: &SqliteLedger) {
             .expect("create"),
     );
     claimed(ledger.apply(claim(&r)).await);
-}
-
-/// The first send's claim of a new operation, as the layer builds it.
-fn first_claim(new: &NewOperation) -> Update {
-    let now = now_ms();
-    new.first_update_on(
-        &Event::ClaimSend,
-        Clock {
-            now_ms: now,
-            jitter: 0.0,
-        },
-        Some(AttemptId::generate()),
-        Some(now + new.policy.lease().as_millis() as i64),
-        evidence_entry("attempt_registered", now),
-    )
-    .expect("claim from PREPARED")
 }
 
 async fn create_and_apply(ledger: &impl Ledger) -> OperationRecord {

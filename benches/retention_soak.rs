@@ -31,60 +31,30 @@ use std::time::{Duration, Instant};
 mod support;
 
 use bytes::Bytes;
-use recoverable_write::ledger::backend::Update;
-use recoverable_write::ledger::conformance::{evidence_entry, keep, new_operation, update_of};
-use recoverable_write::ledger::{Created, Ledger, NewOperation, OperationRecord};
+use recoverable_write::ledger::conformance::{keep, update_of};
+use recoverable_write::ledger::{Ledger, NewOperation};
 use recoverable_write::retention::{Purger, Retention};
-use recoverable_write::state::{Clock, Event, State};
-use recoverable_write::{AttemptId, ConfigBuilder, SqliteLedger};
-use support::median;
+use recoverable_write::state::State;
+use recoverable_write::{ConfigBuilder, SqliteLedger};
+use support::{first_claim, median, new_row, now_ms};
 
 const CHUNK: u64 = 50_000;
 const CONCURRENCY: u64 = 64;
 
-static NEXT: AtomicU64 = AtomicU64::new(0);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
-
+/// A fresh operation with a 1 KiB body.
 fn fresh_operation() -> NewOperation {
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let id = format!("op-{n:010}");
-    let mut new = new_operation("tenant-a", &id, &format!("intent-{n:010}"));
+    let mut new = support::fresh_operation();
     let mut request = (*new.request).clone();
     request.body = Bytes::from(vec![b'x'; 1024]);
     new.request = Arc::new(request);
-    new.now_ms = now_ms();
     new
-}
-
-fn first_claim(new: &NewOperation) -> Update {
-    let now = now_ms();
-    new.first_update_on(
-        &Event::ClaimSend,
-        Clock {
-            now_ms: now,
-            jitter: 0.0,
-        },
-        Some(AttemptId::generate()),
-        Some(now + new.policy.lease().as_millis() as i64),
-        evidence_entry("attempt_registered", now),
-    )
-    .expect("claim from PREPARED")
 }
 
 /// The two writes of one request: create and claim, record the result.
 async fn lifecycle(ledger: &dyn Ledger) {
     let new = fresh_operation();
     let first = first_claim(&new);
-    let r: OperationRecord = match ledger.create_and_apply(new, first).await.expect("create") {
-        Created::New(r) => r,
-        Created::Existing(r) => panic!("{} already existed", r.operation_id),
-    };
+    let r = new_row(ledger.create_and_apply(new, first).await.expect("create"));
     let done = keep(&r, State::Succeeded, now_ms());
     ledger
         .apply(update_of(&r, done, "attempt_result"))

@@ -330,6 +330,30 @@ pub struct RetentionDates {
     pub identity_until_ms: i64,
 }
 
+impl RetentionDates {
+    /// One line for operators: when the details and the row go (UTC).
+    pub fn describe(&self) -> String {
+        let at = crate::operator::format_time;
+        let details = if self.details_removed {
+            format!(
+                "request, response and evidence details erased {}",
+                at(self.details_until_ms)
+            )
+        } else {
+            format!("details kept until {}", at(self.details_until_ms))
+        };
+        format!(
+            "finished {}; {details}; the record (and the guarantee that a repeat sends nothing) \
+             kept until {}",
+            at(self.finished_ms),
+            at(self.identity_until_ms)
+        )
+    }
+
+    /// What operators are told about an operation that is not finished.
+    pub const UNFINISHED: &'static str = "kept whatever its age while it is not finished";
+}
+
 /// What one purge run did (or, previewed, would do), per stage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]

@@ -124,3 +124,59 @@ pub fn turn(default: std::time::Duration) -> std::time::Duration {
         .map(std::time::Duration::from_millis)
         .unwrap_or(default)
 }
+
+// ── ledger operations, as the layer makes them ──────────────────────────────────────────────────
+
+static NEXT_OPERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The wall clock, in ms since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+/// A new operation of `tenant-a` with a fresh id and intent, created now (the conformance
+/// suite's fixture: a small JSON body, repeated headers).
+pub fn fresh_operation() -> recoverable_write::ledger::NewOperation {
+    let n = NEXT_OPERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let id = format!("op-{n:010}");
+    let mut new = recoverable_write::ledger::conformance::new_operation(
+        "tenant-a",
+        &id,
+        &format!("intent-{n:010}"),
+    );
+    new.now_ms = now_ms();
+    new
+}
+
+/// The first send's claim of a new operation, as the layer builds it.
+pub fn first_claim(
+    new: &recoverable_write::ledger::NewOperation,
+) -> recoverable_write::ledger::backend::Update {
+    let now = now_ms();
+    new.first_update_on(
+        &recoverable_write::state::Event::ClaimSend,
+        recoverable_write::state::Clock {
+            now_ms: now,
+            jitter: 0.0,
+        },
+        Some(recoverable_write::AttemptId::generate()),
+        Some(now + new.policy.lease().as_millis() as i64),
+        recoverable_write::ledger::conformance::evidence_entry("attempt_registered", now),
+    )
+    .expect("claim from PREPARED")
+}
+
+/// The row of a create that must have been new.
+pub fn new_row(
+    created: recoverable_write::ledger::Created,
+) -> recoverable_write::ledger::OperationRecord {
+    match created {
+        recoverable_write::ledger::Created::New(r) => r,
+        recoverable_write::ledger::Created::Existing(r) => {
+            panic!("{} already existed", r.operation_id)
+        }
+    }
+}

@@ -531,28 +531,13 @@ pub(super) fn stats(s: &Stats) -> String {
     out
 }
 
-/// The retention lines of `show`.
+/// The retention line of `show`.
 pub(super) fn retention(dates: Option<&crate::retention::RetentionDates>) -> String {
-    let Some(d) = dates else {
-        return "\nretention  kept whatever its age while it is not finished\n".to_owned();
-    };
-    let details = if d.details_removed {
-        format!(
-            "details erased {}",
-            crate::operator::format_time(d.details_until_ms)
-        )
-    } else {
-        format!(
-            "details kept until {}",
-            crate::operator::format_time(d.details_until_ms)
-        )
-    };
-    format!(
-        "\nretention  finished {}; {details}; row (and the guarantee that a repeat sends \
-         nothing) kept until {}\n",
-        crate::operator::format_time(d.finished_ms),
-        crate::operator::format_time(d.identity_until_ms)
-    )
+    let line = dates.map_or_else(
+        || crate::retention::RetentionDates::UNFINISHED.to_owned(),
+        crate::retention::RetentionDates::describe,
+    );
+    format!("\nretention  {line}\n")
 }
 
 /// The report of `purge`.

@@ -947,24 +947,8 @@ async fn operation(
     if let Some(purger) = &cfg.retention {
         let record = cfg.ledger.get(&p.tenant, &p.operation_id).await;
         let line = match record.as_ref().map(|r| r.as_ref().map(|r| purger.dates(r))) {
-            Ok(Some(Some(d))) => {
-                let details = if d.details_removed {
-                    format!(
-                        "request, response and evidence details erased {}",
-                        crate::operator::format_time(d.details_until_ms)
-                    )
-                } else {
-                    format!(
-                        "details kept until {}",
-                        crate::operator::format_time(d.details_until_ms)
-                    )
-                };
-                format!(
-                    "{details}; the record (and the guarantee that a repeat sends nothing) kept until {}",
-                    crate::operator::format_time(d.identity_until_ms)
-                )
-            }
-            Ok(_) => "kept whatever its age while it is not finished".to_owned(),
+            Ok(Some(Some(d))) => d.describe(),
+            Ok(_) => crate::retention::RetentionDates::UNFINISHED.to_owned(),
             Err(_) => "unknown (the ledger did not answer)".to_owned(),
         };
         view.fields.push(("Retention".to_owned(), line));

@@ -10,7 +10,8 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{PostgresLedger, unavailable};
+use super::{PostgresLedger, bind_args, unavailable};
+use crate::ledger::query::Arg;
 use crate::ledger::{
     CallbackPurge, CallbackRecords, CallbackScope, LedgerError, PurgeBatch, PurgeScope, PurgeStage,
     Purged,
@@ -18,25 +19,6 @@ use crate::ledger::{
 
 /// Finished and not quarantined: the terms of the partial indexes' conditions.
 const FINISHED: &str = "o.state IN ('SUCCEEDED', 'REJECTED') AND o.quarantine_reason IS NULL";
-
-/// A statement parameter.
-#[derive(Clone, Debug)]
-enum Arg {
-    Text(String),
-    Int(i64),
-}
-
-type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
-
-fn bind_all<'q>(mut query: Query<'q>, args: &[Arg]) -> Query<'q> {
-    for arg in args {
-        query = match arg {
-            Arg::Text(s) => query.bind(s.clone()),
-            Arg::Int(i) => query.bind(*i),
-        };
-    }
-    query
-}
 
 impl PostgresLedger {
     fn table(&self, name: &str) -> String {
@@ -113,7 +95,7 @@ impl PostgresLedger {
         );
         // The limit and the time follow the scope's parameters.
         let (limit, now) = (args.len() + 1, args.len() + 2);
-        let query = |sql: String, args: &[Arg]| bind_all(sqlx::query(AssertSqlSafe(sql)), args);
+        let query = |sql: String, args: Vec<Arg>| bind_args(sqlx::query(AssertSqlSafe(sql)), args);
         let sql = if batch.dry_run {
             format!("SELECT count(*)::bigint, coalesce(sum(bytes), 0)::bigint FROM ({pick}) AS v")
         } else {
@@ -157,7 +139,7 @@ impl PostgresLedger {
                         coalesce((SELECT sum(bytes) FROM victims), 0)::bigint"
             )
         };
-        let row = query(sql, &args)
+        let row = query(sql, args)
             .fetch_one(self.pool())
             .await
             .map_err(unavailable)?;
@@ -212,7 +194,7 @@ impl PostgresLedger {
         if !batch.dry_run {
             args.push(Arg::Int(i64::from(batch.limit)));
         }
-        let row = bind_all(sqlx::query(AssertSqlSafe(sql)), &args)
+        let row = bind_args(sqlx::query(AssertSqlSafe(sql)), args)
             .fetch_one(self.pool())
             .await
             .map_err(unavailable)?;

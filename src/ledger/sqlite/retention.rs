@@ -6,7 +6,8 @@
 use sqlx::{AssertSqlSafe, Row};
 
 use super::writer::Finish;
-use super::{SqliteLedger, unavailable};
+use super::{SqliteLedger, bind_args, unavailable};
+use crate::ledger::query::Arg;
 use crate::ledger::{
     CallbackPurge, CallbackRecords, CallbackScope, LedgerError, PurgeBatch, PurgeScope, PurgeStage,
     Purged,
@@ -34,25 +35,6 @@ const IDENTITY_BYTES: &str = "length(CAST(o.tenant AS BLOB)) + length(CAST(o.ope
 
 /// The operations a batch picked (`?1`: a JSON array of rowids).
 const PICKED: &str = "SELECT value FROM json_each(?1)";
-
-/// A statement parameter.
-#[derive(Clone, Debug)]
-enum Arg {
-    Text(String),
-    Int(i64),
-}
-
-type Query<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>;
-
-fn bind_all<'q>(mut query: Query<'q>, args: &[Arg]) -> Query<'q> {
-    for arg in args {
-        query = match arg {
-            Arg::Text(s) => query.bind(s.clone()),
-            Arg::Int(i) => query.bind(*i),
-        };
-    }
-    query
-}
 
 /// The victims of `batch` (rowid and bytes), oldest finish first; the last parameter is the
 /// limit.
@@ -120,6 +102,14 @@ WHERE (tenant, operation_id) IN (SELECT tenant, operation_id FROM rw_operations
                                  WHERE rowid IN (SELECT value FROM json_each(?1)))";
 const DELETE_OPERATIONS: &str = "DELETE FROM rw_operations WHERE rowid IN (";
 
+/// A `count(*), sum(bytes)` row as what a purge would drop.
+fn counted(row: &sqlx::sqlite::SqliteRow) -> Purged {
+    Purged::new(
+        row.get::<i64, _>(0).max(0) as u64,
+        row.get::<i64, _>(1).max(0) as u64,
+    )
+}
+
 impl SqliteLedger {
     pub(super) async fn finished_contracts_now(&self) -> Result<Vec<String>, LedgerError> {
         // A loose index scan of `rw_operations_finished`: one probe per distinct name.
@@ -160,14 +150,11 @@ impl SqliteLedger {
         let (sql, args) = victims(&batch);
         if batch.dry_run {
             let total = format!("SELECT count(*), ifnull(sum(bytes), 0) FROM ({sql})");
-            let row = bind_all(sqlx::query(AssertSqlSafe(total)), &args)
+            let row = bind_args(sqlx::query(AssertSqlSafe(total)), args)
                 .fetch_one(&self.reader)
                 .await
                 .map_err(unavailable)?;
-            return Ok(Purged::new(
-                row.get::<i64, _>(0).max(0) as u64,
-                row.get::<i64, _>(1).max(0) as u64,
-            ));
+            return Ok(counted(&row));
         }
         if batch.limit == 0 {
             return Ok(Purged::default());
@@ -176,7 +163,7 @@ impl SqliteLedger {
         self.write(move |conn| {
             let (sql, args) = (sql.clone(), args.clone());
             Box::pin(async move {
-                let rows = bind_all(sqlx::query(AssertSqlSafe(sql)), &args)
+                let rows = bind_args(sqlx::query(AssertSqlSafe(sql)), args.clone())
                     .fetch_all(&mut *conn)
                     .await
                     .map_err(unavailable)?;
@@ -255,14 +242,11 @@ impl SqliteLedger {
         if batch.dry_run {
             let sql =
                 format!("SELECT count(*), ifnull(sum({bytes}), 0) FROM {table} WHERE {filter}");
-            let row = bind_all(sqlx::query(AssertSqlSafe(sql)), std::slice::from_ref(&arg))
+            let row = bind_args(sqlx::query(AssertSqlSafe(sql)), vec![arg])
                 .fetch_one(&self.reader)
                 .await
                 .map_err(unavailable)?;
-            return Ok(Purged::new(
-                row.get::<i64, _>(0).max(0) as u64,
-                row.get::<i64, _>(1).max(0) as u64,
-            ));
+            return Ok(counted(&row));
         }
         if batch.limit == 0 {
             return Ok(Purged::default());
@@ -276,7 +260,7 @@ impl SqliteLedger {
         self.write(move |conn| {
             let (sql, arg) = (sql.clone(), arg.clone());
             Box::pin(async move {
-                let rows = bind_all(sqlx::query(AssertSqlSafe(sql)), &[arg])
+                let rows = bind_args(sqlx::query(AssertSqlSafe(sql)), vec![arg])
                     .bind(limit)
                     .fetch_all(&mut *conn)
                     .await
@@ -354,17 +338,12 @@ mod tests {
     use super::*;
     use crate::operation::{OperationId, Tenant};
 
-    /// The plan of `sql` with `args`, on the ledger's reader.
     async fn plan(ledger: &SqliteLedger, sql: &str, args: &[Arg]) -> String {
-        let explain = format!("EXPLAIN QUERY PLAN {sql}");
-        let rows = bind_all(sqlx::query(AssertSqlSafe(explain)), args)
-            .fetch_all(&ledger.reader)
-            .await
-            .unwrap();
-        rows.iter()
-            .map(|r| r.get::<String, _>("detail"))
-            .collect::<Vec<_>>()
-            .join("\n")
+        let sql = crate::ledger::query::Sql {
+            text: sql.to_owned(),
+            args: args.to_vec(),
+        };
+        super::super::tests::plan_of(ledger, sql).await
     }
 
     /// Every purge reads its victims through an index: the partial indexes of finished rows by

@@ -425,7 +425,7 @@ async fn the_real_claim_and_sweep_statements_use_the_partial_indexes() {
 }
 
 /// The plan of a listing or counting statement, its arguments bound.
-async fn plan_of(ledger: &SqliteLedger, sql: super::super::query::Sql) -> String {
+pub(super) async fn plan_of(ledger: &SqliteLedger, sql: super::super::query::Sql) -> String {
     let explain = format!("EXPLAIN QUERY PLAN {}", sql.text);
     let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(explain)), sql.args)
         .fetch_all(&ledger.reader)
