@@ -1,6 +1,7 @@
 //! Retention on the PostgreSQL ledger: each purge batch is one statement (pick, drop or delete
 //! the evidence, slim or delete the rows) whose victims are picked through the partial indexes
-//! of migration 0005 with `FOR UPDATE SKIP LOCKED`, so workers purging at the same time take
+//! of migration 0005 with `FOR UPDATE SKIP LOCKED` and then changed by their `ctid` (a TID
+//! scan: the rows are locked by the same statement, so they cannot move), so workers purging at the same time take
 //! different rows instead of waiting for each other, and a row a request holds is left for the
 //! next pass. Autovacuum makes the space of deleted rows reusable; nothing else is needed.
 //!
@@ -20,12 +21,27 @@ use crate::ledger::{
 /// Finished and not quarantined: the terms of the partial indexes' conditions.
 const FINISHED: &str = "o.state IN ('SUCCEEDED', 'REJECTED') AND o.quarantine_reason IS NULL";
 
+/// A `count, bytes` row as what a purge dropped (or would drop).
+fn counted(row: &sqlx::postgres::PgRow) -> Purged {
+    Purged::new(
+        row.get::<i64, _>(0).max(0) as u64,
+        row.get::<i64, _>(1).max(0) as u64,
+    )
+}
+
 impl PostgresLedger {
     fn table(&self, name: &str) -> String {
         format!("\"{}\".{name}", self.schema())
     }
 
     pub(super) async fn finished_contracts_now(&self) -> Result<Vec<String>, LedgerError> {
+        sqlx::query_scalar(AssertSqlSafe(self.finished_contracts_statement()))
+            .fetch_all(self.pool())
+            .await
+            .map_err(unavailable)
+    }
+
+    pub(super) fn finished_contracts_statement(&self) -> String {
         let ops = self.table("rw_operations");
         // A loose index scan of `rw_operations_finished`: one probe per distinct name.
         let sql = format!(
@@ -38,13 +54,23 @@ impl PostgresLedger {
              )
              SELECT name FROM c WHERE name IS NOT NULL"
         );
-        sqlx::query_scalar(AssertSqlSafe(sql))
-            .fetch_all(self.pool())
-            .await
-            .map_err(unavailable)
+        sql
     }
 
     pub(super) async fn purge_now(&self, batch: PurgeBatch) -> Result<Purged, LedgerError> {
+        let Some((sql, args)) = self.purge_statement(&batch) else {
+            return Ok(Purged::default());
+        };
+        let row = bind_args(sqlx::query(AssertSqlSafe(sql)), args)
+            .fetch_one(self.pool())
+            .await
+            .map_err(unavailable)?;
+        Ok(counted(&row))
+    }
+
+    /// The one statement of `batch` (`None`: a batch of nothing), answering one row: rows
+    /// purged (or counted), bytes.
+    pub(super) fn purge_statement(&self, batch: &PurgeBatch) -> Option<(String, Vec<Arg>)> {
         let (ops, ev) = (self.table("rw_operations"), self.table("rw_evidence"));
         let (scope, mut args) = match &batch.scope {
             PurgeScope::FinishedBefore {
@@ -90,17 +116,22 @@ impl PostgresLedger {
             ),
         };
         let pick = format!(
-            "SELECT o.tenant, o.operation_id, ({bytes})::bigint AS bytes FROM {ops} AS o
+            "SELECT o.ctid AS row_id, o.tenant, o.operation_id, ({bytes})::bigint AS bytes
+             FROM {ops} AS o
              WHERE {scope} AND {FINISHED}{stage}"
         );
+        // Oldest finish first by age; an erasure takes everything, in any order (no sort).
+        let order = match batch.scope {
+            PurgeScope::FinishedBefore { .. } => " ORDER BY o.updated_ms, o.seq",
+            _ => "",
+        };
         // The limit and the time follow the scope's parameters.
         let (limit, now) = (args.len() + 1, args.len() + 2);
-        let query = |sql: String, args: Vec<Arg>| bind_args(sqlx::query(AssertSqlSafe(sql)), args);
         let sql = if batch.dry_run {
             format!("SELECT count(*)::bigint, coalesce(sum(bytes), 0)::bigint FROM ({pick}) AS v")
         } else {
             if batch.limit == 0 {
-                return Ok(Purged::default());
+                return None;
             }
             let (evidence, operations) = match batch.stage {
                 PurgeStage::Details => (
@@ -113,8 +144,7 @@ impl PostgresLedger {
                         "UPDATE {ops} AS o SET request_headers = '[]', request_body = ''::bytea,
                              response_status = NULL, response_headers = NULL,
                              response_body = NULL, reason = NULL, details_removed_ms = ${now}
-                         FROM victims AS v
-                         WHERE o.tenant = v.tenant AND o.operation_id = v.operation_id"
+                         WHERE o.ctid = ANY (ARRAY(SELECT row_id FROM victims))"
                     ),
                 ),
                 PurgeStage::Identity => (
@@ -123,15 +153,15 @@ impl PostgresLedger {
                          WHERE e.tenant = v.tenant AND e.operation_id = v.operation_id"
                     ),
                     format!(
-                        "DELETE FROM {ops} AS o USING victims AS v
-                         WHERE o.tenant = v.tenant AND o.operation_id = v.operation_id"
+                        "DELETE FROM {ops} AS o
+                         WHERE o.ctid = ANY (ARRAY(SELECT row_id FROM victims))"
                     ),
                 ),
             };
             args.push(Arg::Int(i64::from(batch.limit)));
             args.push(Arg::Int(batch.now_ms));
             format!(
-                "WITH victims AS ({pick} ORDER BY o.updated_ms, o.seq LIMIT ${limit}
+                "WITH victims AS ({pick}{order} LIMIT ${limit}
                                   FOR UPDATE OF o SKIP LOCKED),
                  ev AS ({evidence}),
                  ops AS ({operations} RETURNING 1)
@@ -139,14 +169,7 @@ impl PostgresLedger {
                         coalesce((SELECT sum(bytes) FROM victims), 0)::bigint"
             )
         };
-        let row = query(sql, args)
-            .fetch_one(self.pool())
-            .await
-            .map_err(unavailable)?;
-        Ok(Purged::new(
-            row.get::<i64, _>(0).max(0) as u64,
-            row.get::<i64, _>(1).max(0) as u64,
-        ))
+        Some((sql, args))
     }
 
     pub(super) async fn purge_callbacks_now(
@@ -198,9 +221,6 @@ impl PostgresLedger {
             .fetch_one(self.pool())
             .await
             .map_err(unavailable)?;
-        Ok(Purged::new(
-            row.get::<i64, _>(0).max(0) as u64,
-            row.get::<i64, _>(1).max(0) as u64,
-        ))
+        Ok(counted(&row))
     }
 }

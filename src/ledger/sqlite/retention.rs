@@ -72,6 +72,11 @@ fn victims(batch: &PurgeBatch) -> (String, Vec<Arg>) {
         PurgeStage::Details => (" AND o.details_removed_ms IS NULL", DETAIL_BYTES.to_owned()),
         PurgeStage::Identity => ("", format!("{DETAIL_BYTES} + {IDENTITY_BYTES}")),
     };
+    // Oldest finish first by age; an erasure takes everything, in any order (no sort).
+    let order = match batch.scope {
+        PurgeScope::FinishedBefore { .. } => " ORDER BY o.updated_ms",
+        _ => "",
+    };
     args.push(Arg::Int(if batch.dry_run {
         -1
     } else {
@@ -80,8 +85,7 @@ fn victims(batch: &PurgeBatch) -> (String, Vec<Arg>) {
     (
         format!(
             "SELECT o.rowid AS id, {bytes} AS bytes FROM rw_operations AS o {index}
-             WHERE {scope} AND {FINISHED}{stage}
-             ORDER BY o.updated_ms LIMIT ?"
+             WHERE {scope} AND {FINISHED}{stage}{order} LIMIT ?"
         ),
         args,
     )
