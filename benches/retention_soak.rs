@@ -262,7 +262,10 @@ fn main() {
         }
 
         #[cfg(feature = "postgres")]
-        match std::env::var("RW_POSTGRES_URL").ok().filter(|_| only != "sqlite") {
+        match std::env::var("RW_POSTGRES_URL")
+            .ok()
+            .filter(|_| only != "sqlite")
+        {
             Some(url) => {
                 if let Some((pair, schemas)) = postgres_pair(&url).await {
                     soak(pair, total).await;

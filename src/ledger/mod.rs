@@ -578,8 +578,9 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// Gives the space freed by purges back to the file system where the store does not do
     /// it by itself, a bounded amount per call; returns the bytes given back. SQLite runs an
     /// incremental vacuum (files created by this version use `auto_vacuum = INCREMENTAL`) of
-    /// the free pages beyond a quarter of the file (those are kept for the next rows);
-    /// PostgreSQL's autovacuum makes the space reusable without help, so it returns 0.
+    /// the free pages beyond a quarter of the file (those are kept for the next rows).
+    /// PostgreSQL's autovacuum makes the space reusable without help; on a server where it is
+    /// off, `PostgresLedger` runs a plain `VACUUM` of its tables (no blocking lock).
     ///
     /// The provided implementation does nothing and returns 0.
     fn reclaim_space(&self) -> BoxFuture<'_, Result<u64, LedgerError>> {

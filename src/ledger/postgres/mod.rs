@@ -999,6 +999,10 @@ impl Ledger for PostgresLedger {
     fn purge_callbacks(&self, batch: CallbackPurge) -> BoxFuture<'_, Result<Purged, LedgerError>> {
         Box::pin(self.purge_callbacks_now(batch))
     }
+
+    fn reclaim_space(&self) -> BoxFuture<'_, Result<u64, LedgerError>> {
+        Box::pin(self.reclaim_space_now())
+    }
 }
 
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────

@@ -3,7 +3,9 @@
 //! of migration 0005 with `FOR UPDATE SKIP LOCKED` and then changed by their `ctid` (a TID
 //! scan: the rows are locked by the same statement, so they cannot move), so workers purging at the same time take
 //! different rows instead of waiting for each other, and a row a request holds is left for the
-//! next pass. Autovacuum makes the space of deleted rows reusable; nothing else is needed.
+//! next pass. Autovacuum makes the space of deleted rows reusable; where the server runs without
+//! it, [`reclaim_space`](crate::ledger::Ledger::reclaim_space) runs a plain `VACUUM` of the
+//! ledger's tables.
 //!
 //! Cut-offs are the caller's times. With [`ClockSource::Database`](super::ClockSource) the rows'
 //! times are the database's; a skew of seconds is immaterial to retention clocks of hours or
@@ -222,5 +224,47 @@ impl PostgresLedger {
             .await
             .map_err(unavailable)?;
         Ok(counted(&row))
+    }
+
+    /// Makes the space of purged rows reusable when the server's autovacuum is off (it is on by
+    /// default, and then this does nothing): a plain `VACUUM` of the ledger's tables, which
+    /// takes no lock that blocks reads or writes. Returns the bytes the tables shrank by (a
+    /// plain `VACUUM` only gives back empty pages at a table's end; the rest is reused).
+    pub(super) async fn reclaim_space_now(&self) -> Result<u64, LedgerError> {
+        let autovacuum: String = sqlx::query_scalar("SELECT current_setting('autovacuum')")
+            .fetch_one(self.pool())
+            .await
+            .map_err(unavailable)?;
+        if autovacuum == "on" {
+            return Ok(0);
+        }
+        let tables = [
+            "rw_operations",
+            "rw_evidence",
+            "rw_callback_events",
+            "rw_callback_quarantine",
+        ]
+        .map(|t| self.table(t));
+        let size = format!(
+            "SELECT ({})::bigint",
+            tables
+                .iter()
+                .map(|t| format!("pg_total_relation_size('{t}')"))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        );
+        let before: i64 = sqlx::query_scalar(AssertSqlSafe(size.clone()))
+            .fetch_one(self.pool())
+            .await
+            .map_err(unavailable)?;
+        sqlx::raw_sql(AssertSqlSafe(format!("VACUUM {}", tables.join(", "))))
+            .execute(self.pool())
+            .await
+            .map_err(unavailable)?;
+        let after: i64 = sqlx::query_scalar(AssertSqlSafe(size))
+            .fetch_one(self.pool())
+            .await
+            .map_err(unavailable)?;
+        Ok((before - after).max(0) as u64)
     }
 }
