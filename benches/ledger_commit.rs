@@ -13,8 +13,9 @@
 //! - `first_send/create_and_apply`: what the layer does otherwise: one `create_and_apply` call,
 //!   one commit.
 //! - `first_send/create_only`: one commit of a plain create, for reference.
-//! - `lifecycle/concurrency_{1,64}/{group_commit,batch1}`: `create_and_apply` then `apply` (the
-//!   two writes of one request through the layer) from 1 or 64 tasks, with group commit on
+//! - `lifecycle/concurrency_{1,64}/{group_commit,batch1}`: `create_and_apply` then `record`
+//!   (the two writes of one request through the layer; the result is not fsynced when its batch
+//!   holds no claim) from 1 or 64 tasks, with group commit on
 //!   (default) and off (`max_batch(1)`), and with group commit but `synchronous=OFF` (no fsync:
 //!   what the statements alone cost, the CPU ceiling of the write path).
 //! - `lifecycle/concurrency_{1,64}/raw_reference` (issue #14): the same rows per operation,
@@ -104,11 +105,13 @@ async fn create_and_apply(ledger: &impl Ledger) -> OperationRecord {
     r
 }
 
-/// The two writes of one request through the layer: create and claim, record the result.
+/// The two writes of one request through the layer: create and claim (durable before the
+/// send), then the result with `Ledger::record`, as the layer writes it (it may be committed
+/// without waiting for the disk: only the claim must be durable).
 async fn lifecycle(ledger: &impl Ledger) {
     let r = create_and_apply(ledger).await;
     let done = keep(&r, State::Succeeded, now_ms());
-    claimed(ledger.apply(update_of(&r, done, "attempt_result")).await);
+    claimed(ledger.record(update_of(&r, done, "attempt_result")).await);
 }
 
 /// What one benchmark does per iteration.

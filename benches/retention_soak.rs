@@ -58,7 +58,7 @@ async fn lifecycle(ledger: &dyn Ledger) {
     let r = new_row(ledger.create_and_apply(new, first).await.expect("create"));
     let done = keep(&r, State::Succeeded, now_ms());
     ledger
-        .apply(update_of(&r, done, "attempt_result"))
+        .record(update_of(&r, done, "attempt_result"))
         .await
         .expect("apply")
         .expect("result precondition holds");
