@@ -51,14 +51,15 @@ fn fresh_operation() -> NewOperation {
     new
 }
 
-/// The two writes of one request: create and claim, record the result.
+/// The two writes of one request: create and claim, then the result, both waiting for their
+/// commit (`apply`, the worst case for the write path; the layer's `record` may skip the fsync).
 async fn lifecycle(ledger: &dyn Ledger) {
     let new = fresh_operation();
     let first = first_claim(&new);
     let r = new_row(ledger.create_and_apply(new, first).await.expect("create"));
     let done = keep(&r, State::Succeeded, now_ms());
     ledger
-        .record(update_of(&r, done, "attempt_result"))
+        .apply(update_of(&r, done, "attempt_result"))
         .await
         .expect("apply")
         .expect("result precondition holds");
