@@ -156,6 +156,8 @@ pub struct PostgresLedger {
     schema: Arc<str>,
     clock: ClockSource,
     sql: Arc<Statements>,
+    /// When this ledger (any clone) last vacuumed its tables itself (see `reclaim_space`).
+    vacuumed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 /// Whose clock leases and due times are read on. See [`PostgresLedger`'s docs](PostgresLedger#clock).
@@ -367,6 +369,7 @@ impl PostgresLedger {
             schema: Arc::from(options.schema.as_str()),
             clock: options.clock,
             pool,
+            vacuumed: Arc::default(),
         })
     }
 

@@ -226,11 +226,27 @@ impl PostgresLedger {
         Ok(counted(&row))
     }
 
+    /// At most one `VACUUM` of the ledger's tables per this much time, from all clones of a
+    /// ledger: autovacuum's own default pause between runs.
+    const VACUUM_PAUSE: std::time::Duration = std::time::Duration::from_secs(60);
+
     /// Makes the space of purged rows reusable when the server's autovacuum is off (it is on by
     /// default, and then this does nothing): a plain `VACUUM` of the ledger's tables, which
-    /// takes no lock that blocks reads or writes. Returns the bytes the tables shrank by (a
-    /// plain `VACUUM` only gives back empty pages at a table's end; the rest is reused).
+    /// takes no lock that blocks reads or writes, at most once a minute (as autovacuum would).
+    /// Returns the bytes the tables shrank by (a plain `VACUUM` only gives back empty pages at a
+    /// table's end; the rest is reused).
     pub(super) async fn reclaim_space_now(&self) -> Result<u64, LedgerError> {
+        {
+            let mut last = self
+                .vacuumed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if last.is_some_and(|at| at.elapsed() < Self::VACUUM_PAUSE) {
+                return Ok(0);
+            }
+            // Taken now, so a concurrent purger of this process does not vacuum too.
+            *last = Some(std::time::Instant::now());
+        }
         let autovacuum: String = sqlx::query_scalar("SELECT current_setting('autovacuum')")
             .fetch_one(self.pool())
             .await
