@@ -49,7 +49,7 @@ impl<'a> Body<'a> {
     }
 
     fn pointer(&self, pointer: &str) -> Option<&Value> {
-        self.json()?.pointer(pointer)
+        crate::encoding::json_pointer(self.json()?, pointer)
     }
 
     /// A short vendor error code at a common place, if it looks like a code (not free text):

@@ -157,7 +157,7 @@ impl RecoverableWriteLayer {
     pub fn new_operation(&self, op: &Operation, req: &Request<Bytes>) -> NewOperation {
         self.shared
             .new_operation(
-                op,
+                op.clone(),
                 req.method(),
                 req.uri(),
                 req.headers(),
