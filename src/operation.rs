@@ -813,16 +813,27 @@ fn write_canonical(value: &serde_json::Value, h: &mut Sha256) {
     use serde_json::Value;
     match value {
         Value::Object(map) => {
-            let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            h.update(b"{");
-            for (i, (k, v)) in members.into_iter().enumerate() {
+            let member = |i: usize, k: &String, v: &Value, h: &mut Sha256| {
                 if i > 0 {
                     h.update(b",");
                 }
                 write_json(k, h);
                 h.update(b":");
                 write_canonical(v, h);
+            };
+            h.update(b"{");
+            // serde_json's map iterates in key order unless its `preserve_order` feature is on
+            // somewhere in the build: sort only when it does not.
+            if map.keys().is_sorted() {
+                for (i, (k, v)) in map.iter().enumerate() {
+                    member(i, k, v, h);
+                }
+            } else {
+                let mut members: Vec<(&String, &Value)> = map.iter().collect();
+                members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (i, (k, v)) in members.into_iter().enumerate() {
+                    member(i, k, v, h);
+                }
             }
             h.update(b"}");
         }

@@ -56,8 +56,9 @@ pub(crate) async fn apply_event(
         Ok(t) => t,
         Err(refused) => return Ok(Applied::Refused(refused)),
     };
-    let evidence = match &event {
-        Event::AttemptResult(e) | Event::LookupResult(e) => Some(e.clone()),
+    // The event is spent: its evidence moves into the log entry.
+    let evidence = match event {
+        Event::AttemptResult(e) | Event::LookupResult(e) => Some(e),
         _ => None,
     };
     let entry = NewEvidence {
