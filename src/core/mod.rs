@@ -440,7 +440,7 @@ async fn claim_send(
         .map_err(ledger_err)?;
         match applied {
             Applied::Done(r) if r.state == State::InFlight => {
-                record = *r;
+                record = r;
                 break;
             }
             // The claim escalated (budget or window spent).
@@ -681,7 +681,7 @@ where
     let row = match applied {
         Ok(Applied::Done(row)) => {
             recorded = true;
-            *row
+            row
         }
         Ok(Applied::Refused(_) | Applied::Stale) => {
             // The lease ran out, or a reviewer or recoverer took the operation over while this
