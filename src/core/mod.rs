@@ -138,9 +138,11 @@ impl std::fmt::Debug for Shared {
 }
 
 /// What the preparation phase decided.
+// Unboxed: the context is moved into the write path's one boxed future at once.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Step<B> {
     /// Send this request; the attempt is registered.
-    Send(Request<B>, Box<AttemptCtx>),
+    Send(Request<B>, AttemptCtx),
     /// Nothing to send: the answer comes from the ledger.
     Done(Response<Full<Bytes>>),
 }
@@ -341,14 +343,14 @@ where
     );
     Ok(Step::Send(
         Request::from_parts(parts, B::from(body)),
-        Box::new(AttemptCtx {
+        AttemptCtx {
             shared,
             contract,
             record,
             attempt,
             token,
             deadline: tokio::time::Instant::now() + timeout,
-        }),
+        },
     ))
 }
 
@@ -543,7 +545,7 @@ pub(crate) enum Observed<RB> {
 }
 
 pub(crate) async fn finish<RB>(
-    ctx: Box<AttemptCtx>,
+    ctx: AttemptCtx,
     observed: Observed<RB>,
 ) -> Result<Response<Full<Bytes>>, Error>
 where
@@ -561,7 +563,7 @@ where
 /// Reads, classifies and records what one attempt produced (the layer's first send and the
 /// recoverer's replays alike).
 pub(crate) async fn record_attempt<RB>(
-    ctx: Box<AttemptCtx>,
+    ctx: AttemptCtx,
     observed: Observed<RB>,
 ) -> Result<Response<Full<Bytes>>, Error>
 where
@@ -576,7 +578,7 @@ where
         attempt,
         token,
         deadline,
-    } = *ctx;
+    } = ctx;
     let now = shared.clock.system_time();
     let mut source = None;
     let (evidence, response) = match observed {

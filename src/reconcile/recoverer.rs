@@ -662,14 +662,14 @@ impl Recoverer {
                 Ok(Err(e)) => Observed::Failed(e),
                 Err(_) => Observed::TimedOut,
             };
-        let ctx = Box::new(AttemptCtx {
+        let ctx = AttemptCtx {
             shared: self.shared.clone(),
             contract,
             record: claimed.clone(),
             attempt,
             token,
             deadline,
-        });
+        };
         // The caller-facing result is irrelevant here; the ledger holds the outcome. (Boxed as a
         // `Send` future here, with concrete types, so the spawned engine stays `Send`.)
         let recording: crate::ledger::BoxFuture<'static, _> =
