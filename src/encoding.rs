@@ -50,3 +50,72 @@ mod tests {
         assert_eq!(decode_component_str("client%5Fsecret"), "client_secret");
     }
 }
+
+/// `value.pointer(pointer)` (RFC 6901, serde_json's semantics exactly) without a string per
+/// token: only a token with an escape (`~0`, `~1`) is unescaped into a new string.
+pub(crate) fn json_pointer<'v>(
+    value: &'v serde_json::Value,
+    pointer: &str,
+) -> Option<&'v serde_json::Value> {
+    use serde_json::Value;
+    if pointer.is_empty() {
+        return Some(value);
+    }
+    if !pointer.starts_with('/') {
+        return None;
+    }
+    pointer.split('/').skip(1).try_fold(value, |target, token| {
+        let unescaped;
+        let token = if token.contains('~') {
+            unescaped = token.replace("~1", "/").replace("~0", "~");
+            unescaped.as_str()
+        } else {
+            token
+        };
+        match target {
+            Value::Object(map) => map.get(token),
+            Value::Array(list) => {
+                if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+                    return None;
+                }
+                token.parse::<usize>().ok().and_then(|i| list.get(i))
+            }
+            _ => None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod json_pointer_tests {
+    use super::json_pointer;
+
+    #[test]
+    fn it_agrees_with_serde_json() {
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"a":{"b/c":[1,{"d~e":"x"}],"":{"":2}},"01":3,"1":4,"arr":[5,6]}"#,
+        )
+        .unwrap();
+        for p in [
+            "",
+            "/",
+            "//",
+            "/a",
+            "/a/b~1c",
+            "/a/b~1c/0",
+            "/a/b~1c/1/d~0e",
+            "/a/b~1c/01",
+            "/a/b~1c/+1",
+            "/a/b~1c/2",
+            "/01",
+            "/1",
+            "/arr/1",
+            "/arr/-",
+            "a",
+            "/a/b~1c/1/d~e",
+            "/missing/x",
+            "/arr/0/x",
+        ] {
+            assert_eq!(json_pointer(&v, p), v.pointer(p), "{p:?}");
+        }
+    }
+}

@@ -315,7 +315,16 @@ impl Operation {
         let id = OperationId::generate();
         Self {
             tenant: Tenant::default(),
-            action: format!("{} {}{}", method, uri.host().unwrap_or(""), uri.path()),
+            action: {
+                // Sized once: no growth while writing `<METHOD> <host><path>`.
+                let (m, h, p) = (method.as_str(), uri.host().unwrap_or(""), uri.path());
+                let mut action = String::with_capacity(m.len() + 1 + h.len() + p.len());
+                action.push_str(m);
+                action.push(' ');
+                action.push_str(h);
+                action.push_str(p);
+                action
+            },
             intent_ref: id.as_str().to_owned(),
             id,
             existing_only: false,
@@ -325,6 +334,11 @@ impl Operation {
     /// The tenant.
     pub fn tenant(&self) -> &Tenant {
         &self.tenant
+    }
+
+    /// Tenant, id, action and intent reference, moved out (no copy of the strings).
+    pub(crate) fn into_parts(self) -> (Tenant, OperationId, String, String) {
+        (self.tenant, self.id, self.action, self.intent_ref)
     }
 
     /// The operation id.
@@ -506,7 +520,7 @@ impl FrozenRequest {
             .collect();
         Self {
             method: method.as_str().to_owned(),
-            url: redacted_uri(uri, secrets.query_params).to_string(),
+            url: uri_string(&redacted_uri(uri, secrets.query_params)),
             headers,
             body: redact_body(&body, secrets.body_fields),
         }
@@ -522,6 +536,18 @@ impl FrozenRequest {
         }
         builder.body(self.body.clone())
     }
+}
+
+/// `uri.to_string()`, written into a string sized up front (one allocation, no growth).
+fn uri_string(uri: &Uri) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(
+        uri.scheme_str().map_or(0, |s| s.len() + 3)
+            + uri.authority().map_or(0, |a| a.as_str().len())
+            + uri.path_and_query().map_or(1, |pq| pq.as_str().len()),
+    );
+    let _ = write!(out, "{uri}");
+    out
 }
 
 /// The names of a write's credentials, which are never stored: a contract's
@@ -718,7 +744,7 @@ impl PayloadHash {
                         for p in pointers {
                             h.update(p.as_bytes());
                             h.update(b"=");
-                            match value.pointer(p) {
+                            match crate::encoding::json_pointer(&value, p) {
                                 Some(v) => write_canonical(v, &mut h),
                                 None => h.update(b"<absent>"),
                             }
@@ -732,7 +758,7 @@ impl PayloadHash {
                 h.update(body);
             }
         }
-        Self(hex(&h.finalize()).into())
+        Self(hex_arc(&h.finalize()))
     }
 
     /// Restores a hash read back from a ledger.
@@ -756,12 +782,12 @@ impl fmt::Display for PayloadHash {
 /// (their case and order can be significant to the vendor).
 fn normalize_uri(uri: &Uri) -> String {
     let scheme = uri.scheme_str();
-    let port = uri.port_u16().filter(|p| {
-        !matches!(
-            (scheme.map(str::to_ascii_lowercase).as_deref(), *p),
-            (Some("http"), 80) | (Some("https"), 443)
-        )
-    });
+    let default_port = match scheme {
+        Some(s) if s.eq_ignore_ascii_case("http") => Some(80),
+        Some(s) if s.eq_ignore_ascii_case("https") => Some(443),
+        _ => None,
+    };
+    let port = uri.port_u16().filter(|p| Some(*p) != default_port);
     let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut out = String::with_capacity(
         scheme.map_or(0, |s| s.len() + 3) + uri.host().map_or(0, str::len) + 6 + path.len(),
@@ -787,16 +813,27 @@ fn write_canonical(value: &serde_json::Value, h: &mut Sha256) {
     use serde_json::Value;
     match value {
         Value::Object(map) => {
-            let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            h.update(b"{");
-            for (i, (k, v)) in members.into_iter().enumerate() {
+            let member = |i: usize, k: &String, v: &Value, h: &mut Sha256| {
                 if i > 0 {
                     h.update(b",");
                 }
                 write_json(k, h);
                 h.update(b":");
                 write_canonical(v, h);
+            };
+            h.update(b"{");
+            // serde_json's map iterates in key order unless its `preserve_order` feature is on
+            // somewhere in the build: sort only when it does not.
+            if map.keys().is_sorted() {
+                for (i, (k, v)) in map.iter().enumerate() {
+                    member(i, k, v, h);
+                }
+            } else {
+                let mut members: Vec<(&String, &Value)> = map.iter().collect();
+                members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (i, (k, v)) in members.into_iter().enumerate() {
+                    member(i, k, v, h);
+                }
             }
             h.update(b"}");
         }
@@ -829,6 +866,21 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
     b.chunks(2)
         .map(|p| Some(hex_val(p[0])? << 4 | hex_val(p[1])?))
         .collect()
+}
+
+/// A SHA-256 digest as lower-case hex, written on the stack and shared (one allocation).
+fn hex_arc(digest: &[u8]) -> Arc<str> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 64];
+    let n = digest.len().min(32);
+    for (i, b) in digest[..n].iter().enumerate() {
+        buf[2 * i] = HEX[(b >> 4) as usize];
+        buf[2 * i + 1] = HEX[(b & 0xf) as usize];
+    }
+    match std::str::from_utf8(&buf[..2 * n]) {
+        Ok(s) if n == digest.len() => Arc::from(s),
+        _ => hex(digest).into(),
+    }
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {

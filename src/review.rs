@@ -529,7 +529,7 @@ impl Reviews {
         )
         .await?;
         match applied {
-            Applied::Done(r) => Ok(*r),
+            Applied::Done(r) => Ok(r),
             Applied::Refused(r) => Err(ReviewError::Refused(r)),
             Applied::Stale => {
                 let now = self.read(&row.tenant, &row.operation_id).await?;

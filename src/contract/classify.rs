@@ -49,7 +49,7 @@ impl<'a> Body<'a> {
     }
 
     fn pointer(&self, pointer: &str) -> Option<&Value> {
-        self.json()?.pointer(pointer)
+        crate::encoding::json_pointer(self.json()?, pointer)
     }
 
     /// A short vendor error code at a common place, if it looks like a code (not free text):
@@ -252,11 +252,87 @@ fn default(
 
 fn remote_ref(contract: &Contract, body: &Body<'_>) -> Option<String> {
     let pointer = &contract.remote_ref.as_ref()?.pointer;
+    if body.json.get().is_none()
+        && let Some(found) = top_level_member(body.raw, pointer)
+    {
+        return found;
+    }
     match body.pointer(pointer)? {
         Value::String(s) if !s.is_empty() => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     }
+}
+
+/// [`remote_ref`] for the common pointer to a top-level member (`/id`) of a JSON object,
+/// without building the whole document: `Some(answer)` when `raw` is a JSON object (the same
+/// answer as through `serde_json::Value`: the last member of that name wins, every other value
+/// is parsed, numbers included, only not kept), `None` to go the general way.
+fn top_level_member(raw: &[u8], pointer: &str) -> Option<Option<String>> {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+    use std::fmt;
+
+    let name = pointer.strip_prefix('/')?;
+    if name.contains(['/', '~']) {
+        return None;
+    }
+
+    /// A member name: whether it is the one looked for (no copy of it).
+    struct IsName<'n>(&'n str);
+    impl<'de> DeserializeSeed<'de> for IsName<'_> {
+        type Value = bool;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    impl Visitor<'_> for IsName<'_> {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a member name")
+        }
+        fn visit_str<E>(self, v: &str) -> Result<bool, E> {
+            Ok(v == self.0)
+        }
+    }
+
+    /// Any other value: parsed as `Value` parses it (`deserialize_any`: numbers out of range
+    /// are errors too), not kept.
+    struct Skip;
+    impl<'de> DeserializeSeed<'de> for Skip {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(IgnoredAny).map(|_| ())
+        }
+    }
+
+    /// The object: the value of its last member named `name`, if any.
+    struct Object<'n>(&'n str);
+    impl<'de> Visitor<'de> for Object<'_> {
+        type Value = Option<Value>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Value>, A::Error> {
+            let mut found = None;
+            while let Some(is_it) = map.next_key_seed(IsName(self.0))? {
+                if is_it {
+                    found = Some(map.next_value::<Value>()?);
+                } else {
+                    map.next_value_seed(Skip)?;
+                }
+            }
+            Ok(found)
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let found = de.deserialize_map(Object(name)).ok()?;
+    de.end().ok()?;
+    Some(match found {
+        Some(Value::String(s)) if !s.is_empty() => Some(s),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    })
 }
 
 fn require_remote_ref(contract: &Contract, evidence: Evidence, hint: Option<Duration>) -> Evidence {
@@ -405,5 +481,66 @@ mod unit {
     fn truncate_respects_char_boundaries() {
         assert_eq!(truncate("ééé", 3), "é…");
         assert_eq!(truncate("abc", 3), "abc");
+    }
+}
+
+#[cfg(test)]
+mod top_level_member_tests {
+    use super::*;
+
+    /// What `remote_ref` answers through the whole parsed document.
+    fn through_value(raw: &[u8], pointer: &str) -> Option<String> {
+        match serde_json::from_slice::<Value>(raw)
+            .ok()?
+            .pointer(pointer)?
+        {
+            Value::String(s) if !s.is_empty() => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_fast_path_answers_as_the_parsed_document_does() {
+        let bodies: &[&str] = &[
+            r#"{"id":"W1"}"#,
+            r#"{"id":""}"#,
+            r#"{"id":17}"#,
+            r#"{"id":-1.5e3}"#,
+            r#"{"id":null}"#,
+            r#"{"id":{"x":1}}"#,
+            r#"{"id":"a","id":"b"}"#,
+            r#"{"id":"a","id":7}"#,
+            r#"{"other":"x"}"#,
+            r#"{"\u0069d":"escaped name"}"#,
+            r#"{"id":"W\n2","n":[1,{"a":true}]}"#,
+            r#"{"id":"W1","big":1e400}"#,
+            r#"{"id":"W1"} trailing"#,
+            r#"{"id":"W1"}   "#,
+            r#"{"id":"W1""#,
+            r#"["W1"]"#,
+            r#""W1""#,
+            "",
+            "not json",
+            r#"{"id":"W1","bad":"\ud800"}"#,
+        ];
+        for body in bodies {
+            for pointer in ["/id", "/other", "/i", "/"] {
+                let fast = top_level_member(body.as_bytes(), pointer);
+                if let Some(answer) = fast {
+                    assert_eq!(
+                        answer,
+                        through_value(body.as_bytes(), pointer),
+                        "{body} {pointer}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            top_level_member(br#"{"id":"W1"}"#, "/id"),
+            Some(Some("W1".into()))
+        );
+        assert_eq!(top_level_member(br#"{"x":1}"#, "/id"), Some(None));
+        assert_eq!(top_level_member(br#"{"a":{"b":1}}"#, "/a/b"), None);
     }
 }

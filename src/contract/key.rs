@@ -25,6 +25,9 @@ pub(super) fn check_len(contract: &Contract, key: &str) -> Result<(), ContractEr
     Ok(())
 }
 
+/// The header most contracts place the key in, lower case.
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
 pub(super) fn attach(
     contract: &Contract,
     parts: &mut http::request::Parts,
@@ -35,8 +38,13 @@ pub(super) fn attach(
     let err = |field: &str, kind| ContractError::new(&contract.name, format!("key.{field}"), kind);
     match &contract.key {
         KeyPlacement::Header { name, format } => {
-            let header = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| err("name", Kind::InvalidHeaderName(name.clone())))?;
+            // The usual name is a static one (no copy of it per request).
+            let header = if name.eq_ignore_ascii_case(IDEMPOTENCY_KEY) {
+                HeaderName::from_static(IDEMPOTENCY_KEY)
+            } else {
+                HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| err("name", Kind::InvalidHeaderName(name.clone())))?
+            };
             let value = header_value(key, *format).map_err(|k| err("format", k))?;
             parts.headers.insert(header, value);
             Ok(body)
@@ -96,7 +104,7 @@ fn header_value(key: &str, format: KeyFormat) -> Result<HeaderValue, Kind> {
         ));
     }
     let text = match format {
-        KeyFormat::Plain => key.to_owned(),
+        KeyFormat::Plain => std::borrow::Cow::Borrowed(key),
         // RFC 8941 §3.3.3 sf-string: DQUOTE *( unescaped / "\" ( DQUOTE / "\" ) ) DQUOTE.
         KeyFormat::Quoted => {
             let mut s = String::with_capacity(key.len() + 2);
@@ -108,7 +116,7 @@ fn header_value(key: &str, format: KeyFormat) -> Result<HeaderValue, Kind> {
                 s.push(c);
             }
             s.push('"');
-            s
+            std::borrow::Cow::Owned(s)
         }
     };
     HeaderValue::from_str(&text).map_err(|_| Kind::KeyNotEncodable("not a valid header value"))

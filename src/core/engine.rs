@@ -20,9 +20,11 @@ pub(crate) fn clock(shared: &Shared) -> Clock {
 
 /// What applying an event to a row came to.
 #[derive(Debug)]
+// Unboxed: the row is moved out at once by every caller; boxing it cost an allocation per change.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Applied {
     /// The ledger accepted the change; the new row.
-    Done(Box<OperationRecord>),
+    Done(OperationRecord),
     /// The state machine does not allow the event in the row's state; nothing changed.
     Refused(Refused),
     /// The row moved on since it was read (another worker, the sweeper, a reviewer); nothing
@@ -56,8 +58,9 @@ pub(crate) async fn apply_event(
         Ok(t) => t,
         Err(refused) => return Ok(Applied::Refused(refused)),
     };
-    let evidence = match &event {
-        Event::AttemptResult(e) | Event::LookupResult(e) => Some(e.clone()),
+    // The event is spent: its evidence moves into the log entry.
+    let evidence = match event {
+        Event::AttemptResult(e) | Event::LookupResult(e) => Some(e),
         _ => None,
     };
     let entry = NewEvidence {
@@ -88,7 +91,7 @@ pub(crate) async fn apply_event(
             if row.state != record.state {
                 publish(shared, &row);
             }
-            Applied::Done(Box::new(row))
+            Applied::Done(row)
         }
         None => Applied::Stale,
     })

@@ -70,7 +70,7 @@ impl Shared {
     /// is decided, for the layer and for callers that create operations themselves (outbox).
     pub(crate) fn new_operation(
         &self,
-        op: &Operation,
+        op: Operation,
         method: &Method,
         uri: &http::Uri,
         headers: &http::HeaderMap,
@@ -83,11 +83,12 @@ impl Shared {
         let redacted = crate::operation::redacted_uri(uri, &contract.secret_query_params);
         let payload_hash =
             PayloadHash::compute_for(method, &redacted, &frozen.body, &contract.digest);
+        let (tenant, operation_id, action, intent_ref) = op.into_parts();
         let new = NewOperation {
-            tenant: op.tenant().clone(),
-            operation_id: op.id().clone(),
-            action: op.action().to_owned(),
-            intent_ref: op.intent_ref().to_owned(),
+            tenant,
+            operation_id,
+            action,
+            intent_ref,
             // The caller's own key, where the contract places keys, is adopted (and checked
             // like any key when it is placed); otherwise a fresh opaque one.
             idempotency_key: outgoing::caller_key(contract, uri, headers, &frozen.body)
@@ -137,9 +138,11 @@ impl std::fmt::Debug for Shared {
 }
 
 /// What the preparation phase decided.
+// Unboxed: the context is moved into the write path's one boxed future at once.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Step<B> {
     /// Send this request; the attempt is registered.
-    Send(Request<B>, Box<AttemptCtx>),
+    Send(Request<B>, AttemptCtx),
     /// Nothing to send: the answer comes from the ledger.
     Done(Response<Full<Bytes>>),
 }
@@ -190,8 +193,8 @@ where
         }
         Some(_) => {}
     }
-    let bytes = match Limited::new(body, shared.max_request_body).collect().await {
-        Ok(c) => c.to_bytes(),
+    let bytes = match collect_limited(body, shared.max_request_body).await {
+        Ok(b) => b,
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return Err(Error::BodyTooLarge {
                 limit: shared.max_request_body,
@@ -200,41 +203,38 @@ where
         Err(source) => return Err(Error::BodyRead { source }),
     };
 
-    let (new, contract) = shared.new_operation(
-        &op,
-        &parts.method,
-        &parts.uri,
-        &parts.headers,
-        bytes.clone(),
-    );
+    let (tenant, resume) = (op.tenant().clone(), op.is_resume());
+    let (new, contract) =
+        shared.new_operation(op, &parts.method, &parts.uri, &parts.headers, bytes.clone());
     let payload_hash = new.payload_hash.clone();
+    let op_id = new.operation_id.clone();
     let ledger_err = |source| Error::Ledger {
-        operation: Some(op.id().clone()),
+        operation: Some(op_id.clone()),
         source,
     };
     // The exact request is built, key placed, before anything is written: a request the
     // contract cannot place its key in leaves nothing behind.
     let carried = outgoing::Carried::take(&mut parts, &contract).with_body(&contract, &bytes);
     let fresh = outgoing::build(&new.request, &contract, &new.idempotency_key, carried)
-        .map_err(|e| build_error(op.id(), e))?;
+        .map_err(|e| build_error(&op_id, e))?;
 
     // Without an authorizer, a new operation is created and its first send claimed in one
     // ledger call. With one, permission is checked on the PREPARED row before send rights are
     // claimed: a refusal leaves the operation PREPARED (never sent) for a caller with permission.
     let attempt = AttemptId::generate();
-    let created = if op.is_resume() {
+    let created = if resume {
         // A resume never creates: an id the ledger does not hold is an error, nothing is sent.
         match shared
             .ledger
-            .get(op.tenant(), op.id())
+            .get(&tenant, &op_id)
             .await
             .map_err(ledger_err)?
         {
             Some(row) => Created::Existing(row),
             None => {
                 return Err(Error::NotFound {
-                    tenant: op.tenant().clone(),
-                    operation: op.id().clone(),
+                    tenant,
+                    operation: op_id,
                 });
             }
         }
@@ -343,15 +343,52 @@ where
     );
     Ok(Step::Send(
         Request::from_parts(parts, B::from(body)),
-        Box::new(AttemptCtx {
+        AttemptCtx {
             shared,
             contract,
             record,
             attempt,
             token,
             deadline: tokio::time::Instant::now() + timeout,
-        }),
+        },
     ))
+}
+
+/// The data of `body`, at most `limit` bytes (`Limited`'s errors beyond, as with
+/// `Limited::new(body, limit).collect().await?.to_bytes()`; trailers are ignored). A body of
+/// one data frame, the common case, is returned as that frame, without a copy or a frame queue.
+async fn collect_limited<B>(body: B, limit: usize) -> Result<Bytes, BoxError>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    use bytes::{Buf, BufMut, BytesMut};
+    let mut body = std::pin::pin!(Limited::new(body, limit));
+    let mut first: Option<Bytes> = None;
+    let mut more: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(mut data) = frame?.into_data() else {
+            continue;
+        };
+        if !data.has_remaining() {
+            continue;
+        }
+        let chunk = data.copy_to_bytes(data.remaining());
+        match (&mut more, &first) {
+            (Some(buf), _) => buf.put(chunk),
+            (None, Some(prev)) => {
+                let mut buf = BytesMut::with_capacity(prev.len() + chunk.len());
+                buf.put_slice(prev);
+                buf.put(chunk);
+                more = Some(buf);
+            }
+            (None, None) => first = Some(chunk),
+        }
+    }
+    Ok(match more {
+        Some(buf) => buf.freeze(),
+        None => first.unwrap_or_default(),
+    })
 }
 
 fn build_error(operation: &crate::OperationId, e: outgoing::BuildError) -> Error {
@@ -405,7 +442,7 @@ async fn claim_send(
         .map_err(ledger_err)?;
         match applied {
             Applied::Done(r) if r.state == State::InFlight => {
-                record = *r;
+                record = r;
                 break;
             }
             // The claim escalated (budget or window spent).
@@ -508,7 +545,7 @@ pub(crate) enum Observed<RB> {
 }
 
 pub(crate) async fn finish<RB>(
-    ctx: Box<AttemptCtx>,
+    ctx: AttemptCtx,
     observed: Observed<RB>,
 ) -> Result<Response<Full<Bytes>>, Error>
 where
@@ -526,7 +563,7 @@ where
 /// Reads, classifies and records what one attempt produced (the layer's first send and the
 /// recoverer's replays alike).
 pub(crate) async fn record_attempt<RB>(
-    ctx: Box<AttemptCtx>,
+    ctx: AttemptCtx,
     observed: Observed<RB>,
 ) -> Result<Response<Full<Bytes>>, Error>
 where
@@ -541,20 +578,17 @@ where
         attempt,
         token,
         deadline,
-    } = *ctx;
+    } = ctx;
     let now = shared.clock.system_time();
     let mut source = None;
     let (evidence, response) = match observed {
         Observed::Response(res) => {
             let (parts, body) = res.into_parts();
-            let read = tokio::time::timeout_at(
-                deadline,
-                Limited::new(body, shared.max_response_body).collect(),
-            )
-            .await;
+            let read =
+                tokio::time::timeout_at(deadline, collect_limited(body, shared.max_response_body))
+                    .await;
             match read {
-                Ok(Ok(collected)) => {
-                    let body = collected.to_bytes();
+                Ok(Ok(body)) => {
                     let evidence =
                         contract.classify_response(parts.status, &parts.headers, &body, now);
                     (evidence, Some(Response::from_parts(parts, body)))
@@ -649,7 +683,7 @@ where
     let row = match applied {
         Ok(Applied::Done(row)) => {
             recorded = true;
-            *row
+            row
         }
         Ok(Applied::Refused(_) | Applied::Stale) => {
             // The lease ran out, or a reviewer or recoverer took the operation over while this

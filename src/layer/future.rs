@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
@@ -10,49 +11,36 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{Either, Full};
 use pin_project_lite::pin_project;
-use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::ResponseBody;
 use crate::BoxError;
-use crate::core::{AttemptCtx, Observed, Step, finish};
+use crate::core::{Observed, Shared, Step, finish, prepare};
 use crate::error::Error;
 use crate::ledger::BoxFuture;
 
 pin_project! {
     /// Response future of [`RecoverableWrite`](super::RecoverableWrite).
     ///
-    /// A state machine: prepare (freeze, record, claim) → send once under the attempt timeout →
-    /// classify and record. No retry loop: at most one network attempt per call.
+    /// Prepare (freeze, record, claim) → send once under the attempt timeout → classify and
+    /// record, as one boxed future (one allocation per call). No retry loop: at most one
+    /// network attempt per call.
     pub struct ResponseFuture<S, B>
     where
         S: Service<Request<B>>,
     {
         #[pin]
-        phase: Phase<S::Future, S, B>,
+        phase: Phase<S::Future>,
     }
 }
 
 pin_project! {
     #[project = PhaseProj]
-    enum Phase<F, S, B> {
+    enum Phase<F> {
         // An untracked request (GET, HEAD, ...): straight through.
         Passthrough { #[pin] fut: F },
-        // Freezing the body, creating the operation and claiming send rights.
-        Preparing {
-            svc: Option<S>,
-            fut: BoxFuture<'static, Result<Step<B>, Error>>,
-        },
-        // The one attempt is on the wire; the sleep is its deadline, shorter than the lease.
-        Sending {
-            #[pin]
-            fut: F,
-            #[pin]
-            sleep: Sleep,
-            ctx: Option<Box<AttemptCtx>>,
-        },
-        // Reading the response, classifying and recording it.
-        Finishing {
+        // A tracked write: the whole write path (see `tracked`).
+        Tracked {
             fut: BoxFuture<'static, Result<Response<Full<Bytes>>, Error>>,
         },
         Done,
@@ -69,14 +57,51 @@ where
         }
     }
 
-    pub(super) fn prepare(svc: S, fut: BoxFuture<'static, Result<Step<B>, Error>>) -> Self {
+    pub(super) fn tracked(fut: BoxFuture<'static, Result<Response<Full<Bytes>>, Error>>) -> Self {
         Self {
-            phase: Phase::Preparing {
-                svc: Some(svc),
-                fut,
-            },
+            phase: Phase::Tracked { fut },
         }
     }
+}
+
+/// The write path of a tracked request: prepare (freeze, record, claim), send once through
+/// `svc` (driven to readiness by the caller) under the attempt deadline, then classify and
+/// record what came back.
+pub(super) async fn tracked<S, B, RB>(
+    mut svc: S,
+    shared: Arc<Shared>,
+    req: Request<B>,
+) -> Result<Response<Full<Bytes>>, Error>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    RB: Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+{
+    let (req, ctx) = match prepare(shared, req).await? {
+        Step::Send(req, ctx) => (req, ctx),
+        Step::Done(res) => return Ok(res),
+    };
+    let observed = {
+        // The one attempt is on the wire; the sleep is its deadline, shorter than the lease.
+        let sleep = tokio::time::sleep_until(ctx.deadline);
+        let fut = svc.call(req);
+        drop(svc);
+        let (mut fut, mut sleep) = (std::pin::pin!(fut), std::pin::pin!(sleep));
+        std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+            Poll::Ready(Ok(res)) => Poll::Ready(Observed::Response(res)),
+            Poll::Ready(Err(e)) => Poll::Ready(Observed::Failed(e.into())),
+            Poll::Pending => sleep.as_mut().poll(cx).map(|()| Observed::TimedOut),
+        })
+        .await
+        // Past the deadline the in-flight request is dropped here, before the lease runs out
+        // and a recoverer may act.
+    };
+    finish(ctx, observed).await
 }
 
 impl<S, B> fmt::Debug for ResponseFuture<S, B>
@@ -100,66 +125,21 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        loop {
-            match this.phase.as_mut().project() {
-                PhaseProj::Passthrough { fut } => {
-                    let res = ready!(fut.poll(cx));
-                    this.phase.set(Phase::Done);
-                    return Poll::Ready(match res {
-                        Ok(res) => Ok(res.map(Either::Right)),
-                        Err(e) => Err(Error::Inner { source: e.into() }),
-                    });
-                }
-                PhaseProj::Preparing { svc, fut } => {
-                    let step = ready!(fut.as_mut().poll(cx));
-                    match step {
-                        Ok(Step::Send(req, ctx)) => {
-                            let Some(mut svc) = svc.take() else {
-                                unreachable!("the service is taken exactly once")
-                            };
-                            let sleep = tokio::time::sleep_until(ctx.deadline);
-                            let fut = svc.call(req);
-                            this.phase.set(Phase::Sending {
-                                fut,
-                                sleep,
-                                ctx: Some(ctx),
-                            });
-                        }
-                        Ok(Step::Done(res)) => {
-                            this.phase.set(Phase::Done);
-                            return Poll::Ready(Ok(res.map(Either::Left)));
-                        }
-                        Err(e) => {
-                            this.phase.set(Phase::Done);
-                            return Poll::Ready(Err(e));
-                        }
-                    }
-                }
-                PhaseProj::Sending { fut, sleep, ctx } => {
-                    let observed = match fut.poll(cx) {
-                        Poll::Ready(Ok(res)) => Observed::Response(res),
-                        Poll::Ready(Err(e)) => Observed::Failed(e.into()),
-                        // Past the deadline the in-flight request is dropped here, before the
-                        // lease runs out and a recoverer may act.
-                        Poll::Pending => match sleep.poll(cx) {
-                            Poll::Ready(()) => Observed::TimedOut,
-                            Poll::Pending => return Poll::Pending,
-                        },
-                    };
-                    let Some(ctx) = ctx.take() else {
-                        unreachable!("the attempt context is taken exactly once")
-                    };
-                    this.phase.set(Phase::Finishing {
-                        fut: Box::pin(finish(ctx, observed)),
-                    });
-                }
-                PhaseProj::Finishing { fut } => {
-                    let res = ready!(fut.as_mut().poll(cx));
-                    this.phase.set(Phase::Done);
-                    return Poll::Ready(res.map(|r| r.map(Either::Left)));
-                }
-                PhaseProj::Done => panic!("ResponseFuture polled after completion"),
+        match this.phase.as_mut().project() {
+            PhaseProj::Passthrough { fut } => {
+                let res = ready!(fut.poll(cx));
+                this.phase.set(Phase::Done);
+                Poll::Ready(match res {
+                    Ok(res) => Ok(res.map(Either::Right)),
+                    Err(e) => Err(Error::Inner { source: e.into() }),
+                })
             }
+            PhaseProj::Tracked { fut } => {
+                let res = ready!(fut.as_mut().poll(cx));
+                this.phase.set(Phase::Done);
+                Poll::Ready(res.map(|r| r.map(Either::Left)))
+            }
+            PhaseProj::Done => panic!("ResponseFuture polled after completion"),
         }
     }
 }

@@ -49,11 +49,11 @@ use crate::authorize::{Authorizer, SharedAuthorizer};
 use crate::budget::BudgetPolicy;
 use crate::clock::{Clock, SharedClock};
 use crate::contract::{Contract, Contracts};
+use crate::core::Shared;
 pub use crate::core::{
     DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_RESPONSE_BODY, DEFAULT_STORED_BODY, OUTCOME_HEADER,
     REMOTE_REF_HEADER, STATUS_CLASS_HEADER,
 };
-use crate::core::{Shared, prepare};
 pub use crate::error::{Error, Outcome};
 use crate::ledger::{Ledger, NewOperation};
 use crate::notify::Notifier;
@@ -157,7 +157,7 @@ impl RecoverableWriteLayer {
     pub fn new_operation(&self, op: &Operation, req: &Request<Bytes>) -> NewOperation {
         self.shared
             .new_operation(
-                op,
+                op.clone(),
                 req.method(),
                 req.uri(),
                 req.headers(),
@@ -319,6 +319,6 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
-        ResponseFuture::prepare(inner, Box::pin(prepare(shared, req)))
+        ResponseFuture::tracked(Box::pin(future::tracked(inner, shared, req)))
     }
 }

@@ -40,7 +40,7 @@ struct Inner {
 struct Tables {
     operations: HashMap<Key, Row>,
     /// `(tenant, action, intent_ref)` → operation id: the uniqueness of an approved intent.
-    intents: HashMap<(Tenant, String, String), OperationId>,
+    intents: Intents,
     /// Creation counter, the equivalent of SQLite's rowid: breaks ties in claim order.
     next_row: u64,
     /// Evidence sequence, global and increasing like an autoincrement id.
@@ -365,7 +365,8 @@ impl MemoryLedger {
                         .remove(&key)
                         .expect("victim listed under the lock");
                     let r = row.record;
-                    t.intents.remove(&(r.tenant, r.action, r.intent_ref));
+                    t.intents
+                        .remove(&r.tenant, &r.action, &r.intent_ref, &r.operation_id);
                 }
             }
         }
@@ -517,6 +518,79 @@ fn slim(row: &mut Row, now_ms: i64) {
     }
 }
 
+/// The intent index, `(tenant, action, intent_ref)` → operation id, keyed by a hash of the
+/// three so that neither a lookup nor an insert copies the strings: the row the id names holds
+/// them, and every hit is checked against it. Ids whose intents share a hash (never in
+/// practice) are kept apart in `collided`.
+#[derive(Debug, Default)]
+struct Intents {
+    by_hash: HashMap<u64, OperationId>,
+    collided: Vec<(u64, OperationId)>,
+}
+
+impl Intents {
+    fn hash(tenant: &Tenant, action: &str, intent_ref: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (tenant.as_str(), action, intent_ref).hash(&mut h);
+        h.finish()
+    }
+
+    /// The row of the intent's operation, through `row` (which reads a row by id).
+    fn find<'r>(
+        &self,
+        tenant: &Tenant,
+        action: &str,
+        intent_ref: &str,
+        row: impl Fn(&OperationId) -> Option<&'r OperationRecord>,
+    ) -> Option<&'r OperationRecord> {
+        let hash = Self::hash(tenant, action, intent_ref);
+        let is_it = |r: &&OperationRecord| {
+            r.tenant == *tenant && r.action == action && r.intent_ref == intent_ref
+        };
+        self.by_hash
+            .get(&hash)
+            .into_iter()
+            .chain(
+                self.collided
+                    .iter()
+                    .filter(|(h, _)| *h == hash)
+                    .map(|(_, id)| id),
+            )
+            .find_map(|id| row(id).filter(is_it))
+    }
+
+    /// Indexes a new operation (its intent is not indexed yet: the caller checked).
+    fn insert(&mut self, tenant: &Tenant, action: &str, intent_ref: &str, id: OperationId) {
+        let hash = Self::hash(tenant, action, intent_ref);
+        match self.by_hash.entry(hash) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(id);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => self.collided.push((hash, id)),
+        }
+    }
+
+    /// Forgets the operation `id` of this intent.
+    fn remove(&mut self, tenant: &Tenant, action: &str, intent_ref: &str, id: &OperationId) {
+        let hash = Self::hash(tenant, action, intent_ref);
+        if self.by_hash.get(&hash) == Some(id) {
+            self.by_hash.remove(&hash);
+            // Promote a colliding id, if any, to the main map.
+            if let Some(i) = self.collided.iter().position(|(h, _)| *h == hash) {
+                let (_, next) = self.collided.swap_remove(i);
+                self.by_hash.insert(hash, next);
+            }
+        } else if let Some(i) = self
+            .collided
+            .iter()
+            .position(|(h, other)| *h == hash && other == id)
+        {
+            self.collided.swap_remove(i);
+        }
+    }
+}
+
 impl Tables {
     /// The oldest operation of `tenant` that `pick` picks (a scan: the memory ledger holds
     /// tests' and examples' rows).
@@ -540,15 +614,12 @@ impl Tables {
         {
             return Some(&row.record);
         }
-        let intent = (
-            new.tenant.clone(),
-            new.action.clone(),
-            new.intent_ref.clone(),
-        );
-        let id = self.intents.get(&intent)?;
-        self.operations
-            .get(&(new.tenant.clone(), id.clone()))
-            .map(|row| &row.record)
+        self.intents
+            .find(&new.tenant, &new.action, &new.intent_ref, |id| {
+                self.operations
+                    .get(&(new.tenant.clone(), id.clone()))
+                    .map(|row| &row.record)
+            })
     }
 
     /// Stores a fresh row, logged `created` (then `first`, if given); returns a copy of it.
@@ -556,11 +627,9 @@ impl Tables {
         let created_seq = self.next_row;
         self.next_row += 1;
         self.intents.insert(
-            (
-                record.tenant.clone(),
-                record.action.clone(),
-                record.intent_ref.clone(),
-            ),
+            &record.tenant,
+            &record.action,
+            &record.intent_ref,
             record.operation_id.clone(),
         );
         let key = (record.tenant.clone(), record.operation_id.clone());

@@ -444,7 +444,7 @@ impl Recoverer {
             )
             .await?;
             row = match applied {
-                Applied::Done(r) => *r,
+                Applied::Done(r) => r,
                 other => return self.settle(&row, other, evidence).await,
             };
             match row.state {
@@ -476,9 +476,9 @@ impl Recoverer {
                     .await?;
                     return match applied {
                         Applied::Done(r) if r.state == State::RetryReady => {
-                            self.replay(*r, report).await
+                            self.replay(r, report).await
                         }
-                        Applied::Done(r) => Ok(Some(*r)),
+                        Applied::Done(r) => Ok(Some(r)),
                         other => {
                             self.settle(&row, other, Evidence::unknown(reason.clone()))
                                 .await
@@ -642,9 +642,9 @@ impl Recoverer {
         )
         .await?;
         let claimed = match applied {
-            Applied::Done(r) if r.state == State::InFlight => *r,
+            Applied::Done(r) if r.state == State::InFlight => r,
             // The claim escalated (attempts or window spent).
-            Applied::Done(r) => return Ok(Some(*r)),
+            Applied::Done(r) => return Ok(Some(r)),
             other => return self.settle(&row, other, Evidence::unknown("replay")).await,
         };
 
@@ -662,14 +662,14 @@ impl Recoverer {
                 Ok(Err(e)) => Observed::Failed(e),
                 Err(_) => Observed::TimedOut,
             };
-        let ctx = Box::new(AttemptCtx {
+        let ctx = AttemptCtx {
             shared: self.shared.clone(),
             contract,
             record: claimed.clone(),
             attempt,
             token,
             deadline,
-        });
+        };
         // The caller-facing result is irrelevant here; the ledger holds the outcome. (Boxed as a
         // `Send` future here, with concrete types, so the spawned engine stays `Send`.)
         let recording: crate::ledger::BoxFuture<'static, _> =
@@ -768,7 +768,7 @@ impl Recoverer {
         evidence: Evidence,
     ) -> Result<Option<OperationRecord>, LedgerError> {
         match applied {
-            Applied::Done(r) => Ok(Some(*r)),
+            Applied::Done(r) => Ok(Some(r)),
             Applied::Refused(refused) => {
                 tracing::warn!(%refused, "state machine refused the recovery result");
                 engine::append_late(&self.shared, row, None, evidence, refused.to_string()).await?;
