@@ -326,7 +326,7 @@ impl SqliteLedger {
             .connect_with(base)
             .await
             .map_err(unavailable)?;
-        let sync = Durability::new(options.synchronous.as_str(), true);
+        let sync = Durability::new(options.synchronous, true);
         Self::start(writer, reader, options.max_batch, true, sync)
     }
 
@@ -387,7 +387,7 @@ impl SqliteLedger {
             SqliteLedgerOptions::DEFAULT_MAX_BATCH,
             false,
             // Nothing to sync: SQLite's default level, never switched.
-            Durability::new("FULL", false),
+            Durability::new(Synchronous::Full, false),
         )
     }
 

@@ -10,6 +10,7 @@ use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use sqlx::{Connection, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 
+use super::Synchronous;
 use crate::ledger::{BoxFuture, LedgerError};
 
 /// What a write did, inside its batch's transaction.
@@ -155,9 +156,9 @@ pub(super) async fn run_writer(
 ) {
     let mut batch: Vec<Box<dyn PendingWrite>> = Vec::with_capacity(max_batch);
     let mut conn: Option<PoolConnection<Sqlite>> = None;
-    // The `synchronous` level the writer's connection is at: the configured one when it was
-    // opened; switched (in the same round trip as the `BEGIN`) for batches of relaxed writes.
-    let mut level = sync.durable;
+    // The `synchronous` level the writer's connection is known to be at (`None`: not known, so
+    // the next batch sets it); switched in the same round trip as a batch's `BEGIN`.
+    let mut level: Option<Synchronous> = None;
     let mut closed = std::pin::pin!(pool.close_event());
     let mut pool_closed = false;
     loop {
@@ -190,7 +191,7 @@ pub(super) async fn run_writer(
                 Ok(c) => {
                     // A fresh (or returned) connection: at the level it was configured with,
                     // or at the one this task left it at; set it again to be sure.
-                    level = "";
+                    level = None;
                     conn.insert(c)
                 }
                 Err(e) => {
@@ -207,16 +208,16 @@ pub(super) async fn run_writer(
         } else {
             sync.durable
         };
-        let begin = if want == level {
+        let begin = if level == Some(want) {
             "BEGIN IMMEDIATE"
         } else {
-            sync.begin(want)
+            Durability::begin(want)
         };
         let committed = run_batch(c, &mut batch, begin, &stats).await;
         if committed && want != sync.durable {
             stats.relaxed_commits.fetch_add(1, Ordering::Relaxed);
         }
-        level = if committed { want } else { "" };
+        level = committed.then_some(want);
         // After a failed COMMIT or ROLLBACK (a full disk, an I/O error) SQLite may have rolled
         // the transaction back by itself while sqlx still counts it as open: every later
         // `BEGIN` would then fail. Such a connection is closed and the pool opens a fresh one.
@@ -236,16 +237,16 @@ pub(super) async fn run_writer(
 /// dying, written to the WAL without waiting for the disk).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Durability {
-    durable: &'static str,
-    relaxed: &'static str,
+    durable: Synchronous,
+    relaxed: Synchronous,
 }
 
 impl Durability {
-    /// The levels for a ledger configured with `configured` (`FULL`, `NORMAL`, `OFF`).
-    /// `relax`: whether results may be committed at `NORMAL` (a file ledger in WAL mode).
-    pub(super) fn new(configured: &'static str, relax: bool) -> Self {
-        let relaxed = if relax && configured == "FULL" {
-            "NORMAL"
+    /// The levels for a ledger configured with `configured`. `relax`: whether results may be
+    /// committed at `NORMAL` (a file ledger in WAL mode).
+    pub(super) fn new(configured: Synchronous, relax: bool) -> Self {
+        let relaxed = if relax && configured == Synchronous::Full {
+            Synchronous::Normal
         } else {
             configured
         };
@@ -256,11 +257,11 @@ impl Durability {
     }
 
     /// The `BEGIN` of a batch that switches the connection to `level` first, in one round trip.
-    fn begin(self, level: &'static str) -> &'static str {
+    fn begin(level: Synchronous) -> &'static str {
         match level {
-            "FULL" => "PRAGMA synchronous = FULL; BEGIN IMMEDIATE",
-            "NORMAL" => "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE",
-            _ => "PRAGMA synchronous = OFF; BEGIN IMMEDIATE",
+            Synchronous::Full => "PRAGMA synchronous = FULL; BEGIN IMMEDIATE",
+            Synchronous::Normal => "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE",
+            Synchronous::Off => "PRAGMA synchronous = OFF; BEGIN IMMEDIATE",
         }
     }
 }
