@@ -247,13 +247,7 @@ impl Retention {
                 ),
             ));
         }
-        let mut seen = std::collections::HashSet::new();
-        let all =
-            std::iter::once(contracts.default_contract()).chain(contracts.routes().map(|(_, c)| c));
-        for contract in all {
-            if !seen.insert(contract.name.clone()) {
-                continue;
-            }
+        for contract in contracts.all() {
             if let (Some(identity), Some(vendor), None) = (
                 self.identity,
                 contract.retention_secs,
@@ -271,30 +265,15 @@ impl Retention {
                     ),
                 ));
             }
+            // A contract's own identity clock was checked against its vendor's retention and
+            // its own details clock when the contracts were validated; left: the ledger's
+            // details clock it inherits.
             let clocks = self.clocks_for(Some(contract));
-            let source = if contract.keep_identity_secs.is_some() {
-                "its keep_identity_secs"
-            } else {
-                "retention.identity"
-            };
-            if let Some(vendor) = contract.retention_secs
-                && clocks.identity < Duration::from_secs(vendor)
-            {
-                return Err(invalid(
-                    "retention.identity",
-                    format!(
-                        "contract `{}`: {source} ({} s) is shorter than the vendor's key retention ({vendor} s): \
-                         a repeat after the ledger forgot the operation would be a new write",
-                        contract.name,
-                        clocks.identity.as_secs()
-                    ),
-                ));
-            }
             if clocks.identity < clocks.details {
                 return Err(invalid(
                     "retention.identity",
                     format!(
-                        "contract `{}`: {source} ({} s) is shorter than its details clock ({} s)",
+                        "contract `{}`: its keep_identity_secs ({} s) is shorter than its details clock, retention.details ({} s)",
                         contract.name,
                         clocks.identity.as_secs(),
                         clocks.details.as_secs()
@@ -389,6 +368,14 @@ impl PurgedCount {
 }
 
 impl PurgeReport {
+    /// Adds what a batch of `records` dropped to its line.
+    fn add_callbacks(&mut self, records: CallbackRecords, done: Purged) {
+        match records {
+            CallbackRecords::Deliveries => self.callback_deliveries.add(done),
+            CallbackRecords::Quarantine => self.quarantined_callbacks.add(done),
+        }
+    }
+
     /// Whether nothing was (or would be) dropped.
     pub fn is_empty(&self) -> bool {
         *self == PurgeReport::default()
@@ -561,17 +548,9 @@ impl Purger {
                     dry_run,
                 })
                 .await?;
-            match records {
-                CallbackRecords::Deliveries => report.callback_deliveries.add(done),
-                _ => report.quarantined_callbacks.add(done),
-            }
+            report.add_callbacks(records, done);
         }
-        if !dry_run
-            && (report.identity.rows > 0
-                || report.details.rows > 0
-                || report.callback_deliveries.rows > 0
-                || report.quarantined_callbacks.rows > 0)
-        {
+        if !dry_run && !report.is_empty() {
             report.space_reclaimed = self.reclaim().await?;
         }
         Ok(report)
@@ -579,40 +558,18 @@ impl Purger {
 
     /// Runs `batch` until a batch finds less than its limit (a dry run counts once).
     async fn drain(&self, batch: PurgeBatch) -> Result<Purged, RetentionError> {
+        let (label, limit, dry_run) = (batch.stage.as_str(), batch.limit, batch.dry_run);
         let ledger = &*self.shared.ledger;
-        if batch.dry_run {
-            return Ok(ledger.purge(batch).await?);
-        }
-        let mut total = Purged::default();
-        for _ in 0..MAX_BATCHES {
-            let done = ledger.purge(batch.clone()).await?;
-            count(batch.stage.as_str(), done);
-            total = total.plus(done);
-            if done.rows < u64::from(batch.limit) {
-                break;
-            }
-            // Let the requests' writes in between batches.
-            tokio::task::yield_now().await;
-        }
-        Ok(total)
+        drain(label, limit, dry_run, || ledger.purge(batch.clone())).await
     }
 
     async fn drain_callbacks(&self, batch: CallbackPurge) -> Result<Purged, RetentionError> {
+        let (label, limit, dry_run) = (batch.records.as_str(), batch.limit, batch.dry_run);
         let ledger = &*self.shared.ledger;
-        if batch.dry_run {
-            return Ok(ledger.purge_callbacks(batch).await?);
-        }
-        let mut total = Purged::default();
-        for _ in 0..MAX_BATCHES {
-            let done = ledger.purge_callbacks(batch.clone()).await?;
-            count(batch.records.as_str(), done);
-            total = total.plus(done);
-            if done.rows < u64::from(batch.limit) {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        Ok(total)
+        drain(label, limit, dry_run, || {
+            ledger.purge_callbacks(batch.clone())
+        })
+        .await
     }
 
     /// Gives freed space back, a bounded step at a time, until the store has none left to give.
@@ -681,10 +638,7 @@ impl Purger {
                     dry_run: false,
                 })
                 .await?;
-            match records {
-                CallbackRecords::Deliveries => report.callback_deliveries.add(done),
-                _ => report.quarantined_callbacks.add(done),
-            }
+            report.add_callbacks(records, done);
         }
         report.space_reclaimed = self.reclaim().await?;
         tracing::info!(
@@ -737,6 +691,31 @@ impl Purger {
         count(PurgeStage::Details.as_str(), done);
         Ok(done)
     }
+}
+
+/// Runs `batch()` until one finds less than `limit` rows, counting each (a dry run counts
+/// everything at once and changes nothing).
+async fn drain<'a>(
+    label: &'static str,
+    limit: u32,
+    dry_run: bool,
+    batch: impl Fn() -> crate::ledger::BoxFuture<'a, Result<Purged, LedgerError>>,
+) -> Result<Purged, RetentionError> {
+    if dry_run {
+        return Ok(batch().await?);
+    }
+    let mut total = Purged::default();
+    for _ in 0..MAX_BATCHES {
+        let done = batch().await?;
+        count(label, done);
+        total = total.plus(done);
+        if done.rows < u64::from(limit) {
+            break;
+        }
+        // Let the requests' writes in between batches.
+        tokio::task::yield_now().await;
+    }
+    Ok(total)
 }
 
 /// The retention counters.

@@ -409,20 +409,15 @@ impl MemoryLedger {
             }
             CallbackRecords::Quarantine => {
                 let mut purged = Purged::default();
-                let mut kept = Vec::with_capacity(t.callback_quarantine.len());
-                for q in t.callback_quarantine.drain(..) {
-                    if (purged.rows as usize) < limit
-                        && matches(q.tenant.as_ref(), q.received_at_ms)
-                    {
-                        purged = purged.plus(Purged::new(1, quarantined_bytes(&q)));
-                        if batch.dry_run {
-                            kept.push(q);
-                        }
-                    } else {
-                        kept.push(q);
+                // In order, so the oldest go first; a dry run keeps everything.
+                t.callback_quarantine.retain(|q| {
+                    let gone = (purged.rows as usize) < limit
+                        && matches(q.tenant.as_ref(), q.received_at_ms);
+                    if gone {
+                        purged = purged.plus(Purged::new(1, quarantined_bytes(q)));
                     }
-                }
-                t.callback_quarantine = kept;
+                    !gone || batch.dry_run
+                });
                 Ok(purged)
             }
         }

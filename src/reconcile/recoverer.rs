@@ -796,16 +796,15 @@ impl Recoverer {
         // Retention runs in a task of its own: a backlog of purges never delays recovery.
         let purger = crate::retention::Purger::from_shared(self.shared.clone());
         let mut purged_at: Option<tokio::time::Instant> = None;
-        let mut purging: Option<JoinHandle<()>> = None;
-        let purge_task = AbortOnDrop(&mut purging);
+        let mut purging: Option<AbortOnDrop> = None;
         loop {
             if let Some(every) = self.shared.retention.purge_interval()
-                && purge_task.0.as_ref().is_none_or(|task| task.is_finished())
+                && purging.as_ref().is_none_or(|task| task.0.is_finished())
                 && purged_at.is_none_or(|at| at.elapsed() >= every)
             {
                 purged_at = Some(tokio::time::Instant::now());
                 let purger = purger.clone();
-                *purge_task.0 = Some(tokio::spawn(async move {
+                purging = Some(AbortOnDrop(tokio::spawn(async move {
                     match purger.run().await {
                         Ok(report) if !report.is_empty() => {
                             tracing::info!(
@@ -820,7 +819,7 @@ impl Recoverer {
                         Ok(_) => {}
                         Err(e) => tracing::warn!(error = %e, "retention purge failed; next time"),
                     }
-                }));
+                })));
             }
             if let Some(every) = self.gauges_every
                 && gauges_at.is_none_or(|at| at.elapsed() >= every)
@@ -877,13 +876,11 @@ impl Recoverer {
 }
 
 /// Aborts the retention task when the run loop ends.
-struct AbortOnDrop<'a>(&'a mut Option<JoinHandle<()>>);
+struct AbortOnDrop(JoinHandle<()>);
 
-impl Drop for AbortOnDrop<'_> {
+impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        if let Some(task) = self.0.take() {
-            task.abort();
-        }
+        self.0.abort();
     }
 }
 

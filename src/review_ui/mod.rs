@@ -945,10 +945,11 @@ async fn operation(
     };
     let mut view = operation_view(&cfg, &who, &base, &p, now_ms(), done);
     if let Some(purger) = &cfg.retention {
-        let record = cfg.ledger.get(&p.tenant, &p.operation_id).await;
-        let line = match record.as_ref().map(|r| r.as_ref().map(|r| purger.dates(r))) {
-            Ok(Some(Some(d))) => d.describe(),
-            Ok(_) => crate::retention::RetentionDates::UNFINISHED.to_owned(),
+        let line = match cfg.ledger.get(&p.tenant, &p.operation_id).await {
+            Ok(record) => record.and_then(|r| purger.dates(&r)).map_or_else(
+                || crate::retention::RetentionDates::UNFINISHED.to_owned(),
+                |d| d.describe(),
+            ),
             Err(_) => "unknown (the ledger did not answer)".to_owned(),
         };
         view.fields.push(("Retention".to_owned(), line));

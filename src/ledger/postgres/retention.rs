@@ -46,7 +46,7 @@ impl PostgresLedger {
     pub(super) fn finished_contracts_statement(&self) -> String {
         let ops = self.table("rw_operations");
         // A loose index scan of `rw_operations_finished`: one probe per distinct name.
-        let sql = format!(
+        format!(
             "WITH RECURSIVE c(name) AS (
                  SELECT min(o.contract_name) FROM {ops} AS o WHERE {FINISHED}
                  UNION ALL
@@ -55,8 +55,7 @@ impl PostgresLedger {
                  FROM c WHERE c.name IS NOT NULL
              )
              SELECT name FROM c WHERE name IS NOT NULL"
-        );
-        sql
+        )
     }
 
     pub(super) async fn purge_now(&self, batch: PurgeBatch) -> Result<Purged, LedgerError> {
@@ -178,16 +177,14 @@ impl PostgresLedger {
         &self,
         batch: CallbackPurge,
     ) -> Result<Purged, LedgerError> {
-        let (table, (key, columns), bytes) = match batch.records {
+        let (table, bytes) = match batch.records {
             CallbackRecords::Deliveries => (
                 self.table("rw_callback_events"),
-                ("(vendor, event_id)", "vendor, event_id"),
                 "octet_length(vendor) + octet_length(event_id) + octet_length(event_type)
                  + coalesce(octet_length(tenant), 0) + coalesce(octet_length(operation_id), 0)",
             ),
             CallbackRecords::Quarantine => (
                 self.table("rw_callback_quarantine"),
-                ("id", "id"),
                 "octet_length(vendor) + octet_length(event_id) + octet_length(event_type)
                  + coalesce(octet_length(match_value), 0) + octet_length(reason)
                  + coalesce(octet_length(evidence), 0)",
@@ -208,9 +205,9 @@ impl PostgresLedger {
             }
             format!(
                 "WITH gone AS (
-                     DELETE FROM {table} WHERE {key} IN (
-                         SELECT {columns} FROM {table} WHERE {filter}
-                         ORDER BY received_ms LIMIT $2 FOR UPDATE SKIP LOCKED)
+                     DELETE FROM {table} WHERE ctid = ANY (ARRAY(
+                         SELECT ctid FROM {table} WHERE {filter}
+                         ORDER BY received_ms LIMIT $2 FOR UPDATE SKIP LOCKED))
                      RETURNING ({bytes})::bigint AS bytes)
                  SELECT count(*)::bigint, coalesce(sum(bytes), 0)::bigint FROM gone"
             )

@@ -33,9 +33,6 @@ const IDENTITY_BYTES: &str = "length(CAST(o.tenant AS BLOB)) + length(CAST(o.ope
     + length(CAST(o.request_method AS BLOB)) + length(CAST(o.request_url AS BLOB))
     + ifnull(length(CAST(o.remote_ref AS BLOB)), 0)";
 
-/// The operations a batch picked (`?1`: a JSON array of rowids).
-const PICKED: &str = "SELECT value FROM json_each(?1)";
-
 /// The victims of `batch` (rowid and bytes), oldest finish first; the last parameter is the
 /// limit.
 fn victims(batch: &PurgeBatch) -> (String, Vec<Arg>) {
@@ -104,7 +101,8 @@ WHERE rowid IN (SELECT value FROM json_each(?1))";
 const DELETE_EVIDENCE: &str = "DELETE FROM rw_evidence
 WHERE (tenant, operation_id) IN (SELECT tenant, operation_id FROM rw_operations
                                  WHERE rowid IN (SELECT value FROM json_each(?1)))";
-const DELETE_OPERATIONS: &str = "DELETE FROM rw_operations WHERE rowid IN (";
+const DELETE_OPERATIONS: &str =
+    "DELETE FROM rw_operations WHERE rowid IN (SELECT value FROM json_each(?1))";
 
 /// A `count(*), sum(bytes)` row as what a purge would drop.
 fn counted(row: &sqlx::sqlite::SqliteRow) -> Purged {
@@ -116,38 +114,25 @@ fn counted(row: &sqlx::sqlite::SqliteRow) -> Purged {
 
 impl SqliteLedger {
     pub(super) async fn finished_contracts_now(&self) -> Result<Vec<String>, LedgerError> {
-        // A loose index scan of `rw_operations_finished`: one probe per distinct name.
-        let mut names = Vec::new();
-        let mut after: Option<String> = None;
+        // A loose index scan of `rw_operations_finished`: one probe per distinct name, each
+        // after the last one found.
+        let first = format!(
+            "SELECT min(o.contract_name) FROM rw_operations AS o INDEXED BY rw_operations_finished
+             WHERE {FINISHED}"
+        );
+        let next = format!("{first} AND o.contract_name > ?1");
+        let mut names: Vec<String> = Vec::new();
         loop {
-            let next: Option<String> = sqlx::query_scalar(AssertSqlSafe(format!(
-                "SELECT min(o.contract_name) FROM rw_operations AS o INDEXED BY rw_operations_finished
-                 WHERE {FINISHED} AND o.contract_name > ?1"
-            )))
-            .bind(after.as_deref().unwrap_or(""))
-            .fetch_one(&self.reader)
-            .await
-            .map_err(unavailable)?;
-            match next {
-                Some(name) => {
-                    names.push(name.clone());
-                    after = Some(name);
-                }
-                None => break,
+            let probe = match names.last() {
+                None => sqlx::query_scalar(AssertSqlSafe(first.clone())),
+                Some(last) => sqlx::query_scalar(AssertSqlSafe(next.clone())).bind(last.clone()),
+            };
+            let found: Option<String> = probe.fetch_one(&self.reader).await.map_err(unavailable)?;
+            match found {
+                Some(name) => names.push(name),
+                None => return Ok(names),
             }
         }
-        // The empty name sorts before every other: probed once at the end.
-        let empty: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT 1 FROM rw_operations AS o INDEXED BY rw_operations_finished
-             WHERE {FINISHED} AND o.contract_name = '' LIMIT 1"
-        )))
-        .fetch_optional(&self.reader)
-        .await
-        .map_err(unavailable)?;
-        if empty.is_some() {
-            names.insert(0, String::new());
-        }
-        Ok(names)
     }
 
     pub(super) async fn purge_now(&self, batch: PurgeBatch) -> Result<Purged, LedgerError> {
@@ -180,12 +165,11 @@ impl SqliteLedger {
                     ids.push(row.get::<i64, _>("id"));
                     bytes += row.get::<i64, _>("bytes").max(0) as u64;
                 }
-                let picked =
-                    serde_json::to_string(&ids).map_err(|e| {
-                        LedgerError::Unavailable(
-                            Box::new(e) as Box<dyn std::error::Error + Send + Sync>
-                        )
-                    })?;
+                // The rowids as the JSON array `json_each` reads.
+                let picked = format!(
+                    "[{}]",
+                    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+                );
                 match stage {
                     PurgeStage::Details => {
                         sqlx::query(SLIM_EVIDENCE)
@@ -206,7 +190,7 @@ impl SqliteLedger {
                             .execute(&mut *conn)
                             .await
                             .map_err(unavailable)?;
-                        sqlx::query(AssertSqlSafe(format!("{DELETE_OPERATIONS}{PICKED})")))
+                        sqlx::query(DELETE_OPERATIONS)
                             .bind(&picked)
                             .execute(&mut *conn)
                             .await
@@ -301,18 +285,13 @@ impl SqliteLedger {
         }
         self.write(|conn| {
             Box::pin(async move {
-                let page: i64 = sqlx::query_scalar("PRAGMA page_size")
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-                let before: i64 = sqlx::query_scalar("PRAGMA freelist_count")
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-                let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
+                let (page, before, pages): (i64, i64, i64) = sqlx::query_as(
+                    "SELECT page_size, freelist_count, page_count
+                     FROM pragma_page_size(), pragma_freelist_count(), pragma_page_count()",
+                )
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(unavailable)?;
                 // Up to a quarter of the file stays free for the next rows: giving back pages
                 // that the next inserts take again is I/O for nothing, and under a steady load
                 // the file stays flat either way.
