@@ -28,17 +28,7 @@ fn writer_over(layer: &RecoverableWriteLayer, drill: &Drill) -> Writer {
         .layer(layer.clone())
         .layer(drill.guard.clone())
         .service(authed_client(drill.credential.clone()));
-    tower::util::BoxCloneSyncService::new(tower::ServiceExt::and_then(
-        svc,
-        |res: http::Response<recoverable_write::layer::ResponseBody<hyper::body::Incoming>>| async move {
-            let (parts, body) = res.into_parts();
-            let bytes = http_body_util::BodyExt::collect(body)
-                .await
-                .map_err(|e| Error::Inner { source: e })?
-                .to_bytes();
-            Ok(http::Response::from_parts(parts, bytes))
-        },
-    ))
+    collected(svc)
 }
 
 /// Item 2: an outbox row (or one created by an instance still running the old configuration)

@@ -20,7 +20,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use recoverable_write::layer::ResponseBody;
 use recoverable_write::ledger::backend::Update;
 use recoverable_write::ledger::{
     BoxFuture, ClockSource, Created, Ledger, LedgerError, NewOperation, OperationRecord,
@@ -29,6 +28,7 @@ use recoverable_write::ledger::{
 use recoverable_write::operation::{FrozenRequest, PayloadHash};
 use recoverable_write::reconcile::RecoveryReport;
 use recoverable_write::state::State;
+use recoverable_write::testing::drill::collected;
 use recoverable_write::testing::{FakeVendor, ForwardingLedger};
 use recoverable_write::{
     BudgetPolicy, Contract, Error, HttpLookup, IdempotencyKey, Operation, OperationId,
@@ -103,17 +103,7 @@ fn writer(layer: &RecoverableWriteLayer) -> Writer {
         .layer(layer.clone())
         .layer(SendOnceGuardLayer::new())
         .service(http_client());
-    BoxCloneSyncService::new(svc.and_then(
-        |res: Response<ResponseBody<hyper::body::Incoming>>| async move {
-            let (parts, body) = res.into_parts();
-            let bytes = body
-                .collect()
-                .await
-                .map_err(|e| Error::Inner { source: e })?
-                .to_bytes();
-            Ok(Response::from_parts(parts, bytes))
-        },
-    ))
+    collected(svc)
 }
 
 fn recoverer(ledger: Arc<dyn Ledger>, vendor_base: &str, lease: Duration) -> Recoverer {

@@ -75,23 +75,12 @@ async fn backends() -> Vec<Backend> {
 
 /// layer → guard → client, bodies collected (the drills' writer over this configuration).
 fn writer(config: &recoverable_write::Config) -> Writer {
-    use http_body_util::BodyExt;
-    use tower::ServiceExt;
-    let svc = ServiceBuilder::new()
-        .layer(config.layer())
-        .layer(SendOnceGuardLayer::new())
-        .service(http_client());
-    tower::util::BoxCloneSyncService::new(svc.and_then(
-        |res: http::Response<recoverable_write::ResponseBody<hyper::body::Incoming>>| async move {
-            let (parts, body) = res.into_parts();
-            let bytes = body
-                .collect()
-                .await
-                .map_err(|e| Error::Inner { source: e })?
-                .to_bytes();
-            Ok(http::Response::from_parts(parts, bytes))
-        },
-    ))
+    collected(
+        ServiceBuilder::new()
+            .layer(config.layer())
+            .layer(SendOnceGuardLayer::new())
+            .service(http_client()),
+    )
 }
 
 fn short_retention() -> Retention {

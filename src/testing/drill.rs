@@ -270,21 +270,12 @@ impl Drill {
 
     /// The full client stack: layer → guard → hyper-util client, bodies collected.
     pub fn writer(&self) -> Writer {
-        let svc = ServiceBuilder::new()
-            .layer(self.layer.clone())
-            .layer(self.guard.clone())
-            .service(authed_client(self.credential.clone()));
-        BoxCloneSyncService::new(svc.and_then(
-            |res: Response<ResponseBody<hyper::body::Incoming>>| async move {
-                let (parts, body) = res.into_parts();
-                let bytes = body
-                    .collect()
-                    .await
-                    .map_err(|e| Error::Inner { source: e })?
-                    .to_bytes();
-                Ok(Response::from_parts(parts, bytes))
-            },
-        ))
+        collected(
+            ServiceBuilder::new()
+                .layer(self.layer.clone())
+                .layer(self.guard.clone())
+                .service(authed_client(self.credential.clone())),
+        )
     }
 
     /// A ticket create for `op` (see [`ticket_request`]).
@@ -403,6 +394,32 @@ pub fn authed_client(credential: Arc<Mutex<String>>) -> AuthedClient {
                 req
             })
             .map_err(BoxError::from),
+    )
+}
+
+/// `svc` (a layer over a hyper-util client) as a [`Writer`]: response bodies collected.
+pub fn collected<S>(svc: S) -> Writer
+where
+    S: tower::Service<
+            Request<Full<Bytes>>,
+            Response = Response<ResponseBody<Incoming>>,
+            Error = Error,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    BoxCloneSyncService::new(
+        svc.and_then(|res: Response<ResponseBody<Incoming>>| async move {
+            let (parts, body) = res.into_parts();
+            let bytes = body
+                .collect()
+                .await
+                .map_err(|e| Error::Inner { source: e })?
+                .to_bytes();
+            Ok(Response::from_parts(parts, bytes))
+        }),
     )
 }
 
