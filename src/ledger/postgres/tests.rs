@@ -88,6 +88,22 @@ async fn drop_schema(ledger: PostgresLedger, schema: &str) {
     ledger.close().await;
 }
 
+/// The plan of `sql` with `args`, one line per plan node.
+async fn explain(
+    ledger: &PostgresLedger,
+    sql: &str,
+    args: Vec<crate::ledger::query::Arg>,
+) -> String {
+    bind_args(sqlx::query(AssertSqlSafe(format!("EXPLAIN {sql}"))), args)
+        .fetch_all(ledger.pool())
+        .await
+        .expect("explain")
+        .iter()
+        .map(|r| r.get::<String, _>(0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// `EXPLAIN [ANALYZE]` of the real claim (now 10 000, limit 32) and sweep (now 10 000)
 /// statements, each in a transaction that is rolled back.
 async fn plans(ledger: &PostgresLedger, analyze: bool) -> (String, String) {
@@ -157,15 +173,7 @@ async fn the_review_queue_listing_and_the_counts_read_the_state_indexes() {
     }
     let mut failures = Vec::new();
     for (what, sql, index) in checks {
-        let explain = format!("EXPLAIN {}", sql.text);
-        let plan = bind_args(sqlx::query(AssertSqlSafe(explain)), sql.args)
-            .fetch_all(ledger.pool())
-            .await
-            .expect("explain")
-            .iter()
-            .map(|r| r.get::<String, _>(0))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let plan = explain(&ledger, &sql.text, sql.args).await;
         if !plan.contains(index) || plan.contains("Seq Scan") {
             failures.push(format!("{what}\n{plan}"));
         }
@@ -371,14 +379,7 @@ async fn retention_reads_its_victims_through_indexes() {
             now_ms: 10_000,
         };
         let (sql, args) = ledger.purge_statement(&batch).expect("a statement");
-        let plan = bind_args(sqlx::query(AssertSqlSafe(format!("EXPLAIN {sql}"))), args)
-            .fetch_all(ledger.pool())
-            .await
-            .expect("explain")
-            .iter()
-            .map(|r| r.get::<String, _>(0))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let plan = explain(&ledger, &sql, args).await;
         let changes_by_tid = dry_run || plan.contains("Tid Scan on rw_operations");
         if !plan.contains(index) || plan.contains("Seq Scan on rw_operations") || !changes_by_tid {
             failures.push(format!("{batch:?}\n{plan}"));
