@@ -170,33 +170,21 @@ impl SqliteLedger {
                     "[{}]",
                     ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
                 );
-                match stage {
-                    PurgeStage::Details => {
-                        sqlx::query(SLIM_EVIDENCE)
-                            .bind(&picked)
-                            .execute(&mut *conn)
-                            .await
-                            .map_err(unavailable)?;
-                        sqlx::query(SLIM_OPERATIONS)
-                            .bind(&picked)
-                            .bind(now_ms)
-                            .execute(&mut *conn)
-                            .await
-                            .map_err(unavailable)?;
-                    }
-                    PurgeStage::Identity => {
-                        sqlx::query(DELETE_EVIDENCE)
-                            .bind(&picked)
-                            .execute(&mut *conn)
-                            .await
-                            .map_err(unavailable)?;
-                        sqlx::query(DELETE_OPERATIONS)
-                            .bind(&picked)
-                            .execute(&mut *conn)
-                            .await
-                            .map_err(unavailable)?;
-                    }
+                let (evidence, operations) = match stage {
+                    PurgeStage::Details => (SLIM_EVIDENCE, SLIM_OPERATIONS),
+                    PurgeStage::Identity => (DELETE_EVIDENCE, DELETE_OPERATIONS),
+                };
+                sqlx::query(evidence)
+                    .bind(&picked)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
+                let mut operations = sqlx::query(operations).bind(&picked);
+                if stage == PurgeStage::Details {
+                    // `details_removed_ms`
+                    operations = operations.bind(now_ms);
                 }
+                operations.execute(&mut *conn).await.map_err(unavailable)?;
                 Ok(Finish::Commit(Purged::new(ids.len() as u64, bytes)))
             })
         })
