@@ -14,8 +14,6 @@ use recoverable_write::ledger::{
 };
 use recoverable_write::state::{Clock, Event, State};
 use recoverable_write::{AttemptId, OperationId, Tenant};
-use sqlx::Connection;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 
 recoverable_write::ledger_conformance_tests!(memory, make = async { MemoryLedger::new() });
 
@@ -52,17 +50,22 @@ async fn create<L: Ledger + ?Sized>(ledger: &L, id: &str) -> OperationRecord {
     }
 }
 
-async fn raw(path: &Path) -> SqliteConnection {
-    SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(path))
-        .await
-        .expect("raw connection")
+/// A connection of its own to the ledger file, as another program (or an operator's `sqlite3`)
+/// would open it.
+async fn raw(path: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(path).expect("raw connection");
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .expect("busy timeout");
+    conn
 }
 
 async fn raw_exec(path: &Path, sql: &'static str) {
-    let mut conn = raw(path).await;
-    let done = sqlx::query(sql).execute(&mut conn).await.expect("raw sql");
-    assert_eq!(done.rows_affected(), 1, "{sql}");
-    conn.close().await.expect("close raw connection");
+    let conn = raw(path).await;
+    let changed = conn.execute(sql, []).expect("raw sql");
+    assert_eq!(changed, 1, "{sql}");
+    conn.close()
+        .map_err(|(_, e)| e)
+        .expect("close raw connection");
 }
 
 fn assert_unavailable<T: std::fmt::Debug>(result: Result<T, LedgerError>, what: &str) {
@@ -335,13 +338,14 @@ async fn sqlite_corrupt_rows_are_errors_not_panics() {
             .is_empty(),
         "a quarantined row is never claimed again"
     );
-    let mut conn = raw(&path).await;
-    let claimed_entries: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM rw_evidence WHERE operation_id = 'op-due-corrupt' AND kind = 'recovery_claimed'",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
+    let conn = raw(&path).await;
+    let claimed_entries: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM rw_evidence WHERE operation_id = 'op-due-corrupt' AND kind = 'recovery_claimed'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
     assert_eq!(claimed_entries, 0, "a quarantined row gets no claim entry");
 }
 

@@ -3,9 +3,9 @@
 //! since the Unix epoch, integers in the database's signed range), and typed column access that
 //! reports any failure as [`LedgerError::Corrupt`](super::LedgerError::Corrupt), never a panic.
 //!
-//! Decoding is a macro rather than generic code: the two backends differ only in the row and
-//! database types (and in two column types each implements itself: `flag` and `status`), and
-//! the sqlx trait bounds of a generic version would outweigh the code they save.
+//! Decoding is a macro rather than generic code: the two backends differ only in the row type
+//! (and in the column access each implements itself: `get`, `flag` and `status`), and the
+//! trait bounds of a generic version would outweigh the code they save.
 
 use super::backend::{NewEvidence, Update};
 use super::{CallbackDelivery, LedgerError, OperationRecord, QuarantinedCallback, StoredResponse};
@@ -370,10 +370,11 @@ impl QuarantinedCallbackColumns {
 
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
 
-/// Defines `Columns`, `decode_operation` and `decode_evidence` for a sqlx row type. The caller
-/// implements `Columns::flag` (a boolean column) and `Columns::status` (the stored HTTP status).
+/// Defines `Columns`, `decode_operation` and `decode_evidence` for a row type. The caller
+/// implements `Columns::get` (a typed column: `i64`, `String`, `Vec<u8>` and their `Option`s),
+/// `Columns::flag` (a boolean column) and `Columns::status` (the stored HTTP status).
 macro_rules! row_decoder {
-    ($row:ty, $db:ty, $args:ty) => {
+    ($row:ty) => {
         /// Typed column access that reports any failure as [`LedgerError::Corrupt`].
         struct Columns<'r> {
             row: &'r $row,
@@ -393,15 +394,6 @@ macro_rules! row_decoder {
                     operation: self.operation.clone(),
                     detail: detail.into(),
                 }
-            }
-
-            fn get<T>(&self, column: &str) -> Result<T, LedgerError>
-            where
-                T: sqlx::Decode<'r, $db> + sqlx::Type<$db>,
-            {
-                self.row
-                    .try_get::<T, _>(column)
-                    .map_err(|e| self.corrupt(format!("column {column}: {e}")))
             }
 
             fn text(&self, column: &str) -> Result<String, LedgerError> {
@@ -476,11 +468,7 @@ macro_rules! row_decoder {
 
         fn decode_operation(row: &$row) -> Result<OperationRecord, LedgerError> {
             let operation =
-                row.try_get::<String, _>("operation_id")
-                    .map_err(|e| LedgerError::Corrupt {
-                        operation: "<unreadable operation id>".to_owned(),
-                        detail: format!("column operation_id: {e}"),
-                    })?;
+                Columns::new(row, "<unreadable operation id>").text("operation_id")?;
             let c = Columns::new(row, &operation);
             let response = match c.status("response_status")? {
                 None => None,
@@ -626,20 +614,6 @@ macro_rules! row_decoder {
                 evidence: c.opt_json("evidence")?,
                 received_at_ms: c.get("received_ms")?,
             })
-        }
-
-        /// Binds a listing statement's arguments in order.
-        fn bind_args(
-            mut query: sqlx::query::Query<'_, $db, $args>,
-            args: Vec<$crate::ledger::query::Arg>,
-        ) -> sqlx::query::Query<'_, $db, $args> {
-            for a in args {
-                query = match a {
-                    $crate::ledger::query::Arg::Text(t) => query.bind(t),
-                    $crate::ledger::query::Arg::Int(i) => query.bind(i),
-                };
-            }
-            query
         }
     };
 }

@@ -1010,7 +1010,32 @@ impl Ledger for PostgresLedger {
 
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
 
-super::codec::row_decoder!(PgRow, sqlx::Postgres, sqlx::postgres::PgArguments);
+super::codec::row_decoder!(PgRow);
+
+/// Binds a listing statement's arguments in order.
+fn bind_args(
+    mut query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    args: Vec<super::query::Arg>,
+) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    for a in args {
+        query = match a {
+            super::query::Arg::Text(t) => query.bind(t),
+            super::query::Arg::Int(i) => query.bind(i),
+        };
+    }
+    query
+}
+
+impl<'r> Columns<'r> {
+    fn get<T>(&self, column: &str) -> Result<T, LedgerError>
+    where
+        T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        self.row
+            .try_get::<T, _>(column)
+            .map_err(|e| self.corrupt(format!("column {column}: {e}")))
+    }
+}
 
 impl Columns<'_> {
     fn flag(&self, column: &str) -> Result<bool, LedgerError> {

@@ -2,20 +2,23 @@
 //!
 //! # Layout
 //!
-//! - **One writer task, group commit.** Every write (create, apply, claim, sweep, append) is
-//!   queued to a single task that owns the write path. It takes whatever is queued (up to
-//!   [`SqliteLedgerOptions::max_batch`]), runs all of it in one `BEGIN IMMEDIATE` transaction,
-//!   commits once, and only then releases each caller with its own result. See
-//!   [Group commit](#group-commit).
-//! - A **writer pool of one connection**, used only by that task. `BEGIN IMMEDIATE` takes the
-//!   write lock up front, so a transaction never fails halfway with `SQLITE_BUSY` on a lock
-//!   upgrade.
-//! - A **reader pool** of up to [`SqliteLedgerOptions::max_readers`] connections. In WAL mode
-//!   readers never block the writer, and see every committed write.
+//! - **One writer thread, group commit.** Every write (create, apply, claim, sweep, append) is
+//!   queued to a single dedicated thread that owns the write connection. It takes whatever is
+//!   queued (up to [`SqliteLedgerOptions::max_batch`]), runs all of it in one
+//!   `BEGIN IMMEDIATE` transaction, commits once, and only then releases each caller with its
+//!   own result. See [Group commit](#group-commit).
+//! - SQLite is driven directly (`rusqlite`, bundled SQLite): every statement is prepared once
+//!   and kept, and a batch's statements run back to back on the writer thread, with no
+//!   hand-off per statement. The only wake-ups per write are its enqueue and its answer.
+//!   `BEGIN IMMEDIATE` takes the write lock up front, so a transaction never fails halfway
+//!   with `SQLITE_BUSY` on a lock upgrade.
+//! - **Readers on their own connections**, up to [`SqliteLedgerOptions::max_readers`], used
+//!   from Tokio's blocking threads. In WAL mode readers never wait for the writer, nor the
+//!   writer for them, and they see every committed write.
 //! - Migrations are embedded in the crate (`migrations/sqlite/`) and run at open, inside a
 //!   `BEGIN IMMEDIATE` transaction, so two processes opening one new file do not race. Their
-//!   bookkeeping lives in `rw_schema_migrations`, so the ledger may share a file with an
-//!   application's own sqlx migrations.
+//!   bookkeeping lives in `rw_schema_migrations`, in the format sqlx's migrator uses, so the
+//!   ledger may share a file with an application's own sqlx migrations.
 //!
 //! # Group commit
 //!
@@ -24,7 +27,7 @@
 //! need a durable claim before they may send, so committing them one by one would serialize
 //! every request in the process behind the disk. Instead:
 //!
-//! - The writer task takes what is queued *now* and commits it: there is no timer waiting for a
+//! - The writer thread takes what is queued *now* and commits it: there is no timer waiting for a
 //!   batch to fill, so a lone caller pays one commit, exactly as without batching, while
 //!   callers arriving during a commit share the next one.
 //! - The requests of a batch run one after the other in one transaction, in queue order: later
@@ -32,8 +35,8 @@
 //!   other. A request whose precondition fails (a conditional `UPDATE` that matched nothing, an
 //!   insert that conflicted) changed nothing and is answered with its own result.
 //! - A request whose statements fail (a constraint, a corrupt row) may have changed something
-//!   before failing. Instead of a `SAVEPOINT` per request (a round trip to the connection's
-//!   thread each, for a rare case), the whole transaction is rolled back and the batch runs
+//!   before failing. Instead of a `SAVEPOINT` and its release around every request (for a
+//!   rare case), the whole transaction is rolled back and the batch runs
 //!   again without that request, which is answered with its own error: the others are
 //!   neither failed nor lost, and nothing is half-applied. Every request does the same thing
 //!   each time it runs.
@@ -41,18 +44,18 @@
 //!   the "register, then send" rule holds for each claim in the batch. If the `COMMIT` itself
 //!   fails, every caller in the batch gets [`LedgerError::Unavailable`] (nothing is reported as
 //!   done, not even a refused precondition, which may have been computed against a row another
-//!   request of the failed batch had changed). The writer task then goes on with the next
-//!   batch by itself: after a full disk or an I/O error SQLite may have ended the transaction
-//!   on its own, so a connection left with a transaction open is closed and replaced (for a
-//!   file ledger) instead of failing every later write. Once there is room again, writes
-//!   succeed on the same handle, without reopening.
+//!   request of the failed batch had changed). The writer then goes on with the next batch by
+//!   itself: after a full disk or an I/O error SQLite may have ended the transaction on its
+//!   own, or left it open; what is left is rolled back, and a connection that cannot even do
+//!   that is replaced (for a file ledger) instead of failing every later write. Once there is
+//!   room again, writes succeed on the same handle, without reopening.
 //! - A caller that stopped waiting (its future was dropped) before its request was taken is
 //!   skipped; once taken, the request completes and commits like the others (as a single
 //!   transaction would once its `COMMIT` had been sent).
 //!
-//! The writer task runs on the Tokio runtime that opened the ledger and ends when the last
-//! handle is dropped. If that runtime shuts down, later calls fail with
-//! [`LedgerError::Unavailable`].
+//! The writer thread ends when the last handle is dropped (or at [`SqliteLedger::close`]),
+//! closing its connection. Reads run on the blocking threads of the Tokio runtime that opened
+//! the ledger.
 //!
 //! # Compare-and-swap in the store
 //!
@@ -72,7 +75,7 @@
 //!
 //! Only the claim has to be durable before bytes leave. A result recorded after the response
 //! ([`Ledger::record`]) does not wait for the disk: a batch that holds only such results is
-//! committed at `synchronous = NORMAL` (switched in the same round trip as its `BEGIN`), which
+//! committed at `synchronous = NORMAL` (switched just before its `BEGIN`), which
 //! in WAL mode writes the WAL without an fsync; it survives the process dying, and a later
 //! durable commit's fsync covers it. A batch with any claim commits at the configured level.
 //! A result lost anyway (a power cut, or the process dying before the commit) leaves the row
@@ -90,6 +93,9 @@
 //! quarantined row is never claimed or swept again. A budget stored by a newer version, with
 //! fields this one does not know, is read with those fields ignored.
 
+mod conn;
+mod migrate;
+mod reader;
 mod retention;
 mod sql;
 #[cfg(test)]
@@ -98,16 +104,11 @@ mod writer;
 
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use sqlx::Row;
-use sqlx::sqlite::{
-    SqliteAutoVacuum, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
-    SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::callback::{check_effect, outcome};
 use super::codec::{
@@ -115,13 +116,18 @@ use super::codec::{
     UpdateColumns,
 };
 use super::*;
+use conn::{Args, Conn, FromCell, Opener, SqlRow};
+use reader::Readers;
 use sql::*;
-use writer::{Durability, Finish, PendingWrite, Queued, WriterStats, run_writer, writer_stopped};
+use writer::{
+    Durability, Finish, Job, PendingWrite, Queued, Writer, WriterStats, closed, writer_stopped,
+};
 
 /// How this backend encodes values.
 const SQLITE: Dialect = Dialect::Sqlite;
 
-/// The SQLite [`Ledger`]. Cloning gives another handle to the same pools.
+/// The SQLite [`Ledger`]. Cloning gives another handle to the same ledger (the same writer
+/// thread and readers).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), recoverable_write::ledger::LedgerError> {
@@ -139,14 +145,29 @@ const SQLITE: Dialect = Dialect::Sqlite;
 /// ```
 #[derive(Clone, Debug)]
 pub struct SqliteLedger {
-    /// Exactly one connection, used only by the writer task.
-    writer: SqlitePool,
-    /// Read-only work (`get`, `evidence`). The same pool as `writer` for an in-memory ledger.
-    reader: SqlitePool,
-    /// The queue of the writer task (group commit).
-    queue: mpsc::UnboundedSender<Box<dyn PendingWrite>>,
-    /// What the writer task did, for tests and diagnostics.
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// The queue of the writer thread (group commit).
+    queue: mpsc::Sender<Job>,
+    /// Where reads run.
+    reads: Reads,
+    /// What the writer thread did, for tests and diagnostics.
     stats: Arc<WriterStats>,
+    /// Set by [`SqliteLedger::close`].
+    closed: AtomicBool,
+}
+
+/// Where reads run.
+#[derive(Debug)]
+enum Reads {
+    /// On reader connections of their own (a file ledger).
+    Pool(Arc<Readers>),
+    /// Through the writer thread, between writes (an in-memory ledger: its database lives in
+    /// the writer's one connection).
+    Writer,
 }
 
 /// How durably SQLite commits (`PRAGMA synchronous`).
@@ -175,16 +196,7 @@ impl Synchronous {
             Synchronous::Off => "OFF",
         }
     }
-
-    fn to_sqlx(self) -> SqliteSynchronous {
-        match self {
-            Synchronous::Full => SqliteSynchronous::Full,
-            Synchronous::Normal => SqliteSynchronous::Normal,
-            Synchronous::Off => SqliteSynchronous::Off,
-        }
-    }
 }
-
 /// Options for [`SqliteLedger::open_with`].
 ///
 /// ```
@@ -286,146 +298,136 @@ impl SqliteLedger {
         if path.as_os_str().is_empty() {
             return Err(LedgerError::Config("empty ledger path".to_owned()));
         }
-        let base = SqliteConnectOptions::new()
-            .filename(path)
-            .foreign_keys(true)
-            .busy_timeout(options.busy_timeout)
-            .synchronous(options.synchronous.to_sqlx());
-        // Only the writer sets the journal mode: WAL is persistent in the file, and switching it
-        // needs an exclusive lock that readers have no business taking.
-        let writer_options = base
-            .clone()
-            .create_if_missing(true)
-            // Space freed by retention goes back to the file system a bounded step at a time
-            // (`Ledger::reclaim_space`). Takes effect when the file is created; set before the
-            // journal mode, as SQLite requires.
-            .auto_vacuum(SqliteAutoVacuum::Incremental)
-            .journal_mode(SqliteJournalMode::Wal)
-            // SQLite keeps the page images a statement may need to restore on an error inside a
-            // transaction in a statement journal, which spills to a temporary *file* after
-            // 64 KiB: with it in memory, a batch costs memcpys, not a temp file's open, writes
-            // and close.
-            .pragma("temp_store", "MEMORY");
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            // Keep the one writer connection: reconnecting costs a WAL recovery check, and the
-            // last connection closing would checkpoint and remove the WAL under the readers.
-            .idle_timeout(None)
-            .max_lifetime(None)
-            // A local file connection does not go stale; the default ping before every
-            // acquire would add a round trip to the connection's thread to every batch.
-            .test_before_acquire(false)
-            .connect_with(writer_options)
-            .await
-            .map_err(unavailable)?;
-        migrate(&writer).await?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(options.max_readers)
-            .test_before_acquire(false)
-            .connect_with(base)
-            .await
-            .map_err(unavailable)?;
+        let runtime = current_runtime()?;
+        let opener = Opener {
+            path: path.to_owned(),
+            busy_timeout: options.busy_timeout,
+            synchronous: options.synchronous,
+        };
+        let readers = Readers::new(opener.clone(), options.max_readers, runtime);
+        let open = move || {
+            let mut conn = opener.writer()?;
+            migrate::run(&mut conn)?;
+            Ok((conn, Some(opener)))
+        };
         let sync = Durability::new(options.synchronous, true);
-        Self::start(writer, reader, options.max_batch, true, sync)
-    }
-
-    /// Starts the writer task on the current Tokio runtime. `keep_connection`: whether the task
-    /// may keep the writer pool's connection between batches (not when readers share it).
-    fn start(
-        writer: SqlitePool,
-        reader: SqlitePool,
-        max_batch: usize,
-        keep_connection: bool,
-        sync: Durability,
-    ) -> Result<Self, LedgerError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
-            LedgerError::Config(format!(
-                "the SQLite ledger must be opened inside a Tokio runtime: {e}"
-            ))
-        })?;
-        let (queue, pending) = mpsc::unbounded_channel();
-        let stats = Arc::new(WriterStats::default());
-        runtime.spawn(run_writer(
-            writer.clone(),
-            pending,
-            max_batch,
-            keep_connection,
+        Self::start(
+            open,
+            Reads::Pool(Arc::new(readers)),
+            options.max_batch,
             sync,
-            stats.clone(),
-        ));
-        Ok(Self {
-            writer,
-            reader,
-            queue,
-            stats,
-        })
+        )
+        .await
     }
 
     /// A private in-memory ledger on one connection, for tests. Nothing is durable; each call
     /// makes a new, empty database.
     pub async fn in_memory() -> Result<Self, LedgerError> {
-        let options = SqliteConnectOptions::from_str("sqlite::memory:")
-            .map_err(|e| LedgerError::Config(e.to_string()))?
-            .foreign_keys(true)
-            .pragma("temp_store", "MEMORY");
-        // The database lives as long as its connection: never let the pool recycle it.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .test_before_acquire(false)
-            .connect_with(options)
-            .await
-            .map_err(unavailable)?;
-        migrate(&pool).await?;
-        // Readers share the one connection: the writer task must give it back after each batch.
+        current_runtime()?;
+        let open = || {
+            let mut conn = conn::in_memory()?;
+            migrate::run(&mut conn)?;
+            Ok((conn, None))
+        };
         Self::start(
-            pool.clone(),
-            pool,
+            open,
+            Reads::Writer,
             SqliteLedgerOptions::DEFAULT_MAX_BATCH,
-            false,
             // Nothing to sync: SQLite's default level, never switched.
             Durability::new(Synchronous::Full, false),
         )
+        .await
     }
 
-    /// Closes both pools, waiting for connections in use to be returned. Afterwards every call
-    /// on this ledger (and its clones) fails with [`LedgerError::Unavailable`].
+    /// Starts the writer thread, which opens the connection with `open` (and migrates it)
+    /// before it takes any write.
+    async fn start<F>(
+        open: F,
+        reads: Reads,
+        max_batch: usize,
+        sync: Durability,
+    ) -> Result<Self, LedgerError>
+    where
+        F: FnOnce() -> Result<(Conn, Option<Opener>), LedgerError> + Send + 'static,
+    {
+        let (queue, pending) = mpsc::channel();
+        let stats = Arc::new(WriterStats::default());
+        let (opened, open_result) = oneshot::channel();
+        let writer_stats = stats.clone();
+        std::thread::Builder::new()
+            .name("rw-sqlite-writer".to_owned())
+            .spawn(move || match open() {
+                Ok((conn, reopen)) => {
+                    let _ = opened.send(Ok(()));
+                    Writer {
+                        conn: Some(conn),
+                        reopen,
+                        max_batch,
+                        sync,
+                        stats: writer_stats,
+                    }
+                    .run(pending);
+                }
+                Err(e) => {
+                    let _ = opened.send(Err(e));
+                }
+            })
+            .map_err(|e| LedgerError::Unavailable(Box::new(e)))?;
+        open_result.await.map_err(|_| writer_stopped())??;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                queue,
+                reads,
+                stats,
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Closes the ledger: writes queued before are committed, then the writer's connection and
+    /// the readers' are closed (readers in use are closed when their read ends). Afterwards
+    /// every call on this ledger (and its clones) fails with [`LedgerError::Unavailable`].
     pub async fn close(&self) {
-        self.writer.close().await;
-        self.reader.close().await;
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Reads::Pool(readers) = &self.inner.reads {
+            readers.close();
+        }
+        let (done, closed) = oneshot::channel();
+        if self.inner.queue.send(Job::Close(done)).is_ok() {
+            let _ = closed.await;
+        }
     }
 
     /// Whether [`close`](Self::close) was called.
     pub fn is_closed(&self) -> bool {
-        self.writer.is_closed()
+        self.inner.closed.load(Ordering::Acquire)
     }
 
-    /// Transactions committed by the writer task so far (all handles of this ledger).
+    /// Transactions committed by the writer thread so far (all handles of this ledger).
     ///
     /// With [`committed_writes`](Self::committed_writes), shows how well group commit batches:
     /// their ratio is the mean number of requests per commit (fsync).
     pub fn commits(&self) -> u64 {
-        self.stats.commits.load(Ordering::Relaxed)
+        self.inner.stats.commits.load(Ordering::Relaxed)
     }
 
     /// Transactions committed so far without waiting for the disk because every write in them
     /// was a result recorded after its send ([`Ledger::record`]): with `synchronous = FULL`
     /// they commit at `NORMAL`. Claims are always committed at the configured level.
     pub fn relaxed_commits(&self) -> u64 {
-        self.stats.relaxed_commits.load(Ordering::Relaxed)
+        self.inner.stats.relaxed_commits.load(Ordering::Relaxed)
     }
 
     /// Write requests answered from committed transactions so far (all handles of this ledger),
     /// including those whose precondition failed or that failed on their own inside a
     /// committed batch.
     pub fn committed_writes(&self) -> u64 {
-        self.stats.committed_requests.load(Ordering::Relaxed)
+        self.inner.stats.committed_requests.load(Ordering::Relaxed)
     }
 
-    /// Queues `op` for the writer task and waits until its batch is committed.
+    /// Queues `op` for the writer thread and waits until its batch is committed.
     ///
     /// Every write goes through here. `op` runs inside the batch's transaction; what it returns
     /// is handed back only after the `COMMIT` succeeded. An error fails this write alone: the
@@ -435,9 +437,7 @@ impl SqliteLedger {
     async fn write<T, F>(&self, op: F) -> Result<T, LedgerError>
     where
         T: Send + 'static,
-        F: for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<T>, LedgerError>>
-            + Send
-            + 'static,
+        F: Fn(&mut Conn) -> Result<Finish<T>, LedgerError> + Send + 'static,
     {
         self.write_as(false, op).await
     }
@@ -447,23 +447,54 @@ impl SqliteLedger {
     async fn write_as<T, F>(&self, relaxed: bool, op: F) -> Result<T, LedgerError>
     where
         T: Send + 'static,
-        F: for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<T>, LedgerError>>
-            + Send
-            + 'static,
+        F: Fn(&mut Conn) -> Result<Finish<T>, LedgerError> + Send + 'static,
     {
+        if self.is_closed() {
+            return Err(closed());
+        }
         let (reply, answer) = oneshot::channel();
-        self.queue
-            .send(Box::new(Queued {
-                op,
-                relaxed,
-                result: None,
-                reply,
-            }))
+        let write: Box<dyn PendingWrite> = Box::new(Queued {
+            op,
+            relaxed,
+            result: None,
+            reply,
+        });
+        self.inner
+            .queue
+            .send(Job::Write(write))
             .map_err(|_| writer_stopped())?;
         answer.await.map_err(|_| writer_stopped())?
     }
 
-    /// Runs `pragma` (such as `PRAGMA max_page_count = 1`) on the writer task's connection,
+    /// Runs `read` on a reader connection (or, for an in-memory ledger, on the writer thread
+    /// between writes). It changes nothing; it may run more than once.
+    async fn read<T, F>(&self, read: F) -> Result<T, LedgerError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Conn) -> Result<T, LedgerError> + Send + 'static,
+    {
+        if self.is_closed() {
+            return Err(closed());
+        }
+        match &self.inner.reads {
+            Reads::Pool(readers) => readers.read(read).await,
+            Reads::Writer => {
+                self.write(move |conn| read(conn).map(Finish::Unchanged))
+                    .await
+            }
+        }
+    }
+
+    /// The rows of `sql` with `args`, on a reader.
+    async fn read_rows(
+        &self,
+        sql: &'static str,
+        args: Vec<rusqlite::types::Value>,
+    ) -> Result<Vec<SqlRow>, LedgerError> {
+        self.read(move |conn| conn.rows(sql, &args)).await
+    }
+
+    /// Runs `pragma` (such as `PRAGMA max_page_count = 1`) on the writer thread's connection,
     /// between batches. A fault-injection hook for tests (a full disk without a full disk); not
     /// part of the API.
     #[doc(hidden)]
@@ -472,46 +503,65 @@ impl SqliteLedger {
         pragma: &'static str,
     ) -> Result<(), LedgerError> {
         self.write(move |conn| {
-            Box::pin(async move {
-                sqlx::query(pragma)
-                    .fetch_all(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-                // A connection setting, not a change: nothing to commit.
-                Ok(Finish::Unchanged(()))
-            })
+            conn.rows_dynamic(pragma, &[])?;
+            // A connection setting, not a change: nothing to commit.
+            Ok(Finish::Unchanged(()))
         })
         .await
     }
+}
 
-    #[cfg(test)]
-    fn writer_pool(&self) -> &SqlitePool {
-        &self.writer
+impl SqliteLedger {
+    /// Holds the writer thread inside a batch of its own (which changes nothing) until the
+    /// returned value is dropped: writes queued meanwhile are committed together in the next
+    /// batch. A hook for tests of group commit; not part of the API.
+    #[doc(hidden)]
+    pub async fn hold_writer_for_tests(&self) -> Result<impl Send + use<>, LedgerError> {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let wait = std::sync::Mutex::new(wait);
+        let (inside, entered) = oneshot::channel::<()>();
+        let inside = std::sync::Mutex::new(Some(inside));
+        let (reply, answer) = oneshot::channel();
+        let hold: Box<dyn PendingWrite> = Box::new(Queued {
+            op: move |_: &mut Conn| {
+                if let Some(inside) = inside.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = inside.send(());
+                }
+                // Returns when `release` is dropped.
+                let _ = wait.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                Ok(Finish::Unchanged(()))
+            },
+            relaxed: false,
+            result: None,
+            reply,
+        });
+        self.inner
+            .queue
+            .send(Job::Write(hold))
+            .map_err(|_| writer_stopped())?;
+        if entered.await.is_err() {
+            // The hold never ran: the ledger is closed, or its batch failed.
+            answer.await.map_err(|_| writer_stopped())??;
+            return Err(writer_stopped());
+        }
+        Ok(release)
     }
 }
 
-// ── group commit ────────────────────────────────────────────────────────────────────────────────
-
-async fn migrate(pool: &SqlitePool) -> Result<(), LedgerError> {
-    let mut migrator = sqlx::migrate!("./migrations/sqlite");
-    migrator.dangerous_set_table_name("rw_schema_migrations");
-    // Holding the write lock for the whole run makes a concurrent open by another process wait
-    // (busy timeout) instead of applying the same migration twice. Each migration runs in a
-    // savepoint inside this transaction.
-    let mut tx = pool
-        .begin_with("BEGIN IMMEDIATE")
-        .await
-        .map_err(unavailable)?;
-    migrator.run(&mut *tx).await.map_err(|e| match e {
-        sqlx::migrate::MigrateError::Execute(e)
-        | sqlx::migrate::MigrateError::ExecuteMigration(e, _) => unavailable(e),
-        other => LedgerError::Config(format!("ledger schema migration failed: {other}")),
-    })?;
-    tx.commit().await.map_err(unavailable)
+/// The runtime reads will run on; opening outside one is a configuration error.
+fn current_runtime() -> Result<tokio::runtime::Handle, LedgerError> {
+    tokio::runtime::Handle::try_current().map_err(|e| {
+        LedgerError::Config(format!(
+            "the SQLite ledger must be opened inside a Tokio runtime: {e}"
+        ))
+    })
 }
 
-fn unavailable(e: sqlx::Error) -> LedgerError {
-    LedgerError::Unavailable(Box::new(e))
+/// The arguments (tenant, value) of a lookup.
+fn key_args(tenant: &Tenant, value: &str) -> Vec<rusqlite::types::Value> {
+    let mut a = Args::with_capacity(2);
+    a.push(tenant.as_str()).push(value);
+    a.0
 }
 
 impl Ledger for SqliteLedger {
@@ -520,11 +570,10 @@ impl Ledger for SqliteLedger {
             let created = EvidenceColumns::encode(store_entries::created(new.now_ms), SQLITE)?;
             let row = new.into_prepared();
             let columns = RowColumns::encode(&row, SQLITE)?;
-            let insert = Statement::new(INSERT_OPERATION, |query| {
-                bind_evidence(bind_prepared(query, columns), created)
-            })?;
+            let insert = Statement::new(INSERT_OPERATION, |a| bind_prepared(a, columns));
+            let created = evidence(INSERT_EVIDENCE, &row.tenant, &row.operation_id, created);
             // The row holds exactly what is bound: no need to read it back.
-            self.insert_or_get(insert, row).await
+            self.insert_or_get(insert, vec![created], row).await
         })
     }
 
@@ -541,13 +590,12 @@ impl Ledger for SqliteLedger {
             let (row, entry) = first_applied(new, first);
             let entry = EvidenceColumns::encode(entry, SQLITE)?;
             let columns = RowColumns::encode(&row, SQLITE)?;
-            let insert = Statement::new(INSERT_CLAIMED, |query| {
-                let query = query
-                    .bind(row.tenant.as_str().to_owned())
-                    .bind(row.operation_id.as_str().to_owned());
-                bind_row(bind_evidence(bind_evidence(query, created), entry), columns)
-            })?;
-            self.insert_or_get(insert, row).await
+            let insert = Statement::new(INSERT_CLAIMED, |a| bind_row(a, columns));
+            let entries = vec![
+                evidence(INSERT_EVIDENCE, &row.tenant, &row.operation_id, created),
+                evidence(INSERT_EVIDENCE, &row.tenant, &row.operation_id, entry),
+            ];
+            self.insert_or_get(insert, entries, row).await
         })
     }
 
@@ -557,13 +605,10 @@ impl Ledger for SqliteLedger {
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(async move {
-            let row = sqlx::query(SELECT_BY_ID)
-                .bind(tenant.as_str())
-                .bind(id.as_str())
-                .fetch_optional(&self.reader)
-                .await
-                .map_err(unavailable)?;
-            row.as_ref().map(decode_operation).transpose()
+            let rows = self
+                .read_rows(SELECT_BY_ID, key_args(tenant, id.as_str()))
+                .await?;
+            rows.first().map(decode_operation).transpose()
         })
     }
 
@@ -593,27 +638,23 @@ impl Ledger for SqliteLedger {
             if limit == 0 {
                 return Ok(Vec::new());
             }
+            let mut a = Args::with_capacity(3);
+            a.push(now_ms)
+                .push(now_ms.saturating_add(lease_ms))
+                .push(i64::from(limit));
+            let args = a.0;
             self.write(move |conn| {
-                Box::pin(async move {
-                    let rows = sqlx::query(CLAIM_DUE)
-                        .bind(now_ms)
-                        .bind(now_ms.saturating_add(lease_ms))
-                        .bind(i64::from(limit))
-                        .fetch_all(&mut *conn)
-                        .await
-                        .map_err(unavailable)?;
-                    // RETURNING gives no order guarantee: restore the claim order.
-                    let claimed = log_returned(
-                        conn,
-                        &rows,
-                        now_ms,
-                        "claim_due",
-                        |rowid, r| (r.next_check_ms, rowid),
-                        store_entries::recovery_claimed,
-                    )
-                    .await?;
-                    Ok(Finish::Commit(claimed))
-                })
+                let rows = conn.rows(CLAIM_DUE, &args)?;
+                // RETURNING gives no order guarantee: restore the claim order.
+                let claimed = log_returned(
+                    conn,
+                    &rows,
+                    now_ms,
+                    "claim_due",
+                    |rowid, r| (r.next_check_ms, rowid),
+                    store_entries::recovery_claimed,
+                )?;
+                Ok(Finish::Commit(claimed))
             })
             .await
         })
@@ -624,26 +665,21 @@ impl Ledger for SqliteLedger {
         now_ms: i64,
     ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
         Box::pin(async move {
+            let mut a = Args::with_capacity(2);
+            a.push(now_ms).push(store_entries::LEASE_EXPIRED_REASON);
+            let args = a.0;
             self.write(move |conn| {
-                Box::pin(async move {
-                    let rows = sqlx::query(SWEEP_EXPIRED)
-                        .bind(now_ms)
-                        .bind(store_entries::LEASE_EXPIRED_REASON)
-                        .fetch_all(&mut *conn)
-                        .await
-                        .map_err(unavailable)?;
-                    // In creation order, as the memory ledger does.
-                    let swept = log_returned(
-                        conn,
-                        &rows,
-                        now_ms,
-                        "sweep_expired",
-                        |rowid, _| (None, rowid),
-                        store_entries::lease_expired,
-                    )
-                    .await?;
-                    Ok(Finish::Commit(swept))
-                })
+                let rows = conn.rows(SWEEP_EXPIRED, &args)?;
+                // In creation order, as the memory ledger does.
+                let swept = log_returned(
+                    conn,
+                    &rows,
+                    now_ms,
+                    "sweep_expired",
+                    |rowid, _| (None, rowid),
+                    store_entries::lease_expired,
+                )?;
+                Ok(Finish::Commit(swept))
             })
             .await
         })
@@ -660,28 +696,24 @@ impl Ledger for SqliteLedger {
             if limit == 0 {
                 return Ok(Vec::new());
             }
+            let mut a = Args::with_capacity(4);
+            a.push(now_ms)
+                .push(now_ms.saturating_add(lease_ms))
+                .push(now_ms.saturating_sub(older_than_ms))
+                .push(i64::from(limit));
+            let args = a.0;
             self.write(move |conn| {
-                Box::pin(async move {
-                    let rows = sqlx::query(CLAIM_PREPARED)
-                        .bind(now_ms)
-                        .bind(now_ms.saturating_add(lease_ms))
-                        .bind(now_ms.saturating_sub(older_than_ms))
-                        .bind(i64::from(limit))
-                        .fetch_all(&mut *conn)
-                        .await
-                        .map_err(unavailable)?;
-                    // Oldest first, as claimed.
-                    let claimed = log_returned(
-                        conn,
-                        &rows,
-                        now_ms,
-                        "claim_prepared",
-                        |rowid, r| (Some(r.created_ms), rowid),
-                        store_entries::recovery_claimed,
-                    )
-                    .await?;
-                    Ok(Finish::Commit(claimed))
-                })
+                let rows = conn.rows(CLAIM_PREPARED, &args)?;
+                // Oldest first, as claimed.
+                let claimed = log_returned(
+                    conn,
+                    &rows,
+                    now_ms,
+                    "claim_prepared",
+                    |rowid, r| (Some(r.created_ms), rowid),
+                    store_entries::recovery_claimed,
+                )?;
+                Ok(Finish::Commit(claimed))
             })
             .await
         })
@@ -689,11 +721,9 @@ impl Ledger for SqliteLedger {
 
     fn quarantined(&self, limit: u32) -> BoxFuture<'_, Result<Vec<QuarantinedRow>, LedgerError>> {
         Box::pin(async move {
-            let rows = sqlx::query(SELECT_QUARANTINED)
-                .bind(i64::from(limit))
-                .fetch_all(&self.reader)
-                .await
-                .map_err(unavailable)?;
+            let rows = self
+                .read_rows(SELECT_QUARANTINED, vec![i64::from(limit).into()])
+                .await?;
             rows.iter().map(decode_quarantined).collect()
         })
     }
@@ -706,18 +736,10 @@ impl Ledger for SqliteLedger {
     ) -> BoxFuture<'a, Result<(), LedgerError>> {
         Box::pin(async move {
             let entry = EvidenceColumns::encode(entry, SQLITE)?;
-            let append = Statement::new(APPEND_EVIDENCE, |query| {
-                let query = query
-                    .bind(tenant.as_str().to_owned())
-                    .bind(id.as_str().to_owned());
-                bind_evidence(query, entry)
-            })?;
+            let append = evidence(APPEND_EVIDENCE, tenant, id, entry);
             self.write(move |conn| {
-                let query = append.query();
-                Box::pin(async move {
-                    query.execute(&mut *conn).await.map_err(unavailable)?;
-                    Ok(Finish::Commit(()))
-                })
+                append.execute(conn)?;
+                Ok(Finish::Commit(()))
             })
             .await
         })
@@ -726,10 +748,10 @@ impl Ledger for SqliteLedger {
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         Box::pin(async move {
             let sql = super::query::list_sql(query, "rw_operations", "rowid", '?')?;
-            let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
-                .fetch_all(&self.reader)
-                .await
-                .map_err(unavailable)?;
+            let (text, args) = (sql.text, values(sql.args));
+            let rows = self
+                .read(move |conn| conn.rows_dynamic(&text, &args))
+                .await?;
             decode_page(&rows, query.page_size())
         })
     }
@@ -740,10 +762,10 @@ impl Ledger for SqliteLedger {
     ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
         Box::pin(async move {
             let sql = super::query::count_sql(scope, "rw_operations", '?')?;
-            let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
-                .fetch_all(&self.reader)
-                .await
-                .map_err(unavailable)?;
+            let (text, args) = (sql.text, values(sql.args));
+            let rows = self
+                .read(move |conn| conn.rows_dynamic(&text, &args))
+                .await?;
             decode_counts(&rows)
         })
     }
@@ -762,12 +784,9 @@ impl Ledger for SqliteLedger {
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
         Box::pin(async move {
-            let rows = sqlx::query(SELECT_EVIDENCE)
-                .bind(tenant.as_str())
-                .bind(id.as_str())
-                .fetch_all(&self.reader)
-                .await
-                .map_err(unavailable)?;
+            let rows = self
+                .read_rows(SELECT_EVIDENCE, key_args(tenant, id.as_str()))
+                .await?;
             rows.iter().map(|row| decode_evidence(row, id)).collect()
         })
     }
@@ -780,59 +799,64 @@ impl Ledger for SqliteLedger {
         Box::pin(async move {
             check_effect(&delivery, &effect)?;
             let record = CallbackEventColumns::delivery(&delivery, outcome(&effect), SQLITE);
-            let seen = callback_seen(&delivery.vendor, &delivery.event_id)?;
-            let record = Statement::new(INSERT_CALLBACK_EVENT, |q| bind_callback_event(q, record))?;
-            let key = |q: SqliteQuery| {
-                q.bind(delivery.tenant.as_str().to_owned())
-                    .bind(delivery.operation_id.as_str().to_owned())
+            let seen = callback_seen(&delivery.vendor, &delivery.event_id);
+            let record = Statement::new(INSERT_CALLBACK_EVENT, |a| bind_callback_event(a, record));
+            let exists = Statement {
+                sql: OPERATION_EXISTS,
+                args: key_args(&delivery.tenant, delivery.operation_id.as_str()),
             };
-            let exists = Statement::new(OPERATION_EXISTS, key)?;
-            let (change, moves) = match effect {
+            enum Change {
+                Apply(Statement, Statement),
+                Append(Statement),
+            }
+            let change = match effect {
                 CallbackEffect::Apply(update) => {
+                    let (tenant, id) = (update.tenant.clone(), update.operation_id.clone());
                     let columns = UpdateColumns::encode(update, SQLITE)?;
-                    (Statement::new(APPLY, |q| bind_apply(q, columns))?, true)
+                    let mut entry = None;
+                    let apply = Statement::new(APPLY, |a| entry = Some(bind_apply(a, columns)));
+                    let entry = entry.map(|e| evidence(INSERT_EVIDENCE, &tenant, &id, e));
+                    Change::Apply(apply, entry.ok_or_else(unbound)?)
                 }
                 CallbackEffect::Append(entry) => {
                     let entry = EvidenceColumns::encode(entry, SQLITE)?;
-                    let append = Statement::new(APPEND_EVIDENCE, |q| bind_evidence(key(q), entry))?;
-                    (append, false)
+                    Change::Append(evidence(
+                        APPEND_EVIDENCE,
+                        &delivery.tenant,
+                        &delivery.operation_id,
+                        entry,
+                    ))
                 }
             };
             self.write(move |conn| {
-                let (seen, change, record, exists) =
-                    (seen.query(), change.query(), record.query(), exists.query());
-                Box::pin(async move {
-                    // The writer task runs one transaction at a time (`BEGIN IMMEDIATE`): the
-                    // check, the change and the record below are atomic together.
-                    let dup = seen.fetch_optional(&mut *conn).await.map_err(unavailable)?;
-                    if dup.is_some() {
-                        return Ok(Finish::Unchanged(CallbackApplied::Duplicate));
-                    }
-                    let applied = if moves {
-                        let rows = change.fetch_all(&mut *conn).await.map_err(unavailable)?;
-                        match rows.first() {
-                            Some(row) => CallbackApplied::Applied(decode_operation(row)?),
-                            None => {
-                                let found = exists
-                                    .fetch_optional(&mut *conn)
-                                    .await
-                                    .map_err(unavailable)?;
-                                return Ok(Finish::Unchanged(match found {
-                                    Some(_) => CallbackApplied::Stale,
-                                    None => CallbackApplied::NoOperation,
-                                }));
-                            }
+                // The writer runs one transaction at a time (`BEGIN IMMEDIATE`): the check, the
+                // change and the record below are atomic together.
+                if seen.exists(conn)? {
+                    return Ok(Finish::Unchanged(CallbackApplied::Duplicate));
+                }
+                let applied = match &change {
+                    Change::Apply(apply, entry) => match apply.rows(conn)?.first() {
+                        Some(row) => {
+                            entry.execute(conn)?;
+                            CallbackApplied::Applied(decode_operation(row)?)
                         }
-                    } else {
-                        let done = change.execute(&mut *conn).await.map_err(unavailable)?;
-                        if done.rows_affected() == 0 {
+                        None => {
+                            return Ok(Finish::Unchanged(if exists.exists(conn)? {
+                                CallbackApplied::Stale
+                            } else {
+                                CallbackApplied::NoOperation
+                            }));
+                        }
+                    },
+                    Change::Append(append) => {
+                        if append.execute(conn)? == 0 {
                             return Ok(Finish::Unchanged(CallbackApplied::NoOperation));
                         }
                         CallbackApplied::Appended
-                    };
-                    record.execute(&mut *conn).await.map_err(unavailable)?;
-                    Ok(Finish::Commit(applied))
-                })
+                    }
+                };
+                record.execute(conn)?;
+                Ok(Finish::Commit(applied))
             })
             .await
         })
@@ -843,24 +867,20 @@ impl Ledger for SqliteLedger {
         event: QuarantinedCallback,
     ) -> BoxFuture<'_, Result<CallbackQuarantined, LedgerError>> {
         Box::pin(async move {
-            let seen = callback_seen(&event.vendor, &event.event_id)?;
+            let seen = callback_seen(&event.vendor, &event.event_id);
             let record = CallbackEventColumns::quarantined(&event, SQLITE);
-            let record = Statement::new(INSERT_CALLBACK_EVENT, |q| bind_callback_event(q, record))?;
+            let record = Statement::new(INSERT_CALLBACK_EVENT, |a| bind_callback_event(a, record));
             let columns = QuarantinedCallbackColumns::encode(event, SQLITE)?;
-            let store = Statement::new(INSERT_CALLBACK_QUARANTINE, |q| {
-                bind_quarantined_callback(q, columns)
-            })?;
+            let store = Statement::new(INSERT_CALLBACK_QUARANTINE, |a| {
+                bind_quarantined_callback(a, columns)
+            });
             self.write(move |conn| {
-                let (seen, record, store) = (seen.query(), record.query(), store.query());
-                Box::pin(async move {
-                    let dup = seen.fetch_optional(&mut *conn).await.map_err(unavailable)?;
-                    if dup.is_some() {
-                        return Ok(Finish::Unchanged(CallbackQuarantined::Duplicate));
-                    }
-                    record.execute(&mut *conn).await.map_err(unavailable)?;
-                    store.execute(&mut *conn).await.map_err(unavailable)?;
-                    Ok(Finish::Commit(CallbackQuarantined::Stored))
-                })
+                if seen.exists(conn)? {
+                    return Ok(Finish::Unchanged(CallbackQuarantined::Duplicate));
+                }
+                record.execute(conn)?;
+                store.execute(conn)?;
+                Ok(Finish::Commit(CallbackQuarantined::Stored))
             })
             .await
         })
@@ -871,11 +891,9 @@ impl Ledger for SqliteLedger {
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<QuarantinedCallback>, LedgerError>> {
         Box::pin(async move {
-            let rows = sqlx::query(SELECT_CALLBACK_QUARANTINE)
-                .bind(i64::from(limit))
-                .fetch_all(&self.reader)
-                .await
-                .map_err(unavailable)?;
+            let rows = self
+                .read_rows(SELECT_CALLBACK_QUARANTINE, vec![i64::from(limit).into()])
+                .await?;
             rows.iter().map(decode_quarantined_callback).collect()
         })
     }
@@ -913,34 +931,45 @@ impl Ledger for SqliteLedger {
     }
 }
 
+/// A statement's arguments were not bound (unreachable: `Statement::new` calls its binder).
+fn unbound() -> LedgerError {
+    LedgerError::Config("internal error: a statement's arguments were not bound".to_owned())
+}
+
+/// A listing's arguments as values.
+fn values(args: Vec<super::query::Arg>) -> Vec<rusqlite::types::Value> {
+    args.into_iter()
+        .map(|a| match a {
+            super::query::Arg::Text(t) => rusqlite::types::Value::Text(t),
+            super::query::Arg::Int(i) => rusqlite::types::Value::Integer(i),
+        })
+        .collect()
+}
+
 impl SqliteLedger {
     async fn apply_as(
         &self,
         relaxed: bool,
         update: Update,
     ) -> Result<Option<OperationRecord>, LedgerError> {
+        let (tenant, id) = (update.tenant.clone(), update.operation_id.clone());
         let columns = UpdateColumns::encode(update, SQLITE)?;
-        let apply = Statement::new(APPLY, |query| bind_apply(query, columns))?;
+        let mut entry = None;
+        let apply = Statement::new(APPLY, |a| entry = Some(bind_apply(a, columns)));
+        let entry = evidence(INSERT_EVIDENCE, &tenant, &id, entry.ok_or_else(unbound)?);
         self.write_as(relaxed, move |conn| {
-            let query = apply.query();
-            Box::pin(async move {
-                // `fetch_all`, not `fetch_optional`: both statements run to completion, so
-                // nothing is left in progress when the transaction commits.
-                let rows = query.fetch_all(&mut *conn).await.map_err(unavailable)?;
-                let Some(row) = rows.first() else {
-                    return Ok(Finish::Unchanged(None));
-                };
-                // A row that cannot be decoded fails this request: its update and evidence
-                // are undone with the batch's transaction, and the batch runs again
-                // without it.
-                Ok(Finish::Commit(Some(decode_operation(row)?)))
-            })
+            let rows = apply.rows(conn)?;
+            let Some(row) = rows.first() else {
+                return Ok(Finish::Unchanged(None));
+            };
+            entry.execute(conn)?;
+            // A row that cannot be decoded fails this request: its update and evidence are
+            // undone with the batch's transaction, and the batch runs again without it.
+            Ok(Finish::Commit(Some(decode_operation(row)?)))
         })
         .await
     }
-}
 
-impl SqliteLedger {
     /// The one row `sql` (a lookup by tenant `?1` and a value `?2`) finds, on a reader.
     async fn find_one(
         &self,
@@ -948,80 +977,68 @@ impl SqliteLedger {
         tenant: &Tenant,
         value: &str,
     ) -> Result<Option<OperationRecord>, LedgerError> {
-        let row = sqlx::query(sql)
-            .bind(tenant.as_str())
-            .bind(value)
-            .fetch_optional(&self.reader)
-            .await
-            .map_err(unavailable)?;
-        row.as_ref().map(decode_operation).transpose()
+        let rows = self.read_rows(sql, key_args(tenant, value)).await?;
+        rows.first().map(decode_operation).transpose()
     }
 
-    /// Runs `insert` (a row, then its evidence, see [`INSERT_OPERATION`] and
-    /// [`INSERT_CLAIMED`]) as one write: [`Created::New`] with `row`, the row it inserts, or
-    /// [`Created::Existing`] with the row it conflicted with (then it inserted nothing).
+    /// Runs `insert` (a row, see [`INSERT_OPERATION`] and [`INSERT_CLAIMED`]) and, if it
+    /// inserted the row, `entries`, as one write: [`Created::New`] with `row`, the row it
+    /// inserts, or [`Created::Existing`] with the row it conflicted with (then it inserted
+    /// nothing).
     async fn insert_or_get(
         &self,
         insert: Statement,
+        entries: Vec<Statement>,
         row: OperationRecord,
     ) -> Result<Created, LedgerError> {
-        // Shared with the write, which may run more than once and needs the keys on a conflict.
-        let row = Arc::new(row);
-        let key = row.clone();
+        let key = (
+            row.tenant.clone(),
+            row.operation_id.clone(),
+            row.action.clone(),
+            row.intent_ref.clone(),
+        );
         let existing = self
             .write(move |conn| {
-                let (query, key) = (insert.query(), key.clone());
-                Box::pin(async move {
-                    let inserted = query.fetch_all(&mut *conn).await.map_err(unavailable)?;
-                    if !inserted.is_empty() {
-                        return Ok(Finish::Commit(None));
+                if insert.execute(conn)? == 1 {
+                    for e in &entries {
+                        e.execute(conn)?;
                     }
-                    let r = &*key;
-                    let found =
-                        existing(conn, &r.tenant, &r.operation_id, &r.action, &r.intent_ref)
-                            .await?;
-                    Ok(Finish::Unchanged(Some(found)))
-                })
+                    return Ok(Finish::Commit(None));
+                }
+                let (tenant, id, action, intent) = &key;
+                let found = existing(conn, tenant, id, action, intent)?;
+                Ok(Finish::Unchanged(Some(found)))
             })
             .await?;
         Ok(match existing {
             Some(found) => Created::Existing(found),
-            None => Created::New(Arc::try_unwrap(row).unwrap_or_else(|row| (*row).clone())),
+            None => Created::New(row),
         })
     }
 }
 
 /// The dedupe check of an event: [`SELECT_CALLBACK_EVENT`].
-fn callback_seen(vendor: &str, event_id: &str) -> Result<Statement, LedgerError> {
-    let (vendor, event_id) = (vendor.to_owned(), event_id.to_owned());
-    Statement::new(SELECT_CALLBACK_EVENT, |q| q.bind(vendor).bind(event_id))
+fn callback_seen(vendor: &str, event_id: &str) -> Statement {
+    Statement::new(SELECT_CALLBACK_EVENT, |a| {
+        a.push(vendor).push(event_id);
+    })
 }
 
 /// The row an insert of `(tenant, operation_id)` for `(action, intent_ref)` conflicted with:
 /// the same id first, then the same intent.
-async fn existing(
-    conn: &mut SqliteConnection,
+fn existing(
+    conn: &mut Conn,
     tenant: &Tenant,
     id: &OperationId,
     action: &str,
     intent_ref: &str,
 ) -> Result<OperationRecord, LedgerError> {
-    let by_id = sqlx::query(SELECT_BY_ID)
-        .bind(tenant.as_str().to_owned())
-        .bind(id.as_str().to_owned())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    let row = match by_id {
-        Some(row) => Some(row),
-        None => sqlx::query(SELECT_BY_INTENT)
-            .bind(tenant.as_str().to_owned())
-            .bind(action.to_owned())
-            .bind(intent_ref.to_owned())
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?,
-    };
+    let mut row = conn.row(SELECT_BY_ID, &key_args(tenant, id.as_str()))?;
+    if row.is_none() {
+        let mut a = Args::with_capacity(3);
+        a.push(tenant.as_str()).push(action).push(intent_ref);
+        row = conn.row(SELECT_BY_INTENT, &a.0)?;
+    }
     match row {
         Some(row) => decode_operation(&row),
         None => Err(LedgerError::Corrupt {
@@ -1033,27 +1050,27 @@ async fn existing(
 
 /// The rows a claim or sweep statement returned, decoded (a row that cannot be is quarantined,
 /// the others are kept), put in `order` and logged with `entry`, in the same transaction.
-async fn log_returned(
-    conn: &mut SqliteConnection,
-    rows: &[SqliteRow],
+fn log_returned(
+    conn: &mut Conn,
+    rows: &[SqlRow],
     now_ms: i64,
     during: &'static str,
     order: impl Fn(i64, &OperationRecord) -> (Option<i64>, i64),
     entry: fn(&OperationRecord, i64) -> NewEvidence,
 ) -> Result<Vec<OperationRecord>, LedgerError> {
-    let mut rows = decode_or_quarantine(conn, rows, now_ms, during).await?;
+    let mut rows = decode_or_quarantine(conn, rows, now_ms, during)?;
     rows.sort_by_key(|(rowid, r)| order(*rowid, r));
     let rows: Vec<OperationRecord> = rows.into_iter().map(|(_, r)| r).collect();
     for r in &rows {
         let e = EvidenceColumns::encode(entry(r, now_ms), SQLITE)?;
-        insert_evidence(e, INSERT_EVIDENCE, conn, &r.tenant, &r.operation_id).await?;
+        evidence(INSERT_EVIDENCE, &r.tenant, &r.operation_id, e).execute(conn)?;
     }
     Ok(rows)
 }
 
-async fn decode_or_quarantine(
-    conn: &mut SqliteConnection,
-    rows: &[SqliteRow],
+fn decode_or_quarantine(
+    conn: &mut Conn,
+    rows: &[SqlRow],
     now_ms: i64,
     during: &'static str,
 ) -> Result<Vec<(i64, OperationRecord)>, LedgerError> {
@@ -1063,23 +1080,19 @@ async fn decode_or_quarantine(
         match decode_operation(row) {
             Ok(record) => decoded.push((rowid, record)),
             Err(e) => {
-                let tenant = row.try_get::<String, _>("tenant").ok();
-                let id = row.try_get::<String, _>("operation_id").ok();
+                let tenant = row.try_get::<String>("tenant").ok();
+                let id = row.try_get::<String>("operation_id").ok();
                 let reason = super::codec::quarantine(tenant.as_deref(), id.as_deref(), during, &e);
-                sqlx::query(QUARANTINE)
-                    .bind(reason)
-                    .bind(now_ms)
-                    .bind(rowid)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
+                let mut a = Args::with_capacity(3);
+                a.push(reason).push(now_ms).push(rowid);
+                conn.execute(QUARANTINE, &a.0)?;
             }
         }
     }
     Ok(decoded)
 }
 
-/// A raw statement through the writer task, for the conformance suite's corrupt-row checks:
+/// A raw statement through the writer thread, for the conformance suite's corrupt-row checks:
 /// `sql` with the tenant as `?1` and the operation id as `?2`.
 #[cfg(feature = "test-util")]
 impl SqliteLedger {
@@ -1089,26 +1102,24 @@ impl SqliteLedger {
         tenant: &Tenant,
         id: &OperationId,
     ) -> Result<(), LedgerError> {
-        let (tenant, id) = (tenant.as_str().to_owned(), id.as_str().to_owned());
+        let args = key_args(tenant, id.as_str());
         self.write(move |conn| {
-            let (sql, tenant, id) = (sql.clone(), tenant.clone(), id.clone());
-            Box::pin(async move {
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(tenant)
-                    .bind(id)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-                Ok(Finish::Commit(()))
-            })
+            conn.execute(&sql, &args)?;
+            Ok(Finish::Commit(()))
         })
         .await
     }
 }
 
-super::codec::row_decoder!(SqliteRow, sqlx::Sqlite, sqlx::sqlite::SqliteArguments);
+super::codec::row_decoder!(SqlRow);
 
 impl Columns<'_> {
+    fn get<T: FromCell>(&self, column: &str) -> Result<T, LedgerError> {
+        self.row
+            .try_get::<T>(column)
+            .map_err(|e| self.corrupt(format!("column {column}: {e}")))
+    }
+
     fn flag(&self, column: &str) -> Result<bool, LedgerError> {
         match self.get::<i64>(column)? {
             0 => Ok(false),

@@ -3,10 +3,11 @@
 //! longer than one bounded batch), victims read through the partial indexes of migration 0005,
 //! and space given back with `incremental_vacuum`.
 
-use sqlx::{AssertSqlSafe, Row};
+use rusqlite::types::Value;
 
+use super::conn::{Conn, SqlRow};
 use super::writer::Finish;
-use super::{SqliteLedger, bind_args, unavailable};
+use super::{SqliteLedger, values};
 use crate::ledger::query::Arg;
 use crate::ledger::{
     CallbackPurge, CallbackRecords, CallbackScope, LedgerError, PurgeBatch, PurgeScope, PurgeStage,
@@ -104,12 +105,40 @@ WHERE (tenant, operation_id) IN (SELECT tenant, operation_id FROM rw_operations
 const DELETE_OPERATIONS: &str =
     "DELETE FROM rw_operations WHERE rowid IN (SELECT value FROM json_each(?1))";
 
-/// A `count(*), sum(bytes)` row as what a purge would drop.
-fn counted(row: &sqlx::sqlite::SqliteRow) -> Purged {
-    Purged::new(
-        row.get::<i64, _>(0).max(0) as u64,
-        row.get::<i64, _>(1).max(0) as u64,
-    )
+/// An integer column of a row the retention statements return (a count, a byte sum, a rowid);
+/// never negative.
+fn int(row: &SqlRow, column: &str) -> Result<i64, LedgerError> {
+    row.try_get::<Option<i64>>(column)
+        .map(|v| v.unwrap_or_default().max(0))
+        .map_err(|e| LedgerError::Corrupt {
+            operation: "<retention>".to_owned(),
+            detail: format!("column {column}: {e}"),
+        })
+}
+
+/// What a dry run counts: `count(*)` as `n`, the bytes as `bytes`.
+async fn counted(
+    ledger: &SqliteLedger,
+    sql: String,
+    args: Vec<Value>,
+) -> Result<Purged, LedgerError> {
+    let rows = ledger
+        .read(move |conn| conn.rows_dynamic(&sql, &args))
+        .await?;
+    let row = rows.first().ok_or_else(|| LedgerError::Corrupt {
+        operation: "<retention>".to_owned(),
+        detail: "a count returned no row".to_owned(),
+    })?;
+    Ok(Purged::new(
+        int(row, "n")? as u64,
+        int(row, "bytes")? as u64,
+    ))
+}
+
+/// The rowids as the JSON array `json_each` reads.
+fn json_ids(ids: &[i64]) -> String {
+    let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+    format!("[{}]", ids.join(","))
 }
 
 impl SqliteLedger {
@@ -121,72 +150,66 @@ impl SqliteLedger {
              WHERE {FINISHED}"
         );
         let next = format!("{first} AND o.contract_name > ?1");
-        let mut names: Vec<String> = Vec::new();
-        loop {
-            let probe = match names.last() {
-                None => sqlx::query_scalar(AssertSqlSafe(first.clone())),
-                Some(last) => sqlx::query_scalar(AssertSqlSafe(next.clone())).bind(last.clone()),
-            };
-            let found: Option<String> = probe.fetch_one(&self.reader).await.map_err(unavailable)?;
-            match found {
-                Some(name) => names.push(name),
-                None => return Ok(names),
+        self.read(move |conn: &mut Conn| {
+            let mut names: Vec<String> = Vec::new();
+            loop {
+                let rows = match names.last() {
+                    None => conn.rows_dynamic(&first, &[])?,
+                    Some(last) => conn.rows_dynamic(&next, &[Value::Text(last.clone())])?,
+                };
+                let found = rows
+                    .first()
+                    .map(|r| r.try_get_at::<Option<String>>(0))
+                    .transpose()
+                    .map_err(|e| LedgerError::Corrupt {
+                        operation: "<retention>".to_owned(),
+                        detail: format!("contract name: {e}"),
+                    })?
+                    .flatten();
+                match found {
+                    Some(name) => names.push(name),
+                    None => return Ok(names),
+                }
             }
-        }
+        })
+        .await
     }
 
     pub(super) async fn purge_now(&self, batch: PurgeBatch) -> Result<Purged, LedgerError> {
         let (sql, args) = victims(&batch);
+        let args = values(args);
         if batch.dry_run {
-            let total = format!("SELECT count(*), ifnull(sum(bytes), 0) FROM ({sql})");
-            let row = bind_args(sqlx::query(AssertSqlSafe(total)), args)
-                .fetch_one(&self.reader)
-                .await
-                .map_err(unavailable)?;
-            return Ok(counted(&row));
+            let total =
+                format!("SELECT count(*) AS n, ifnull(sum(bytes), 0) AS bytes FROM ({sql})");
+            return counted(self, total, args).await;
         }
         if batch.limit == 0 {
             return Ok(Purged::default());
         }
         let (stage, now_ms) = (batch.stage, batch.now_ms);
         self.write(move |conn| {
-            let (sql, args) = (sql.clone(), args.clone());
-            Box::pin(async move {
-                let rows = bind_args(sqlx::query(AssertSqlSafe(sql)), args.clone())
-                    .fetch_all(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-                if rows.is_empty() {
-                    return Ok(Finish::Unchanged(Purged::default()));
+            let rows = conn.rows_dynamic(&sql, &args)?;
+            if rows.is_empty() {
+                return Ok(Finish::Unchanged(Purged::default()));
+            }
+            let mut bytes = 0u64;
+            let mut ids = Vec::with_capacity(rows.len());
+            for row in &rows {
+                ids.push(int(row, "id")?);
+                bytes += int(row, "bytes")? as u64;
+            }
+            let picked = Value::Text(json_ids(&ids));
+            match stage {
+                PurgeStage::Details => {
+                    conn.execute(SLIM_EVIDENCE, std::slice::from_ref(&picked))?;
+                    conn.execute(SLIM_OPERATIONS, &[picked, Value::Integer(now_ms)])?;
                 }
-                let mut bytes = 0u64;
-                let mut ids = Vec::with_capacity(rows.len());
-                for row in &rows {
-                    ids.push(row.get::<i64, _>("id"));
-                    bytes += row.get::<i64, _>("bytes").max(0) as u64;
+                PurgeStage::Identity => {
+                    conn.execute(DELETE_EVIDENCE, std::slice::from_ref(&picked))?;
+                    conn.execute(DELETE_OPERATIONS, &[picked])?;
                 }
-                // The rowids as the JSON array `json_each` reads.
-                let picked = format!(
-                    "[{}]",
-                    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-                );
-                let (evidence, operations) = match stage {
-                    PurgeStage::Details => (SLIM_EVIDENCE, SLIM_OPERATIONS),
-                    PurgeStage::Identity => (DELETE_EVIDENCE, DELETE_OPERATIONS),
-                };
-                sqlx::query(evidence)
-                    .bind(&picked)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-                let mut operations = sqlx::query(operations).bind(&picked);
-                if stage == PurgeStage::Details {
-                    // `details_removed_ms`
-                    operations = operations.bind(now_ms);
-                }
-                operations.execute(&mut *conn).await.map_err(unavailable)?;
-                Ok(Finish::Commit(Purged::new(ids.len() as u64, bytes)))
-            })
+            }
+            Ok(Finish::Commit(Purged::new(ids.len() as u64, bytes)))
         })
         .await
     }
@@ -215,14 +238,12 @@ impl SqliteLedger {
             CallbackScope::ReceivedBefore(before) => ("received_ms < ?1", Arg::Int(*before)),
             CallbackScope::Tenant(t) => ("tenant = ?1", Arg::Text(t.as_str().to_owned())),
         };
+        let arg = values(vec![arg]);
         if batch.dry_run {
-            let sql =
-                format!("SELECT count(*), ifnull(sum({bytes}), 0) FROM {table} WHERE {filter}");
-            let row = bind_args(sqlx::query(AssertSqlSafe(sql)), vec![arg])
-                .fetch_one(&self.reader)
-                .await
-                .map_err(unavailable)?;
-            return Ok(counted(&row));
+            let sql = format!(
+                "SELECT count(*) AS n, ifnull(sum({bytes}), 0) AS bytes FROM {table} WHERE {filter}"
+            );
+            return counted(self, sql, arg).await;
         }
         if batch.limit == 0 {
             return Ok(Purged::default());
@@ -232,25 +253,19 @@ impl SqliteLedger {
                  SELECT {key} FROM {table} WHERE {filter} ORDER BY received_ms LIMIT ?2)
              RETURNING {bytes} AS bytes"
         );
-        let limit = i64::from(batch.limit);
+        let mut args = arg;
+        args.push(Value::Integer(i64::from(batch.limit)));
         self.write(move |conn| {
-            let (sql, arg) = (sql.clone(), arg.clone());
-            Box::pin(async move {
-                let rows = bind_args(sqlx::query(AssertSqlSafe(sql)), vec![arg])
-                    .bind(limit)
-                    .fetch_all(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-                let bytes = rows
-                    .iter()
-                    .map(|r| r.get::<i64, _>("bytes").max(0) as u64)
-                    .sum();
-                let purged = Purged::new(rows.len() as u64, bytes);
-                Ok(if rows.is_empty() {
-                    Finish::Unchanged(purged)
-                } else {
-                    Finish::Commit(purged)
-                })
+            let rows = conn.rows_dynamic(&sql, &args)?;
+            let mut bytes = 0u64;
+            for row in &rows {
+                bytes += int(row, "bytes")? as u64;
+            }
+            let purged = Purged::new(rows.len() as u64, bytes);
+            Ok(if rows.is_empty() {
+                Finish::Unchanged(purged)
+            } else {
+                Finish::Commit(purged)
             })
         })
         .await
@@ -262,43 +277,32 @@ impl SqliteLedger {
     const KEEP_FREE_DIVISOR: i64 = 4;
 
     pub(super) async fn reclaim_space_now(&self) -> Result<u64, LedgerError> {
-        let mode: i64 = sqlx::query_scalar("PRAGMA auto_vacuum")
-            .fetch_one(&self.reader)
-            .await
-            .map_err(unavailable)?;
+        let mode = self
+            .read(|conn| conn.scalar_i64("PRAGMA auto_vacuum", &[]))
+            .await?
+            .unwrap_or_default();
         // 2 = INCREMENTAL. A file created before this version (NONE) reuses its free pages for
         // new rows instead: it stops growing, but does not shrink.
         if mode != 2 {
             return Ok(0);
         }
         self.write(|conn| {
-            Box::pin(async move {
-                let (page, before, pages): (i64, i64, i64) = sqlx::query_as(
-                    "SELECT page_size, freelist_count, page_count
-                     FROM pragma_page_size(), pragma_freelist_count(), pragma_page_count()",
-                )
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-                // Up to a quarter of the file stays free for the next rows: giving back pages
-                // that the next inserts take again is I/O for nothing, and under a steady load
-                // the file stays flat either way.
-                let excess = (before - pages / Self::KEEP_FREE_DIVISOR).min(Self::VACUUM_PAGES);
-                if excess <= 0 {
-                    return Ok(Finish::Unchanged(0));
-                }
-                sqlx::query(AssertSqlSafe(format!(
-                    "PRAGMA incremental_vacuum({excess})"
-                )))
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-                let after: i64 = sqlx::query_scalar("PRAGMA freelist_count")
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-                Ok(Finish::Commit(((before - after).max(0) * page) as u64))
-            })
+            let pragma =
+                |sql: &str| Ok::<_, LedgerError>(conn.scalar_i64(sql, &[])?.unwrap_or_default());
+            let page = pragma("PRAGMA page_size")?;
+            let before = pragma("PRAGMA freelist_count")?;
+            let pages = pragma("PRAGMA page_count")?;
+            // Up to a quarter of the file stays free for the next rows: giving back pages that
+            // the next inserts take again is I/O for nothing, and under a steady load the file
+            // stays flat either way.
+            let excess = (before - pages / Self::KEEP_FREE_DIVISOR).min(Self::VACUUM_PAGES);
+            if excess <= 0 {
+                return Ok(Finish::Unchanged(0));
+            }
+            // `incremental_vacuum` does its work as its rows are stepped through.
+            conn.rows_dynamic(&format!("PRAGMA incremental_vacuum({excess})"), &[])?;
+            let after = pragma("PRAGMA freelist_count")?;
+            Ok(Finish::Commit(((before - after).max(0) * page) as u64))
         })
         .await
     }
@@ -417,11 +421,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         let ledger = SqliteLedger::open(&path).await.unwrap();
-        let mode: i64 = sqlx::query_scalar("PRAGMA auto_vacuum")
-            .fetch_one(&ledger.reader)
+        let mode = ledger
+            .read(|conn| conn.scalar_i64("PRAGMA auto_vacuum", &[]))
             .await
             .unwrap();
-        assert_eq!(mode, 2, "INCREMENTAL");
+        assert_eq!(mode, Some(2), "INCREMENTAL");
         for i in 0..300 {
             let mut new = new_operation("t", &format!("op-{i}"), &format!("intent-{i}"));
             let mut request = (*new.request).clone();
@@ -432,11 +436,11 @@ mod tests {
             ledger.apply(done).await.unwrap().unwrap();
         }
         let pages = |l: &SqliteLedger| {
-            let reader = l.reader.clone();
+            let l = l.clone();
             async move {
-                sqlx::query_scalar::<_, i64>("PRAGMA page_count")
-                    .fetch_one(&reader)
+                l.read(|conn| conn.scalar_i64("PRAGMA page_count", &[]))
                     .await
+                    .unwrap()
                     .unwrap()
             }
         };

@@ -1,8 +1,8 @@
 //! The SQL text of the SQLite ledger, and how each statement's parameters are bound.
 
-use sqlx::sqlite::{SqliteArguments, SqliteConnection};
+use rusqlite::types::Value;
 
-use super::unavailable;
+use super::conn::{Args, Conn, SqlRow};
 use crate::ledger::codec::{
     CallbackEventColumns, EvidenceColumns, QuarantinedCallbackColumns, RowColumns, UpdateColumns,
     evidence_columns, frozen_columns, mutable_columns, prepared_columns,
@@ -13,11 +13,9 @@ use crate::ledger::{LedgerError, OperationId, Tenant};
 // the WHERE clauses of the partial indexes verbatim: SQLite only uses a partial index when the
 // query contains its condition as a term.
 
-/// Inserts a new operation and, only if the row was inserted (`changes() = 1` after the
-/// `ON CONFLICT DO NOTHING`), its `created` entry; the entry's id comes back as the one row.
-/// One round trip to the connection's thread instead of two. Parameters ?1..?14: see
-/// [`bind_prepared`]; ?15..?22 are the evidence columns after tenant and operation id (see
-/// [`bind_evidence`]).
+/// Inserts a new operation; conflicts (the same id, the same intent) insert nothing. Parameters
+/// ?1..?14: see [`bind_prepared`]. Its `created` entry follows ([`INSERT_EVIDENCE`]) only if
+/// the row was inserted.
 pub(super) const INSERT_OPERATION: &str = concat!(
     "INSERT INTO rw_operations (",
     frozen_columns!(),
@@ -26,42 +24,21 @@ pub(super) const INSERT_OPERATION: &str = concat!(
     ")
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
         'PREPARED', 0, 0, 0, 0, 0, ?14, ?14)
-ON CONFLICT DO NOTHING;
-INSERT INTO rw_evidence (",
-    evidence_columns!(),
-    ")
-SELECT ?1, ?2, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22 WHERE changes() = 1
-RETURNING id"
+ON CONFLICT DO NOTHING"
 );
 
 /// [`Ledger::create_and_apply`](crate::ledger::Ledger::create_and_apply): inserts the claimed
-/// row whole and, only if it was inserted, the `created` entry and then `first`'s entry, each
-/// guarded by `changes() = 1` of the statement before it. The last entry's id comes back as the
-/// one row iff the operation was created.
-///
-/// Parameters: ?1 tenant, ?2 operation id, ?3..?10 the `created` entry and ?11..?18 `first`'s
-/// entry (see [`bind_evidence`]), ?19..?47 the other columns of the row (see [`bind_row`]).
-/// The entries come first on purpose: sqlx binds a statement's *unused* parameter slots below
-/// its highest one from a running counter, and stops binding (leaving NULLs) once that counter
-/// passes the number of arguments; small gaps keep it in range.
+/// row whole (parameters: see [`bind_row`]); conflicts insert nothing. The `created` entry and
+/// the first update's entry follow only if the row was inserted.
 pub(super) const INSERT_CLAIMED: &str = concat!(
     "INSERT INTO rw_operations (",
     frozen_columns!(),
     ", ",
     mutable_columns!(),
     ")
-VALUES (?1, ?2, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
-        ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47)
-ON CONFLICT DO NOTHING;
-INSERT INTO rw_evidence (",
-    evidence_columns!(),
-    ")
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE changes() = 1;
-INSERT INTO rw_evidence (",
-    evidence_columns!(),
-    ")
-SELECT ?1, ?2, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18 WHERE changes() = 1
-RETURNING id"
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+        ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)
+ON CONFLICT DO NOTHING"
 );
 
 pub(super) const SELECT_BY_ID: &str =
@@ -70,11 +47,10 @@ pub(super) const SELECT_BY_ID: &str =
 pub(super) const SELECT_BY_INTENT: &str =
     "SELECT * FROM rw_operations WHERE tenant = ?1 AND action = ?2 AND intent_ref = ?3";
 
-/// The compare-and-swap, and in the same round trip its evidence entry, inserted only if the
-/// row changed (`changes() = 1` after the `UPDATE`). Parameters: see [`bind_apply`]; ?24..?31
-/// are the evidence columns after tenant and operation id (see [`bind_evidence`]).
-pub(super) const APPLY: &str = concat!(
-    "
+/// The compare-and-swap: the changed row comes back, or nothing if a precondition refused it.
+/// Parameters: see [`bind_apply`]. Its evidence entry follows ([`INSERT_EVIDENCE`]) only if the
+/// row changed.
+pub(super) const APPLY: &str = "
 UPDATE rw_operations SET
     state = ?1,
     last_result = ?2,
@@ -96,15 +72,8 @@ UPDATE rw_operations SET
 WHERE tenant = ?18 AND operation_id = ?19
   AND state = ?20 AND generation = ?21 AND version = ?22
   AND NOT (?1 = 'REJECTED' AND may_have_applied = 1 AND ?23 = 0)
-RETURNING *;
-INSERT INTO rw_evidence (",
-    evidence_columns!(),
-    ")
-SELECT ?18, ?19, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31 WHERE changes() = 1"
-);
+RETURNING *";
 
-// The claims and the sweep name their partial index (INDEXED BY): without statistics
-// (no ANALYZE) the planner would rather take the listing index `rw_operations_by_state` for
 // The claims and the sweep name their partial index (INDEXED BY): without statistics
 // (no ANALYZE) the planner would rather take the listing index `rw_operations_by_state` for
 // their `state` terms, then sort every row of those states instead of reading only the due ones.
@@ -189,154 +158,143 @@ pub(super) const SELECT_EVIDENCE: &str = concat!(
 
 /// A statement with its arguments, kept so that its write can run again (a write runs once
 /// more for every failed write before it in its batch, see `run_batch`).
+#[derive(Debug)]
 pub(super) struct Statement {
-    sql: &'static str,
-    arguments: SqliteArguments,
+    pub(super) sql: &'static str,
+    pub(super) args: Vec<Value>,
 }
 
 impl Statement {
     /// `sql` with the arguments `bind` gives it.
-    pub(super) fn new(
-        sql: &'static str,
-        bind: impl FnOnce(SqliteQuery) -> SqliteQuery,
-    ) -> Result<Self, LedgerError> {
-        Self::try_new(sql, |query| Ok(bind(query)))
+    pub(super) fn new(sql: &'static str, bind: impl FnOnce(&mut Args)) -> Self {
+        let mut args = Args::with_capacity(32);
+        bind(&mut args);
+        Self { sql, args: args.0 }
     }
 
-    /// `sql` with the arguments `bind` gives it, if it can.
-    pub(super) fn try_new(
-        sql: &'static str,
-        bind: impl FnOnce(SqliteQuery) -> Result<SqliteQuery, LedgerError>,
-    ) -> Result<Self, LedgerError> {
-        let mut query = bind(sqlx::query(sql))?;
-        let arguments = sqlx::Execute::take_arguments(&mut query)
-            .map_err(LedgerError::Unavailable)?
-            .unwrap_or_default();
-        Ok(Self { sql, arguments })
+    /// Runs it; the number of rows it changed.
+    pub(super) fn execute(&self, conn: &Conn) -> Result<usize, LedgerError> {
+        conn.execute(self.sql, &self.args)
     }
 
-    /// The query, ready to run (the arguments are reference counted: cloning them is cheap).
-    pub(super) fn query(&self) -> SqliteQuery {
-        sqlx::query_with(self.sql, self.arguments.clone())
+    /// Runs it and reads the rows it returns.
+    pub(super) fn rows(&self, conn: &mut Conn) -> Result<Vec<SqlRow>, LedgerError> {
+        conn.rows(self.sql, &self.args)
+    }
+
+    /// Whether it returns a row.
+    pub(super) fn exists(&self, conn: &Conn) -> Result<bool, LedgerError> {
+        conn.exists(self.sql, &self.args)
     }
 }
-
-/// A query with owned arguments.
-pub(super) type SqliteQuery = sqlx::query::Query<'static, sqlx::Sqlite, SqliteArguments>;
 
 /// Binds an evidence entry's columns after tenant and operation id, in table order (eight
 /// parameters).
-pub(super) fn bind_evidence(query: SqliteQuery, e: EvidenceColumns) -> SqliteQuery {
-    query
-        .bind(e.attempt_id)
-        .bind(e.generation)
-        .bind(e.kind)
-        .bind(e.from_state)
-        .bind(e.to_state)
-        .bind(e.evidence)
-        .bind(e.note)
-        .bind(e.at_ms)
+pub(super) fn bind_evidence(a: &mut Args, e: EvidenceColumns) {
+    a.push(e.attempt_id)
+        .push(e.generation)
+        .push(e.kind)
+        .push(e.from_state)
+        .push(e.to_state)
+        .push(e.evidence)
+        .push(e.note)
+        .push(e.at_ms);
 }
 
-/// Inserts an evidence entry with `sql` ([`INSERT_EVIDENCE`] or [`APPEND_EVIDENCE`]).
-pub(super) async fn insert_evidence(
-    e: EvidenceColumns,
+/// An evidence entry of operation (`tenant`, `id`), for [`INSERT_EVIDENCE`] or
+/// [`APPEND_EVIDENCE`].
+pub(super) fn evidence(
     sql: &'static str,
-    conn: &mut SqliteConnection,
     tenant: &Tenant,
     id: &OperationId,
-) -> Result<(), LedgerError> {
-    let query = sqlx::query(sql)
-        .bind(tenant.as_str().to_owned())
-        .bind(id.as_str().to_owned());
-    bind_evidence(query, e)
-        .execute(conn)
-        .await
-        .map_err(unavailable)?;
-    Ok(())
+    e: EvidenceColumns,
+) -> Statement {
+    Statement::new(sql, |a| {
+        a.push(tenant.as_str()).push(id.as_str());
+        bind_evidence(a, e);
+    })
 }
 
 /// Binds a new row's frozen columns and its creation time: ?1..?14 of [`INSERT_OPERATION`].
-pub(super) fn bind_prepared(query: SqliteQuery, r: RowColumns) -> SqliteQuery {
-    query
-        .bind(r.tenant)
-        .bind(r.operation_id)
-        .bind(r.action)
-        .bind(r.intent_ref)
-        .bind(r.idempotency_key)
-        .bind(r.payload_hash)
-        .bind(r.request_method)
-        .bind(r.request_url)
-        .bind(r.request_headers)
-        .bind(r.request_body)
-        .bind(r.contract_name)
-        .bind(r.contract_hash)
-        .bind(r.budget_policy)
-        .bind(r.created_ms)
+pub(super) fn bind_prepared(a: &mut Args, r: RowColumns) {
+    a.push(r.tenant)
+        .push(r.operation_id)
+        .push(r.action)
+        .push(r.intent_ref)
+        .push(r.idempotency_key)
+        .push(r.payload_hash)
+        .push(r.request_method)
+        .push(r.request_url)
+        .push(r.request_headers)
+        .push(r.request_body)
+        .push(r.contract_name)
+        .push(r.contract_hash)
+        .push(r.budget_policy)
+        .push(r.created_ms);
 }
 
-/// Binds every column of a row after tenant and operation id, in table order (29 parameters,
-/// see [`INSERT_CLAIMED`]).
-pub(super) fn bind_row(query: SqliteQuery, r: RowColumns) -> SqliteQuery {
-    query
-        .bind(r.action)
-        .bind(r.intent_ref)
-        .bind(r.idempotency_key)
-        .bind(r.payload_hash)
-        .bind(r.request_method)
-        .bind(r.request_url)
-        .bind(r.request_headers)
-        .bind(r.request_body)
-        .bind(r.contract_name)
-        .bind(r.contract_hash)
-        .bind(r.budget_policy)
-        .bind(r.state)
-        .bind(r.last_result)
-        .bind(r.generation)
-        .bind(r.version)
-        .bind(r.attempts_used)
-        .bind(r.queries_used)
-        .bind(i64::from(r.may_have_applied))
-        .bind(r.current_attempt)
-        .bind(r.lease_until_ms)
-        .bind(r.next_check_ms)
-        .bind(r.deadline_ms)
-        .bind(r.remote_ref)
-        .bind(r.reason)
-        .bind(r.response.status.map(i64::from))
-        .bind(r.response.headers)
-        .bind(r.response.body)
-        .bind(r.created_ms)
-        .bind(r.updated_ms)
+/// Binds every column of a row in table order (31 parameters, see [`INSERT_CLAIMED`]).
+pub(super) fn bind_row(a: &mut Args, r: RowColumns) {
+    a.push(r.tenant)
+        .push(r.operation_id)
+        .push(r.action)
+        .push(r.intent_ref)
+        .push(r.idempotency_key)
+        .push(r.payload_hash)
+        .push(r.request_method)
+        .push(r.request_url)
+        .push(r.request_headers)
+        .push(r.request_body)
+        .push(r.contract_name)
+        .push(r.contract_hash)
+        .push(r.budget_policy)
+        .push(r.state)
+        .push(r.last_result)
+        .push(r.generation)
+        .push(r.version)
+        .push(r.attempts_used)
+        .push(r.queries_used)
+        .push(r.may_have_applied)
+        .push(r.current_attempt)
+        .push(r.lease_until_ms)
+        .push(r.next_check_ms)
+        .push(r.deadline_ms)
+        .push(r.remote_ref)
+        .push(r.reason)
+        .push(r.response.status.map(i64::from))
+        .push(r.response.headers)
+        .push(r.response.body)
+        .push(r.created_ms)
+        .push(r.updated_ms);
 }
 
-/// Binds all the parameters of [`APPLY`] (31).
-pub(super) fn bind_apply(query: SqliteQuery, u: UpdateColumns) -> SqliteQuery {
-    let query = query
-        .bind(u.state)
-        .bind(u.last_result)
-        .bind(u.generation)
-        .bind(u.attempts_used)
-        .bind(u.queries_used)
-        .bind(i64::from(u.reset_may_have_applied))
-        .bind(i64::from(u.may_have_applied))
-        .bind(u.current_attempt)
-        .bind(u.lease_until_ms)
-        .bind(u.next_check_ms)
-        .bind(u.deadline_ms)
-        .bind(u.remote_ref)
-        .bind(u.reason)
-        .bind(u.response.status.map(i64::from))
-        .bind(u.response.headers)
-        .bind(u.response.body)
-        .bind(u.now_ms)
-        .bind(u.tenant)
-        .bind(u.operation_id)
-        .bind(u.expect_state)
-        .bind(u.expect_generation)
-        .bind(u.expect_version)
-        .bind(i64::from(u.operation_level));
-    bind_evidence(query, u.evidence)
+/// Binds all the parameters of [`APPLY`] (23); the evidence entry is returned for
+/// [`INSERT_EVIDENCE`] once the row changed.
+pub(super) fn bind_apply(a: &mut Args, u: UpdateColumns) -> EvidenceColumns {
+    a.push(u.state)
+        .push(u.last_result)
+        .push(u.generation)
+        .push(u.attempts_used)
+        .push(u.queries_used)
+        .push(u.reset_may_have_applied)
+        .push(u.may_have_applied)
+        .push(u.current_attempt)
+        .push(u.lease_until_ms)
+        .push(u.next_check_ms)
+        .push(u.deadline_ms)
+        .push(u.remote_ref)
+        .push(u.reason)
+        .push(u.response.status.map(i64::from))
+        .push(u.response.headers)
+        .push(u.response.body)
+        .push(u.now_ms)
+        .push(u.tenant)
+        .push(u.operation_id)
+        .push(u.expect_state)
+        .push(u.expect_generation)
+        .push(u.expect_version)
+        .push(u.operation_level);
+    u.evidence
 }
 
 // ── vendor callbacks ────────────────────────────────────────────────────────────────────────────
@@ -377,30 +335,25 @@ SELECT * FROM rw_operations WHERE tenant = ?1 AND idempotency_key = ?2
 ORDER BY created_ms, rowid LIMIT 1";
 
 /// Binds the seven parameters of [`INSERT_CALLBACK_EVENT`].
-pub(super) fn bind_callback_event(query: SqliteQuery, e: CallbackEventColumns) -> SqliteQuery {
-    query
-        .bind(e.vendor)
-        .bind(e.event_id)
-        .bind(e.event_type)
-        .bind(e.tenant)
-        .bind(e.operation_id)
-        .bind(e.outcome)
-        .bind(e.received_ms)
+pub(super) fn bind_callback_event(a: &mut Args, e: CallbackEventColumns) {
+    a.push(e.vendor)
+        .push(e.event_id)
+        .push(e.event_type)
+        .push(e.tenant)
+        .push(e.operation_id)
+        .push(e.outcome)
+        .push(e.received_ms);
 }
 
 /// Binds the nine parameters of [`INSERT_CALLBACK_QUARANTINE`].
-pub(super) fn bind_quarantined_callback(
-    query: SqliteQuery,
-    q: QuarantinedCallbackColumns,
-) -> SqliteQuery {
-    query
-        .bind(q.vendor)
-        .bind(q.event_id)
-        .bind(q.event_type)
-        .bind(q.tenant)
-        .bind(q.match_by)
-        .bind(q.match_value)
-        .bind(q.reason)
-        .bind(q.evidence)
-        .bind(q.received_ms)
+pub(super) fn bind_quarantined_callback(a: &mut Args, q: QuarantinedCallbackColumns) {
+    a.push(q.vendor)
+        .push(q.event_id)
+        .push(q.event_type)
+        .push(q.tenant)
+        .push(q.match_by)
+        .push(q.match_value)
+        .push(q.reason)
+        .push(q.evidence)
+        .push(q.received_ms);
 }

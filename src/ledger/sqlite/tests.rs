@@ -1,39 +1,47 @@
 use super::*;
 
+/// The value of `pragma` on the writer's connection, between batches.
+async fn writer_pragma(ledger: &SqliteLedger, pragma: &'static str) -> String {
+    ledger
+        .write(move |conn| {
+            let rows = conn.rows_dynamic(pragma, &[])?;
+            let v = match rows[0].try_get_at::<Option<String>>(0) {
+                Ok(Some(s)) => s,
+                _ => rows[0].try_get_at::<i64>(0).unwrap().to_string(),
+            };
+            Ok(Finish::Unchanged(v))
+        })
+        .await
+        .unwrap()
+}
+
+/// The value of `pragma` on a reader's connection.
+async fn reader_pragma(ledger: &SqliteLedger, pragma: &'static str) -> i64 {
+    ledger
+        .read(move |conn| conn.scalar_i64(pragma, &[]))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn pragmas_are_set_on_the_writer() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = SqliteLedger::open(dir.path().join("ledger.db"))
         .await
         .unwrap();
-    let pool = ledger.writer_pool();
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let mode = writer_pragma(&ledger, "PRAGMA journal_mode").await;
     assert_eq!(mode.to_ascii_lowercase(), "wal");
     // 2 = FULL.
-    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(sync, 2);
-    let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(fk, 1);
+    assert_eq!(writer_pragma(&ledger, "PRAGMA synchronous").await, "2");
+    assert_eq!(writer_pragma(&ledger, "PRAGMA foreign_keys").await, "1");
     // 2 = MEMORY: statement journals never spill to a temporary file.
-    let temp_store: i64 = sqlx::query_scalar("PRAGMA temp_store")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(temp_store, 2);
-    let reader_sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
-        .fetch_one(&ledger.reader)
-        .await
-        .unwrap();
-    assert_eq!(reader_sync, 2);
+    assert_eq!(writer_pragma(&ledger, "PRAGMA temp_store").await, "2");
+    // 2 = INCREMENTAL: retention gives space back.
+    assert_eq!(writer_pragma(&ledger, "PRAGMA auto_vacuum").await, "2");
+    // Readers never sync: they write nothing. Their level is SQLite's default.
+    assert_eq!(reader_pragma(&ledger, "PRAGMA synchronous").await, 2);
+    assert_eq!(reader_pragma(&ledger, "PRAGMA foreign_keys").await, 1);
 }
 
 #[tokio::test]
@@ -45,11 +53,7 @@ async fn synchronous_normal_is_configurable() {
     )
     .await
     .unwrap();
-    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
-        .fetch_one(ledger.writer_pool())
-        .await
-        .unwrap();
-    assert_eq!(sync, 1);
+    assert_eq!(writer_pragma(&ledger, "PRAGMA synchronous").await, "1");
 }
 
 #[tokio::test]
@@ -65,34 +69,42 @@ async fn zero_readers_is_a_config_error() {
 }
 
 async fn count(ledger: &SqliteLedger, sql: &'static str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(&ledger.reader)
+    ledger
+        .read(move |conn| conn.scalar_i64(sql, &[]))
         .await
+        .unwrap()
         .unwrap()
 }
 
-/// A raw write through the writer task: inserts a bare operation row named `id`.
+/// A raw write through the writer thread: inserts a bare operation row named `id`.
 fn insert_row(
     id: &'static str,
-) -> impl for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<()>, LedgerError>>
-+ Send
-+ 'static {
+) -> impl Fn(&mut Conn) -> Result<Finish<()>, LedgerError> + Send + 'static {
     move |conn| {
-        Box::pin(async move {
-            sqlx::query(
-                "INSERT INTO rw_operations (tenant, operation_id, action, intent_ref, \
-                 idempotency_key, payload_hash, request_method, request_url, \
-                 request_headers, request_body, contract_name, contract_hash, budget_policy, \
-                 state, created_ms, updated_ms) VALUES ('t', ?1, 'a', ?1, 'k', 'h', 'POST', \
-                 'http://v/', '[]', x'', 'c', 'h', '{}', 'PREPARED', 0, 0)",
-            )
-            .bind(id)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            Ok(Finish::Commit(()))
-        })
+        conn.execute(
+            "INSERT INTO rw_operations (tenant, operation_id, action, intent_ref, \
+             idempotency_key, payload_hash, request_method, request_url, \
+             request_headers, request_body, contract_name, contract_hash, budget_policy, \
+             state, created_ms, updated_ms) VALUES ('t', ?1, 'a', ?1, 'k', 'h', 'POST', \
+             'http://v/', '[]', x'', 'c', 'h', '{}', 'PREPARED', 0, 0)",
+            &[rusqlite::types::Value::Text(id.to_owned())],
+        )?;
+        Ok(Finish::Commit(()))
     }
+}
+
+/// Runs `writes` (futures that each queue their write when first polled, such as a
+/// `tokio::join!` of `SqliteLedger::write` calls) so that they are all committed in one batch:
+/// the writer is held until every one was queued.
+async fn in_one_batch<F: std::future::Future>(ledger: &SqliteLedger, writes: F) -> F::Output {
+    let gate = ledger.hold_writer_for_tests().await.unwrap();
+    let release = async move {
+        // Pending once: by the time this runs again, `writes` was polled and queued all.
+        tokio::task::yield_now().await;
+        drop(gate);
+    };
+    let (out, ()) = tokio::join!(writes, release);
+    out
 }
 
 /// Evidence for an operation that does not exist: a foreign key violation.
@@ -100,8 +112,8 @@ const ORPHAN_EVIDENCE: &str = "INSERT INTO rw_evidence (tenant, operation_id, ge
      kind, at_ms) VALUES ('t', 'op-missing', 0, 'x', 0)";
 
 /// A request whose precondition failed: nothing to keep.
-fn refused(_: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<u8>, LedgerError>> {
-    Box::pin(async { Ok(Finish::Unchanged(7)) })
+fn refused(_: &mut Conn) -> Result<Finish<u8>, LedgerError> {
+    Ok(Finish::Unchanged(7))
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -110,21 +122,19 @@ async fn a_request_failing_after_its_first_statement_is_undone_alone() {
     let commits = ledger.commits();
     // The middle request writes a row, then violates a constraint: its row must go, the
     // others' rows stay, and all three share one commit.
-    fn failing(conn: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<()>, LedgerError>> {
-        Box::pin(async move {
-            insert_row("op-half")(&mut *conn).await?;
-            sqlx::query(ORPHAN_EVIDENCE)
-                .execute(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-            Ok(Finish::Commit(()))
-        })
+    fn failing(conn: &mut Conn) -> Result<Finish<()>, LedgerError> {
+        insert_row("op-half")(conn)?;
+        conn.execute(ORPHAN_EVIDENCE, &[])?;
+        Ok(Finish::Commit(()))
     }
-    let (a, b, c) = tokio::join!(
-        ledger.write(insert_row("op-a")),
-        ledger.write(failing),
-        ledger.write(insert_row("op-c")),
-    );
+    let (a, b, c) = in_one_batch(&ledger, async {
+        tokio::join!(
+            ledger.write(insert_row("op-a")),
+            ledger.write(failing),
+            ledger.write(insert_row("op-c")),
+        )
+    })
+    .await;
     assert!(a.is_ok() && c.is_ok(), "{a:?} {c:?}");
     assert!(matches!(b, Err(LedgerError::Unavailable(_))), "{b:?}");
     assert_eq!(ledger.commits() - commits, 1);
@@ -147,17 +157,13 @@ async fn a_request_failing_after_its_first_statement_is_undone_alone() {
 }
 
 /// Evidence for `op-a`: fails (foreign key) unless `op-a` exists in this transaction.
-fn evidence_for_a(conn: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<()>, LedgerError>> {
-    Box::pin(async move {
-        sqlx::query(
-            "INSERT INTO rw_evidence (tenant, operation_id, generation, kind, at_ms) \
-             VALUES ('t', 'op-a', 0, 'x', 0)",
-        )
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-        Ok(Finish::Commit(()))
-    })
+fn evidence_for_a(conn: &mut Conn) -> Result<Finish<()>, LedgerError> {
+    conn.execute(
+        "INSERT INTO rw_evidence (tenant, operation_id, generation, kind, at_ms) \
+         VALUES ('t', 'op-a', 0, 'x', 0)",
+        &[],
+    )?;
+    Ok(Finish::Commit(()))
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -167,29 +173,25 @@ async fn failed_writes_are_dropped_and_the_others_kept_exactly_once() {
     // Each failing write inserts a row, then violates a constraint.
     fn failing(
         id: &'static str,
-    ) -> impl for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<()>, LedgerError>>
-    + Send
-    + 'static {
+    ) -> impl Fn(&mut Conn) -> Result<Finish<()>, LedgerError> + Send + 'static {
         move |conn| {
-            Box::pin(async move {
-                insert_row(id)(&mut *conn).await?;
-                sqlx::query(ORPHAN_EVIDENCE)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-                Ok(Finish::Commit(()))
-            })
+            insert_row(id)(conn)?;
+            conn.execute(ORPHAN_EVIDENCE, &[])?;
+            Ok(Finish::Commit(()))
         }
     }
     // `b` needs `a`'s row, so it must run after `a` in the transaction that commits; `a`
     // and `c` are plain inserts, which would fail if they ran twice in it.
-    let (a, f1, b, f2, c) = tokio::join!(
-        ledger.write(insert_row("op-a")),
-        ledger.write(failing("op-half-1")),
-        ledger.write(evidence_for_a),
-        ledger.write(failing("op-half-2")),
-        ledger.write(insert_row("op-c")),
-    );
+    let (a, f1, b, f2, c) = in_one_batch(&ledger, async {
+        tokio::join!(
+            ledger.write(insert_row("op-a")),
+            ledger.write(failing("op-half-1")),
+            ledger.write(evidence_for_a),
+            ledger.write(failing("op-half-2")),
+            ledger.write(insert_row("op-c")),
+        )
+    })
+    .await;
     assert!(a.is_ok() && b.is_ok() && c.is_ok(), "{a:?} {b:?} {c:?}");
     for failed in [f1, f2] {
         assert!(
@@ -220,7 +222,10 @@ async fn a_batch_of_only_failed_writes_commits_nothing() {
     let ledger = SqliteLedger::in_memory().await.unwrap();
     let commits = ledger.commits();
     // No `op-a`: both fail, alone or after the other was dropped.
-    let (x, y) = tokio::join!(ledger.write(evidence_for_a), ledger.write(evidence_for_a));
+    let (x, y) = in_one_batch(&ledger, async {
+        tokio::join!(ledger.write(evidence_for_a), ledger.write(evidence_for_a))
+    })
+    .await;
     assert!(x.is_err() && y.is_err(), "{x:?} {y:?}");
     assert_eq!(ledger.commits(), commits);
     assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 0);
@@ -235,25 +240,22 @@ async fn a_failed_commit_fails_every_caller_and_keeps_nothing() {
     let ledger = SqliteLedger::in_memory().await.unwrap();
     let commits = ledger.commits();
     // A deferred foreign key violation passes every statement and fails the COMMIT.
-    fn poison(conn: &mut SqliteConnection) -> BoxFuture<'_, Result<Finish<()>, LedgerError>> {
-        Box::pin(async move {
-            for sql in ["PRAGMA defer_foreign_keys = ON", ORPHAN_EVIDENCE] {
-                sqlx::query(sql)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-            }
-            Ok(Finish::Commit(()))
-        })
+    fn poison(conn: &mut Conn) -> Result<Finish<()>, LedgerError> {
+        conn.execute("PRAGMA defer_foreign_keys = ON", &[])?;
+        conn.execute(ORPHAN_EVIDENCE, &[])?;
+        Ok(Finish::Commit(()))
     }
     // A request whose precondition "fails" is not reported as refused either: the refusal
     // may rest on a change of the failed batch.
-    let (a, b, c, d) = tokio::join!(
-        ledger.write(insert_row("op-a")),
-        ledger.write(poison),
-        ledger.write(insert_row("op-c")),
-        ledger.write(refused),
-    );
+    let (a, b, c, d) = in_one_batch(&ledger, async {
+        tokio::join!(
+            ledger.write(insert_row("op-a")),
+            ledger.write(poison),
+            ledger.write(insert_row("op-c")),
+            ledger.write(refused),
+        )
+    })
+    .await;
     for (name, result) in [("a", a), ("b", b), ("c", c), ("d", d.map(|_| ()))] {
         assert!(
             matches!(&result, Err(LedgerError::Unavailable(e)) if e.to_string().contains("not committed")),
@@ -278,7 +280,10 @@ async fn a_failed_commit_fails_every_caller_and_keeps_nothing() {
 async fn a_batch_of_refusals_is_rolled_back_without_a_commit() {
     let ledger = SqliteLedger::in_memory().await.unwrap();
     let commits = ledger.commits();
-    let (a, b) = tokio::join!(ledger.write(refused), ledger.write(refused));
+    let (a, b) = in_one_batch(&ledger, async {
+        tokio::join!(ledger.write(refused), ledger.write(refused))
+    })
+    .await;
     assert_eq!((a.unwrap(), b.unwrap()), (7, 7));
     assert_eq!(ledger.commits(), commits, "nothing to make durable");
 }
@@ -338,33 +343,97 @@ async fn create_and_apply_is_one_write_and_one_commit() {
     assert_eq!(count(&ledger, "SELECT COUNT(*) FROM rw_evidence").await, 2);
 }
 
-#[test]
-fn a_write_after_the_writer_task_stopped_is_unavailable() {
-    let runtime = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    // The runtime that opened the ledger, and with it the writer task, is gone.
-    let ledger = runtime().block_on(SqliteLedger::in_memory()).unwrap();
-    let result = runtime().block_on(ledger.write(insert_row("op-x")));
+#[tokio::test]
+async fn every_call_after_close_is_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let ledger = SqliteLedger::open(&path).await.unwrap();
+    ledger.write(insert_row("op-a")).await.unwrap();
+    let other = ledger.clone();
+    ledger.close().await;
+    assert!(other.is_closed());
+    let write = other.write(insert_row("op-b")).await;
     assert!(
-        matches!(&result, Err(LedgerError::Unavailable(e)) if e.to_string().contains("stopped")),
-        "{result:?}"
+        matches!(&write, Err(LedgerError::Unavailable(e)) if e.to_string().contains("closed")),
+        "{write:?}"
+    );
+    let read = other
+        .get(&Tenant::new("t"), &OperationId::new("op-a"))
+        .await;
+    assert!(matches!(read, Err(LedgerError::Unavailable(_))), "{read:?}");
+    // What was committed before the close is in the file, and the file opens again.
+    let again = SqliteLedger::open(&path).await.unwrap();
+    assert_eq!(count(&again, "SELECT COUNT(*) FROM rw_operations").await, 1);
+}
+
+/// Readers have their own connections: a read completes while the writer is busy in the
+/// middle of a batch (here: a write that waits, inside its transaction, for the read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_do_not_wait_for_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = SqliteLedger::open(dir.path().join("ledger.db"))
+        .await
+        .unwrap();
+    ledger.write(insert_row("op-a")).await.unwrap();
+    let (read_done, wait_for_read) = std::sync::mpsc::channel::<()>();
+    let wait_for_read = std::sync::Mutex::new(wait_for_read);
+    let (started, writer_started) = tokio::sync::oneshot::channel::<()>();
+    let started = std::sync::Mutex::new(Some(started));
+    let writer = ledger.clone();
+    let busy = tokio::spawn(async move {
+        writer
+            .write(move |conn| {
+                insert_row("op-b")(conn)?;
+                if let Some(started) = started.lock().unwrap().take() {
+                    let _ = started.send(());
+                }
+                // Holds the write lock until the read is done (or gives up after 20 s).
+                let waited = wait_for_read
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(Duration::from_secs(20));
+                Ok(Finish::Commit(waited.is_ok()))
+            })
+            .await
+    });
+    writer_started.await.unwrap();
+    // The writer holds its transaction open: this read sees the committed `op-a` only.
+    let read = ledger
+        .get(&Tenant::new("t"), &OperationId::new("op-a"))
+        .await
+        .unwrap();
+    assert!(read.is_some());
+    assert_eq!(
+        count(&ledger, "SELECT COUNT(*) FROM rw_operations").await,
+        1
+    );
+    read_done.send(()).unwrap();
+    assert!(
+        busy.await.unwrap().unwrap(),
+        "the read finished while the writer was inside its batch"
+    );
+    assert_eq!(
+        count(&ledger, "SELECT COUNT(*) FROM rw_operations").await,
+        2
     );
 }
 
 async fn plan(ledger: &SqliteLedger, sql: &'static str) -> String {
-    let rows = sqlx::query(sql)
-        .bind(0_i64)
-        .bind(0_i64)
-        .bind(10_i64)
-        .fetch_all(ledger.writer_pool())
+    plan_with(ledger, sql.to_owned(), vec![0.into(), 0.into(), 10.into()]).await
+}
+
+/// The plan of `explain` (an `EXPLAIN QUERY PLAN` statement) with `args`.
+async fn plan_with(
+    ledger: &SqliteLedger,
+    explain: String,
+    args: Vec<rusqlite::types::Value>,
+) -> String {
+    let rows = ledger
+        .read(move |conn| conn.rows_dynamic(&explain, &args))
         .await
         .unwrap();
     rows.iter()
-        .map(|r| r.get::<String, _>("detail"))
+        .map(|r| r.try_get::<String>("detail").unwrap())
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -408,18 +477,12 @@ async fn the_real_claim_and_sweep_statements_use_the_partial_indexes() {
         (CLAIM_PREPARED, "rw_operations_prepared"),
     ] {
         let explain = format!("EXPLAIN QUERY PLAN {sql}");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(explain))
-            .bind(0_i64)
-            .bind(0_i64)
-            .bind(10_i64)
-            .fetch_all(ledger.writer_pool())
-            .await
-            .unwrap();
-        let plan = rows
-            .iter()
-            .map(|r| r.get::<String, _>("detail"))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let args = match sql {
+            CLAIM_PREPARED => vec![0.into(), 0.into(), 0.into(), 10.into()],
+            SWEEP_EXPIRED => vec![0.into(), rusqlite::types::Value::Text("r".into())],
+            _ => vec![0.into(), 0.into(), 10.into()],
+        };
+        let plan = plan_with(&ledger, explain, args).await;
         assert!(plan.contains(index), "{sql}\n{plan}");
     }
 }
@@ -427,14 +490,7 @@ async fn the_real_claim_and_sweep_statements_use_the_partial_indexes() {
 /// The plan of a listing or counting statement, its arguments bound.
 pub(super) async fn plan_of(ledger: &SqliteLedger, sql: super::super::query::Sql) -> String {
     let explain = format!("EXPLAIN QUERY PLAN {}", sql.text);
-    let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(explain)), sql.args)
-        .fetch_all(&ledger.reader)
-        .await
-        .unwrap();
-    rows.iter()
-        .map(|r| r.get::<String, _>("detail"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    plan_with(ledger, explain, values(sql.args)).await
 }
 
 #[tokio::test]
@@ -494,17 +550,15 @@ async fn callback_lookups_read_their_indexes() {
         ),
     ] {
         let explain = format!("EXPLAIN QUERY PLAN {sql}");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(explain))
-            .bind("tenant-a")
-            .bind("W731")
-            .fetch_all(&ledger.reader)
-            .await
-            .unwrap();
-        let plan = rows
-            .iter()
-            .map(|r| r.get::<String, _>("detail"))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let plan = plan_with(
+            &ledger,
+            explain,
+            vec![
+                rusqlite::types::Value::Text("tenant-a".into()),
+                rusqlite::types::Value::Text("W731".into()),
+            ],
+        )
+        .await;
         assert!(plan.contains(index), "{sql}\n{plan}");
     }
 }
@@ -519,13 +573,8 @@ async fn results_alone_commit_without_an_fsync_and_claims_always_with_one() {
     let ledger = SqliteLedger::open(dir.path().join("l.db")).await.unwrap();
     let level = |l: SqliteLedger| async move {
         l.write(|conn| {
-            Box::pin(async move {
-                let v: i64 = sqlx::query_scalar("PRAGMA synchronous")
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
-                Ok(Finish::Unchanged(v))
-            })
+            let v = conn.scalar_i64("PRAGMA synchronous", &[])?;
+            Ok(Finish::Unchanged(v.unwrap_or_default()))
         })
         .await
         .unwrap()

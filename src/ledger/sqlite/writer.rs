@@ -1,17 +1,20 @@
-//! The group-commit writer task: one task owns the write path, runs whatever is queued in one
-//! `BEGIN IMMEDIATE` transaction, commits once and only then answers each caller (see
-//! [Group commit](super#group-commit)).
+//! The group-commit writer: one dedicated thread owns the write connection, runs whatever is
+//! queued in one `BEGIN IMMEDIATE` transaction, commits once and only then answers each caller
+//! (see [Group commit](super#group-commit)).
+//!
+//! The thread calls SQLite directly: a batch of 64 writes is 64 × a few statements executed
+//! back to back, with no hand-off per statement, and the only wake-ups are the caller's enqueue
+//! and the reply after the commit.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 
-use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{SqliteConnection, SqlitePool};
-use sqlx::{Connection, Sqlite};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::Synchronous;
-use crate::ledger::{BoxFuture, LedgerError};
+use super::conn::{Conn, Opener};
+use crate::ledger::LedgerError;
 
 /// What a write did, inside its batch's transaction.
 pub(super) enum Finish<T> {
@@ -23,10 +26,10 @@ pub(super) enum Finish<T> {
     Unchanged(T),
 }
 
-/// Counters of the writer task.
+/// Counters of the writer thread.
 #[derive(Debug, Default)]
 pub(super) struct WriterStats {
-    /// Transactions the writer task committed.
+    /// Transactions the writer committed.
     pub(super) commits: AtomicU64,
     /// Requests answered from committed transactions.
     pub(super) committed_requests: AtomicU64,
@@ -34,7 +37,7 @@ pub(super) struct WriterStats {
     pub(super) relaxed_commits: AtomicU64,
 }
 
-/// One caller's write, waiting in the queue of the writer task.
+/// One caller's write, waiting in the queue of the writer thread.
 pub(super) trait PendingWrite: Send {
     /// Whether the caller stopped waiting (its future was dropped). Such a write is skipped if
     /// it was not started yet.
@@ -43,7 +46,7 @@ pub(super) trait PendingWrite: Send {
     /// Runs the caller's statements inside the batch's transaction and keeps the result for
     /// [`answer`](Self::answer) (replacing that of an earlier run, undone since). The caller is
     /// not answered yet: that waits for the commit.
-    fn run<'c>(&'c mut self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran>;
+    fn run(&mut self, conn: &mut Conn) -> Ran;
 
     /// Answers the caller: with the result of the last run, or with `batch_failed` if given
     /// (also when it never ran).
@@ -78,9 +81,7 @@ pub(super) struct Queued<T, F> {
 impl<T, F> PendingWrite for Queued<T, F>
 where
     T: Send + 'static,
-    F: for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Finish<T>, LedgerError>>
-        + Send
-        + 'static,
+    F: Fn(&mut Conn) -> Result<Finish<T>, LedgerError> + Send + 'static,
 {
     fn abandoned(&self) -> bool {
         self.reply.is_closed()
@@ -90,16 +91,14 @@ where
         self.relaxed
     }
 
-    fn run<'c>(&'c mut self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran> {
-        Box::pin(async move {
-            let (ran, result) = match (self.op)(conn).await {
-                Ok(Finish::Commit(value)) => (Ran::Changed, Ok(value)),
-                Ok(Finish::Unchanged(value)) => (Ran::Unchanged, Ok(value)),
-                Err(e) => (Ran::Failed, Err(e)),
-            };
-            self.result = Some(result);
-            ran
-        })
+    fn run(&mut self, conn: &mut Conn) -> Ran {
+        let (ran, result) = match (self.op)(conn) {
+            Ok(Finish::Commit(value)) => (Ran::Changed, Ok(value)),
+            Ok(Finish::Unchanged(value)) => (Ran::Unchanged, Ok(value)),
+            Err(e) => (Ran::Failed, Err(e)),
+        };
+        self.result = Some(result);
+        ran
     }
 
     fn answer(self: Box<Self>, batch_failed: Option<LedgerError>) {
@@ -119,117 +118,40 @@ where
     }
 }
 
+/// What the writer thread is asked to do.
+pub(super) enum Job {
+    /// Run a write in the next batch.
+    Write(Box<dyn PendingWrite>),
+    /// Finish what was queued before, close the connection, and fail everything after.
+    Close(oneshot::Sender<()>),
+}
+
 /// Why a whole batch was not committed; every caller in it gets this as the source of its
 /// [`LedgerError::Unavailable`].
 #[derive(Debug, thiserror::Error)]
 #[error("the write batch was not committed: {0}")]
-struct BatchFailed(#[source] Arc<sqlx::Error>);
+struct BatchFailed(#[source] Arc<rusqlite::Error>);
 
-/// The writer task is gone (its runtime shut down, or it panicked).
+/// The writer thread is gone (it panicked, or the ledger was closed).
 #[derive(Debug, thiserror::Error)]
-#[error("the SQLite ledger's writer task has stopped")]
+#[error("the SQLite ledger's writer has stopped")]
 struct WriterStopped;
+
+/// The ledger was closed.
+#[derive(Debug, thiserror::Error)]
+#[error("the SQLite ledger is closed")]
+struct Closed;
 
 pub(super) fn writer_stopped() -> LedgerError {
     LedgerError::Unavailable(Box::new(WriterStopped))
 }
 
-fn batch_failed(e: &Arc<sqlx::Error>) -> LedgerError {
-    LedgerError::Unavailable(Box::new(BatchFailed(e.clone())))
+pub(super) fn closed() -> LedgerError {
+    LedgerError::Unavailable(Box::new(Closed))
 }
 
-/// The writer task: takes what is queued (never waiting for more), commits it as one
-/// transaction, answers, repeats. Ends when every ledger handle is gone.
-///
-/// With `keep_connection`, it keeps the pool's one connection between batches: giving it back
-/// costs a spawned task and a ping (a round trip to the connection's thread) that the next
-/// batch would wait for. It gives it back when the pool is closed (so [`SqliteLedger::close`]
-/// completes and later writes fail) and after a batch that failed as a whole (so the pool
-/// checks the connection).
-pub(super) async fn run_writer(
-    pool: SqlitePool,
-    mut queue: mpsc::UnboundedReceiver<Box<dyn PendingWrite>>,
-    max_batch: usize,
-    keep_connection: bool,
-    sync: Durability,
-    stats: Arc<WriterStats>,
-) {
-    let mut batch: Vec<Box<dyn PendingWrite>> = Vec::with_capacity(max_batch);
-    let mut conn: Option<PoolConnection<Sqlite>> = None;
-    // The `synchronous` level the writer's connection is known to be at (`None`: not known, so
-    // the next batch sets it); switched in the same round trip as a batch's `BEGIN`.
-    let mut level: Option<Synchronous> = None;
-    let mut closed = std::pin::pin!(pool.close_event());
-    let mut pool_closed = false;
-    loop {
-        let received = if conn.is_some() && !pool_closed {
-            tokio::select! {
-                biased;
-                () = &mut closed => {
-                    pool_closed = true;
-                    conn = None;
-                    continue;
-                }
-                received = queue.recv_many(&mut batch, max_batch) => received,
-            }
-        } else {
-            queue.recv_many(&mut batch, max_batch).await
-        };
-        if received == 0 {
-            break;
-        }
-        batch.retain(|w| !w.abandoned());
-        if batch.is_empty() {
-            continue;
-        }
-        if pool.is_closed() {
-            conn = None;
-        }
-        let c = match conn.as_mut() {
-            Some(c) => c,
-            None => match pool.acquire().await {
-                Ok(c) => {
-                    // A fresh (or returned) connection: at the level it was configured with,
-                    // or at the one this task left it at; set it again to be sure.
-                    level = None;
-                    conn.insert(c)
-                }
-                Err(e) => {
-                    let e = Arc::new(e);
-                    for w in batch.drain(..) {
-                        w.answer(Some(batch_failed(&e)));
-                    }
-                    continue;
-                }
-            },
-        };
-        let want = if batch.iter().all(|w| w.relaxed()) {
-            sync.relaxed
-        } else {
-            sync.durable
-        };
-        let begin = if level == Some(want) {
-            "BEGIN IMMEDIATE"
-        } else {
-            Durability::begin(want)
-        };
-        let committed = run_batch(c, &mut batch, begin, &stats).await;
-        if committed && want != sync.durable {
-            stats.relaxed_commits.fetch_add(1, Ordering::Relaxed);
-        }
-        level = committed.then_some(want);
-        // After a failed COMMIT or ROLLBACK (a full disk, an I/O error) SQLite may have rolled
-        // the transaction back by itself while sqlx still counts it as open: every later
-        // `BEGIN` would then fail. Such a connection is closed and the pool opens a fresh one.
-        // An in-memory database lives only in its connection, so it is never closed.
-        if !committed && keep_connection && !still_usable(c).await {
-            c.close_on_drop();
-        }
-        if !committed || !keep_connection {
-            conn = None;
-        }
-        batch.clear();
-    }
+fn batch_failed(e: &Arc<rusqlite::Error>) -> LedgerError {
+    LedgerError::Unavailable(Box::new(BatchFailed(e.clone())))
 }
 
 /// The writer's `synchronous` levels: for batches with a claim (the configured level) and for
@@ -256,49 +178,161 @@ impl Durability {
         }
     }
 
-    /// The `BEGIN` of a batch that switches the connection to `level` first, in one round trip.
-    fn begin(level: Synchronous) -> &'static str {
+    fn pragma(level: Synchronous) -> &'static str {
         match level {
-            Synchronous::Full => "PRAGMA synchronous = FULL; BEGIN IMMEDIATE",
-            Synchronous::Normal => "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE",
-            Synchronous::Off => "PRAGMA synchronous = OFF; BEGIN IMMEDIATE",
+            Synchronous::Full => "PRAGMA synchronous = FULL",
+            Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+            Synchronous::Off => "PRAGMA synchronous = OFF",
         }
     }
 }
 
-/// Whether the writer's connection can start the next batch after one that failed as a whole:
-/// it answers, and no transaction is left open on it (the rollback sqlx queued when the failed
-/// transaction was dropped runs before the probe, in order).
-async fn still_usable(conn: &mut SqliteConnection) -> bool {
-    sqlx::raw_sql("SELECT 1").execute(&mut *conn).await.is_ok() && !conn.is_in_transaction()
+/// The writer thread's state.
+pub(super) struct Writer {
+    /// The connection; `None` after a close, or while a file connection is to be reopened.
+    pub(super) conn: Option<Conn>,
+    /// How to open a fresh connection after one was left unusable (a file ledger only: an
+    /// in-memory database lives in its one connection).
+    pub(super) reopen: Option<Opener>,
+    pub(super) max_batch: usize,
+    pub(super) sync: Durability,
+    pub(super) stats: Arc<WriterStats>,
 }
+
+impl Writer {
+    /// Takes what is queued (never waiting for more), commits it as one transaction, answers,
+    /// repeats. Ends when every ledger handle is gone.
+    pub(super) fn run(mut self, queue: mpsc::Receiver<Job>) {
+        let mut batch: Vec<Box<dyn PendingWrite>> = Vec::with_capacity(self.max_batch);
+        // The `synchronous` level the connection is known to be at.
+        let mut level = Some(self.sync.durable);
+        let mut closing: Option<oneshot::Sender<()>> = None;
+        let mut is_closed = false;
+        while let Ok(first) = queue.recv() {
+            let mut next = Some(first);
+            while let Some(job) = next.take() {
+                match job {
+                    Job::Write(w) => batch.push(w),
+                    Job::Close(done) => {
+                        closing = Some(done);
+                        break;
+                    }
+                }
+                if batch.len() < self.max_batch {
+                    next = queue.try_recv().ok();
+                }
+            }
+            batch.retain(|w| !w.abandoned());
+            if is_closed {
+                for w in batch.drain(..) {
+                    w.answer(Some(closed()));
+                }
+            } else if !batch.is_empty() {
+                self.run_batch(&mut batch, &mut level);
+            }
+            if let Some(done) = closing.take() {
+                // Closing the connection checkpoints the WAL (the last connection to the file
+                // removes it): do it before the closer is answered.
+                self.conn = None;
+                self.reopen = None;
+                is_closed = true;
+                let _ = done.send(());
+            }
+        }
+    }
+
+    fn run_batch(
+        &mut self,
+        batch: &mut Vec<Box<dyn PendingWrite>>,
+        level: &mut Option<Synchronous>,
+    ) {
+        if self.conn.is_none() {
+            match self.reopen.as_ref().map(Opener::writer) {
+                Some(Ok(conn)) => {
+                    self.conn = Some(conn);
+                    *level = Some(self.sync.durable);
+                }
+                Some(Err(e)) => {
+                    for w in batch.drain(..) {
+                        w.answer(Some(reopen_failed(&e)));
+                    }
+                    return;
+                }
+                None => {
+                    for w in batch.drain(..) {
+                        w.answer(Some(writer_stopped()));
+                    }
+                    return;
+                }
+            }
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let want = if batch.iter().all(|w| w.relaxed()) {
+            self.sync.relaxed
+        } else {
+            self.sync.durable
+        };
+        if *level != Some(want) {
+            if let Err(e) = conn.run(Durability::pragma(want)) {
+                let e = Arc::new(e);
+                for w in batch.drain(..) {
+                    w.answer(Some(batch_failed(&e)));
+                }
+                *level = None;
+                return;
+            }
+            *level = Some(want);
+        }
+        let committed = run_batch(conn, batch, want != self.sync.durable, &self.stats);
+        if committed.is_none() {
+            // After a failed COMMIT or ROLLBACK (a full disk, an I/O error) SQLite may have
+            // ended the transaction by itself, or left it open: roll back what is left, and if
+            // even that fails, open a fresh connection (a file ledger) for the next batch.
+            if conn.in_transaction() && conn.run("ROLLBACK").is_err() && self.reopen.is_some() {
+                self.conn = None;
+            }
+        }
+    }
+}
+
+/// Why a fresh writer connection could not be opened.
+fn reopen_failed(e: &LedgerError) -> LedgerError {
+    LedgerError::Unavailable(Box::new(ReopenFailed(e.to_string())))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the SQLite ledger's writer connection could not be reopened: {0}")]
+struct ReopenFailed(String);
 
 /// Runs `writes` in one transaction and answers each caller after the commit.
 ///
 /// A write that fails (a statement error, a row that cannot be decoded) may have changed
 /// something before it failed, and SQLite can only undo it with everything after the last
-/// savepoint. Rather than paying a savepoint round trip for every write, the whole transaction
-/// is rolled back and the batch runs again without the failed write, which gets its own error.
-/// A refused precondition changed nothing and needs no undo. Every write is answered only after
-/// the transaction that holds its final run was committed.
+/// savepoint. Rather than a savepoint for every write, the whole transaction is rolled back and
+/// the batch runs again without the failed write, which gets its own error. A refused
+/// precondition changed nothing and needs no undo. Every write is answered only after the
+/// transaction that holds its final run was committed.
 ///
-/// Returns `false` if the batch failed as a whole (`BEGIN`, `ROLLBACK` or `COMMIT` failed).
-async fn run_batch(
-    conn: &mut SqliteConnection,
+/// Returns whether it committed (`Some(false)`: nothing to commit), or `None` if the batch
+/// failed as a whole (`BEGIN`, `ROLLBACK` or `COMMIT` failed). `relaxed`: whether the commit
+/// is one without an fsync (counted as such).
+fn run_batch(
+    conn: &mut Conn,
     writes: &mut Vec<Box<dyn PendingWrite>>,
-    begin: &'static str,
+    relaxed: bool,
     stats: &WriterStats,
-) -> bool {
+) -> Option<bool> {
     let mut failed: Vec<Box<dyn PendingWrite>> = Vec::new();
     let finished = loop {
-        let mut tx = match conn.begin_with(begin).await {
-            Ok(tx) => tx,
-            Err(e) => break Err(e),
-        };
+        if let Err(e) = conn.run("BEGIN IMMEDIATE") {
+            break Err(e);
+        }
         let mut changed = false;
         let mut failure = None;
         for (i, w) in writes.iter_mut().enumerate() {
-            match w.run(&mut tx).await {
+            match w.run(conn) {
                 Ran::Changed => changed = true,
                 Ran::Unchanged => {}
                 Ran::Failed => {
@@ -308,13 +342,13 @@ async fn run_batch(
             }
         }
         match failure {
-            None if changed => break tx.commit().await.map(|()| true),
+            None if changed => break conn.run("COMMIT").map(|()| true),
             // Nothing to keep: no commit, no fsync.
-            None => break tx.rollback().await.map(|()| false),
+            None => break conn.run("ROLLBACK").map(|()| false),
             Some(i) => {
                 // Undo the failed write and everything before it; if even that fails (SQLite
                 // already rolled back after an I/O error, say), the batch is lost as a whole.
-                if let Err(e) = tx.rollback().await {
+                if let Err(e) = conn.run("ROLLBACK") {
                     break Err(e);
                 }
                 failed.push(writes.remove(i));
@@ -326,8 +360,12 @@ async fn run_batch(
     };
     match finished {
         Ok(committed) => {
+            // Counted before any caller is answered: a caller sees its own commit counted.
             if committed {
                 stats.commits.fetch_add(1, Ordering::Relaxed);
+                if relaxed {
+                    stats.relaxed_commits.fetch_add(1, Ordering::Relaxed);
+                }
                 stats
                     .committed_requests
                     .fetch_add((writes.len() + failed.len()) as u64, Ordering::Relaxed);
@@ -335,16 +373,16 @@ async fn run_batch(
             for w in writes.drain(..).chain(failed) {
                 w.answer(None);
             }
-            true
+            Some(committed)
         }
         Err(e) => {
-            // Dropping an unfinished transaction rolls it back. Not even a failed write gets its
-            // own error: it may rest on a change of the lost batch.
+            // Not even a failed write gets its own error: it may rest on a change of the lost
+            // batch.
             let e = Arc::new(e);
             for w in writes.drain(..).chain(failed) {
                 w.answer(Some(batch_failed(&e)));
             }
-            false
+            None
         }
     }
 }
