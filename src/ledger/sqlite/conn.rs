@@ -2,6 +2,7 @@
 //! bound from owned [`Value`]s, and rows read into owned [`SqlRow`]s, so that decoding (JSON,
 //! enums) happens in the caller's task, not on the writer thread.
 
+use std::cell::Cell as StdCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,6 +61,10 @@ impl Opener {
             self.synchronous.as_str()
         ))
         .map_err(unavailable)?;
+        // Replaces SQLite's automatic checkpoint (which would copy the WAL into the database,
+        // and fsync it, inside the commit that crossed 1000 pages, on the writer thread): the
+        // writer hands checkpoints to a thread of their own (see `writer::Checkpointer`).
+        conn.wal_hook(Some(note_wal_pages));
         Ok(Conn::new(conn))
     }
 
@@ -74,6 +79,22 @@ impl Opener {
             .map_err(unavailable)?;
         Ok(Conn::new(conn))
     }
+}
+
+thread_local! {
+    /// Pages in the WAL after the last commit on this thread's writer connection.
+    static WAL_PAGES: StdCell<i32> = const { StdCell::new(0) };
+}
+
+/// SQLite's WAL hook on the writer connection: called after each commit with the WAL's size.
+fn note_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_PAGES.with(|p| p.set(pages));
+    Ok(())
+}
+
+/// Pages in the WAL after the last commit of the writer connection on this thread.
+pub(super) fn wal_pages() -> i32 {
+    WAL_PAGES.with(StdCell::get)
 }
 
 /// A private in-memory database on one connection.

@@ -120,7 +120,7 @@ use conn::{Args, Conn, FromCell, Opener, SqlRow};
 use reader::Readers;
 use sql::*;
 use writer::{
-    Durability, Finish, Job, PendingWrite, Queued, Writer, WriterStats, closed, writer_stopped,
+    Checkpointer, Durability, Finish, Job, PendingWrite, Queued, Writer, WriterStats, closed, writer_stopped,
 };
 
 /// How this backend encodes values.
@@ -305,19 +305,19 @@ impl SqliteLedger {
             synchronous: options.synchronous,
         };
         let readers = Readers::new(opener.clone(), options.max_readers, runtime);
+        let (checkpointer, checkpoint) = Checkpointer::new(opener.clone());
+        std::thread::Builder::new()
+            .name("rw-sqlite-checkpoint".to_owned())
+            .spawn(move || checkpointer.run())
+            .map_err(|e| LedgerError::Unavailable(Box::new(e)))?;
         let open = move || {
             let mut conn = opener.writer()?;
             migrate::run(&mut conn)?;
             Ok((conn, Some(opener)))
         };
         let sync = Durability::new(options.synchronous, true);
-        Self::start(
-            open,
-            Reads::Pool(Arc::new(readers)),
-            options.max_batch,
-            sync,
-        )
-        .await
+        let reads = Reads::Pool(Arc::new(readers));
+        Self::start(open, reads, options.max_batch, sync, Some(checkpoint)).await
     }
 
     /// A private in-memory ledger on one connection, for tests. Nothing is durable; each call
@@ -335,6 +335,7 @@ impl SqliteLedger {
             SqliteLedgerOptions::DEFAULT_MAX_BATCH,
             // Nothing to sync: SQLite's default level, never switched.
             Durability::new(Synchronous::Full, false),
+            None,
         )
         .await
     }
@@ -346,6 +347,7 @@ impl SqliteLedger {
         reads: Reads,
         max_batch: usize,
         sync: Durability,
+        checkpoint: Option<writer::CheckpointHandle>,
     ) -> Result<Self, LedgerError>
     where
         F: FnOnce() -> Result<(Conn, Option<Opener>), LedgerError> + Send + 'static,
@@ -365,6 +367,7 @@ impl SqliteLedger {
                         max_batch,
                         sync,
                         stats: writer_stats,
+                        checkpoint,
                     }
                     .run(pending);
                 }

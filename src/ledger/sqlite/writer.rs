@@ -7,7 +7,7 @@
 //! and the reply after the commit.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use tokio::sync::oneshot;
@@ -187,6 +187,97 @@ impl Durability {
     }
 }
 
+/// The WAL size (pages) from which the writer asks for a checkpoint: SQLite's default
+/// automatic checkpoint threshold (about 4 MB).
+const CHECKPOINT_PAGES: i32 = 1000;
+
+/// The WAL size from which the writer checkpoints by itself whatever the checkpointer did (it
+/// may have stopped, or be starved by long reads).
+const BACKSTOP_PAGES: i32 = 8 * CHECKPOINT_PAGES;
+
+/// Copies the WAL back into the database file on a thread and a connection of its own, so the
+/// writer's commits do not wait for the bulk of it (SQLite would otherwise run the whole copy,
+/// and its fsyncs, inside the commit that crossed the threshold).
+///
+/// A checkpoint that runs while the writer keeps committing can never catch up with the WAL's
+/// end, and the WAL only starts over from its beginning when a write transaction begins with
+/// every frame copied. So the work is split: when the WAL crosses [`CHECKPOINT_PAGES`], the
+/// writer asks the checkpointer, which copies everything committed so far (`PASSIVE`: it never
+/// blocks the writer or the readers); once it is done, the writer copies the few frames
+/// committed meanwhile itself, between two batches, and its next transaction starts the WAL
+/// over.
+pub(super) struct Checkpointer {
+    opener: Opener,
+    asked: mpsc::Receiver<()>,
+    done: Arc<AtomicBool>,
+}
+
+/// The writer's side of the [`Checkpointer`].
+pub(super) struct CheckpointHandle {
+    ask: mpsc::SyncSender<()>,
+    /// Set by the checkpointer when it finished a checkpoint the writer asked for.
+    done: Arc<AtomicBool>,
+}
+
+impl Checkpointer {
+    /// A checkpointer for the ledger `opener` opens, and the handle the writer asks it with.
+    pub(super) fn new(opener: Opener) -> (Self, CheckpointHandle) {
+        // One request pending at most: asking again while one waits changes nothing.
+        let (ask, asked) = mpsc::sync_channel(1);
+        let done = Arc::new(AtomicBool::new(false));
+        let handle = CheckpointHandle {
+            ask,
+            done: done.clone(),
+        };
+        (
+            Self {
+                opener,
+                asked,
+                done,
+            },
+            handle,
+        )
+    }
+
+    /// Checkpoints each time it is asked, until the writer is gone.
+    pub(super) fn run(self) {
+        let mut conn: Option<Conn> = None;
+        while self.asked.recv().is_ok() {
+            if conn.is_none() {
+                conn = self.opener.reader().ok();
+            }
+            let Some(c) = &conn else { continue };
+            match c.rows_dynamic("PRAGMA wal_checkpoint(PASSIVE)", &[]) {
+                Ok(_) => self.done.store(true, Ordering::Release),
+                Err(e) => {
+                    tracing::warn!(error = %e, "SQLite ledger: WAL checkpoint failed; will retry");
+                    conn = None;
+                }
+            }
+            // At most one checkpoint per 5 ms, should readers keep the WAL from starting over
+            // (the writer then asks again after its next commits).
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+impl CheckpointHandle {
+    /// After a commit that left `pages` in the WAL: asks for a checkpoint, or finishes the one
+    /// the checkpointer did on `conn`.
+    fn after_commit(&self, conn: &Conn, pages: i32) {
+        if pages < CHECKPOINT_PAGES {
+            return;
+        }
+        if pages >= BACKSTOP_PAGES || self.done.swap(false, Ordering::AcqRel) {
+            if let Err(e) = conn.rows_dynamic("PRAGMA wal_checkpoint(PASSIVE)", &[]) {
+                tracing::warn!(error = %e, "SQLite ledger: WAL checkpoint failed; will retry");
+            }
+        } else {
+            let _ = self.ask.try_send(());
+        }
+    }
+}
+
 /// The writer thread's state.
 pub(super) struct Writer {
     /// The connection; `None` after a close, or while a file connection is to be reopened.
@@ -197,6 +288,8 @@ pub(super) struct Writer {
     pub(super) max_batch: usize,
     pub(super) sync: Durability,
     pub(super) stats: Arc<WriterStats>,
+    /// The checkpointer's handle (a file ledger).
+    pub(super) checkpoint: Option<CheckpointHandle>,
 }
 
 impl Writer {
@@ -235,6 +328,7 @@ impl Writer {
                 // removes it): do it before the closer is answered.
                 self.conn = None;
                 self.reopen = None;
+                self.checkpoint = None;
                 is_closed = true;
                 let _ = done.send(());
             }
@@ -286,6 +380,11 @@ impl Writer {
             *level = Some(want);
         }
         let committed = run_batch(conn, batch, want != self.sync.durable, &self.stats);
+        if committed == Some(true) {
+            if let Some(checkpoint) = &self.checkpoint {
+                checkpoint.after_commit(conn, super::conn::wal_pages());
+            }
+        }
         if committed.is_none() {
             // After a failed COMMIT or ROLLBACK (a full disk, an I/O error) SQLite may have
             // ended the transaction by itself, or left it open: roll back what is left, and if
