@@ -664,9 +664,10 @@ where
         _ => None,
     };
 
-    let applied = engine::apply_event(
+    let mut record = record;
+    let recorded = engine::record_event(
         &shared,
-        &record,
+        &mut record,
         Event::AttemptResult(evidence.clone()),
         "attempt_result",
         Extras {
@@ -674,18 +675,14 @@ where
             lease_until_ms: None,
             response: stored,
             note: None,
-            after_send: true,
         },
     )
     .await;
 
-    let mut recorded = false;
-    let row = match applied {
-        Ok(Applied::Done(row)) => {
-            recorded = true;
-            row
-        }
-        Ok(Applied::Refused(_) | Applied::Stale) => {
+    let (row, recorded) = match recorded {
+        // `record` is the row as recorded (its stored response aside: `response` is it).
+        Ok(engine::Recorded::Done) => (record, true),
+        Ok(engine::Recorded::Refused | engine::Recorded::Stale) => {
             // The lease ran out, or a reviewer or recoverer took the operation over while this
             // attempt was on the wire: the observation is kept as evidence only.
             if let Err(e) = engine::append_late(
@@ -699,20 +696,21 @@ where
             {
                 tracing::error!(operation = %record.operation_id, error = %e, "could not append late evidence");
             }
-            match shared
+            let row = match shared
                 .ledger
                 .get(&record.tenant, &record.operation_id)
                 .await
             {
                 Ok(Some(row)) => row,
-                _ => record.clone(),
-            }
+                _ => record,
+            };
+            (row, false)
         }
         Err(e) => {
             // The attempt happened but could not be recorded: the row stays IN_FLIGHT, its
             // lease expires and reconciliation takes over. Never a duplicate.
             tracing::error!(operation = %record.operation_id, error = %e, "could not record attempt result; it will be reconciled");
-            record.clone()
+            (record, false)
         }
     };
 
