@@ -139,8 +139,8 @@ fn update_for_event(
         note: extras.note.or_else(|| t.reason.clone()),
         at_ms: clock.now_ms,
     };
-    Ok(record.update_for(
-        &t,
+    Ok(record.update_from(
+        t,
         extras.attempt,
         extras.lease_until_ms,
         extras.response,
