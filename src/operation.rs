@@ -625,7 +625,7 @@ pub(crate) fn is_secret(name: &HeaderName, extra: &[String]) -> bool {
     DEFAULT_SECRET_HEADERS.contains(&n) || extra.iter().any(|s| s.eq_ignore_ascii_case(n))
 }
 
-fn is_unfrozen(name: &HeaderName) -> bool {
+pub(crate) fn is_unfrozen(name: &HeaderName) -> bool {
     UNFROZEN_HEADERS.contains(&name.as_str())
 }
 
