@@ -729,14 +729,29 @@ impl PayloadHash {
         } else {
             method.as_str()
         };
-        Self::digest(method, &normalize_uri(uri), body, digest)
+        Self::digest_with(method, |h| write_normalized_uri(uri, h), body, digest)
     }
 
     fn digest(method: &str, normalized_url: &str, body: &[u8], digest: &PayloadDigest) -> Self {
+        Self::digest_with(
+            method,
+            |h| h.update(normalized_url.as_bytes()),
+            body,
+            digest,
+        )
+    }
+
+    /// The digest, with the normalized URL written into the hasher by `url`.
+    fn digest_with(
+        method: &str,
+        url: impl FnOnce(&mut Sha256),
+        body: &[u8],
+        digest: &PayloadDigest,
+    ) -> Self {
         let mut h = Sha256::new();
         h.update(method.as_bytes());
         h.update(b"\n");
-        h.update(normalized_url.as_bytes());
+        url(&mut h);
         h.update(b"\n");
         if matches!(digest, PayloadDigest::Full) && !body.is_empty() {
             // The common case, without building a `Value`: the same bytes hashed.
@@ -789,16 +804,63 @@ impl fmt::Display for PayloadHash {
     }
 }
 
-/// Lower-cases scheme and host and drops a default port; path and query are kept as given
-/// (their case and order can be significant to the vendor).
-fn normalize_uri(uri: &Uri) -> String {
+/// [`normalize_uri`] written straight into the hasher (no string).
+fn write_normalized_uri(uri: &Uri, h: &mut Sha256) {
+    let lower = |s: &str, h: &mut Sha256| {
+        for chunk in s.as_bytes().chunks(64) {
+            let mut buf = [0u8; 64];
+            let buf = &mut buf[..chunk.len()];
+            buf.copy_from_slice(chunk);
+            buf.make_ascii_lowercase();
+            h.update(&*buf);
+        }
+    };
     let scheme = uri.scheme_str();
-    let default_port = match scheme {
+    if let Some(s) = scheme {
+        lower(s, h);
+        h.update(b"://");
+    }
+    if let Some(host) = uri.host() {
+        lower(host, h);
+    }
+    if let Some(p) = non_default_port(uri) {
+        let mut buf = [0u8; 6];
+        let mut n = p;
+        let mut i = buf.len();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        i -= 1;
+        buf[i] = b':';
+        h.update(&buf[i..]);
+    }
+    h.update(
+        uri.path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .as_bytes(),
+    );
+}
+
+/// The port of `uri` unless it is the default one of its scheme.
+fn non_default_port(uri: &Uri) -> Option<u16> {
+    let default_port = match uri.scheme_str() {
         Some(s) if s.eq_ignore_ascii_case("http") => Some(80),
         Some(s) if s.eq_ignore_ascii_case("https") => Some(443),
         _ => None,
     };
-    let port = uri.port_u16().filter(|p| Some(*p) != default_port);
+    uri.port_u16().filter(|p| Some(*p) != default_port)
+}
+
+/// Lower-cases scheme and host and drops a default port; path and query are kept as given
+/// (their case and order can be significant to the vendor).
+fn normalize_uri(uri: &Uri) -> String {
+    let scheme = uri.scheme_str();
+    let port = non_default_port(uri);
     let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut out = String::with_capacity(
         scheme.map_or(0, |s| s.len() + 3) + uri.host().map_or(0, str::len) + 6 + path.len(),
@@ -1311,6 +1373,27 @@ mod golden {
                 }
             }
             assert_eq!(hash.as_str(), hex(&via_value.finalize()), "{text}");
+        }
+    }
+
+    /// The normalized URL hashed in place is the normalized URL.
+    #[test]
+    fn normalized_uri_written_into_the_hasher_is_the_normalized_uri() {
+        for u in [
+            "HTTPS://Vendor.Test:443/v1/tickets?b=2&a=1",
+            "http://vendor.test:8080/t",
+            "http://VENDOR.test:80",
+            "http://[::1]:65535/x?Y=Z",
+            "/relative/Path?q=1",
+            "https://v.test:0/",
+            "custom://Host.Example:443/a",
+            "http://Ünicode.test/ä",
+        ] {
+            let Ok(uri) = u.parse::<Uri>() else { continue };
+            let (mut a, mut b) = (Sha256::new(), Sha256::new());
+            write_normalized_uri(&uri, &mut a);
+            b.update(normalize_uri(&uri).as_bytes());
+            assert_eq!(a.finalize(), b.finalize(), "{u}");
         }
     }
 
