@@ -197,6 +197,9 @@ impl Created {
 
 /// What [`Ledger::record_unread`] did.
 #[derive(Clone, Debug, PartialEq)]
+// Unboxed: the row is moved out at once; boxing it would cost the backends that read it back
+// an allocation per result.
+#[allow(clippy::large_enum_variant)]
 pub enum Recorded {
     /// The update applied; the row as the store now holds it.
     Row(OperationRecord),
