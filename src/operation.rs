@@ -52,7 +52,10 @@ impl Tenant {
 
 impl Default for Tenant {
     fn default() -> Self {
-        Self(Self::DEFAULT.into())
+        // One shared string for every write that names no tenant (no allocation per call).
+        static DEFAULT: std::sync::LazyLock<Arc<str>> =
+            std::sync::LazyLock::new(|| Tenant::DEFAULT.into());
+        Self(DEFAULT.clone())
     }
 }
 
@@ -622,7 +625,7 @@ pub(crate) fn is_secret(name: &HeaderName, extra: &[String]) -> bool {
     DEFAULT_SECRET_HEADERS.contains(&n) || extra.iter().any(|s| s.eq_ignore_ascii_case(n))
 }
 
-fn is_unfrozen(name: &HeaderName) -> bool {
+pub(crate) fn is_unfrozen(name: &HeaderName) -> bool {
     UNFROZEN_HEADERS.contains(&name.as_str())
 }
 
@@ -726,15 +729,38 @@ impl PayloadHash {
         } else {
             method.as_str()
         };
-        Self::digest(method, &normalize_uri(uri), body, digest)
+        Self::digest_with(method, |h| write_normalized_uri(uri, h), body, digest)
     }
 
     fn digest(method: &str, normalized_url: &str, body: &[u8], digest: &PayloadDigest) -> Self {
+        Self::digest_with(
+            method,
+            |h| h.update(normalized_url.as_bytes()),
+            body,
+            digest,
+        )
+    }
+
+    /// The digest, with the normalized URL written into the hasher by `url`.
+    fn digest_with(
+        method: &str,
+        url: impl FnOnce(&mut Sha256),
+        body: &[u8],
+        digest: &PayloadDigest,
+    ) -> Self {
         let mut h = Sha256::new();
         h.update(method.as_bytes());
         h.update(b"\n");
-        h.update(normalized_url.as_bytes());
+        url(&mut h);
         h.update(b"\n");
+        if matches!(digest, PayloadDigest::Full) && !body.is_empty() {
+            // The common case, without building a `Value`: the same bytes hashed.
+            let mut direct = h.clone();
+            direct.update(b"json:");
+            if canonical::write_direct(body, &mut direct) {
+                return Self(hex_arc(&direct.finalize()));
+            }
+        }
         match serde_json::from_slice::<serde_json::Value>(body) {
             Ok(value) if !body.is_empty() => {
                 h.update(b"json:");
@@ -778,16 +804,63 @@ impl fmt::Display for PayloadHash {
     }
 }
 
-/// Lower-cases scheme and host and drops a default port; path and query are kept as given
-/// (their case and order can be significant to the vendor).
-fn normalize_uri(uri: &Uri) -> String {
+/// [`normalize_uri`] written straight into the hasher (no string).
+fn write_normalized_uri(uri: &Uri, h: &mut Sha256) {
+    let lower = |s: &str, h: &mut Sha256| {
+        for chunk in s.as_bytes().chunks(64) {
+            let mut buf = [0u8; 64];
+            let buf = &mut buf[..chunk.len()];
+            buf.copy_from_slice(chunk);
+            buf.make_ascii_lowercase();
+            h.update(&*buf);
+        }
+    };
     let scheme = uri.scheme_str();
-    let default_port = match scheme {
+    if let Some(s) = scheme {
+        lower(s, h);
+        h.update(b"://");
+    }
+    if let Some(host) = uri.host() {
+        lower(host, h);
+    }
+    if let Some(p) = non_default_port(uri) {
+        let mut buf = [0u8; 6];
+        let mut n = p;
+        let mut i = buf.len();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        i -= 1;
+        buf[i] = b':';
+        h.update(&buf[i..]);
+    }
+    h.update(
+        uri.path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .as_bytes(),
+    );
+}
+
+/// The port of `uri` unless it is the default one of its scheme.
+fn non_default_port(uri: &Uri) -> Option<u16> {
+    let default_port = match uri.scheme_str() {
         Some(s) if s.eq_ignore_ascii_case("http") => Some(80),
         Some(s) if s.eq_ignore_ascii_case("https") => Some(443),
         _ => None,
     };
-    let port = uri.port_u16().filter(|p| Some(*p) != default_port);
+    uri.port_u16().filter(|p| Some(*p) != default_port)
+}
+
+/// Lower-cases scheme and host and drops a default port; path and query are kept as given
+/// (their case and order can be significant to the vendor).
+fn normalize_uri(uri: &Uri) -> String {
+    let scheme = uri.scheme_str();
+    let port = non_default_port(uri);
     let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut out = String::with_capacity(
         scheme.map_or(0, |s| s.len() + 3) + uri.host().map_or(0, str::len) + 6 + path.len(),
@@ -848,6 +921,134 @@ fn write_canonical(value: &serde_json::Value, h: &mut Sha256) {
             h.update(b"]");
         }
         scalar => write_json(scalar, h),
+    }
+}
+
+/// The canonical form of [`write_canonical`] written straight from the parser, for documents
+/// whose objects already have their keys in strictly increasing order (no repeats) and no
+/// escaped key: no `serde_json::Value`, no string per token. Any other document (not JSON,
+/// keys out of order or repeated, an escaped key) is refused and hashed through a `Value`,
+/// which sorts keys and keeps the last of repeated ones.
+mod canonical {
+    use std::fmt;
+
+    use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+    use sha2::{Digest as _, Sha256};
+
+    use super::write_json;
+
+    /// Writes the canonical form of `body` into `h`; `false` if it must go through a `Value`
+    /// (`h` then holds a partial write and must be dropped).
+    pub(super) fn write_direct(body: &[u8], h: &mut Sha256) -> bool {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        Canon(h).deserialize(&mut de).is_ok() && de.end().is_ok()
+    }
+
+    /// Writes one JSON value as the `Value` it parses into serializes.
+    struct Canon<'h>(&'h mut Sha256);
+
+    impl<'de> DeserializeSeed<'de> for Canon<'_> {
+        type Value = ();
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Canon<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+
+        fn visit_unit<E>(self) -> Result<(), E> {
+            self.0.update(b"null");
+            Ok(())
+        }
+
+        fn visit_bool<E>(self, v: bool) -> Result<(), E> {
+            write_json(&v, self.0);
+            Ok(())
+        }
+
+        fn visit_i64<E>(self, v: i64) -> Result<(), E> {
+            write_json(&v, self.0);
+            Ok(())
+        }
+
+        fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+            write_json(&v, self.0);
+            Ok(())
+        }
+
+        fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+            // As `Value`: a number that is not finite is `null`.
+            write_json(&serde_json::Number::from_f64(v), self.0);
+            Ok(())
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<(), E> {
+            write_json(v, self.0);
+            Ok(())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            self.0.update(b"[");
+            let mut first = true;
+            // The separator is written by the element's seed: only when there is an element.
+            while seq
+                .next_element_seed(Element {
+                    h: &mut *self.0,
+                    first,
+                })?
+                .is_some()
+            {
+                first = false;
+            }
+            self.0.update(b"]");
+            Ok(())
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            self.0.update(b"{");
+            let mut prev: Option<&'de str> = None;
+            // Borrowed keys only: an escaped key fails here, and the document takes the
+            // `Value` path.
+            while let Some(key) = map.next_key::<&'de str>()? {
+                // In order and unique, as a sorted map iterates them; serde_json's private keys
+                // (arbitrary precision numbers, raw values) make a `Value` that differs.
+                if prev.is_some_and(|p| p >= key) || key.starts_with("$serde_json::private::") {
+                    return Err(A::Error::custom("not in canonical key order"));
+                }
+                if prev.is_some() {
+                    self.0.update(b",");
+                }
+                write_json(key, self.0);
+                self.0.update(b":");
+                map.next_value_seed(Canon(&mut *self.0))?;
+                prev = Some(key);
+            }
+            self.0.update(b"}");
+            Ok(())
+        }
+    }
+
+    /// One element of an array: its separator, then the value.
+    struct Element<'h> {
+        h: &'h mut Sha256,
+        first: bool,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Element<'_> {
+        type Value = ();
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            if !self.first {
+                self.h.update(b",");
+            }
+            Canon(self.h).deserialize(d)
+        }
     }
 }
 
@@ -1111,6 +1312,88 @@ mod golden {
                     "{m} {u} from the parsed request"
                 );
             }
+        }
+    }
+
+    /// The direct canonical writer hashes every document it accepts exactly as the `Value`
+    /// path does, and refuses those it cannot (keys out of order, repeated or escaped).
+    #[test]
+    fn direct_canonical_form_is_the_value_form() {
+        let docs: &[(&[u8], bool)] = &[
+            (br#"{"device_id":"E17","priority":"P2"}"#, true),
+            (
+                br#" { "a" : [ 1 , -2 , 3.5 , -0.0 , 1e2 , 18446744073709551615 , -9223372036854775808 ] } "#,
+                true,
+            ),
+            (br#"{"a":{"b":{"c":[{},[],"",null,true,false]}},"b":0}"#, true),
+            (
+                r#"{"s":"\u00e9\"\n\t\\/ \ud83d\ude00 \u0001","t":"zoë"}"#.as_bytes(),
+                true,
+            ),
+            (br#"[1,"x",{"a":1},[[]]]"#, true),
+            (br#""just a string""#, true),
+            (b"12.50e-3", true),
+            (b"null", true),
+            (br#"{"":1,"a":2}"#, true),
+            // Out of order, repeated, escaped keys: the `Value` path.
+            (br#"{"z":1,"a":2}"#, false),
+            (br#"{"a":1,"a":2}"#, false),
+            (br#"{"a":1,"b":{"d":1,"c":2}}"#, false),
+            (br#"{"\u0061":1}"#, false),
+            (br#"{"$serde_json::private::Number":"1"}"#, false),
+            // Not JSON.
+            (br#"{"a":1} trailing"#, false),
+            (br#"{"a":"#, false),
+            (b"not json \xff", false),
+        ];
+        for (doc, direct) in docs {
+            let text = String::from_utf8_lossy(doc);
+            let mut h = Sha256::new();
+            let accepted = canonical::write_direct(doc, &mut h);
+            assert_eq!(accepted, *direct, "{text}");
+            if accepted {
+                let value: serde_json::Value = serde_json::from_slice(doc).unwrap();
+                let mut v = Sha256::new();
+                write_canonical(&value, &mut v);
+                assert_eq!(h.finalize(), v.finalize(), "{text}");
+            }
+            // Through `compute`, whichever path is taken, the hash of the `Value` form.
+            let hash =
+                PayloadHash::compute("POST", "http://vendor.test/t", doc, &PayloadDigest::Full);
+            let mut via_value = Sha256::new();
+            via_value.update(b"POST\nhttp://vendor.test/t\n");
+            match serde_json::from_slice::<serde_json::Value>(doc) {
+                Ok(value) => {
+                    via_value.update(b"json:");
+                    write_canonical(&value, &mut via_value);
+                }
+                Err(_) => {
+                    via_value.update(b"raw:");
+                    via_value.update(doc);
+                }
+            }
+            assert_eq!(hash.as_str(), hex(&via_value.finalize()), "{text}");
+        }
+    }
+
+    /// The normalized URL hashed in place is the normalized URL.
+    #[test]
+    fn normalized_uri_written_into_the_hasher_is_the_normalized_uri() {
+        for u in [
+            "HTTPS://Vendor.Test:443/v1/tickets?b=2&a=1",
+            "http://vendor.test:8080/t",
+            "http://VENDOR.test:80",
+            "http://[::1]:65535/x?Y=Z",
+            "/relative/Path?q=1",
+            "https://v.test:0/",
+            "custom://Host.Example:443/a",
+            "http://Ünicode.test/ä",
+        ] {
+            let Ok(uri) = u.parse::<Uri>() else { continue };
+            let (mut a, mut b) = (Sha256::new(), Sha256::new());
+            write_normalized_uri(&uri, &mut a);
+            b.update(normalize_uri(&uri).as_bytes());
+            assert_eq!(a.finalize(), b.finalize(), "{u}");
         }
     }
 

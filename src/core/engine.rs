@@ -39,9 +39,6 @@ pub(crate) struct Extras {
     pub(crate) lease_until_ms: Option<i64>,
     pub(crate) response: Option<StoredResponse>,
     pub(crate) note: Option<String>,
-    /// The change records an attempt's result after its bytes left: it goes through
-    /// [`Ledger::record`](crate::ledger::Ledger::record), which need not wait for durability.
-    pub(crate) after_send: bool,
 }
 
 /// Runs the transition function on `record` and applies the result with a compare-and-swap.
@@ -53,11 +50,80 @@ pub(crate) async fn apply_event(
     kind: &str,
     extras: Extras,
 ) -> Result<Applied, LedgerError> {
-    let clock = clock(shared);
-    let t = match transition(&record.snapshot(), &event, clock) {
-        Ok(t) => t,
+    let update = match update_for_event(shared, record, event, kind, extras) {
+        Ok(u) => u,
         Err(refused) => return Ok(Applied::Refused(refused)),
     };
+    Ok(match shared.ledger.apply(update).await? {
+        Some(row) => {
+            if row.state != record.state {
+                publish(shared, &row);
+            }
+            Applied::Done(row)
+        }
+        None => Applied::Stale,
+    })
+}
+
+/// What [`record_event`] did; on `Done` the caller's row is the row as recorded.
+#[derive(Debug)]
+pub(crate) enum Recorded {
+    Done,
+    /// The state machine does not allow the event in the row's state.
+    Refused,
+    Stale,
+}
+
+/// [`apply_event`] for what an attempt produced, written after its bytes left
+/// ([`Ledger::record_unread`](crate::ledger::Ledger::record_unread), which need not wait for
+/// durability nor read the row back). On [`Recorded::Done`], `record` is the row as recorded —
+/// except its `response` when the event stored one: that is the vendor's answer the caller
+/// holds itself, and it is not copied back. Otherwise `record` is unchanged.
+pub(crate) async fn record_event(
+    shared: &Shared,
+    record: &mut OperationRecord,
+    event: Event,
+    kind: &str,
+    extras: Extras,
+) -> Result<Recorded, LedgerError> {
+    let mut update = match update_for_event(shared, record, event, kind, extras) {
+        Ok(u) => u,
+        Err(_) => return Ok(Recorded::Refused),
+    };
+    // The changes, to write into `record` if the store does not hand its row back; the stored
+    // response is not copied (see above).
+    let response = update.changes.response.take();
+    let changes = update.changes.clone();
+    let stored_response = response.is_some();
+    update.changes.response = response;
+    let before = record.state;
+    match shared.ledger.record_unread(update).await? {
+        crate::ledger::Recorded::Row(row) => *record = row,
+        crate::ledger::Recorded::Applied => {
+            let kept = stored_response.then(|| record.response.take());
+            record.set_changes(changes);
+            if let Some(kept) = kept {
+                record.response = kept;
+            }
+        }
+        crate::ledger::Recorded::Stale => return Ok(Recorded::Stale),
+    }
+    if record.state != before {
+        publish(shared, record);
+    }
+    Ok(Recorded::Done)
+}
+
+/// The conditional update that applies `event` to `record`, with its evidence entry.
+fn update_for_event(
+    shared: &Shared,
+    record: &OperationRecord,
+    event: Event,
+    kind: &str,
+    extras: Extras,
+) -> Result<Update, Refused> {
+    let clock = clock(shared);
+    let t = transition(&record.snapshot(), &event, clock)?;
     // The event is spent: its evidence moves into the log entry.
     let evidence = match event {
         Event::AttemptResult(e) | Event::LookupResult(e) => Some(e),
@@ -73,28 +139,14 @@ pub(crate) async fn apply_event(
         note: extras.note.or_else(|| t.reason.clone()),
         at_ms: clock.now_ms,
     };
-    let update = record.update_for(
-        &t,
+    Ok(record.update_from(
+        t,
         extras.attempt,
         extras.lease_until_ms,
         extras.response,
         entry,
         clock.now_ms,
-    );
-    let written = if extras.after_send {
-        shared.ledger.record(update).await?
-    } else {
-        shared.ledger.apply(update).await?
-    };
-    Ok(match written {
-        Some(row) => {
-            if row.state != record.state {
-                publish(shared, &row);
-            }
-            Applied::Done(row)
-        }
-        None => Applied::Stale,
-    })
+    ))
 }
 
 /// The claim of a new operation's first send (`PREPARED` → `IN_FLIGHT` under `attempt`, with

@@ -175,7 +175,7 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let op = parts
         .extensions
         .get::<Operation>()
@@ -214,9 +214,14 @@ where
     };
     // The exact request is built, key placed, before anything is written: a request the
     // contract cannot place its key in leaves nothing behind.
-    let carried = outgoing::Carried::take(&mut parts, &contract).with_body(&contract, &bytes);
-    let fresh = outgoing::build(&new.request, &contract, &new.idempotency_key, carried)
-        .map_err(|e| build_error(&op_id, e))?;
+    let (fresh, caller) = outgoing::build_first(
+        parts,
+        bytes.clone(),
+        &new.request,
+        &contract,
+        &new.idempotency_key,
+    )
+    .map_err(|e| build_error(&op_id, e))?;
 
     // Without an authorizer, a new operation is created and its first send claimed in one
     // ledger call. With one, permission is checked on the PREPARED row before send rights are
@@ -274,8 +279,9 @@ where
             let frozen_contract = shared.contracts.find(&r.contract).cloned();
             // A caller's own key must be the operation's: never silently replaced.
             let key_contract = frozen_contract.as_deref().unwrap_or(&contract);
-            if let Some(key) =
-                outgoing::caller_key(key_contract, &parts.uri, &parts.headers, &bytes)
+            let (mut fresh_parts, _) = fresh.into_parts();
+            let sent = caller.parts(&mut fresh_parts);
+            if let Some(key) = outgoing::caller_key(key_contract, &sent.uri, &sent.headers, &bytes)
                 && key != r.idempotency_key.as_str()
             {
                 return Err(Error::KeyMismatch {
@@ -301,7 +307,7 @@ where
             };
             // The caller's credentials and extensions, from the request built for a new
             // operation, under the row's contract.
-            let carried = outgoing::Carried::take(&mut fresh.into_parts().0, &frozen_contract)
+            let carried = outgoing::Carried::take(&mut fresh_parts, &frozen_contract)
                 .with_body(&frozen_contract, &bytes);
             let request =
                 outgoing::build(&r.request, &frozen_contract, &r.idempotency_key, carried)
@@ -664,9 +670,10 @@ where
         _ => None,
     };
 
-    let applied = engine::apply_event(
+    let mut record = record;
+    let recorded = engine::record_event(
         &shared,
-        &record,
+        &mut record,
         Event::AttemptResult(evidence.clone()),
         "attempt_result",
         Extras {
@@ -674,18 +681,14 @@ where
             lease_until_ms: None,
             response: stored,
             note: None,
-            after_send: true,
         },
     )
     .await;
 
-    let mut recorded = false;
-    let row = match applied {
-        Ok(Applied::Done(row)) => {
-            recorded = true;
-            row
-        }
-        Ok(Applied::Refused(_) | Applied::Stale) => {
+    let (row, recorded) = match recorded {
+        // `record` is the row as recorded (its stored response aside: `response` is it).
+        Ok(engine::Recorded::Done) => (record, true),
+        Ok(engine::Recorded::Refused | engine::Recorded::Stale) => {
             // The lease ran out, or a reviewer or recoverer took the operation over while this
             // attempt was on the wire: the observation is kept as evidence only.
             if let Err(e) = engine::append_late(
@@ -699,20 +702,21 @@ where
             {
                 tracing::error!(operation = %record.operation_id, error = %e, "could not append late evidence");
             }
-            match shared
+            let row = match shared
                 .ledger
                 .get(&record.tenant, &record.operation_id)
                 .await
             {
                 Ok(Some(row)) => row,
-                _ => record.clone(),
-            }
+                _ => record,
+            };
+            (row, false)
         }
         Err(e) => {
             // The attempt happened but could not be recorded: the row stays IN_FLIGHT, its
             // lease expires and reconciliation takes over. Never a duplicate.
             tracing::error!(operation = %record.operation_id, error = %e, "could not record attempt result; it will be reconciled");
-            record.clone()
+            (record, false)
         }
     };
 

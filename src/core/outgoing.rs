@@ -16,8 +16,11 @@ use http::request::Parts;
 use http::uri::{Authority, PathAndQuery};
 use http::{Extensions, HeaderName, HeaderValue, Request, Uri, Version};
 
-use crate::contract::{Contract, ContractError};
-use crate::operation::{FrozenRequest, IdempotencyKey, is_secret, is_secret_param, redact_body};
+use crate::contract::{Contract, ContractError, KeyPlacement};
+use crate::operation::{
+    FrozenRequest, IdempotencyKey, is_secret, is_secret_param, is_unfrozen, redact_body,
+    redacted_uri,
+};
 
 /// What the caller's request carries that the ledger never stores, put back on its first send.
 #[derive(Debug, Default)]
@@ -123,6 +126,125 @@ pub(crate) fn build(
         .map_err(BuildError::Key)?;
     parts.headers.remove(http::header::CONTENT_LENGTH);
     Ok(Request::from_parts(parts, body))
+}
+
+/// What the caller sent, beside the request [`build_first`] made of it: for an operation that
+/// turns out to exist already, whose own contract decides where the caller's key is.
+#[derive(Debug)]
+pub(crate) enum Caller {
+    /// The caller's request (its extensions moved into the request built).
+    Parts(Parts),
+    /// The request built is the caller's own with the key placed: in the header named here,
+    /// whose value the caller had set was the one given (`None`: the caller had none). `None`:
+    /// no header was touched (the key went into the body, or nowhere).
+    Sent(Option<(HeaderName, Option<HeaderValue>)>),
+}
+
+impl Caller {
+    /// The caller's request: `built` is the request [`build_first`] made (its parts), put back
+    /// as the caller sent it when it was the caller's own.
+    pub(crate) fn parts<'a>(&'a self, built: &'a mut Parts) -> &'a Parts {
+        match self {
+            Caller::Parts(parts) => parts,
+            Caller::Sent(placed) => {
+                if let Some((name, previous)) = placed {
+                    match previous {
+                        Some(v) => built.headers.insert(name, v.clone()),
+                        None => built.headers.remove(name),
+                    };
+                }
+                built
+            }
+        }
+    }
+}
+
+/// The first send of the operation just frozen as `frozen` from the caller's `parts` and
+/// `body` under `contract`: the request [`build`] makes from `frozen` and the caller's
+/// credentials ([`Carried::take`]), and what the caller sent ([`Caller`]).
+///
+/// When freezing dropped nothing (no credential in the headers, the URL or the body, no
+/// connection header), the frozen request is the caller's own, byte for byte: the caller's
+/// request is then sent as it is, key placed, without rebuilding its URI and header map from
+/// the frozen copy. That is checked against `frozen` (method, URL, headers, body); anything
+/// else is built by [`build`].
+pub(crate) fn build_first(
+    mut parts: Parts,
+    body: Bytes,
+    frozen: &FrozenRequest,
+    contract: &Contract,
+    key: &IdempotencyKey,
+) -> Result<(Request<Bytes>, Caller), BuildError> {
+    if sent_as_frozen(&parts, &body, frozen, contract) {
+        let placed = match &contract.key {
+            KeyPlacement::Header { name, .. } => {
+                let header = if name.eq_ignore_ascii_case("idempotency-key") {
+                    Some(HeaderName::from_static("idempotency-key"))
+                } else {
+                    HeaderName::from_bytes(name.as_bytes()).ok()
+                };
+                header.map(|h| {
+                    let previous = parts.headers.get(&h).cloned();
+                    (h, previous)
+                })
+            }
+            _ => None,
+        };
+        let body = contract
+            .attach_key(&mut parts, body, key)
+            .map_err(BuildError::Key)?;
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        return Ok((Request::from_parts(parts, body), Caller::Sent(placed)));
+    }
+    let carried = Carried::take(&mut parts, contract).with_body(contract, &body);
+    let request = build(frozen, contract, key, carried)?;
+    Ok((request, Caller::Parts(parts)))
+}
+
+/// Whether `frozen` is the caller's request (`parts`, `body`) with nothing dropped, and the key
+/// goes where placing it changes neither the URI nor anything freezing dropped.
+fn sent_as_frozen(
+    parts: &Parts,
+    body: &Bytes,
+    frozen: &FrozenRequest,
+    contract: &Contract,
+) -> bool {
+    if !contract.secret_body_fields.is_empty()
+        || matches!(contract.key, KeyPlacement::Query { .. })
+        || parts
+            .headers
+            .keys()
+            .any(|n| is_secret(n, &contract.secret_headers) || is_unfrozen(n))
+        || matches!(
+            redacted_uri(&parts.uri, &contract.secret_query_params),
+            std::borrow::Cow::Owned(_)
+        )
+    {
+        return false;
+    }
+    frozen.method == parts.method.as_str()
+        && frozen.body == *body
+        && frozen.headers.len() == parts.headers.len()
+        && frozen
+            .headers
+            .iter()
+            .zip(parts.headers.iter())
+            .all(|((n, v), (name, value))| n == name.as_str() && v.as_bytes() == value.as_bytes())
+        && displays_as(&parts.uri, &frozen.url)
+}
+
+/// Whether `uri` displays as `text` (compared as it is written, without a copy).
+fn displays_as(uri: &Uri, text: &str) -> bool {
+    use std::fmt::Write as _;
+    struct Rest<'a>(&'a str);
+    impl std::fmt::Write for Rest<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 = self.0.strip_prefix(s).ok_or(std::fmt::Error)?;
+            Ok(())
+        }
+    }
+    let mut rest = Rest(text);
+    write!(rest, "{uri}").is_ok() && rest.0.is_empty()
 }
 
 /// `uri` with the caller's userinfo and secret query pairs put back (appended after the stored
@@ -236,6 +358,88 @@ mod tests {
         assert_eq!(req.headers()["idempotency-key"], "k-1");
         assert!(req.headers().get("content-length").is_none());
         assert_eq!(req.body().as_ref(), b"{}");
+    }
+
+    /// The first send is the same request whether it is the caller's own (nothing dropped in
+    /// freezing) or rebuilt from the frozen copy; and the caller's request can be told back.
+    #[test]
+    fn a_first_send_is_the_built_request_with_or_without_a_rebuild() {
+        let clean = || {
+            Request::post("https://vendor.test/v1/t?a=1")
+                .header("content-type", "application/json")
+                .header("x-trace", "a")
+                .header("x-trace", "b")
+                .header("idempotency-key", "caller-key")
+                .body(())
+                .unwrap()
+        };
+        let placements = [
+            Contract::conservative(),
+            Contract::conservative().key(KeyPlacement::Header {
+                name: "X-Request-Id".into(),
+                format: Default::default(),
+            }),
+            Contract::conservative().key(KeyPlacement::JsonBody {
+                pointer: "/key".into(),
+            }),
+            Contract::conservative().key(KeyPlacement::Query { name: "rid".into() }),
+        ];
+        let requests = [(clean(), true), (caller(), false)];
+        for contract in &placements {
+            for (req, clean) in &requests {
+                let copy = || {
+                    let mut r = Request::new(());
+                    *r.method_mut() = req.method().clone();
+                    *r.uri_mut() = req.uri().clone();
+                    *r.headers_mut() = req.headers().clone();
+                    r.into_parts().0
+                };
+                let body = Bytes::from_static(b"{}");
+                let key = IdempotencyKey::from_stored("k-1");
+                let frozen = FrozenRequest::freeze(
+                    req.method(),
+                    req.uri(),
+                    req.headers(),
+                    body.clone(),
+                    contract.secrets(),
+                );
+                let mut parts = copy();
+                let carried = Carried::take(&mut parts, contract).with_body(contract, &body);
+                let built = build(&frozen, contract, &key, carried).unwrap();
+                let (first, caller) =
+                    build_first(copy(), body.clone(), &frozen, contract, &key).unwrap();
+                assert_eq!(first.method(), built.method());
+                assert_eq!(first.uri(), built.uri());
+                assert_eq!(first.version(), built.version());
+                assert_eq!(first.body(), built.body());
+                let headers = |r: &Request<Bytes>| {
+                    r.headers()
+                        .iter()
+                        .map(|(n, v)| (n.clone(), v.clone()))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(headers(&first), headers(&built), "{:?}", contract.key);
+                let unbuilt = *clean && !matches!(contract.key, KeyPlacement::Query { .. });
+                assert_eq!(
+                    matches!(caller, Caller::Sent(_)),
+                    unbuilt,
+                    "{:?}",
+                    contract.key
+                );
+                // What the caller sent, for an operation that exists already.
+                let (mut first_parts, _) = first.into_parts();
+                let sent = caller.parts(&mut first_parts);
+                assert_eq!(sent.uri, *req.uri());
+                assert_eq!(
+                    sent.headers.get("idempotency-key"),
+                    req.headers().get("idempotency-key")
+                );
+                assert_eq!(
+                    sent.headers.get("x-request-id"),
+                    req.headers().get("x-request-id")
+                );
+            }
+        }
     }
 
     #[test]

@@ -284,6 +284,27 @@ impl OperationRecord {
         evidence: NewEvidence,
         now_ms: i64,
     ) -> Update {
+        self.update_from(
+            t.clone(),
+            attempt,
+            lease_until_ms,
+            response,
+            evidence,
+            now_ms,
+        )
+    }
+
+    /// [`update_for`](Self::update_for), taking `t`: its reference and reason move into the
+    /// update instead of being copied.
+    pub(crate) fn update_from(
+        &self,
+        t: Transition,
+        attempt: Option<AttemptId>,
+        lease_until_ms: Option<i64>,
+        response: Option<StoredResponse>,
+        evidence: NewEvidence,
+        now_ms: i64,
+    ) -> Update {
         build_update(
             Base {
                 tenant: &self.tenant,
@@ -353,7 +374,7 @@ impl NewOperation {
                 reason: None,
                 response: None,
             },
-            t,
+            t.clone(),
             attempt,
             lease_until_ms,
             None,
@@ -383,7 +404,7 @@ struct Base<'a> {
 /// construction behind [`OperationRecord::update_for`] and [`NewOperation::first_update`].
 fn build_update(
     base: Base<'_>,
-    t: &Transition,
+    t: Transition,
     attempt: Option<AttemptId>,
     lease_until_ms: Option<i64>,
     response: Option<StoredResponse>,
@@ -423,12 +444,12 @@ fn build_update(
             }),
             next_check_ms: t.next_check_ms,
             deadline_ms: t.deadline_ms,
-            remote_ref: t.remote_ref.clone().or_else(|| base.remote_ref.cloned()),
+            remote_ref: t.remote_ref.or_else(|| base.remote_ref.cloned()),
             // A success closes the story: earlier reasons (a lost response) would mislead.
             reason: if t.to == State::Succeeded {
-                t.reason.clone()
+                t.reason
             } else {
-                t.reason.clone().or_else(|| base.reason.cloned())
+                t.reason.or_else(|| base.reason.cloned())
             },
             response: response.or_else(|| base.response.cloned()),
             now_ms,

@@ -157,6 +157,23 @@ impl MemoryLedger {
         Ok(apply_to(row, update, &mut t.next_seq).cloned())
     }
 
+    /// [`apply_now`](Self::apply_now) without copying the row out: the caller holds the row
+    /// the update was computed from, and the compare-and-swap matched its version.
+    fn record_unread_now(&self, update: Update) -> Result<Recorded, LedgerError> {
+        let mut guard = self.tables()?;
+        let t = &mut *guard;
+        let Some(row) = t
+            .operations
+            .get_mut(&(update.tenant.clone(), update.operation_id.clone()))
+        else {
+            return Ok(Recorded::Stale);
+        };
+        Ok(match apply_to(row, update, &mut t.next_seq) {
+            Some(_) => Recorded::Applied,
+            None => Recorded::Stale,
+        })
+    }
+
     fn claim_due_now(
         &self,
         now_ms: i64,
@@ -711,6 +728,10 @@ impl Ledger for MemoryLedger {
         Box::pin(async move { self.apply_now(update) })
     }
 
+    fn record_unread(&self, update: Update) -> BoxFuture<'_, Result<Recorded, LedgerError>> {
+        Box::pin(async move { self.record_unread_now(update) })
+    }
+
     fn claim_due(
         &self,
         now_ms: i64,
@@ -902,5 +923,64 @@ impl Ledger for MemoryLedger {
 
     fn purge_callbacks(&self, batch: CallbackPurge) -> BoxFuture<'_, Result<Purged, LedgerError>> {
         Box::pin(async move { self.purge_callbacks_now(&batch) })
+    }
+}
+
+#[cfg(all(test, feature = "test-util"))]
+mod tests {
+    use super::*;
+    use crate::ledger::conformance::{T0, keep, new_operation, run, update_of};
+
+    /// `record_unread` makes the same change as `record` without copying the row out: the
+    /// caller's row with the update's changes written in is the row as stored.
+    #[test]
+    fn record_unread_applies_without_reading_back() {
+        run(async {
+            let ledger = MemoryLedger::new();
+            let created = match ledger
+                .create_or_get(new_operation("tenant-a", "op-1", "intent-1"))
+                .await
+            {
+                Ok(Created::New(r)) => r,
+                other => panic!("unexpected {other:?}"),
+            };
+            let done = crate::ledger::conformance::RawChanges {
+                remote_ref: Some("W731".to_owned()),
+                response: Some(StoredResponse {
+                    status: 201,
+                    headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+                    body: Bytes::from_static(b"{\"id\":\"W731\"}"),
+                }),
+                ..keep(&created, State::Succeeded, T0 + 20)
+            };
+            let mut stale = update_of(&created, done.clone(), "attempt_result");
+            stale.expect_version += 1;
+            assert_eq!(
+                ledger.record_unread(stale).await.ok(),
+                Some(Recorded::Stale)
+            );
+            let unchanged = ledger.get(&created.tenant, &created.operation_id).await;
+            assert_eq!(unchanged.ok().flatten().as_ref(), Some(&created));
+
+            let update = update_of(&created, done, "attempt_result");
+            let (changes, _) = update.clone().into_parts();
+            assert_eq!(
+                ledger.record_unread(update).await.ok(),
+                Some(Recorded::Applied)
+            );
+            let mut expected = created.clone();
+            expected.set_changes(changes);
+            let stored = ledger.get(&created.tenant, &created.operation_id).await;
+            assert_eq!(stored.ok().flatten(), Some(expected));
+            let log = ledger
+                .evidence(&created.tenant, &created.operation_id)
+                .await;
+            let kinds: Vec<String> = log
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| e.entry.kind)
+                .collect();
+            assert_eq!(kinds, ["created", "attempt_result"]);
+        });
     }
 }

@@ -195,6 +195,21 @@ impl Created {
     }
 }
 
+/// What [`Ledger::record_unread`] did.
+#[derive(Clone, Debug, PartialEq)]
+// Unboxed: the row is moved out at once; boxing it would cost the backends that read it back
+// an allocation per result.
+#[allow(clippy::large_enum_variant)]
+pub enum Recorded {
+    /// The update applied; the row as the store now holds it.
+    Row(OperationRecord),
+    /// The update applied: the store now holds the row the update was computed from with the
+    /// update's changes written in ([`OperationRecord::set_changes`]). Not read back.
+    Applied,
+    /// The precondition failed; nothing changed.
+    Stale,
+}
+
 /// An evidence log entry as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EvidenceEntry {
@@ -320,6 +335,24 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         update: Update,
     ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
         self.apply(update)
+    }
+
+    /// [`record`](Self::record) for a caller that holds the row `update` was computed from
+    /// (the layer, recording what an attempt produced) and can write the update's changes into
+    /// it itself ([`OperationRecord::set_changes`]): the store may then skip reading its row
+    /// back. The same compare-and-swap, evidence and durability as `record`.
+    ///
+    /// The provided implementation calls `record` and returns its row
+    /// ([`Recorded::Row`]). [`MemoryLedger`] answers [`Recorded::Applied`] instead of copying
+    /// its row out.
+    fn record_unread(&self, update: Update) -> BoxFuture<'_, Result<Recorded, LedgerError>> {
+        let written = self.record(update);
+        Box::pin(async move {
+            Ok(match written.await? {
+                Some(row) => Recorded::Row(row),
+                None => Recorded::Stale,
+            })
+        })
     }
 
     /// Claims up to `limit` operations in `UNKNOWN`, `PROCESSING` or `RETRY_READY` whose next
