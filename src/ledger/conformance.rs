@@ -42,7 +42,7 @@ use super::backend::Changes;
 use super::{
     CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, ContractRef, Created,
     EvidenceEntry, Ledger, LedgerError, NewEvidence, NewOperation, OperationRecord,
-    QuarantinedCallback, StoredResponse, Update,
+    QuarantinedCallback, Recorded, StoredResponse, Update,
 };
 use crate::budget::BudgetPolicy;
 use crate::evidence::{ConflictKind, Evidence};
@@ -115,6 +115,7 @@ macro_rules! ledger_conformance_tests {
                 create_and_apply_refuses_an_update_of_another_operation,
                 concurrent_create_and_apply_of_one_intent_has_one_sender,
                 record_is_the_same_compare_and_swap_as_apply,
+                record_unread_writes_what_it_reports,
                 lifecycle_lost_response_recovered_by_lookup,
                 claim_prepared_claims_only_old_unleased_prepared_rows,
                 claim_prepared_lease_fences_a_second_claim_until_it_expires,
@@ -1662,6 +1663,47 @@ pub async fn record_is_the_same_compare_and_swap_as_apply<L: Ledger>(ledger: L) 
     assert_eq!(row.version, claimed.version + 1);
     assert_eq!(row.remote_ref.as_deref(), Some("W731"));
     assert_eq!(get(&ledger, &claimed).await, row);
+    assert_eq!(
+        kinds(&log(&ledger, &claimed).await),
+        ["created", "attempt_registered", "attempt_result"]
+    );
+}
+
+/// `record_unread` is `record` without the row read back: a stale update is `Stale` and changes
+/// nothing; a current one is `Applied` (the store holds the row it was computed from with its
+/// changes written in, `OperationRecord::set_changes`) or `Row` with what the store holds, and
+/// its entry is logged.
+pub async fn record_unread_writes_what_it_reports<L: Ledger>(ledger: L) {
+    let new = new_operation("tenant-a", "op-unread", "intent-unread");
+    let (_, first) = first_claim(&new, T0 + 10, "claim");
+    let claimed = match must(
+        ledger.create_and_apply(new, first).await,
+        "create_and_apply",
+    ) {
+        Created::New(r) => r,
+        Created::Existing(r) => panic!("unexpected existing {}", r.operation_id),
+    };
+    let done = RawChanges {
+        remote_ref: Some("W731".to_owned()),
+        ..keep(&claimed, State::Succeeded, T0 + 20)
+    };
+    let mut stale = update_of(&claimed, done.clone(), "attempt_result");
+    stale.expect_version += 1;
+    assert_eq!(
+        must(ledger.record_unread(stale).await, "record_unread"),
+        Recorded::Stale
+    );
+    assert_eq!(get(&ledger, &claimed).await, claimed);
+
+    let update = update_of(&claimed, done, "attempt_result");
+    let mut expected = claimed.clone();
+    expected.set_changes(update.changes.clone());
+    match must(ledger.record_unread(update).await, "record_unread") {
+        Recorded::Applied => {}
+        Recorded::Row(row) => assert_eq!(row, expected),
+        Recorded::Stale => panic!("record_unread refused a current update"),
+    }
+    assert_eq!(get(&ledger, &claimed).await, expected);
     assert_eq!(
         kinds(&log(&ledger, &claimed).await),
         ["created", "attempt_registered", "attempt_result"]

@@ -120,7 +120,8 @@ use conn::{Args, Conn, FromCell, Opener, SqlRow};
 use reader::Readers;
 use sql::*;
 use writer::{
-    Checkpointer, Durability, Finish, Job, PendingWrite, Queued, Writer, WriterStats, closed, writer_stopped,
+    Checkpointer, Durability, Finish, Job, PendingWrite, Queued, Writer, WriterStats, closed,
+    writer_stopped,
 };
 
 /// How this backend encodes values.
@@ -629,6 +630,26 @@ impl Ledger for SqliteLedger {
         update: Update,
     ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(self.apply_as(true, update))
+    }
+
+    /// [`record`](Ledger::record) without reading the row back: the writer thread does no
+    /// decoding, and the caller writes the changes into the row it holds.
+    fn record_unread(&self, update: Update) -> BoxFuture<'_, Result<Recorded, LedgerError>> {
+        Box::pin(async move {
+            let (tenant, id) = (update.tenant.clone(), update.operation_id.clone());
+            let columns = UpdateColumns::encode(update, SQLITE)?;
+            let mut entry = None;
+            let apply = Statement::new(APPLY_UNREAD, |a| entry = Some(bind_apply(a, columns)));
+            let entry = evidence(INSERT_EVIDENCE, &tenant, &id, entry.ok_or_else(unbound)?);
+            self.write_as(true, move |conn| {
+                if apply.execute(conn)? == 0 {
+                    return Ok(Finish::Unchanged(Recorded::Stale));
+                }
+                entry.execute(conn)?;
+                Ok(Finish::Commit(Recorded::Applied))
+            })
+            .await
+        })
     }
 
     fn claim_due(

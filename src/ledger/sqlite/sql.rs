@@ -50,7 +50,17 @@ pub(super) const SELECT_BY_INTENT: &str =
 /// The compare-and-swap: the changed row comes back, or nothing if a precondition refused it.
 /// Parameters: see [`bind_apply`]. Its evidence entry follows ([`INSERT_EVIDENCE`]) only if the
 /// row changed.
-pub(super) const APPLY: &str = "
+pub(super) const APPLY: &str = concat!(apply_update!(), "\nRETURNING *");
+
+/// [`APPLY`] without reading the row back
+/// ([`Ledger::record_unread`](crate::ledger::Ledger::record_unread)): whether it changed is
+/// SQLite's count of changed rows.
+pub(super) const APPLY_UNREAD: &str = apply_update!();
+
+/// The `UPDATE` of [`APPLY`] and [`APPLY_UNREAD`].
+macro_rules! apply_update {
+    () => {
+        "
 UPDATE rw_operations SET
     state = ?1,
     last_result = ?2,
@@ -71,8 +81,10 @@ UPDATE rw_operations SET
     version = version + 1
 WHERE tenant = ?18 AND operation_id = ?19
   AND state = ?20 AND generation = ?21 AND version = ?22
-  AND NOT (?1 = 'REJECTED' AND may_have_applied = 1 AND ?23 = 0)
-RETURNING *";
+  AND NOT (?1 = 'REJECTED' AND may_have_applied = 1 AND ?23 = 0)"
+    };
+}
+use apply_update;
 
 // The claims and the sweep name their partial index (INDEXED BY): without statistics
 // (no ANALYZE) the planner would rather take the listing index `rw_operations_by_state` for

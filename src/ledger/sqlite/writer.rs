@@ -380,10 +380,8 @@ impl Writer {
             *level = Some(want);
         }
         let committed = run_batch(conn, batch, want != self.sync.durable, &self.stats);
-        if committed == Some(true) {
-            if let Some(checkpoint) = &self.checkpoint {
-                checkpoint.after_commit(conn, super::conn::wal_pages());
-            }
+        if let (Some(true), Some(checkpoint)) = (committed, &self.checkpoint) {
+            checkpoint.after_commit(conn, super::conn::wal_pages());
         }
         if committed.is_none() {
             // After a failed COMMIT or ROLLBACK (a full disk, an I/O error) SQLite may have
