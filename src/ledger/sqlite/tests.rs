@@ -618,10 +618,10 @@ async fn results_alone_commit_without_an_fsync_and_claims_always_with_one() {
     assert_eq!(read, done);
 }
 
-/// The WAL is copied back into the database by the checkpointer thread, not left to grow: 40 MB
+/// The WAL is copied back into the database by the checkpointer thread, not left to grow: 80 MB
 /// written through the ledger leave a WAL file far smaller than that (without checkpoints it
-/// would hold all of it). The writer's own backstop starts at 32 MB, so this is the
-/// checkpointer's work.
+/// would hold all of it). The WAL starts over at about 32 MB once the checkpointer caught up;
+/// the writer's own backstop starts at 64 MB, so this is the checkpointer's work.
 #[cfg(feature = "test-util")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checkpointer_keeps_the_wal_small() {
@@ -634,7 +634,7 @@ async fn the_checkpointer_keeps_the_wal_small() {
     )
     .await
     .unwrap();
-    for i in 0..160 {
+    for i in 0..320 {
         let mut new = new_operation("t", &format!("op-{i}"), &format!("intent-{i}"));
         let mut request = (*new.request).clone();
         request.body = bytes::Bytes::from(vec![b'x'; 256 * 1024]);
@@ -644,9 +644,9 @@ async fn the_checkpointer_keeps_the_wal_small() {
     let wal = std::fs::metadata(dir.path().join("ledger.db-wal"))
         .unwrap()
         .len();
-    assert!(wal < 16 << 20, "the WAL file grew to {wal} bytes");
+    assert!(wal < 48 << 20, "the WAL file grew to {wal} bytes");
     assert_eq!(
         count(&ledger, "SELECT COUNT(*) FROM rw_operations").await,
-        160
+        320
     );
 }
