@@ -223,6 +223,8 @@ pub(super) struct CheckpointHandle {
     ask: mpsc::SyncSender<()>,
     /// Set by the checkpointer when it finished a checkpoint the writer asked for.
     done: Arc<AtomicBool>,
+    /// The WAL size, in [`CHECKPOINT_PAGES`], at the last request.
+    asked_at: i32,
 }
 
 impl Checkpointer {
@@ -234,6 +236,7 @@ impl Checkpointer {
         let handle = CheckpointHandle {
             ask,
             done: done.clone(),
+            asked_at: 0,
         };
         (
             Self {
@@ -268,10 +271,15 @@ impl Checkpointer {
 }
 
 impl CheckpointHandle {
-    /// After a commit that left `pages` in the WAL: asks for a checkpoint, or finishes the one
-    /// the checkpointer did on `conn`.
-    fn after_commit(&self, conn: &Conn, pages: i32) {
-        if pages < CHECKPOINT_PAGES {
+    /// After a commit that left `pages` in the WAL: asks for a checkpoint each time the WAL
+    /// grew by [`CHECKPOINT_PAGES`] (as often as SQLite's automatic checkpoint would run: a
+    /// checkpoint fsyncs the database file, which competes with the writer's commits for the
+    /// disk), or finishes the one the checkpointer did on `conn`.
+    fn after_commit(&mut self, conn: &Conn, pages: i32) {
+        let level = pages / CHECKPOINT_PAGES;
+        if level == 0 {
+            // The WAL started over.
+            self.asked_at = 0;
             return;
         }
         if pages >= BACKSTOP_PAGES
@@ -280,7 +288,11 @@ impl CheckpointHandle {
             if let Err(e) = conn.rows_dynamic("PRAGMA wal_checkpoint(PASSIVE)", &[]) {
                 tracing::warn!(error = %e, "SQLite ledger: WAL checkpoint failed; will retry");
             }
-        } else {
+        } else if level > self.asked_at {
+            self.asked_at = level;
+            // `done` now answers this request: the writer finishes only after the pass that
+            // copied the most.
+            self.done.store(false, Ordering::Release);
             let _ = self.ask.try_send(());
         }
     }
@@ -388,7 +400,7 @@ impl Writer {
             *level = Some(want);
         }
         let committed = run_batch(conn, batch, want != self.sync.durable, &self.stats);
-        if let (Some(true), Some(checkpoint)) = (committed, &self.checkpoint) {
+        if let (Some(true), Some(checkpoint)) = (committed, &mut self.checkpoint) {
             checkpoint.after_commit(conn, super::conn::wal_pages());
         }
         if committed.is_none() {
