@@ -220,7 +220,7 @@ pub struct SqliteLedgerOptions {
     pub busy_timeout: Duration,
     /// Most connections in the reader pool. Default 4; at least 1.
     pub max_readers: u32,
-    /// Most write requests committed in one transaction by the writer task (group commit).
+    /// Most write requests committed in one transaction by the writer thread (group commit).
     /// Default [`SqliteLedgerOptions::DEFAULT_MAX_BATCH`]; at least 1 (1 turns group commit off: one transaction per
     /// request).
     pub max_batch: usize,
