@@ -1629,10 +1629,13 @@ pub async fn concurrent_create_and_apply_of_one_intent_has_one_sender<L: Ledger>
     );
 }
 
-/// `record` (an attempt's result, written after the send) is the same compare-and-swap as
-/// `apply`: a stale version changes nothing; a current one writes the row and its entry.
-pub async fn record_is_the_same_compare_and_swap_as_apply<L: Ledger>(ledger: L) {
-    let new = new_operation("tenant-a", "op-record", "intent-record");
+/// Operation `id`, created with its first send claimed; the vendor's answer to record
+/// (`SUCCEEDED`, reference `W731`); and that answer as an update with a stale version.
+async fn sent_and_answered<L: Ledger>(
+    ledger: &L,
+    id: &str,
+) -> (OperationRecord, RawChanges, Update) {
+    let new = new_operation("tenant-a", id, &format!("intent-{id}"));
     let (_, first) = first_claim(&new, T0 + 10, "claim");
     let claimed = match must(
         ledger.create_and_apply(new, first).await,
@@ -1647,6 +1650,13 @@ pub async fn record_is_the_same_compare_and_swap_as_apply<L: Ledger>(ledger: L) 
     };
     let mut stale = update_of(&claimed, done.clone(), "attempt_result");
     stale.expect_version += 1;
+    (claimed, done, stale)
+}
+
+/// `record` (an attempt's result, written after the send) is the same compare-and-swap as
+/// `apply`: a stale version changes nothing; a current one writes the row and its entry.
+pub async fn record_is_the_same_compare_and_swap_as_apply<L: Ledger>(ledger: L) {
+    let (claimed, done, stale) = sent_and_answered(&ledger, "op-record").await;
     assert_eq!(must(ledger.record(stale).await, "record"), None);
     assert_eq!(get(&ledger, &claimed).await, claimed);
 
@@ -1674,21 +1684,7 @@ pub async fn record_is_the_same_compare_and_swap_as_apply<L: Ledger>(ledger: L) 
 /// changes written in, `OperationRecord::set_changes`) or `Row` with what the store holds, and
 /// its entry is logged.
 pub async fn record_unread_writes_what_it_reports<L: Ledger>(ledger: L) {
-    let new = new_operation("tenant-a", "op-unread", "intent-unread");
-    let (_, first) = first_claim(&new, T0 + 10, "claim");
-    let claimed = match must(
-        ledger.create_and_apply(new, first).await,
-        "create_and_apply",
-    ) {
-        Created::New(r) => r,
-        Created::Existing(r) => panic!("unexpected existing {}", r.operation_id),
-    };
-    let done = RawChanges {
-        remote_ref: Some("W731".to_owned()),
-        ..keep(&claimed, State::Succeeded, T0 + 20)
-    };
-    let mut stale = update_of(&claimed, done.clone(), "attempt_result");
-    stale.expect_version += 1;
+    let (claimed, done, stale) = sent_and_answered(&ledger, "op-unread").await;
     assert_eq!(
         must(ledger.record_unread(stale).await, "record_unread"),
         Recorded::Stale

@@ -145,30 +145,30 @@ impl MemoryLedger {
         Ok(Created::New(t.insert(record, Some(entry))))
     }
 
-    fn apply_now(&self, update: Update) -> Result<Option<OperationRecord>, LedgerError> {
+    /// Runs the compare-and-swap `update` and hands the changed row, if any, to `then`.
+    fn apply_with<T>(
+        &self,
+        update: Update,
+        then: impl FnOnce(Option<&OperationRecord>) -> T,
+    ) -> Result<T, LedgerError> {
         let mut guard = self.tables()?;
         let t = &mut *guard;
-        let Some(row) = t
+        let row = t
             .operations
-            .get_mut(&(update.tenant.clone(), update.operation_id.clone()))
-        else {
-            return Ok(None);
-        };
-        Ok(apply_to(row, update, &mut t.next_seq).cloned())
+            .get_mut(&(update.tenant.clone(), update.operation_id.clone()));
+        Ok(then(
+            row.and_then(|row| apply_to(row, update, &mut t.next_seq)),
+        ))
+    }
+
+    fn apply_now(&self, update: Update) -> Result<Option<OperationRecord>, LedgerError> {
+        self.apply_with(update, |row| row.cloned())
     }
 
     /// [`apply_now`](Self::apply_now) without copying the row out: the caller holds the row
     /// the update was computed from, and the compare-and-swap matched its version.
     fn record_unread_now(&self, update: Update) -> Result<Recorded, LedgerError> {
-        let mut guard = self.tables()?;
-        let t = &mut *guard;
-        let Some(row) = t
-            .operations
-            .get_mut(&(update.tenant.clone(), update.operation_id.clone()))
-        else {
-            return Ok(Recorded::Stale);
-        };
-        Ok(match apply_to(row, update, &mut t.next_seq) {
+        self.apply_with(update, |row| match row {
             Some(_) => Recorded::Applied,
             None => Recorded::Stale,
         })

@@ -31,33 +31,28 @@ impl Migration {
     }
 }
 
+/// An embedded migration: its number, its description and its file under `migrations/sqlite/`.
+macro_rules! migration {
+    ($version:literal, $description:literal, $file:literal) => {
+        Migration {
+            version: $version,
+            description: $description,
+            sql: include_str!(concat!("../../../migrations/sqlite/", $file)),
+        }
+    };
+}
+
 /// Every migration, in order.
 pub(super) const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "init",
-        sql: include_str!("../../../migrations/sqlite/0001_init.sql"),
-    },
-    Migration {
-        version: 2,
-        description: "quarantine and prepared",
-        sql: include_str!("../../../migrations/sqlite/0002_quarantine_and_prepared.sql"),
-    },
-    Migration {
-        version: 3,
-        description: "listing",
-        sql: include_str!("../../../migrations/sqlite/0003_listing.sql"),
-    },
-    Migration {
-        version: 4,
-        description: "callbacks",
-        sql: include_str!("../../../migrations/sqlite/0004_callbacks.sql"),
-    },
-    Migration {
-        version: 5,
-        description: "retention",
-        sql: include_str!("../../../migrations/sqlite/0005_retention.sql"),
-    },
+    migration!(1, "init", "0001_init.sql"),
+    migration!(
+        2,
+        "quarantine and prepared",
+        "0002_quarantine_and_prepared.sql"
+    ),
+    migration!(3, "listing", "0003_listing.sql"),
+    migration!(4, "callbacks", "0004_callbacks.sql"),
+    migration!(5, "retention", "0005_retention.sql"),
 ];
 
 const TABLE: &str = "

@@ -227,40 +227,34 @@ pub(super) fn evidence(
     })
 }
 
+/// Binds a row's frozen columns, in table order (13 parameters), taking them out of `r`.
+fn bind_frozen(a: &mut Args, r: &mut RowColumns) {
+    use std::mem::take;
+    a.push(take(&mut r.tenant))
+        .push(take(&mut r.operation_id))
+        .push(take(&mut r.action))
+        .push(take(&mut r.intent_ref))
+        .push(take(&mut r.idempotency_key))
+        .push(take(&mut r.payload_hash))
+        .push(take(&mut r.request_method))
+        .push(take(&mut r.request_url))
+        .push(take(&mut r.request_headers))
+        .push(take(&mut r.request_body))
+        .push(take(&mut r.contract_name))
+        .push(take(&mut r.contract_hash))
+        .push(take(&mut r.budget_policy));
+}
+
 /// Binds a new row's frozen columns and its creation time: ?1..?14 of [`INSERT_OPERATION`].
-pub(super) fn bind_prepared(a: &mut Args, r: RowColumns) {
-    a.push(r.tenant)
-        .push(r.operation_id)
-        .push(r.action)
-        .push(r.intent_ref)
-        .push(r.idempotency_key)
-        .push(r.payload_hash)
-        .push(r.request_method)
-        .push(r.request_url)
-        .push(r.request_headers)
-        .push(r.request_body)
-        .push(r.contract_name)
-        .push(r.contract_hash)
-        .push(r.budget_policy)
-        .push(r.created_ms);
+pub(super) fn bind_prepared(a: &mut Args, mut r: RowColumns) {
+    bind_frozen(a, &mut r);
+    a.push(r.created_ms);
 }
 
 /// Binds every column of a row in table order (31 parameters, see [`INSERT_CLAIMED`]).
-pub(super) fn bind_row(a: &mut Args, r: RowColumns) {
-    a.push(r.tenant)
-        .push(r.operation_id)
-        .push(r.action)
-        .push(r.intent_ref)
-        .push(r.idempotency_key)
-        .push(r.payload_hash)
-        .push(r.request_method)
-        .push(r.request_url)
-        .push(r.request_headers)
-        .push(r.request_body)
-        .push(r.contract_name)
-        .push(r.contract_hash)
-        .push(r.budget_policy)
-        .push(r.state)
+pub(super) fn bind_row(a: &mut Args, mut r: RowColumns) {
+    bind_frozen(a, &mut r);
+    a.push(r.state)
         .push(r.last_result)
         .push(r.generation)
         .push(r.version)
