@@ -191,14 +191,14 @@ impl Durability {
 /// SQLite's default automatic checkpoint threshold (about 4 MB).
 const CHECKPOINT_PAGES: i32 = 1000;
 
-/// The WAL size from which the writer, once the checkpointer caught up, finishes the copy
-/// itself so that the WAL starts over (about 32 MB). Finishing costs the writer an fsync of
+/// The WAL size from which the writer, once the checkpointer is idle, finishes the copy itself
+/// so that the WAL starts over (about 32 MB). Finishing costs the writer an fsync of
 /// the WAL and of the database, whatever is left to copy: doing it every 8000 pages rather
 /// than every 1000 is an eighth of that cost.
 const RESET_PAGES: i32 = 8 * CHECKPOINT_PAGES;
 
-/// The WAL size from which the writer checkpoints by itself whatever the checkpointer did (it
-/// may have stopped, or be starved by long reads): about 64 MB.
+/// The WAL size from which the writer waits for the checkpointer (it cannot keep up with the
+/// writer: a slow disk) before it finishes the copy itself: about 64 MB, the most the WAL holds.
 const BACKSTOP_PAGES: i32 = 16 * CHECKPOINT_PAGES;
 
 /// Copies the WAL back into the database file on a thread and a connection of its own, so the
@@ -207,22 +207,23 @@ const BACKSTOP_PAGES: i32 = 16 * CHECKPOINT_PAGES;
 ///
 /// A checkpoint that runs while the writer keeps committing can never catch up with the WAL's
 /// end, and the WAL only starts over from its beginning when a write transaction begins with
-/// every frame copied. So the work is split: once the WAL holds [`CHECKPOINT_PAGES`], the
-/// checkpointer copies what is committed, again and again as the writer goes on (`PASSIVE`: it
-/// never blocks the writer or the readers); once the WAL holds [`RESET_PAGES`] and the
-/// checkpointer has caught up, the writer copies the few frames committed since, between two
-/// batches, and its next transaction starts the WAL over.
+/// every frame copied. So the work is split: each time the WAL has grown by another
+/// [`CHECKPOINT_PAGES`], the checkpointer copies what is committed (`PASSIVE`: it never blocks
+/// the writer or the readers). Once the WAL holds [`RESET_PAGES`], the writer stops asking and,
+/// as soon as the checkpointer is idle, copies what is left itself, between two batches: its
+/// next transaction starts the WAL over. The two never checkpoint at once (the second would
+/// find the checkpoint lock taken and copy nothing).
 pub(super) struct Checkpointer {
     opener: Opener,
     asked: mpsc::Receiver<()>,
-    done: Arc<AtomicBool>,
+    running: Arc<AtomicBool>,
 }
 
 /// The writer's side of the [`Checkpointer`].
 pub(super) struct CheckpointHandle {
     ask: mpsc::SyncSender<()>,
-    /// Set by the checkpointer when it finished a checkpoint the writer asked for.
-    done: Arc<AtomicBool>,
+    /// Whether the checkpointer is copying now.
+    running: Arc<AtomicBool>,
     /// The WAL size, in [`CHECKPOINT_PAGES`], at the last request.
     asked_at: i32,
 }
@@ -232,17 +233,17 @@ impl Checkpointer {
     pub(super) fn new(opener: Opener) -> (Self, CheckpointHandle) {
         // One request pending at most: asking again while one waits changes nothing.
         let (ask, asked) = mpsc::sync_channel(1);
-        let done = Arc::new(AtomicBool::new(false));
+        let running = Arc::new(AtomicBool::new(false));
         let handle = CheckpointHandle {
             ask,
-            done: done.clone(),
+            running: running.clone(),
             asked_at: 0,
         };
         (
             Self {
                 opener,
                 asked,
-                done,
+                running,
             },
             handle,
         )
@@ -256,25 +257,22 @@ impl Checkpointer {
                 conn = self.opener.reader().ok();
             }
             let Some(c) = &conn else { continue };
-            match c.rows_dynamic("PRAGMA wal_checkpoint(PASSIVE)", &[]) {
-                Ok(_) => self.done.store(true, Ordering::Release),
-                Err(e) => {
-                    tracing::warn!(error = %e, "SQLite ledger: WAL checkpoint failed; will retry");
-                    conn = None;
-                }
+            self.running.store(true, Ordering::Release);
+            let copied = c.rows_dynamic("PRAGMA wal_checkpoint(PASSIVE)", &[]);
+            self.running.store(false, Ordering::Release);
+            if let Err(e) = copied {
+                tracing::warn!(error = %e, "SQLite ledger: WAL checkpoint failed; will retry");
+                conn = None;
             }
-            // At most one checkpoint per 5 ms, should readers keep the WAL from starting over
-            // (the writer then asks again after its next commits).
-            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 }
 
 impl CheckpointHandle {
     /// After a commit that left `pages` in the WAL: asks for a checkpoint each time the WAL
-    /// grew by [`CHECKPOINT_PAGES`] (as often as SQLite's automatic checkpoint would run: a
-    /// checkpoint fsyncs the database file, which competes with the writer's commits for the
-    /// disk), or finishes the one the checkpointer did on `conn`.
+    /// grew by another [`CHECKPOINT_PAGES`] (as often as SQLite's automatic checkpoint would
+    /// run: a checkpoint fsyncs the database file, which competes with the writer's commits
+    /// for the disk), or finishes the copy on `conn` once the WAL holds [`RESET_PAGES`].
     fn after_commit(&mut self, conn: &Conn, pages: i32) {
         let level = pages / CHECKPOINT_PAGES;
         if level == 0 {
@@ -282,17 +280,24 @@ impl CheckpointHandle {
             self.asked_at = 0;
             return;
         }
-        if pages >= BACKSTOP_PAGES
-            || (pages >= RESET_PAGES && self.done.swap(false, Ordering::AcqRel))
-        {
-            if let Err(e) = conn.rows_dynamic("PRAGMA wal_checkpoint(PASSIVE)", &[]) {
+        if pages >= RESET_PAGES {
+            if pages >= BACKSTOP_PAGES {
+                // The checkpointer cannot keep up (a slow disk): the writer waits for it, as
+                // SQLite's own automatic checkpoint would make it, so the WAL stays bounded.
+                let waited = std::time::Instant::now();
+                while self.running.load(Ordering::Acquire)
+                    && waited.elapsed() < std::time::Duration::from_secs(10)
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+            if !self.running.load(Ordering::Acquire)
+                && let Err(e) = conn.rows_dynamic("PRAGMA wal_checkpoint(PASSIVE)", &[])
+            {
                 tracing::warn!(error = %e, "SQLite ledger: WAL checkpoint failed; will retry");
             }
         } else if level > self.asked_at {
             self.asked_at = level;
-            // `done` now answers this request: the writer finishes only after the pass that
-            // copied the most.
-            self.done.store(false, Ordering::Release);
             let _ = self.ask.try_send(());
         }
     }
