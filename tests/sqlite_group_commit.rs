@@ -268,6 +268,7 @@ async fn concurrent_applies_with_stale_preconditions_fail_alone() {
     let writes_before = ledger.committed_writes();
 
     let hold = ledger.hold_writer_for_tests().await.unwrap();
+    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for (i, r) in rows.iter().enumerate() {
         let update = if i % 2 == 1 {
@@ -278,11 +279,14 @@ async fn concurrent_applies_with_stale_preconditions_fail_alone() {
         } else {
             claim(r)
         };
-        let ledger = ledger.clone();
-        tasks.spawn(async move { (i, ledger.apply(update).await) });
+        let (ledger, queued) = (ledger.clone(), queued.clone());
+        tasks.spawn(async move {
+            // Counted in the same poll that queues the apply.
+            queued.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            (i, ledger.apply(update).await)
+        });
     }
-    // Every spawned task runs (and queues its apply) before this one runs again.
-    tokio::task::yield_now().await;
+    until_queued(&queued, 64).await;
     drop(hold);
     let mut won = Vec::new();
     while let Some(done) = tasks.join_next().await {
@@ -328,12 +332,16 @@ async fn racing_claims_in_one_batch_have_exactly_one_winner() {
     let r = create(&ledger, "op-race").await;
     let commits_before = ledger.commits();
     let hold = ledger.hold_writer_for_tests().await.unwrap();
+    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..32 {
-        let (ledger, update) = (ledger.clone(), claim(&r));
-        tasks.spawn(async move { ledger.apply(update).await });
+        let (ledger, update, queued) = (ledger.clone(), claim(&r), queued.clone());
+        tasks.spawn(async move {
+            queued.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            ledger.apply(update).await
+        });
     }
-    tokio::task::yield_now().await;
+    until_queued(&queued, 32).await;
     drop(hold);
     let mut wins = 0;
     while let Some(done) = tasks.join_next().await {
@@ -411,13 +419,16 @@ async fn a_failing_request_in_a_batch_does_not_affect_the_others() {
     let commits_before = ledger.commits();
     // The writer is held while the nine claims are queued, so that they share one batch.
     let hold = ledger.hold_writer_for_tests().await.unwrap();
+    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for (i, r) in rows.iter().enumerate() {
-        let (ledger, update) = (ledger.clone(), claim(r));
-        tasks.spawn(async move { (i, ledger.apply(update).await) });
+        let (ledger, update, queued) = (ledger.clone(), claim(r), queued.clone());
+        tasks.spawn(async move {
+            queued.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            (i, ledger.apply(update).await)
+        });
     }
-    // Every spawned task runs (and queues its claim) before this one runs again.
-    tokio::task::yield_now().await;
+    until_queued(&queued, rows.len()).await;
     drop(hold);
     while let Some(done) = tasks.join_next().await {
         let (i, result) = done.unwrap();
@@ -458,6 +469,14 @@ async fn a_failing_request_in_a_batch_does_not_affect_the_others() {
         count("SELECT COUNT(*) FROM rw_evidence WHERE kind = 'attempt_registered'"),
         8
     );
+}
+
+/// Waits until `n` spawned tasks have queued their write (each counts itself in the poll that
+/// queues it), so that all of them are in the queue when the held writer is released.
+async fn until_queued(queued: &std::sync::atomic::AtomicUsize, n: usize) {
+    while queued.load(std::sync::atomic::Ordering::SeqCst) < n {
+        tokio::task::yield_now().await;
+    }
 }
 
 /// A connection of its own to the ledger file, as another program would open it.
@@ -533,11 +552,13 @@ async fn mixed_concurrent_requests_keep_their_own_semantics() {
 async fn a_request_abandoned_before_its_batch_is_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = open(&dir).await;
-    // Polled once (queued), then dropped before the writer task ever runs on this thread.
+    // Polled once (queued) while the writer is held, then dropped before it is taken.
+    let hold = ledger.hold_writer_for_tests().await.unwrap();
     let mut gave_up = ledger.create_or_get(new_operation("tenant-a", "op-gone", "intent-gone"));
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     assert!(gave_up.as_mut().poll(&mut cx).is_pending());
     drop(gave_up);
+    drop(hold);
     let kept = create(&ledger, "op-kept").await;
     assert_eq!(kept.operation_id.as_str(), "op-kept");
     assert_eq!(
