@@ -249,7 +249,7 @@ impl Reviews {
                 continue;
             };
             let id = attempt.to_string();
-            match e.entry.kind.as_str() {
+            match &*e.entry.kind {
                 "attempt_registered" => attempts.push(AttemptSummary {
                     attempt_id: id,
                     generation: e.entry.generation.0,
@@ -271,7 +271,7 @@ impl Reviews {
             .map(|e| EvidenceSummary {
                 seq: e.seq,
                 at_ms: e.entry.at_ms,
-                kind: e.entry.kind.clone(),
+                kind: e.entry.kind.to_string(),
                 transition: (e.entry.from_state.is_some() || e.entry.to_state.is_some())
                     .then_some((e.entry.from_state, e.entry.to_state)),
                 attempt_id: e.entry.attempt_id.map(|a| a.to_string()),
@@ -513,7 +513,7 @@ impl Reviews {
         row: &OperationRecord,
         expected_version: u64,
         event: Event,
-        kind: &str,
+        kind: &'static str,
         note: String,
     ) -> Result<OperationRecord, ReviewError> {
         check_version(row, expected_version)?;

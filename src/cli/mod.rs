@@ -1112,7 +1112,7 @@ impl Ctx {
                     if into_review {
                         handed_over.get_or_insert(e.entry.at_ms);
                     }
-                    match e.entry.kind.as_str() {
+                    match &*e.entry.kind {
                         "review_claimed" => {
                             let start = *handed_over.get_or_insert(e.entry.at_ms);
                             if claimed.is_none() {

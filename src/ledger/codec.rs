@@ -577,7 +577,7 @@ macro_rules! row_decoder {
                 entry: NewEvidence {
                     attempt_id: c.attempt("attempt_id")?,
                     generation: Generation(c.u64("generation")?),
-                    kind: c.text("kind")?,
+                    kind: c.text("kind")?.into(),
                     from_state: c.opt_state("from_state")?,
                     to_state: c.opt_state("to_state")?,
                     evidence: c.opt_json("evidence")?,

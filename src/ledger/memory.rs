@@ -978,7 +978,7 @@ mod tests {
             let kinds: Vec<String> = log
                 .unwrap_or_default()
                 .into_iter()
-                .map(|e| e.entry.kind)
+                .map(|e| e.entry.kind.into_owned())
                 .collect();
             assert_eq!(kinds, ["created", "attempt_result"]);
         });
