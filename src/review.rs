@@ -660,7 +660,7 @@ mod tests {
         let ledger = MemoryLedger::new();
         let mut new = new_operation("t", "op-1", "intent-1");
         // Byte 12 falls inside the fourth `€`.
-        new.contract.hash = format!("a{}", "€".repeat(20));
+        new.contract.hash = format!("a{}", "€".repeat(20)).into();
         let Created::New(row) = ledger.create_or_get(new).await.unwrap() else {
             panic!("not new")
         };

@@ -595,7 +595,7 @@ impl Row {
             action: r.action.clone(),
             state: r.state,
             last_result: r.last_result,
-            contract: r.contract.name.clone(),
+            contract: r.contract.name.to_string(),
             target: host_of(&r.request.url),
             version: r.version,
             attempts_used: r.attempts_used,
@@ -1061,7 +1061,7 @@ impl Ctx {
                 *by_target
                     .entry((
                         State::ALL.iter().position(|s| *s == r.state).unwrap_or(0),
-                        r.contract.name.clone(),
+                        r.contract.name.to_string(),
                         host_of(&r.request.url),
                     ))
                     .or_default() += 1;

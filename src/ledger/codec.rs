@@ -216,8 +216,8 @@ impl RowColumns {
             request_url: r.request.url.clone(),
             request_headers: to_json("request headers", &r.request.headers)?,
             request_body: r.request.body.to_vec(),
-            contract_name: r.contract.name.clone(),
-            contract_hash: r.contract.hash.clone(),
+            contract_name: r.contract.name.to_string(),
+            contract_hash: r.contract.hash.to_string(),
             budget_policy: to_json("budget policy", &r.policy)?,
             state: r.state.as_str(),
             last_result: r.last_result.map(State::as_str),
@@ -494,8 +494,8 @@ macro_rules! row_decoder {
                     body: c.blob("request_body")?,
                 }),
                 contract: ContractRef {
-                    name: c.text("contract_name")?,
-                    hash: c.text("contract_hash")?,
+                    name: c.text("contract_name")?.into(),
+                    hash: c.text("contract_hash")?.into(),
                 },
                 policy: {
                     let stored = c.text("budget_policy")?;

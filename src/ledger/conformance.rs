@@ -215,8 +215,8 @@ pub fn new_operation(tenant: &str, operation_id: &str, intent_ref: &str) -> NewO
             body,
         }),
         contract: ContractRef {
-            name: "stripe-v1".to_owned(),
-            hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned(),
+            name: "stripe-v1".into(),
+            hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
         },
         policy: test_policy(),
         now_ms: T0,
@@ -2275,7 +2275,7 @@ async fn listed_row<L: Ledger>(
 ) -> OperationRecord {
     let mut new = new_operation(tenant, id, &format!("intent-{id}"));
     new.now_ms = created_ms;
-    new.contract.name = contract.to_owned();
+    new.contract.name = contract.into();
     let r = create(ledger, new).await;
     if state == State::Prepared && remote_ref.is_none() && next_check_ms.is_none() {
         return r;
@@ -3236,7 +3236,7 @@ async fn finished<L: Ledger>(
     finished_ms: i64,
 ) -> OperationRecord {
     let mut new = new_operation(tenant, id, &format!("intent-{id}"));
-    new.contract.name = contract.to_owned();
+    new.contract.name = contract.into();
     let r = create(ledger, new).await;
     let changes = RawChanges {
         last_result: Some(state),

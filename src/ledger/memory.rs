@@ -453,7 +453,7 @@ fn purgeable(r: &OperationRecord, batch: &PurgeBatch) -> bool {
         PurgeScope::FinishedBefore {
             contract,
             before_ms,
-        } => r.contract.name == *contract && r.updated_ms < *before_ms,
+        } => *r.contract.name == **contract && r.updated_ms < *before_ms,
         PurgeScope::Tenant(tenant) => r.tenant == *tenant,
         PurgeScope::Operation {
             tenant,
@@ -911,7 +911,7 @@ impl Ledger for MemoryLedger {
                 .operations
                 .values()
                 .filter(|row| row.record.state.is_terminal())
-                .map(|row| row.record.contract.name.clone())
+                .map(|row| row.record.contract.name.to_string())
                 .collect();
             Ok(names.into_iter().collect())
         })
