@@ -619,7 +619,7 @@ fn summarize(row: &OperationRecord) -> ParameterSummary {
         .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()))
         .unwrap_or_default();
     ParameterSummary {
-        method: row.request.method.clone(),
+        method: row.request.method.to_string(),
         url,
         header_names: row.request.headers.iter().map(|(k, _)| k.clone()).collect(),
         body_bytes: row.request.body.len(),

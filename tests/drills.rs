@@ -317,7 +317,7 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
             Default::default(),
         );
         let hash = recoverable_write::operation::PayloadHash::compute(
-            &frozen.method,
+            frozen.method.as_str(),
             &frozen.url,
             &frozen.body,
             &Default::default(),

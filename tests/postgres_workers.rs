@@ -837,8 +837,12 @@ async fn d18_eight_senders_race_for_each_outbox_operation_and_exactly_one_sends(
             body,
             contract.secrets(),
         );
-        let hash =
-            PayloadHash::compute(&frozen.method, &frozen.url, &frozen.body, &contract.digest);
+        let hash = PayloadHash::compute(
+            frozen.method.as_str(),
+            &frozen.url,
+            &frozen.body,
+            &contract.digest,
+        );
         let o = op(i);
         let mut tx = ledger.pool().begin().await.expect("begin");
         let created = ledger

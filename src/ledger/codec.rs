@@ -212,7 +212,7 @@ impl RowColumns {
             intent_ref: r.intent_ref.clone(),
             idempotency_key: r.idempotency_key.as_str().to_owned(),
             payload_hash: r.payload_hash.as_str().to_owned(),
-            request_method: r.request.method.clone(),
+            request_method: r.request.method.as_str().to_owned(),
             request_url: r.request.url.clone(),
             request_headers: to_json("request headers", &r.request.headers)?,
             request_body: r.request.body.to_vec(),
@@ -488,7 +488,11 @@ macro_rules! row_decoder {
                 idempotency_key: IdempotencyKey::from_stored(c.text("idempotency_key")?),
                 payload_hash: PayloadHash::from_stored(c.text("payload_hash")?),
                 request: std::sync::Arc::new(FrozenRequest {
-                    method: c.text("request_method")?,
+                    method: {
+                        let m = c.text("request_method")?;
+                        http::Method::from_bytes(m.as_bytes())
+                            .map_err(|e| c.corrupt(format!("column request_method: {e}")))?
+                    },
                     url: c.text("request_url")?,
                     headers: c.json("request_headers")?,
                     body: c.blob("request_body")?,

@@ -204,7 +204,7 @@ pub fn new_operation(tenant: &str, operation_id: &str, intent_ref: &str) -> NewO
         idempotency_key: IdempotencyKey::generate(),
         payload_hash: PayloadHash::compute("POST", url, &body, &PayloadDigest::Full),
         request: Arc::new(FrozenRequest {
-            method: "POST".to_owned(),
+            method: http::Method::POST,
             url: url.to_owned(),
             headers: vec![
                 ("content-type".to_owned(), "application/json".into()),
@@ -499,7 +499,7 @@ pub async fn empty_body_and_no_headers_round_trip<L: Ledger>(ledger: L) {
     let request = Arc::make_mut(&mut new.request);
     request.body = Bytes::new();
     request.headers.clear();
-    request.method = "PUT".to_owned();
+    request.method = http::Method::PUT;
     let created = create(&ledger, new.clone()).await;
     assert_new_row(&created, &new);
     assert_eq!(get(&ledger, &created).await, created);

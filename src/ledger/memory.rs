@@ -498,7 +498,7 @@ fn row_bytes(row: &Row) -> u64 {
             + r.intent_ref.len()
             + r.idempotency_key.as_str().len()
             + r.payload_hash.as_str().len()
-            + r.request.method.len()
+            + r.request.method.as_str().len()
             + r.request.url.len()
             + r.remote_ref.as_ref().map_or(0, String::len)) as u64
 }

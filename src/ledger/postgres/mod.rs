@@ -660,7 +660,7 @@ fn check_new(new: &NewOperation) -> Result<(), LedgerError> {
     no_nul("action", &new.action)?;
     no_nul("intent", &new.intent_ref)?;
     no_nul("idempotency key", new.idempotency_key.as_str())?;
-    no_nul("request method", &new.request.method)?;
+    no_nul("request method", new.request.method.as_str())?;
     no_nul("request URL", &new.request.url)?;
     no_nul("contract name", &new.contract.name)?;
     no_nul("contract hash", &new.contract.hash)
