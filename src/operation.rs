@@ -492,8 +492,8 @@ impl<'de> Deserialize<'de> for HeaderBytes {
 /// The request as frozen when the operation was created: what every attempt sends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FrozenRequest {
-    /// HTTP method.
-    pub method: String,
+    /// HTTP method (a standard one is stored without a heap allocation).
+    pub method: Method,
     /// The URL the write was sent to, without credentials: no userinfo, no secret query
     /// parameter.
     pub url: String,
@@ -522,7 +522,7 @@ impl FrozenRequest {
             .map(|(name, value)| (name.as_str().to_owned(), HeaderBytes::from(value)))
             .collect();
         Self {
-            method: method.as_str().to_owned(),
+            method: method.clone(),
             url: uri_string(&redacted_uri(uri, secrets.query_params)),
             headers,
             body: redact_body(&body, secrets.body_fields),

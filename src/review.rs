@@ -249,7 +249,7 @@ impl Reviews {
                 continue;
             };
             let id = attempt.to_string();
-            match e.entry.kind.as_str() {
+            match &*e.entry.kind {
                 "attempt_registered" => attempts.push(AttemptSummary {
                     attempt_id: id,
                     generation: e.entry.generation.0,
@@ -271,7 +271,7 @@ impl Reviews {
             .map(|e| EvidenceSummary {
                 seq: e.seq,
                 at_ms: e.entry.at_ms,
-                kind: e.entry.kind.clone(),
+                kind: e.entry.kind.to_string(),
                 transition: (e.entry.from_state.is_some() || e.entry.to_state.is_some())
                     .then_some((e.entry.from_state, e.entry.to_state)),
                 attempt_id: e.entry.attempt_id.map(|a| a.to_string()),
@@ -513,7 +513,7 @@ impl Reviews {
         row: &OperationRecord,
         expected_version: u64,
         event: Event,
-        kind: &str,
+        kind: &'static str,
         note: String,
     ) -> Result<OperationRecord, ReviewError> {
         check_version(row, expected_version)?;
@@ -619,7 +619,7 @@ fn summarize(row: &OperationRecord) -> ParameterSummary {
         .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()))
         .unwrap_or_default();
     ParameterSummary {
-        method: row.request.method.clone(),
+        method: row.request.method.to_string(),
         url,
         header_names: row.request.headers.iter().map(|(k, _)| k.clone()).collect(),
         body_bytes: row.request.body.len(),
@@ -660,7 +660,7 @@ mod tests {
         let ledger = MemoryLedger::new();
         let mut new = new_operation("t", "op-1", "intent-1");
         // Byte 12 falls inside the fourth `€`.
-        new.contract.hash = format!("a{}", "€".repeat(20));
+        new.contract.hash = format!("a{}", "€".repeat(20)).into();
         let Created::New(row) = ledger.create_or_get(new).await.unwrap() else {
             panic!("not new")
         };

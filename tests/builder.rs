@@ -73,7 +73,7 @@ async fn a_contract_lookup_from_toml_recovers_a_lost_response_with_no_reconciler
 
     let row = run_until(&rw.recoverer(), rw.ledger(), &op, |s| s == State::Succeeded).await;
     assert_eq!(row.remote_ref.as_deref(), Some("W731"));
-    assert_eq!(row.contract.name, "tickets");
+    assert_eq!(&*row.contract.name, "tickets");
     assert_eq!(vendor.tickets_created(), 1);
     assert_eq!(vendor.posts_received(), 1);
     assert!(vendor.lookups_received() >= 1);

@@ -64,7 +64,7 @@ async fn d1_lost_response_is_recovered_by_lookup_with_one_ticket() {
         .evidence(op.id())
         .await
         .into_iter()
-        .map(|e| e.entry.kind)
+        .map(|e| e.entry.kind.into_owned())
         .collect();
     assert_eq!(kinds.first().map(String::as_str), Some("created"));
     assert!(kinds.contains(&"attempt_registered".to_owned()));
@@ -317,7 +317,7 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
             Default::default(),
         );
         let hash = recoverable_write::operation::PayloadHash::compute(
-            &frozen.method,
+            frozen.method.as_str(),
             &frozen.url,
             &frozen.body,
             &Default::default(),
@@ -395,7 +395,7 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
         .evidence(op.id())
         .await
         .into_iter()
-        .map(|e| e.entry.kind)
+        .map(|e| e.entry.kind.into_owned())
         .collect();
     assert!(kinds.contains(&"lease_expired".to_owned()), "{kinds:?}");
 }

@@ -120,7 +120,7 @@ async fn a_new_write_costs_two_ledger_calls() {
         .await
         .expect("evidence")
         .into_iter()
-        .map(|e| e.entry.kind)
+        .map(|e| e.entry.kind.into_owned())
         .collect();
     assert_eq!(kinds, ["created", "attempt_registered", "attempt_result"]);
     assert_eq!(vendor.posts_received(), 1);

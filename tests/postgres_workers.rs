@@ -421,7 +421,7 @@ async fn d16_crash_after_send_before_record_is_swept_to_unknown_and_recovered_wi
         .await
         .expect("evidence")
         .into_iter()
-        .map(|e| e.entry.kind)
+        .map(|e| e.entry.kind.into_owned())
         .collect();
     assert_eq!(
         kinds,
@@ -585,7 +585,7 @@ async fn d17_paused_old_worker_is_refused_by_the_generation_after_a_new_worker_r
     let log = ledger.evidence(&tenant, &id).await.expect("evidence");
     let story: Vec<(&str, u64)> = log
         .iter()
-        .map(|e| (e.entry.kind.as_str(), e.entry.generation.0))
+        .map(|e| (&*e.entry.kind, e.entry.generation.0))
         .collect();
     assert_eq!(
         story,
@@ -837,8 +837,12 @@ async fn d18_eight_senders_race_for_each_outbox_operation_and_exactly_one_sends(
             body,
             contract.secrets(),
         );
-        let hash =
-            PayloadHash::compute(&frozen.method, &frozen.url, &frozen.body, &contract.digest);
+        let hash = PayloadHash::compute(
+            frozen.method.as_str(),
+            &frozen.url,
+            &frozen.body,
+            &contract.digest,
+        );
         let o = op(i);
         let mut tx = ledger.pool().begin().await.expect("begin");
         let created = ledger

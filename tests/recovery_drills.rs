@@ -42,7 +42,7 @@ fn assert_same_key_and_bytes(drill: &Drill, row: &OperationRecord) -> usize {
 }
 
 fn kinds(entries: &[recoverable_write::ledger::EvidenceEntry]) -> Vec<String> {
-    entries.iter().map(|e| e.entry.kind.clone()).collect()
+    entries.iter().map(|e| e.entry.kind.to_string()).collect()
 }
 
 #[tokio::test]

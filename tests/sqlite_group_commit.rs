@@ -211,7 +211,7 @@ async fn evidence_kinds(drill: &Drill, op: &OperationId) -> Vec<String> {
         .evidence(op)
         .await
         .into_iter()
-        .map(|e| e.entry.kind)
+        .map(|e| e.entry.kind.into_owned())
         .collect()
 }
 
@@ -533,7 +533,7 @@ async fn mixed_concurrent_requests_keep_their_own_semantics() {
                 .await
                 .unwrap()
                 .into_iter()
-                .map(|e| e.entry.kind)
+                .map(|e| e.entry.kind.into_owned())
                 .collect();
             assert_eq!(
                 kinds,

@@ -249,10 +249,10 @@ impl CallbackReceiver {
             "{vendor} callback {} ({})",
             event.event_id, event.event_type
         );
-        let entry = |kind: &str| NewEvidence {
+        let entry = |kind: &'static str| NewEvidence {
             attempt_id: row.current_attempt,
             generation: row.generation,
-            kind: kind.to_owned(),
+            kind: kind.into(),
             from_state: None,
             to_state: None,
             evidence: Some(evidence.clone()),

@@ -595,7 +595,7 @@ impl Row {
             action: r.action.clone(),
             state: r.state,
             last_result: r.last_result,
-            contract: r.contract.name.clone(),
+            contract: r.contract.name.to_string(),
             target: host_of(&r.request.url),
             version: r.version,
             attempts_used: r.attempts_used,
@@ -1061,7 +1061,7 @@ impl Ctx {
                 *by_target
                     .entry((
                         State::ALL.iter().position(|s| *s == r.state).unwrap_or(0),
-                        r.contract.name.clone(),
+                        r.contract.name.to_string(),
                         host_of(&r.request.url),
                     ))
                     .or_default() += 1;
@@ -1112,7 +1112,7 @@ impl Ctx {
                     if into_review {
                         handed_over.get_or_insert(e.entry.at_ms);
                     }
-                    match e.entry.kind.as_str() {
+                    match &*e.entry.kind {
                         "review_claimed" => {
                             let start = *handed_over.get_or_insert(e.entry.at_ms);
                             if claimed.is_none() {

@@ -60,6 +60,7 @@
 //! and the default for anything undocumented is "unknown", never "failed".
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -86,10 +87,10 @@ mod tests;
 /// Names a contract and pins its exact content, frozen on the operation row.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContractRef {
-    /// The contract's name (e.g. `stripe-v1`).
-    pub name: String,
-    /// SHA-256 of the contract's canonical serialization.
-    pub hash: String,
+    /// The contract's name (e.g. `stripe-v1`); shared, so copies cost a reference count.
+    pub name: Arc<str>,
+    /// SHA-256 of the contract's canonical serialization; shared like `name`.
+    pub hash: Arc<str>,
 }
 
 pub use config::{ConfigError, ConfigErrorKind};
@@ -740,8 +741,8 @@ impl Contract {
     /// field changes the hash. Frozen on each operation row.
     pub fn reference(&self) -> ContractRef {
         ContractRef {
-            name: self.name.clone(),
-            hash: crate::operation::hex(&Sha256::digest(self.canonical_json().as_bytes())),
+            name: self.name.as_str().into(),
+            hash: crate::operation::hex(&Sha256::digest(self.canonical_json().as_bytes())).into(),
         }
     }
 

@@ -1,5 +1,7 @@
 //! Glue between the pure state machine and the ledger, shared by the layer and the recoverer.
 
+use std::borrow::Cow;
+
 use super::Shared;
 use crate::error::Outcome;
 use crate::evidence::Evidence;
@@ -47,7 +49,7 @@ pub(crate) async fn apply_event(
     shared: &Shared,
     record: &OperationRecord,
     event: Event,
-    kind: &str,
+    kind: &'static str,
     extras: Extras,
 ) -> Result<Applied, LedgerError> {
     let update = match update_for_event(shared, record, event, kind, extras) {
@@ -83,7 +85,7 @@ pub(crate) async fn record_event(
     shared: &Shared,
     record: &mut OperationRecord,
     event: Event,
-    kind: &str,
+    kind: &'static str,
     extras: Extras,
 ) -> Result<Recorded, LedgerError> {
     let mut update = match update_for_event(shared, record, event, kind, extras) {
@@ -119,7 +121,7 @@ fn update_for_event(
     shared: &Shared,
     record: &OperationRecord,
     event: Event,
-    kind: &str,
+    kind: &'static str,
     extras: Extras,
 ) -> Result<Update, Refused> {
     let clock = clock(shared);
@@ -132,7 +134,7 @@ fn update_for_event(
     let entry = NewEvidence {
         attempt_id: extras.attempt.or(record.current_attempt),
         generation: record.generation,
-        kind: kind.to_owned(),
+        kind: Cow::Borrowed(kind),
         from_state: None,
         to_state: None,
         evidence,
@@ -167,7 +169,7 @@ pub(crate) fn first_claim(
     let entry = NewEvidence {
         attempt_id: Some(attempt),
         generation: Generation(0),
-        kind: CLAIM_KIND.to_owned(),
+        kind: Cow::Borrowed(CLAIM_KIND),
         from_state: None,
         to_state: None,
         evidence: None,
@@ -231,7 +233,7 @@ pub(crate) async fn append_late(
     let entry = NewEvidence {
         attempt_id: attempt,
         generation: record.generation,
-        kind: "late_evidence".to_owned(),
+        kind: Cow::Borrowed("late_evidence"),
         from_state: None,
         to_state: None,
         evidence: Some(evidence.clone()),

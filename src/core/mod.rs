@@ -302,7 +302,7 @@ where
                 );
                 return Err(Error::ContractUnavailable {
                     operation: r.operation_id,
-                    contract: r.contract.name,
+                    contract: r.contract.name.to_string(),
                 });
             };
             // The caller's credentials and extensions, from the request built for a new

@@ -18,6 +18,8 @@
 //! A backend's conformance to the contract of [`Ledger`](super::Ledger) is checked by the suite
 //! in `ledger::conformance` (feature `test-util`), which every bundled backend runs.
 
+use std::borrow::Cow;
+
 use crate::evidence::Evidence;
 use crate::operation::{AttemptId, Generation, OperationId, Tenant};
 use crate::state::{Clock, Event, Refused, State, Transition};
@@ -203,7 +205,7 @@ pub struct NewEvidence {
     pub generation: Generation,
     /// What happened: `attempt_registered`, `attempt_result`, `lookup`, `lease_expired`,
     /// `escalated`, `review`, `late_evidence`, ...
-    pub kind: String,
+    pub kind: Cow<'static, str>,
     /// State before.
     pub from_state: Option<State>,
     /// State after.
@@ -495,6 +497,8 @@ pub(crate) fn first_applied(new: NewOperation, first: Update) -> (OperationRecor
 /// The entries the stores append on their own (creation, recovery claims, lease sweeps), shared
 /// so every backend writes identical evidence.
 pub(crate) mod store_entries {
+    use std::borrow::Cow;
+
     use super::{NewEvidence, OperationRecord};
     use crate::operation::Generation;
     use crate::state::State;
@@ -515,7 +519,7 @@ pub(crate) mod store_entries {
         NewEvidence {
             attempt_id: None,
             generation: Generation(0),
-            kind: CREATED.to_owned(),
+            kind: Cow::Borrowed(CREATED),
             from_state: None,
             to_state: Some(State::Prepared),
             evidence: None,
@@ -529,7 +533,7 @@ pub(crate) mod store_entries {
         NewEvidence {
             attempt_id: None,
             generation: row.generation,
-            kind: RECOVERY_CLAIMED.to_owned(),
+            kind: Cow::Borrowed(RECOVERY_CLAIMED),
             from_state: Some(row.state),
             to_state: Some(row.state),
             evidence: None,
@@ -543,7 +547,7 @@ pub(crate) mod store_entries {
         NewEvidence {
             attempt_id: row.current_attempt,
             generation: row.generation,
-            kind: LEASE_EXPIRED.to_owned(),
+            kind: Cow::Borrowed(LEASE_EXPIRED),
             from_state: Some(State::InFlight),
             to_state: Some(State::Unknown),
             evidence: None,

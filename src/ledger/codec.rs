@@ -212,12 +212,12 @@ impl RowColumns {
             intent_ref: r.intent_ref.clone(),
             idempotency_key: r.idempotency_key.as_str().to_owned(),
             payload_hash: r.payload_hash.as_str().to_owned(),
-            request_method: r.request.method.clone(),
+            request_method: r.request.method.as_str().to_owned(),
             request_url: r.request.url.clone(),
             request_headers: to_json("request headers", &r.request.headers)?,
             request_body: r.request.body.to_vec(),
-            contract_name: r.contract.name.clone(),
-            contract_hash: r.contract.hash.clone(),
+            contract_name: r.contract.name.to_string(),
+            contract_hash: r.contract.hash.to_string(),
             budget_policy: to_json("budget policy", &r.policy)?,
             state: r.state.as_str(),
             last_result: r.last_result.map(State::as_str),
@@ -488,14 +488,18 @@ macro_rules! row_decoder {
                 idempotency_key: IdempotencyKey::from_stored(c.text("idempotency_key")?),
                 payload_hash: PayloadHash::from_stored(c.text("payload_hash")?),
                 request: std::sync::Arc::new(FrozenRequest {
-                    method: c.text("request_method")?,
+                    method: {
+                        let m = c.text("request_method")?;
+                        http::Method::from_bytes(m.as_bytes())
+                            .map_err(|e| c.corrupt(format!("column request_method: {e}")))?
+                    },
                     url: c.text("request_url")?,
                     headers: c.json("request_headers")?,
                     body: c.blob("request_body")?,
                 }),
                 contract: ContractRef {
-                    name: c.text("contract_name")?,
-                    hash: c.text("contract_hash")?,
+                    name: c.text("contract_name")?.into(),
+                    hash: c.text("contract_hash")?.into(),
                 },
                 policy: {
                     let stored = c.text("budget_policy")?;
@@ -577,7 +581,7 @@ macro_rules! row_decoder {
                 entry: NewEvidence {
                     attempt_id: c.attempt("attempt_id")?,
                     generation: Generation(c.u64("generation")?),
-                    kind: c.text("kind")?,
+                    kind: c.text("kind")?.into(),
                     from_state: c.opt_state("from_state")?,
                     to_state: c.opt_state("to_state")?,
                     evidence: c.opt_json("evidence")?,

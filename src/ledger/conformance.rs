@@ -204,7 +204,7 @@ pub fn new_operation(tenant: &str, operation_id: &str, intent_ref: &str) -> NewO
         idempotency_key: IdempotencyKey::generate(),
         payload_hash: PayloadHash::compute("POST", url, &body, &PayloadDigest::Full),
         request: Arc::new(FrozenRequest {
-            method: "POST".to_owned(),
+            method: http::Method::POST,
             url: url.to_owned(),
             headers: vec![
                 ("content-type".to_owned(), "application/json".into()),
@@ -215,8 +215,8 @@ pub fn new_operation(tenant: &str, operation_id: &str, intent_ref: &str) -> NewO
             body,
         }),
         contract: ContractRef {
-            name: "stripe-v1".to_owned(),
-            hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned(),
+            name: "stripe-v1".into(),
+            hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
         },
         policy: test_policy(),
         now_ms: T0,
@@ -228,7 +228,7 @@ pub fn evidence_entry(kind: &str, at_ms: i64) -> NewEvidence {
     NewEvidence {
         attempt_id: None,
         generation: Generation(0),
-        kind: kind.to_owned(),
+        kind: kind.to_owned().into(),
         from_state: None,
         to_state: None,
         evidence: None,
@@ -403,7 +403,7 @@ async fn log<L: Ledger>(ledger: &L, r: &OperationRecord) -> Vec<EvidenceEntry> {
 }
 
 fn kinds(log: &[EvidenceEntry]) -> Vec<&str> {
-    log.iter().map(|e| e.entry.kind.as_str()).collect()
+    log.iter().map(|e| &*e.entry.kind).collect()
 }
 
 async fn apply_ok<L: Ledger>(ledger: &L, update: Update) -> OperationRecord {
@@ -483,7 +483,7 @@ pub async fn create_then_get_round_trips_every_field<L: Ledger>(ledger: L) {
         NewEvidence {
             attempt_id: None,
             generation: Generation(0),
-            kind: "created".to_owned(),
+            kind: "created".into(),
             from_state: None,
             to_state: Some(State::Prepared),
             evidence: None,
@@ -499,7 +499,7 @@ pub async fn empty_body_and_no_headers_round_trip<L: Ledger>(ledger: L) {
     let request = Arc::make_mut(&mut new.request);
     request.body = Bytes::new();
     request.headers.clear();
-    request.method = "PUT".to_owned();
+    request.method = http::Method::PUT;
     let created = create(&ledger, new.clone()).await;
     assert_new_row(&created, &new);
     assert_eq!(get(&ledger, &created).await, created);
@@ -906,7 +906,7 @@ pub async fn evidence_is_appended_in_order_with_all_fields<L: Ledger>(ledger: L)
     let registered = NewEvidence {
         attempt_id: Some(attempt),
         generation: Generation(1),
-        kind: "attempt_registered".to_owned(),
+        kind: "attempt_registered".into(),
         from_state: Some(State::Prepared),
         to_state: Some(State::InFlight),
         evidence: None,
@@ -928,7 +928,7 @@ pub async fn evidence_is_appended_in_order_with_all_fields<L: Ledger>(ledger: L)
     let result = NewEvidence {
         attempt_id: Some(attempt),
         generation: Generation(1),
-        kind: "attempt_result".to_owned(),
+        kind: "attempt_result".into(),
         from_state: Some(State::InFlight),
         to_state: Some(State::Processing),
         evidence: Some(Evidence::Processing {
@@ -944,7 +944,7 @@ pub async fn evidence_is_appended_in_order_with_all_fields<L: Ledger>(ledger: L)
     let late = NewEvidence {
         attempt_id: Some(attempt),
         generation: Generation(1),
-        kind: "late_evidence".to_owned(),
+        kind: "late_evidence".into(),
         from_state: Some(State::Processing),
         to_state: None,
         evidence: Some(Evidence::Conflict {
@@ -1194,7 +1194,7 @@ pub async fn claim_due_picks_only_due_unleased_recovery_rows<L: Ledger>(ledger: 
             &NewEvidence {
                 attempt_id: None,
                 generation: expected.generation,
-                kind: "recovery_claimed".to_owned(),
+                kind: "recovery_claimed".into(),
                 from_state: Some(before.state),
                 to_state: Some(before.state),
                 evidence: None,
@@ -1328,7 +1328,7 @@ pub async fn sweep_expired_moves_only_expired_in_flight_rows<L: Ledger>(ledger: 
             NewEvidence {
                 attempt_id: before.current_attempt,
                 generation: expected.generation,
-                kind: "lease_expired".to_owned(),
+                kind: "lease_expired".into(),
                 from_state: Some(State::InFlight),
                 to_state: Some(State::Unknown),
                 evidence: None,
@@ -1892,7 +1892,7 @@ pub async fn lifecycle_lost_response_recovered_by_lookup<L: Ledger>(ledger: L) {
         .iter()
         .map(|e| {
             (
-                e.entry.kind.as_str(),
+                &*e.entry.kind,
                 e.entry.generation.0,
                 e.entry.from_state,
                 e.entry.to_state,
@@ -2275,7 +2275,7 @@ async fn listed_row<L: Ledger>(
 ) -> OperationRecord {
     let mut new = new_operation(tenant, id, &format!("intent-{id}"));
     new.now_ms = created_ms;
-    new.contract.name = contract.to_owned();
+    new.contract.name = contract.into();
     let r = create(ledger, new).await;
     if state == State::Prepared && remote_ref.is_none() && next_check_ms.is_none() {
         return r;
@@ -3236,7 +3236,7 @@ async fn finished<L: Ledger>(
     finished_ms: i64,
 ) -> OperationRecord {
     let mut new = new_operation(tenant, id, &format!("intent-{id}"));
-    new.contract.name = contract.to_owned();
+    new.contract.name = contract.into();
     let r = create(ledger, new).await;
     let changes = RawChanges {
         last_result: Some(state),

@@ -453,7 +453,7 @@ fn purgeable(r: &OperationRecord, batch: &PurgeBatch) -> bool {
         PurgeScope::FinishedBefore {
             contract,
             before_ms,
-        } => r.contract.name == *contract && r.updated_ms < *before_ms,
+        } => *r.contract.name == **contract && r.updated_ms < *before_ms,
         PurgeScope::Tenant(tenant) => r.tenant == *tenant,
         PurgeScope::Operation {
             tenant,
@@ -498,7 +498,7 @@ fn row_bytes(row: &Row) -> u64 {
             + r.intent_ref.len()
             + r.idempotency_key.as_str().len()
             + r.payload_hash.as_str().len()
-            + r.request.method.len()
+            + r.request.method.as_str().len()
             + r.request.url.len()
             + r.remote_ref.as_ref().map_or(0, String::len)) as u64
 }
@@ -911,7 +911,7 @@ impl Ledger for MemoryLedger {
                 .operations
                 .values()
                 .filter(|row| row.record.state.is_terminal())
-                .map(|row| row.record.contract.name.clone())
+                .map(|row| row.record.contract.name.to_string())
                 .collect();
             Ok(names.into_iter().collect())
         })
@@ -978,7 +978,7 @@ mod tests {
             let kinds: Vec<String> = log
                 .unwrap_or_default()
                 .into_iter()
-                .map(|e| e.entry.kind)
+                .map(|e| e.entry.kind.into_owned())
                 .collect();
             assert_eq!(kinds, ["created", "attempt_result"]);
         });

@@ -311,7 +311,10 @@ impl OperationQuery {
         let before = |v: i64, b: Option<i64>| b.is_none_or(|b| v < b);
         self.scope.contains(&r.tenant)
             && (self.states.is_empty() || self.states.contains(&r.state))
-            && self.contract.as_ref().is_none_or(|c| *c == r.contract.name)
+            && self
+                .contract
+                .as_ref()
+                .is_none_or(|c| **c == *r.contract.name)
             && self.host.as_ref().is_none_or(|h| {
                 Self::host_prefixes(h)
                     .iter()

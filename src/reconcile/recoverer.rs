@@ -396,7 +396,7 @@ impl Recoverer {
         let contract = self.contract_for(&row);
         let reconciler = self
             .by_contract
-            .get(&row.contract.name)
+            .get(&*row.contract.name)
             .or(self.default_reconciler.as_ref())
             .cloned();
 

@@ -631,7 +631,7 @@ fn row_view(base: &str, cfg: &ReviewUiConfig, r: &OperationRecord, now: i64) -> 
         action: words::action(&r.action),
         tenant: r.tenant.to_string(),
         target: host_of(&r.request.url),
-        contract: r.contract.name.clone(),
+        contract: r.contract.name.to_string(),
         age: words::age(now - r.created_ms),
         changed: format!("{} ago", words::age(now - r.updated_ms)),
         attempts: format!("{}/{}", r.attempts_used, r.policy.max_attempts),

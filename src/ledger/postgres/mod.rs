@@ -459,8 +459,8 @@ impl PostgresLedger {
             .bind(new.request.url.as_str())
             .bind(headers)
             .bind(new.request.body.as_ref())
-            .bind(new.contract.name.as_str())
-            .bind(new.contract.hash.as_str())
+            .bind(&*new.contract.name)
+            .bind(&*new.contract.hash)
             .bind(policy)
             .bind(created.attempt_id)
             .bind(created.generation)
@@ -660,7 +660,7 @@ fn check_new(new: &NewOperation) -> Result<(), LedgerError> {
     no_nul("action", &new.action)?;
     no_nul("intent", &new.intent_ref)?;
     no_nul("idempotency key", new.idempotency_key.as_str())?;
-    no_nul("request method", &new.request.method)?;
+    no_nul("request method", new.request.method.as_str())?;
     no_nul("request URL", &new.request.url)?;
     no_nul("contract name", &new.contract.name)?;
     no_nul("contract hash", &new.contract.hash)
