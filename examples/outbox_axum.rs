@@ -24,20 +24,18 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use recoverable_write::layer::ResponseBody;
 use recoverable_write::ledger::{Created, Ledger, PostgresLedgerOptions};
 use recoverable_write::testing::FakeVendor;
+use recoverable_write::testing::drill::{Writer, collected};
 use recoverable_write::{
-    BudgetPolicy, Contract, Error, Operation, Outcome, PostgresLedger, RecoverableWriteLayer,
+    BudgetPolicy, Contract, Operation, Outcome, PostgresLedger, RecoverableWriteLayer,
     SendOnceGuardLayer, State, Tenant,
 };
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
-use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type Writer = BoxCloneSyncService<http::Request<Full<Bytes>>, http::Response<Bytes>, Error>;
 
 const SCHEMA: &str = "rw_outbox_example";
 const TENANT: &str = "acme";
@@ -204,17 +202,8 @@ async fn run(ledger: &PostgresLedger) -> Result<(), BoxError> {
         .layer(layer.clone())
         .layer(SendOnceGuardLayer::new())
         .service(client);
-    let writer: Writer = BoxCloneSyncService::new(stack.and_then(
-        |res: http::Response<ResponseBody<hyper::body::Incoming>>| async move {
-            let (parts, body) = res.into_parts();
-            let bytes = body
-                .collect()
-                .await
-                .map_err(|e| Error::Inner { source: e })?
-                .to_bytes();
-            Ok(http::Response::from_parts(parts, bytes))
-        },
-    ));
+    // The stack with response bodies collected, as the drills build theirs.
+    let writer: Writer = collected(stack);
     let app = App {
         ledger: ledger.clone(),
         writer,
