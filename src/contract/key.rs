@@ -28,6 +28,16 @@ pub(super) fn check_len(contract: &Contract, key: &str) -> Result<(), ContractEr
 /// The header most contracts place the key in, lower case.
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
+/// The header a [`KeyPlacement::Header`] named `name` puts the key in, if `name` is a valid
+/// header name. The usual name is a static one (no copy of it per request).
+pub(crate) fn key_header(name: &str) -> Option<HeaderName> {
+    if name.eq_ignore_ascii_case(IDEMPOTENCY_KEY) {
+        Some(HeaderName::from_static(IDEMPOTENCY_KEY))
+    } else {
+        HeaderName::from_bytes(name.as_bytes()).ok()
+    }
+}
+
 pub(super) fn attach(
     contract: &Contract,
     parts: &mut http::request::Parts,
@@ -38,13 +48,8 @@ pub(super) fn attach(
     let err = |field: &str, kind| ContractError::new(&contract.name, format!("key.{field}"), kind);
     match &contract.key {
         KeyPlacement::Header { name, format } => {
-            // The usual name is a static one (no copy of it per request).
-            let header = if name.eq_ignore_ascii_case(IDEMPOTENCY_KEY) {
-                HeaderName::from_static(IDEMPOTENCY_KEY)
-            } else {
-                HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| err("name", Kind::InvalidHeaderName(name.clone())))?
-            };
+            let header = key_header(name)
+                .ok_or_else(|| err("name", Kind::InvalidHeaderName(name.clone())))?;
             let value = header_value(key, *format).map_err(|k| err("format", k))?;
             parts.headers.insert(header, value);
             Ok(body)

@@ -75,6 +75,7 @@ mod classify;
 pub mod config;
 mod error;
 mod key;
+pub(crate) use key::key_header;
 pub mod profiles;
 mod registry;
 mod retry_after;

@@ -16,7 +16,7 @@ use http::request::Parts;
 use http::uri::{Authority, PathAndQuery};
 use http::{Extensions, HeaderName, HeaderValue, Request, Uri, Version};
 
-use crate::contract::{Contract, ContractError, KeyPlacement};
+use crate::contract::{Contract, ContractError, KeyPlacement, key_header};
 use crate::operation::{
     FrozenRequest, IdempotencyKey, is_secret, is_secret_param, is_unfrozen, redact_body,
     redacted_uri,
@@ -177,17 +177,10 @@ pub(crate) fn build_first(
 ) -> Result<(Request<Bytes>, Caller), BuildError> {
     if sent_as_frozen(&parts, &body, frozen, contract) {
         let placed = match &contract.key {
-            KeyPlacement::Header { name, .. } => {
-                let header = if name.eq_ignore_ascii_case("idempotency-key") {
-                    Some(HeaderName::from_static("idempotency-key"))
-                } else {
-                    HeaderName::from_bytes(name.as_bytes()).ok()
-                };
-                header.map(|h| {
-                    let previous = parts.headers.get(&h).cloned();
-                    (h, previous)
-                })
-            }
+            KeyPlacement::Header { name, .. } => key_header(name).map(|h| {
+                let previous = parts.headers.get(&h).cloned();
+                (h, previous)
+            }),
             _ => None,
         };
         let body = contract
