@@ -57,8 +57,8 @@ impl Opener {
              PRAGMA journal_mode = WAL;
              PRAGMA foreign_keys = ON;
              PRAGMA temp_store = MEMORY;
-             PRAGMA synchronous = {};",
-            self.synchronous.as_str()
+             {};",
+            self.synchronous.pragma()
         ))
         .map_err(unavailable)?;
         // Replaces SQLite's automatic checkpoint (which would copy the WAL into the database,
@@ -189,6 +189,16 @@ impl Conn {
             None => Ok(None),
             Some(row) => row.get::<_, Option<i64>>(0).map_err(unavailable),
         }
+    }
+
+    /// A `PASSIVE` checkpoint: copies what it can of the WAL into the database, never waiting
+    /// for readers or the writer. A failure is logged; the next checkpoint tries again.
+    pub(super) fn checkpoint(&self) -> Result<(), LedgerError> {
+        self.rows_dynamic("PRAGMA wal_checkpoint(PASSIVE)", &[])
+            .map(drop)
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "SQLite ledger: WAL checkpoint failed; will retry");
+            })
     }
 
     /// Runs `sql`, a fixed text without parameters (`BEGIN IMMEDIATE`, `COMMIT`, a pragma).

@@ -197,6 +197,15 @@ impl Synchronous {
             Synchronous::Off => "OFF",
         }
     }
+
+    /// The statement that sets this level on a connection.
+    const fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "PRAGMA synchronous = FULL",
+            Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+            Synchronous::Off => "PRAGMA synchronous = OFF",
+        }
+    }
 }
 /// Options for [`SqliteLedger::open_with`].
 ///
@@ -636,11 +645,8 @@ impl Ledger for SqliteLedger {
     /// decoding, and the caller writes the changes into the row it holds.
     fn record_unread(&self, update: Update) -> BoxFuture<'_, Result<Recorded, LedgerError>> {
         Box::pin(async move {
-            let (tenant, id) = (update.tenant.clone(), update.operation_id.clone());
-            let columns = UpdateColumns::encode(update, SQLITE)?;
-            let mut entry = None;
-            let apply = Statement::new(APPLY_UNREAD, |a| entry = Some(bind_apply(a, columns)));
-            let entry = evidence(INSERT_EVIDENCE, &tenant, &id, entry.ok_or_else(unbound)?);
+            let (apply, entry) =
+                compare_and_swap(APPLY_UNREAD, UpdateColumns::encode(update, SQLITE)?);
             self.write_as(true, move |conn| {
                 if apply.execute(conn)? == 0 {
                     return Ok(Finish::Unchanged(Recorded::Stale));
@@ -835,12 +841,9 @@ impl Ledger for SqliteLedger {
             }
             let change = match effect {
                 CallbackEffect::Apply(update) => {
-                    let (tenant, id) = (update.tenant.clone(), update.operation_id.clone());
-                    let columns = UpdateColumns::encode(update, SQLITE)?;
-                    let mut entry = None;
-                    let apply = Statement::new(APPLY, |a| entry = Some(bind_apply(a, columns)));
-                    let entry = entry.map(|e| evidence(INSERT_EVIDENCE, &tenant, &id, e));
-                    Change::Apply(apply, entry.ok_or_else(unbound)?)
+                    let (apply, entry) =
+                        compare_and_swap(APPLY, UpdateColumns::encode(update, SQLITE)?);
+                    Change::Apply(apply, entry)
                 }
                 CallbackEffect::Append(entry) => {
                     let entry = EvidenceColumns::encode(entry, SQLITE)?;
@@ -955,11 +958,6 @@ impl Ledger for SqliteLedger {
     }
 }
 
-/// A statement's arguments were not bound (unreachable: `Statement::new` calls its binder).
-fn unbound() -> LedgerError {
-    LedgerError::Config("internal error: a statement's arguments were not bound".to_owned())
-}
-
 /// A listing's arguments as values.
 fn values(args: Vec<super::query::Arg>) -> Vec<rusqlite::types::Value> {
     args.into_iter()
@@ -976,11 +974,7 @@ impl SqliteLedger {
         relaxed: bool,
         update: Update,
     ) -> Result<Option<OperationRecord>, LedgerError> {
-        let (tenant, id) = (update.tenant.clone(), update.operation_id.clone());
-        let columns = UpdateColumns::encode(update, SQLITE)?;
-        let mut entry = None;
-        let apply = Statement::new(APPLY, |a| entry = Some(bind_apply(a, columns)));
-        let entry = evidence(INSERT_EVIDENCE, &tenant, &id, entry.ok_or_else(unbound)?);
+        let (apply, entry) = compare_and_swap(APPLY, UpdateColumns::encode(update, SQLITE)?);
         self.write_as(relaxed, move |conn| {
             let rows = apply.rows(conn)?;
             let Some(row) = rows.first() else {
@@ -1015,12 +1009,11 @@ impl SqliteLedger {
         entries: Vec<Statement>,
         row: OperationRecord,
     ) -> Result<Created, LedgerError> {
-        let key = (
-            row.tenant.clone(),
-            row.operation_id.clone(),
-            row.action.clone(),
-            row.intent_ref.clone(),
-        );
+        // Shared with the write, which may run more than once and needs the keys on a
+        // conflict; the write is dropped before its caller is answered, so the row comes back
+        // without a copy.
+        let row = Arc::new(row);
+        let key = row.clone();
         let existing = self
             .write(move |conn| {
                 if insert.execute(conn)? == 1 {
@@ -1029,14 +1022,14 @@ impl SqliteLedger {
                     }
                     return Ok(Finish::Commit(None));
                 }
-                let (tenant, id, action, intent) = &key;
-                let found = existing(conn, tenant, id, action, intent)?;
+                let r = &*key;
+                let found = existing(conn, &r.tenant, &r.operation_id, &r.action, &r.intent_ref)?;
                 Ok(Finish::Unchanged(Some(found)))
             })
             .await?;
         Ok(match existing {
             Some(found) => Created::Existing(found),
-            None => Created::New(row),
+            None => Created::New(Arc::try_unwrap(row).unwrap_or_else(|row| (*row).clone())),
         })
     }
 }

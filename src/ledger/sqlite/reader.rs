@@ -2,7 +2,6 @@
 //! Tokio's blocking threads. In WAL mode a reader sees every committed write and never waits
 //! for the writer, nor the writer for it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Semaphore;
@@ -17,10 +16,9 @@ pub(super) struct Readers {
     opener: Opener,
     /// Connections not in use.
     idle: Mutex<Vec<Conn>>,
-    /// One permit per connection the pool may have.
+    /// One permit per connection the pool may have; closed with the pool.
     permits: Arc<Semaphore>,
     runtime: tokio::runtime::Handle,
-    closed: AtomicBool,
 }
 
 impl Readers {
@@ -30,7 +28,6 @@ impl Readers {
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(max as usize)),
             runtime,
-            closed: AtomicBool::new(false),
         }
     }
 
@@ -40,9 +37,6 @@ impl Readers {
         T: Send + 'static,
         F: FnOnce(&mut Conn) -> Result<T, LedgerError> + Send + 'static,
     {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(closed());
-        }
         let permit = self
             .permits
             .clone()
@@ -60,7 +54,7 @@ impl Readers {
             let result = read(&mut conn);
             // A connection left inside a transaction (a statement failed halfway) is dropped,
             // not reused.
-            if !conn.in_transaction() && !pool.closed.load(Ordering::Acquire) {
+            if !conn.in_transaction() && !pool.permits.is_closed() {
                 pool.idle
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -74,7 +68,6 @@ impl Readers {
 
     /// Closes every idle connection; reads after this fail.
     pub(super) fn close(&self) {
-        self.closed.store(true, Ordering::Release);
         self.permits.close();
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }

@@ -274,9 +274,24 @@ pub(super) fn bind_row(a: &mut Args, mut r: RowColumns) {
         .push(r.updated_ms);
 }
 
-/// Binds all the parameters of [`APPLY`] (23); the evidence entry is returned for
-/// [`INSERT_EVIDENCE`] once the row changed.
-pub(super) fn bind_apply(a: &mut Args, u: UpdateColumns) -> EvidenceColumns {
+/// The compare-and-swap `sql` ([`APPLY`] or [`APPLY_UNREAD`]) of `u`, and the insert of its
+/// evidence entry, to run once the swap changed the row.
+pub(super) fn compare_and_swap(sql: &'static str, u: UpdateColumns) -> (Statement, Statement) {
+    let mut entry = Args::with_capacity(10);
+    entry.push(u.tenant.as_str()).push(u.operation_id.as_str());
+    let mut swap = Args::with_capacity(23);
+    bind_evidence(&mut entry, bind_apply(&mut swap, u));
+    (
+        Statement { sql, args: swap.0 },
+        Statement {
+            sql: INSERT_EVIDENCE,
+            args: entry.0,
+        },
+    )
+}
+
+/// Binds all the parameters of [`APPLY`] (23); returns the evidence entry.
+fn bind_apply(a: &mut Args, u: UpdateColumns) -> EvidenceColumns {
     a.push(u.state)
         .push(u.last_result)
         .push(u.generation)

@@ -177,14 +177,6 @@ impl Durability {
             relaxed,
         }
     }
-
-    fn pragma(level: Synchronous) -> &'static str {
-        match level {
-            Synchronous::Full => "PRAGMA synchronous = FULL",
-            Synchronous::Normal => "PRAGMA synchronous = NORMAL",
-            Synchronous::Off => "PRAGMA synchronous = OFF",
-        }
-    }
 }
 
 /// The WAL size (pages) from which the writer has the checkpointer copy what is committed:
@@ -258,10 +250,10 @@ impl Checkpointer {
             }
             let Some(c) = &conn else { continue };
             self.running.store(true, Ordering::Release);
-            let copied = c.rows_dynamic("PRAGMA wal_checkpoint(PASSIVE)", &[]);
+            let copied = c.checkpoint();
             self.running.store(false, Ordering::Release);
-            if let Err(e) = copied {
-                tracing::warn!(error = %e, "SQLite ledger: WAL checkpoint failed; will retry");
+            if copied.is_err() {
+                // Opened again for the next one.
                 conn = None;
             }
         }
@@ -291,10 +283,9 @@ impl CheckpointHandle {
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
             }
-            if !self.running.load(Ordering::Acquire)
-                && let Err(e) = conn.rows_dynamic("PRAGMA wal_checkpoint(PASSIVE)", &[])
-            {
-                tracing::warn!(error = %e, "SQLite ledger: WAL checkpoint failed; will retry");
+            if !self.running.load(Ordering::Acquire) {
+                // Logged; the writer tries again after its next commit.
+                let _ = conn.checkpoint();
             }
         } else if level > self.asked_at {
             self.asked_at = level;
@@ -394,7 +385,7 @@ impl Writer {
             self.sync.durable
         };
         if *level != Some(want) {
-            if let Err(e) = conn.run(Durability::pragma(want)) {
+            if let Err(e) = conn.run(want.pragma()) {
                 let e = Arc::new(e);
                 for w in batch.drain(..) {
                     w.answer(Some(batch_failed(&e)));
