@@ -806,22 +806,26 @@ impl fmt::Display for PayloadHash {
 
 /// [`normalize_uri`] written straight into the hasher (no string).
 fn write_normalized_uri(uri: &Uri, h: &mut Sha256) {
-    let lower = |s: &str, h: &mut Sha256| {
+    normalized_uri_into(uri, &mut |bytes| h.update(bytes));
+}
+
+/// The normalized form of `uri` (see [`normalize_uri`]), written piece by piece into `out`.
+fn normalized_uri_into(uri: &Uri, out: &mut impl FnMut(&[u8])) {
+    let lower = |s: &str, out: &mut dyn FnMut(&[u8])| {
         for chunk in s.as_bytes().chunks(64) {
             let mut buf = [0u8; 64];
             let buf = &mut buf[..chunk.len()];
             buf.copy_from_slice(chunk);
             buf.make_ascii_lowercase();
-            h.update(&*buf);
+            out(buf);
         }
     };
-    let scheme = uri.scheme_str();
-    if let Some(s) = scheme {
-        lower(s, h);
-        h.update(b"://");
+    if let Some(s) = uri.scheme_str() {
+        lower(s, out);
+        out(b"://");
     }
     if let Some(host) = uri.host() {
-        lower(host, h);
+        lower(host, out);
     }
     if let Some(p) = non_default_port(uri) {
         let mut buf = [0u8; 6];
@@ -837,13 +841,12 @@ fn write_normalized_uri(uri: &Uri, h: &mut Sha256) {
         }
         i -= 1;
         buf[i] = b':';
-        h.update(&buf[i..]);
+        out(&buf[i..]);
     }
-    h.update(
-        uri.path_and_query()
-            .map_or("/", |pq| pq.as_str())
-            .as_bytes(),
-    );
+    out(uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .as_bytes());
 }
 
 /// The port of `uri` unless it is the default one of its scheme.
@@ -859,25 +862,10 @@ fn non_default_port(uri: &Uri) -> Option<u16> {
 /// Lower-cases scheme and host and drops a default port; path and query are kept as given
 /// (their case and order can be significant to the vendor).
 fn normalize_uri(uri: &Uri) -> String {
-    let scheme = uri.scheme_str();
-    let port = non_default_port(uri);
-    let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let mut out = String::with_capacity(
-        scheme.map_or(0, |s| s.len() + 3) + uri.host().map_or(0, str::len) + 6 + path.len(),
-    );
-    if let Some(s) = scheme {
-        out.extend(s.chars().map(|c| c.to_ascii_lowercase()));
-        out.push_str("://");
-    }
-    if let Some(h) = uri.host() {
-        out.extend(h.chars().map(|c| c.to_ascii_lowercase()));
-    }
-    if let Some(p) = port {
-        use std::fmt::Write as _;
-        let _ = write!(out, ":{p}");
-    }
-    out.push_str(path);
-    out
+    let mut out = Vec::with_capacity(uri.host().map_or(0, str::len) + 32);
+    normalized_uri_into(uri, &mut |bytes| out.extend_from_slice(bytes));
+    // A `Uri` holds ASCII only; should that change, nothing panics here.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Writes a JSON value in canonical form: object keys sorted, no whitespace. Keys and scalars
