@@ -84,29 +84,45 @@ impl Outcome {
             message: message_for(&r.operation_id, r.state, r.remote_ref.as_deref()),
         }
     }
+
+    /// [`from_record`](Self::from_record) for a row the caller is done with: its vendor
+    /// reference moves into the outcome instead of being copied.
+    pub(crate) fn from_row(
+        r: OperationRecord,
+        attempt: Option<AttemptId>,
+        from_ledger: bool,
+    ) -> Self {
+        Self {
+            message: message_for(&r.operation_id, r.state, r.remote_ref.as_deref()),
+            tenant: r.tenant,
+            operation_id: r.operation_id,
+            state: r.state,
+            last_result: r.last_result,
+            remote_ref: r.remote_ref,
+            attempt,
+            from_ledger,
+        }
+    }
 }
 
 fn message_for(op: &OperationId, state: State, remote_ref: Option<&str>) -> String {
-    match state {
+    // Joined by `concat` into a string sized once: one allocation, where `format!` grows its
+    // buffer.
+    let rest = match state {
         State::Succeeded => match remote_ref {
-            Some(r) => format!("{op} succeeded: {r}"),
-            None => format!("{op} succeeded"),
+            Some(r) => return [op.as_str(), " succeeded: ", r].concat(),
+            None => " succeeded",
         },
-        State::Rejected => format!("{op} was rejected by the vendor; it had no effect"),
-        State::Processing => {
-            format!("{op} was accepted and is still processing; do not create it again")
+        State::Rejected => " was rejected by the vendor; it had no effect",
+        State::Processing => " was accepted and is still processing; do not create it again",
+        State::Unknown | State::InFlight => " is being verified; do not create it again",
+        State::RetryReady => {
+            " was not executed; it will be resent with the same idempotency key; do not create it again"
         }
-        State::Unknown | State::InFlight => {
-            format!("{op} is being verified; do not create it again")
-        }
-        State::RetryReady => format!(
-            "{op} was not executed; it will be resent with the same idempotency key; do not create it again"
-        ),
-        State::ManualReview => {
-            format!("{op} is awaiting manual review; do not create it again")
-        }
-        State::Prepared => format!("{op} is recorded and has not been sent"),
-    }
+        State::ManualReview => " is awaiting manual review; do not create it again",
+        State::Prepared => " is recorded and has not been sent",
+    };
+    [op.as_str(), rest].concat()
 }
 
 /// Why a call through [`RecoverableWrite`](super::RecoverableWrite) did not return a response.

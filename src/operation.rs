@@ -231,10 +231,29 @@ impl fmt::Display for Generation {
 pub struct Operation {
     tenant: Tenant,
     id: OperationId,
-    action: String,
-    intent_ref: String,
+    action: Arc<str>,
+    intent_ref: Arc<str>,
     /// Made by [`Operation::resume`]: the operation must already exist.
     existing_only: bool,
+}
+
+/// `parts` joined into a shared string with one allocation: on the stack first when short, so
+/// only the `Arc` allocates.
+fn arc_concat(parts: &[&str]) -> Arc<str> {
+    let mut buf = [0u8; 256];
+    let mut n = 0;
+    for p in parts {
+        let Some(dst) = buf.get_mut(n..n + p.len()) else {
+            return Arc::from(parts.concat());
+        };
+        dst.copy_from_slice(p.as_bytes());
+        n += p.len();
+    }
+    // Whole strings joined: always UTF-8.
+    match std::str::from_utf8(&buf[..n]) {
+        Ok(s) => Arc::from(s),
+        Err(_) => Arc::from(parts.concat()),
+    }
 }
 
 impl Operation {
@@ -248,8 +267,8 @@ impl Operation {
         Self {
             tenant: Tenant::new(tenant),
             id: OperationId::generate(),
-            action: action.into(),
-            intent_ref: intent_ref.into(),
+            action: Arc::from(action.into()),
+            intent_ref: Arc::from(intent_ref.into()),
             existing_only: false,
         }
     }
@@ -281,8 +300,8 @@ impl Operation {
         Self {
             tenant: Tenant::new(tenant),
             id: OperationId::new(format!("op-{}", &digest[..32])),
-            action,
-            intent_ref,
+            action: Arc::from(action),
+            intent_ref: Arc::from(intent_ref),
             existing_only: false,
         }
     }
@@ -292,12 +311,11 @@ impl Operation {
     /// never creates anything: an id the ledger does not hold for this tenant (a typo) is
     /// [`Error::NotFound`](crate::Error::NotFound) and nothing is sent.
     pub fn resume(tenant: impl Into<String>, id: OperationId) -> Self {
-        let intent = id.as_str().to_owned();
         Self {
             tenant: Tenant::new(tenant),
+            intent_ref: id.0.clone(),
             id,
-            action: String::new(),
-            intent_ref: intent,
+            action: Arc::from(""),
             existing_only: true,
         }
     }
@@ -318,17 +336,9 @@ impl Operation {
         let id = OperationId::generate();
         Self {
             tenant: Tenant::default(),
-            action: {
-                // Sized once: no growth while writing `<METHOD> <host><path>`.
-                let (m, h, p) = (method.as_str(), uri.host().unwrap_or(""), uri.path());
-                let mut action = String::with_capacity(m.len() + 1 + h.len() + p.len());
-                action.push_str(m);
-                action.push(' ');
-                action.push_str(h);
-                action.push_str(p);
-                action
-            },
-            intent_ref: id.as_str().to_owned(),
+            action: arc_concat(&[method.as_str(), " ", uri.host().unwrap_or(""), uri.path()]),
+            // The fresh intent is the operation's own id, shared.
+            intent_ref: id.0.clone(),
             id,
             existing_only: false,
         }
@@ -340,7 +350,7 @@ impl Operation {
     }
 
     /// Tenant, id, action and intent reference, moved out (no copy of the strings).
-    pub(crate) fn into_parts(self) -> (Tenant, OperationId, String, String) {
+    pub(crate) fn into_parts(self) -> (Tenant, OperationId, Arc<str>, Arc<str>) {
         (self.tenant, self.id, self.action, self.intent_ref)
     }
 

@@ -327,8 +327,8 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
             .create_or_get(recoverable_write::ledger::NewOperation {
                 tenant: op.tenant().clone(),
                 operation_id: op.id().clone(),
-                action: op.action().to_owned(),
-                intent_ref: op.intent_ref().to_owned(),
+                action: op.action().into(),
+                intent_ref: op.intent_ref().into(),
                 idempotency_key: recoverable_write::IdempotencyKey::generate(),
                 payload_hash: hash,
                 request: frozen.into(),

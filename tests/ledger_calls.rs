@@ -135,7 +135,7 @@ async fn with_an_authorizer_the_claim_waits_for_the_check() {
         .budget(fast_policy())
         .expect("a valid budget")
         .authorizer(|op: &OperationRecord, access: Access| {
-            if op.intent_ref == "intent-denied" {
+            if &*op.intent_ref == "intent-denied" {
                 Err(Denied::new(access, "not this one"))
             } else {
                 Ok(())

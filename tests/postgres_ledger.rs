@@ -912,7 +912,7 @@ async fn a_nul_in_a_key_field_is_an_error_naming_the_field() {
         ("intent", new_operation("tenant-a", "op-1", "intent\0-1")),
         ("action", {
             let mut new = new_operation("tenant-a", "op-1", "intent-1");
-            new.action = "create\0ticket".to_owned();
+            new.action = "create\0ticket".into();
             new
         }),
     ];

@@ -851,8 +851,8 @@ async fn d18_eight_senders_race_for_each_outbox_operation_and_exactly_one_sends(
                 NewOperation {
                     tenant: o.tenant().clone(),
                     operation_id: o.id().clone(),
-                    action: o.action().to_owned(),
-                    intent_ref: o.intent_ref().to_owned(),
+                    action: o.action().into(),
+                    intent_ref: o.intent_ref().into(),
                     idempotency_key: IdempotencyKey::generate(),
                     payload_hash: hash,
                     request: frozen.into(),

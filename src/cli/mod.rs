@@ -592,7 +592,7 @@ impl Row {
         Self {
             tenant: r.tenant.as_str().to_owned(),
             operation_id: r.operation_id.as_str().to_owned(),
-            action: r.action.clone(),
+            action: r.action.to_string(),
             state: r.state,
             last_result: r.last_result,
             contract: r.contract.name.to_string(),

@@ -670,11 +670,22 @@ where
         _ => None,
     };
 
+    // The evidence moves into the ledger's log. The rare paths below that need it again (a
+    // result that arrived late, or could not be recorded) get it back: classified anew from the
+    // response (a pure function of what was read), or from a copy when there is no response.
+    let kept = response.is_none().then(|| evidence.clone());
+    let again = |response: Option<&Response<Bytes>>| match (&kept, response) {
+        (Some(e), _) => e.clone(),
+        (None, Some(res)) => {
+            contract.classify_response(res.status(), res.headers(), res.body(), now)
+        }
+        (None, None) => crate::evidence::Evidence::unknown("the attempt's evidence was lost"),
+    };
     let mut record = record;
     let recorded = engine::record_event(
         &shared,
         &mut record,
-        Event::AttemptResult(evidence.clone()),
+        Event::AttemptResult(evidence),
         "attempt_result",
         Extras {
             attempt: Some(attempt),
@@ -695,7 +706,7 @@ where
                 &shared,
                 &record,
                 Some(attempt),
-                evidence.clone(),
+                again(response.as_ref()),
                 "attempt result arrived after the operation moved on".into(),
             )
             .await
@@ -734,15 +745,15 @@ where
             let (mut parts, body) = res.into_parts();
             parts
                 .extensions
-                .insert(Outcome::from_record(&row, Some(attempt), false));
+                .insert(Outcome::from_row(row, Some(attempt), false));
             Ok(Response::from_parts(parts, Full::new(body)))
         }
         // Authoritative answer that the ledger could not take in (outage, or the operation was
         // taken over): the vendor's answer is still the truth for this caller.
         (_, Some(res)) if authoritative && !recorded => {
             let mut outcome = Outcome::from_record(&row, Some(attempt), false);
-            if let crate::evidence::Evidence::Succeeded { remote_ref } = &evidence {
-                outcome.remote_ref = remote_ref.clone().or(outcome.remote_ref);
+            if let crate::evidence::Evidence::Succeeded { remote_ref } = again(Some(&res)) {
+                outcome.remote_ref = remote_ref.or(outcome.remote_ref);
             }
             let (mut parts, body) = res.into_parts();
             parts.extensions.insert(outcome);

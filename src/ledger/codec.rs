@@ -208,8 +208,8 @@ impl RowColumns {
         Ok(Self {
             tenant: r.tenant.as_str().to_owned(),
             operation_id: r.operation_id.as_str().to_owned(),
-            action: r.action.clone(),
-            intent_ref: r.intent_ref.clone(),
+            action: r.action.to_string(),
+            intent_ref: r.intent_ref.to_string(),
             idempotency_key: r.idempotency_key.as_str().to_owned(),
             payload_hash: r.payload_hash.as_str().to_owned(),
             request_method: r.request.method.as_str().to_owned(),
@@ -483,8 +483,8 @@ macro_rules! row_decoder {
             Ok(OperationRecord {
                 tenant: Tenant::new(c.text("tenant")?),
                 operation_id: OperationId::new(operation.clone()),
-                action: c.text("action")?,
-                intent_ref: c.text("intent_ref")?,
+                action: c.text("action")?.into(),
+                intent_ref: c.text("intent_ref")?.into(),
                 idempotency_key: IdempotencyKey::from_stored(c.text("idempotency_key")?),
                 payload_hash: PayloadHash::from_stored(c.text("payload_hash")?),
                 request: std::sync::Arc::new(FrozenRequest {

@@ -199,8 +199,8 @@ pub fn new_operation(tenant: &str, operation_id: &str, intent_ref: &str) -> NewO
     NewOperation {
         tenant: Tenant::new(tenant),
         operation_id: OperationId::new(operation_id),
-        action: ACTION.to_owned(),
-        intent_ref: intent_ref.to_owned(),
+        action: ACTION.into(),
+        intent_ref: intent_ref.into(),
         idempotency_key: IdempotencyKey::generate(),
         payload_hash: PayloadHash::compute("POST", url, &body, &PayloadDigest::Full),
         request: Arc::new(FrozenRequest {
@@ -576,9 +576,9 @@ pub async fn create_or_get_is_idempotent_by_intent<L: Ledger>(ledger: L) {
     );
 
     let mut refund = new_operation("tenant-a", "op-3", "intent-7781");
-    refund.action = "refund".to_owned();
+    refund.action = "refund".into();
     let refund = create(&ledger, refund).await;
-    assert_eq!(refund.action, "refund");
+    assert_eq!(&*refund.action, "refund");
     assert_eq!(get(&ledger, &first).await, first);
 }
 
@@ -1472,7 +1472,7 @@ pub async fn create_and_apply_creates_and_claims_in_one_step<L: Ledger>(ledger: 
     // The two-step path on a twin operation gives the same row, field for field.
     let twin = NewOperation {
         operation_id: OperationId::new("op-two-steps"),
-        intent_ref: "intent-two-steps".to_owned(),
+        intent_ref: "intent-two-steps".into(),
         ..new.clone()
     };
     let (_, twin_first) = first_claim(&twin, now, "two steps");

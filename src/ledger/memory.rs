@@ -558,7 +558,7 @@ impl Intents {
     ) -> Option<&'r OperationRecord> {
         let hash = Self::hash(tenant, action, intent_ref);
         let is_it = |r: &&OperationRecord| {
-            r.tenant == *tenant && r.action == action && r.intent_ref == intent_ref
+            r.tenant == *tenant && &*r.action == action && &*r.intent_ref == intent_ref
         };
         self.by_hash
             .get(&hash)

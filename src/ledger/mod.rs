@@ -92,10 +92,11 @@ pub struct NewOperation {
     pub tenant: Tenant,
     /// Operation id (primary key with the tenant).
     pub operation_id: OperationId,
-    /// Action name; `(tenant, action, intent_ref)` is unique.
-    pub action: String,
-    /// The caller's intent reference.
-    pub intent_ref: String,
+    /// Action name; `(tenant, action, intent_ref)` is unique. Shared (`Arc<str>`): rows are
+    /// cloned often and the name never changes.
+    pub action: Arc<str>,
+    /// The caller's intent reference (shared like `action`).
+    pub intent_ref: Arc<str>,
     /// The idempotency key, made once here.
     pub idempotency_key: IdempotencyKey,
     /// Hash of the frozen payload.
@@ -117,10 +118,10 @@ pub struct OperationRecord {
     pub tenant: Tenant,
     /// Operation id.
     pub operation_id: OperationId,
-    /// Action name.
-    pub action: String,
-    /// The caller's intent reference.
-    pub intent_ref: String,
+    /// Action name (shared: rows are cloned often and the name never changes).
+    pub action: Arc<str>,
+    /// The caller's intent reference (shared like `action`).
+    pub intent_ref: Arc<str>,
     /// The idempotency key sent on every attempt.
     pub idempotency_key: IdempotencyKey,
     /// Hash of the frozen payload.
