@@ -206,19 +206,32 @@ fn wrap(e: Error) -> reqwest_middleware::Error {
 
 /// Back to a reqwest response, keeping the URL, status, headers and extensions (the
 /// [`Outcome`]).
-async fn to_reqwest(res: http::Response<Full<Bytes>>, url: &reqwest::Url) -> reqwest::Response {
+async fn to_reqwest(res: http::Response<Full<Bytes>>, url: reqwest::Url) -> reqwest::Response {
     use reqwest::ResponseBuilderExt;
     let (parts, body) = res.into_parts();
     let bytes = into_bytes(body).await;
-    let mut out = http::Response::builder()
-        .url(url.clone())
+    // The response's own extensions (the `Outcome`) are the builder's, so the URL joins them.
+    let mut builder = http::Response::builder()
+        .status(parts.status)
+        .version(parts.version);
+    if let Some(ext) = builder.extensions_mut() {
+        *ext = parts.extensions;
+    }
+    let mut out = builder
+        .url(url)
         .body(reqwest::Body::from(bytes))
         .unwrap_or_default();
-    *out.status_mut() = parts.status;
-    *out.version_mut() = parts.version;
     *out.headers_mut() = parts.headers;
-    out.extensions_mut().extend(parts.extensions);
     reqwest::Response::from(out)
+}
+
+/// The bytes of a reqwest body known to be buffered (`as_bytes` is `Some`), moved out without a
+/// copy.
+async fn buffered(body: reqwest::Body) -> Bytes {
+    body.collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default()
 }
 
 /// The bytes of a buffered body (ready at once; it cannot fail).
@@ -248,7 +261,7 @@ fn unpack(e: reqwest_middleware::Error) -> BoxError {
 impl Middleware for RecoverableWriteMiddleware {
     async fn handle(
         &self,
-        req: reqwest::Request,
+        mut req: reqwest::Request,
         ext: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
@@ -259,21 +272,20 @@ impl Middleware for RecoverableWriteMiddleware {
             }
             return next.run(req, ext).await;
         }
-        let url = req.url().clone();
-        let timeout = req.timeout().copied();
-        // To an http request with a frozen body: a streaming body cannot be replayed.
-        let body = match req.body() {
+        // To an http request with a frozen body: a streaming body cannot be replayed. The body
+        // and the headers are moved out of `req`, not copied; `req` itself (its URL, timeout,
+        // version and extensions) is what goes down the chain, with what `prepare` built.
+        let body = match req.body_mut().take() {
             None => Bytes::new(),
-            Some(b) => match b.as_bytes() {
-                Some(bytes) => Bytes::copy_from_slice(bytes),
-                None => return Err(wrap(Error::NonReplayableBody)),
-            },
+            Some(b) if b.as_bytes().is_none() => return Err(wrap(Error::NonReplayableBody)),
+            Some(b) => buffered(b).await,
         };
         let mut http_req = http::Request::new(Full::new(body));
         *http_req.method_mut() = req.method().clone();
         *http_req.version_mut() = req.version();
-        *http_req.headers_mut() = req.headers().clone();
-        *http_req.uri_mut() = url
+        *http_req.headers_mut() = std::mem::take(req.headers_mut());
+        *http_req.uri_mut() = req
+            .url()
             .as_str()
             .parse()
             .map_err(|e: http::uri::InvalidUri| wrap(Error::Inner { source: e.into() }))?;
@@ -283,10 +295,10 @@ impl Middleware for RecoverableWriteMiddleware {
 
         let (send, ctx) = match prepare_inner(self.shared.clone(), http_req).await {
             Ok(Step::Send(send, ctx)) => (send, ctx),
-            Ok(Step::Done(res)) => return Ok(to_reqwest(res, &url).await),
+            Ok(Step::Done(res)) => return Ok(to_reqwest(res, req.url().clone()).await),
             Err(e) => {
                 return match await_resolution(&self.shared, e).await {
-                    Ok(res) => Ok(to_reqwest(res, &url).await),
+                    Ok(res) => Ok(to_reqwest(res, req.url().clone()).await),
                     Err(e) => Err(wrap(e)),
                 };
             }
@@ -294,22 +306,26 @@ impl Middleware for RecoverableWriteMiddleware {
 
         // The attempt is registered; send exactly these bytes with the key in place.
         let (parts, body) = send.into_parts();
-        let bytes = into_bytes(body).await;
-        let mut out = reqwest::Request::new(parts.method, url.clone());
-        *out.headers_mut() = parts.headers;
-        *out.version_mut() = parts.version;
-        *out.timeout_mut() = timeout;
-        *out.body_mut() = Some(reqwest::Body::from(bytes));
-        if let Ok(u) = reqwest::Url::parse(&parts.uri.to_string()) {
-            *out.url_mut() = u;
-        }
+        *req.method_mut() = parts.method;
+        *req.headers_mut() = parts.headers;
+        *req.version_mut() = parts.version;
+        *req.body_mut() = Some(reqwest::Body::from(into_bytes(body).await));
+        // The URL changes only when the contract places the key in the query; the caller's
+        // response keeps the URL it asked for.
+        let asked = if parts.uri != *req.url().as_str()
+            && let Ok(u) = reqwest::Url::parse(&parts.uri.to_string())
+        {
+            Some(std::mem::replace(req.url_mut(), u))
+        } else {
+            None
+        };
         if let Some(token) = parts.extensions.get::<AttemptToken>() {
             ext.insert(token.clone());
         }
 
         let deadline = ctx.deadline;
-        let sent_to = out.url().clone();
-        let observed = match tokio::time::timeout_at(deadline, next.run(out, ext)).await {
+        let sent_to = req.url().clone();
+        let observed = match tokio::time::timeout_at(deadline, next.run(req, ext)).await {
             // The client followed a redirect: the write was sent again, to another URL, below
             // the guard. Never a success from the redirected answer.
             Ok(Ok(res)) if *res.url() != sent_to => {
@@ -332,7 +348,7 @@ impl Middleware for RecoverableWriteMiddleware {
             ok => ok,
         };
         match result {
-            Ok(res) => Ok(to_reqwest(res, &url).await),
+            Ok(res) => Ok(to_reqwest(res, asked.unwrap_or(sent_to)).await),
             Err(e) => Err(wrap(e)),
         }
     }

@@ -311,3 +311,78 @@ impl JsonOrText for reqwest::Response {
         serde_json::from_slice(&bytes).expect("json body")
     }
 }
+
+/// A contract that places the key in the query: the request that leaves carries it there (the
+/// URL changes below this middleware, the body and headers are the caller's), the vendor sees
+/// one request whose key is the operation's, and the caller's response keeps the URL it asked
+/// for.
+#[tokio::test]
+async fn reqwest_key_placed_in_the_query_is_sent_there_once() {
+    use recoverable_write::contract::KeyPlacement;
+    use recoverable_write::ledger::Ledger;
+    use recoverable_write::{Contract, MemoryLedger, RecoverableWriteLayer};
+
+    // A vendor that records what it received.
+    let seen: Arc<std::sync::Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let app = axum::Router::new().route(
+        "/charges",
+        axum::routing::post({
+            let seen = seen.clone();
+            move |uri: http::Uri, headers: http::HeaderMap, body: String| async move {
+                let ct = headers
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                seen.lock().unwrap().push((uri.to_string(), ct, body));
+                (http::StatusCode::CREATED, r#"{"id":"Q1"}"#)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let ledger = Arc::new(MemoryLedger::new());
+    let layer = RecoverableWriteLayer::from_arc(ledger.clone())
+        .contract(Contract::conservative().key(KeyPlacement::query("rid")));
+    let client = ClientBuilder::new(client_builder().build().expect("reqwest client"))
+        .with(RecoverableWriteMiddleware::new(&layer))
+        .with(SendOnceMiddleware::new())
+        .build();
+    let op = Operation::new("tenant-q", "create_charge", "charge-1");
+    let asked = format!("http://{addr}/charges?currency=eur");
+    let res = client
+        .post(&asked)
+        .header("content-type", "application/json")
+        .with_extension(op.clone())
+        .body(r#"{"amount":100}"#)
+        .send()
+        .await
+        .expect("created");
+    assert_eq!(res.status(), 201);
+    assert_eq!(
+        res.url().as_str(),
+        asked,
+        "the caller's URL, not the sent one"
+    );
+    let outcome = res.extensions().get::<Outcome>().cloned().expect("outcome");
+    assert_eq!(outcome.state, State::Succeeded);
+
+    let row = ledger
+        .get(op.tenant(), op.id())
+        .await
+        .expect("ledger up")
+        .expect("row");
+    assert_eq!(row.state, State::Succeeded);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "one request at the vendor: {seen:?}");
+    assert_eq!(
+        seen[0],
+        (
+            format!("/charges?currency=eur&rid={}", row.idempotency_key.as_str()),
+            "application/json".to_owned(),
+            r#"{"amount":100}"#.to_owned()
+        )
+    );
+}
