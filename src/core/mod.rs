@@ -24,7 +24,9 @@ use crate::clock::SharedClock;
 use crate::contract::{Contract, Contracts};
 pub(crate) use crate::error::{Error, Outcome};
 use crate::guard::AttemptToken;
-use crate::ledger::{Created, Ledger, NewOperation, OperationRecord, StoredResponse};
+use crate::ledger::{
+    Created, Ledger, NewOperation, OperationRecord, StoredHeaders, StoredResponse,
+};
 use crate::notify::Notifier;
 use crate::operation::{AttemptId, FrozenRequest, IdempotencyKey, Operation, PayloadHash};
 use crate::state::{Event, State};
@@ -47,6 +49,24 @@ const UNSTORED_RESPONSE_HEADERS: &[&str] = &[
     "content-length",
     "keep-alive",
 ];
+
+/// The headers of a vendor response that are kept with it: all but
+/// [`UNSTORED_RESPONSE_HEADERS`], and only values of visible ASCII. The buffer is sized once,
+/// so this allocates once (not at all when nothing is kept).
+fn stored_headers(headers: &http::HeaderMap) -> StoredHeaders {
+    let kept = || {
+        headers
+            .iter()
+            .filter(|(k, _)| !UNSTORED_RESPONSE_HEADERS.contains(&k.as_str()))
+            .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
+    };
+    let (count, bytes) = kept().fold((0, 0), |(count, bytes), (k, v)| {
+        (count + 1, bytes + k.len() + v.len())
+    });
+    let mut stored = StoredHeaders::with_capacity(count, bytes);
+    stored.extend(kept());
+    stored
+}
 
 #[derive(Clone)]
 pub(crate) struct Shared {
@@ -532,7 +552,7 @@ fn stored_result(record: &OperationRecord) -> Response<Full<Bytes>> {
         Some(stored) => {
             let mut b = Response::builder().status(stored.status);
             for (k, v) in &stored.headers {
-                b = b.header(k.as_str(), v.as_str());
+                b = b.header(k, v);
             }
             b.body(Full::new(stored.body.clone())).ok()
         }
@@ -653,16 +673,7 @@ where
     let stored = match (&response, authoritative) {
         (Some(res), true) => Some(StoredResponse {
             status: res.status().as_u16(),
-            headers: res
-                .headers()
-                .iter()
-                .filter(|(k, _)| !UNSTORED_RESPONSE_HEADERS.contains(&k.as_str()))
-                .filter_map(|(k, v)| {
-                    v.to_str()
-                        .ok()
-                        .map(|v| (k.as_str().to_owned(), v.to_owned()))
-                })
-                .collect(),
+            headers: stored_headers(res.headers()),
             // A copy, not a slice: a slice would pin the client's whole read buffer for as long
             // as the ledger keeps the row.
             body: Bytes::copy_from_slice(&res.body()[..res.body().len().min(shared.stored_body)]),
@@ -817,4 +828,37 @@ pub(crate) async fn await_resolution(
         Some(row) => Error::for_state(&row, attempt, None, None),
         None => err,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_headers_keep_visible_ascii_values_of_stored_names_in_order() {
+        let mut map = http::HeaderMap::new();
+        map.append("content-type", "application/json".parse().unwrap());
+        map.append("set-cookie", "session=secret".parse().unwrap());
+        map.append("request-id", "req_1".parse().unwrap());
+        map.append("request-id", "req_2, \"x\"".parse().unwrap());
+        map.append("content-length", "12".parse().unwrap());
+        map.append(
+            "x-latin1",
+            http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+        );
+        let stored = stored_headers(&map);
+        let pairs: Vec<_> = stored.iter().collect();
+        assert_eq!(
+            pairs,
+            [
+                ("content-type", "application/json"),
+                ("request-id", "req_1"),
+                ("request-id", "req_2, \"x\""),
+            ]
+        );
+        assert_eq!(
+            stored_headers(&http::HeaderMap::new()),
+            StoredHeaders::new()
+        );
+    }
 }

@@ -42,7 +42,7 @@ use super::backend::Changes;
 use super::{
     CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, ContractRef, Created,
     EvidenceEntry, Ledger, LedgerError, NewEvidence, NewOperation, OperationRecord,
-    QuarantinedCallback, Recorded, StoredResponse, Update,
+    QuarantinedCallback, Recorded, StoredHeaders, StoredResponse, Update,
 };
 use crate::budget::BudgetPolicy;
 use crate::evidence::{ConflictKind, Evidence};
@@ -612,11 +612,14 @@ pub async fn apply_with_matching_precondition_writes_every_column_and_bumps_vers
     let attempt = AttemptId::generate();
     let response = StoredResponse {
         status: 201,
-        headers: vec![
-            ("content-type".to_owned(), "application/json".to_owned()),
-            ("request-id".to_owned(), "req_123".to_owned()),
-            ("request-id".to_owned(), "req_456".to_owned()),
-        ],
+        headers: [
+            ("content-type", "application/json"),
+            ("request-id", "req_123"),
+            ("request-id", "req_456"),
+            ("x-note", "a, \"b\": déjà vu"),
+        ]
+        .into_iter()
+        .collect(),
         body: Bytes::from_static(b"{\"id\":\"W731\"}\x00\xff"),
     };
     let changes = RawChanges {
@@ -683,7 +686,7 @@ pub async fn apply_writes_optional_columns_as_given<L: Ledger>(ledger: L) {
         reason: Some("why".to_owned()),
         response: Some(StoredResponse {
             status: 202,
-            headers: Vec::new(),
+            headers: StoredHeaders::new(),
             body: Bytes::new(),
         }),
         ..keep(&r, State::Processing, T0 + 1)
@@ -3244,7 +3247,7 @@ async fn finished<L: Ledger>(
         reason: Some("vendor said: card holder jane@example.com".to_owned()),
         response: Some(StoredResponse {
             status: 201,
-            headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+            headers: [("content-type", "application/json")].into_iter().collect(),
             body: Bytes::from_static(b"{\"id\":\"W731\",\"email\":\"jane@example.com\"}"),
         }),
         ..keep(&r, state, finished_ms)

@@ -948,7 +948,7 @@ mod tests {
                 remote_ref: Some("W731".to_owned()),
                 response: Some(StoredResponse {
                     status: 201,
-                    headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+                    headers: [("content-type", "application/json")].into_iter().collect(),
                     body: Bytes::from_static(b"{\"id\":\"W731\"}"),
                 }),
                 ..keep(&created, State::Succeeded, T0 + 20)

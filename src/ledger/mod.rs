@@ -44,6 +44,8 @@ pub use callback::{
 };
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod codec;
+mod headers;
+pub use headers::{StoredHeaders, StoredHeadersIter};
 mod memory;
 pub use memory::MemoryLedger;
 mod query;
@@ -79,8 +81,8 @@ pub use crate::contract::ContractRef;
 pub struct StoredResponse {
     /// HTTP status code.
     pub status: u16,
-    /// Selected non-secret headers.
-    pub headers: Vec<(String, String)>,
+    /// Selected non-secret headers, in the vendor's order (one buffer for all of them).
+    pub headers: StoredHeaders,
     /// The body, truncated to the layer's stored-body limit.
     pub body: Bytes,
 }
