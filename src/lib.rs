@@ -91,6 +91,7 @@ mod encoding;
 mod error;
 pub mod evidence;
 pub mod guard;
+mod inline_str;
 pub mod layer;
 pub mod ledger;
 pub mod notify;

@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::encoding::decode_component_str;
+use crate::inline_str::InlineStr;
 
 /// The tenant an operation belongs to.
 ///
@@ -108,25 +109,26 @@ impl fmt::Display for OperationId {
 /// existing operation: changing the key would bypass the vendor's deduplication.
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct IdempotencyKey(Arc<str>);
+// A generated key (36 characters) is kept inline: no allocation per write.
+pub struct IdempotencyKey(InlineStr<36>);
 
 impl IdempotencyKey {
     /// Makes a fresh random key (UUID v4, hyphenated, 36 characters).
     pub fn generate() -> Self {
         let mut buf = [0u8; 36];
-        Self(Arc::from(
-            &*Uuid::new_v4().hyphenated().encode_lower(&mut buf),
+        Self(InlineStr::new(
+            Uuid::new_v4().hyphenated().encode_lower(&mut buf),
         ))
     }
 
     /// Restores a key read back from a ledger.
     pub fn from_stored(key: impl Into<String>) -> Self {
-        Self(key.into().into())
+        Self(InlineStr::from_string(key.into()))
     }
 
     /// The key as sent on the wire (before any contract-specific quoting).
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
@@ -136,7 +138,7 @@ impl fmt::Debug for IdempotencyKey {
         write!(
             f,
             "IdempotencyKey({}…)",
-            crate::encoding::first_chars(&self.0, 8)
+            crate::encoding::first_chars(self.0.as_str(), 8)
         )
     }
 }
@@ -706,7 +708,8 @@ pub enum PayloadDigest {
 /// SHA-256 over the canonical form of a payload, lower-case hex.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct PayloadHash(Arc<str>);
+// SHA-256 in hex (64 characters) is kept inline: no allocation per write.
+pub struct PayloadHash(InlineStr<64>);
 
 impl PayloadHash {
     /// Computes the hash of `method`, the normalized `url` and the canonical `body`.
@@ -768,7 +771,7 @@ impl PayloadHash {
             let mut direct = h.clone();
             direct.update(b"json:");
             if canonical::write_direct(body, &mut direct) {
-                return Self(hex_arc(&direct.finalize()));
+                return Self(hex_inline(&direct.finalize()));
             }
         }
         match serde_json::from_slice::<serde_json::Value>(body) {
@@ -794,23 +797,23 @@ impl PayloadHash {
                 h.update(body);
             }
         }
-        Self(hex_arc(&h.finalize()))
+        Self(hex_inline(&h.finalize()))
     }
 
     /// Restores a hash read back from a ledger.
     pub fn from_stored(s: impl Into<String>) -> Self {
-        Self(s.into().into())
+        Self(InlineStr::from_string(s.into()))
     }
 
     /// The hash as lower-case hex.
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
 impl fmt::Display for PayloadHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.0.as_str())
     }
 }
 
@@ -1068,7 +1071,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 /// A SHA-256 digest as lower-case hex, written on the stack and shared (one allocation).
-fn hex_arc(digest: &[u8]) -> Arc<str> {
+fn hex_inline(digest: &[u8]) -> InlineStr<64> {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut buf = [0u8; 64];
     let n = digest.len().min(32);
@@ -1077,8 +1080,8 @@ fn hex_arc(digest: &[u8]) -> Arc<str> {
         buf[2 * i + 1] = HEX[(b & 0xf) as usize];
     }
     match std::str::from_utf8(&buf[..2 * n]) {
-        Ok(s) if n == digest.len() => Arc::from(s),
-        _ => hex(digest).into(),
+        Ok(s) if n == digest.len() => InlineStr::new(s),
+        _ => InlineStr::from_string(hex(digest)),
     }
 }
 
