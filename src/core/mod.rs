@@ -184,7 +184,11 @@ where
     B::Error: Into<BoxError>,
 {
     match prepare_inner(shared.clone(), req).await {
-        Err(e) => await_resolution(&shared, e).await.map(Step::Done),
+        // Boxed, here and on the other rare paths below: a future's size is that of its
+        // largest state, and the write path's future is allocated once per request. Inline,
+        // the paths a plain write never takes would make it several KiB larger to allocate and
+        // move.
+        Err(e) => Box::pin(await_resolution(&shared, e)).await.map(Step::Done),
         ok => ok,
     }
 }
@@ -350,7 +354,7 @@ where
                 source: denied,
             });
         }
-        match claim_send(&shared, record, attempt).await? {
+        match Box::pin(claim_send(&shared, record, attempt)).await? {
             Ok(record) => record,
             Err(done) => return Ok(Step::Done(done)),
         }
@@ -581,7 +585,7 @@ where
 {
     let shared = ctx.shared.clone();
     match record_attempt(ctx, observed).await {
-        Err(e) => await_resolution(&shared, e).await,
+        Err(e) => Box::pin(await_resolution(&shared, e)).await,
         ok => ok,
     }
 }
