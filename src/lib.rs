@@ -93,6 +93,7 @@ pub mod evidence;
 pub mod guard;
 pub mod layer;
 pub mod ledger;
+mod length_prefixed;
 pub mod notify;
 pub mod operation;
 pub mod operator;
