@@ -94,6 +94,7 @@ pub mod guard;
 mod inline_str;
 pub mod layer;
 pub mod ledger;
+mod length_prefixed;
 pub mod notify;
 pub mod operation;
 pub mod operator;

@@ -28,6 +28,9 @@ use uuid::Uuid;
 use crate::encoding::decode_component_str;
 use crate::inline_str::InlineStr;
 
+mod headers;
+pub use headers::{FrozenHeaders, FrozenHeadersIter, HeaderBytes};
+
 /// The tenant an operation belongs to.
 ///
 /// Comes from a trusted context (the authenticated caller), never from model output. Writes
@@ -434,73 +437,6 @@ const UNFROZEN_HEADERS: &[&str] = &[
     "proxy-connection",
 ];
 
-/// A frozen header value: its exact bytes.
-///
-/// Stored as a JSON string when the bytes are UTF-8 (every visible-ASCII value, and text such
-/// as `Zoë`), otherwise as `{"hex": "…"}`, so that no value is lost or altered on a replay.
-#[derive(Clone, PartialEq, Eq)]
-pub struct HeaderBytes(Bytes);
-
-impl HeaderBytes {
-    /// The value's bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    /// The value as text, when it is UTF-8.
-    pub fn to_str(&self) -> Option<&str> {
-        std::str::from_utf8(&self.0).ok()
-    }
-}
-
-impl From<&str> for HeaderBytes {
-    fn from(s: &str) -> Self {
-        Self(Bytes::copy_from_slice(s.as_bytes()))
-    }
-}
-
-impl From<&http::HeaderValue> for HeaderBytes {
-    fn from(v: &http::HeaderValue) -> Self {
-        Self(Bytes::copy_from_slice(v.as_bytes()))
-    }
-}
-
-impl fmt::Debug for HeaderBytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.to_str() {
-            Some(s) => fmt::Debug::fmt(s, f),
-            None => write!(f, "hex:{}", hex(&self.0)),
-        }
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum StoredHeaderValue {
-    Text(String),
-    Raw { hex: String },
-}
-
-impl Serialize for HeaderBytes {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self.to_str() {
-            Some(s) => serializer.serialize_str(s),
-            None => StoredHeaderValue::Raw { hex: hex(&self.0) }.serialize(serializer),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for HeaderBytes {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        match StoredHeaderValue::deserialize(deserializer)? {
-            StoredHeaderValue::Text(s) => Ok(Self(Bytes::from(s))),
-            StoredHeaderValue::Raw { hex } => unhex(&hex)
-                .map(|b| Self(Bytes::from(b)))
-                .ok_or_else(|| serde::de::Error::custom("header value: invalid hex")),
-        }
-    }
-}
-
 /// The request as frozen when the operation was created: what every attempt sends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FrozenRequest {
@@ -510,8 +446,8 @@ pub struct FrozenRequest {
     /// parameter.
     pub url: String,
     /// Non-secret headers in order (names lower-cased, values as their exact bytes), `Host`
-    /// included when the request carried one.
-    pub headers: Vec<(String, HeaderBytes)>,
+    /// included when the request carried one; all in one buffer.
+    pub headers: FrozenHeaders,
     /// The body bytes, before any idempotency key is placed into them.
     pub body: Bytes,
 }
@@ -520,7 +456,7 @@ impl FrozenRequest {
     /// Freezes a request: drops credentials (`secrets.headers` on top of
     /// [`DEFAULT_SECRET_HEADERS`]; userinfo and `secrets.query_params` on top of
     /// [`DEFAULT_SECRET_QUERY_PARAMS`] from the URL; `secrets.body_fields` from the body) and
-    /// connection headers. Every other header value is kept byte for byte.
+    /// connection headers. Every other header value is kept byte for byte, in one allocation.
     pub fn freeze(
         method: &Method,
         uri: &Uri,
@@ -528,11 +464,12 @@ impl FrozenRequest {
         body: Bytes,
         secrets: SecretNames<'_>,
     ) -> Self {
-        let headers = headers
-            .iter()
-            .filter(|(name, _)| !is_secret(name, secrets.headers) && !is_unfrozen(name))
-            .map(|(name, value)| (name.as_str().to_owned(), HeaderBytes::from(value)))
-            .collect();
+        let headers = FrozenHeaders::sized(|| {
+            headers
+                .iter()
+                .filter(|(name, _)| !is_secret(name, secrets.headers) && !is_unfrozen(name))
+                .map(|(name, value)| (name.as_str(), value.as_bytes()))
+        });
         Self {
             method: method.clone(),
             url: uri_string(&redacted_uri(uri, secrets.query_params)),
@@ -547,7 +484,7 @@ impl FrozenRequest {
             .method(self.method.as_str())
             .uri(self.url.as_str());
         for (name, value) in &self.headers {
-            builder = builder.header(name.as_str(), value.as_bytes());
+            builder = builder.header(name, value);
         }
         builder.body(self.body.clone())
     }
@@ -1177,11 +1114,13 @@ mod tests {
         );
         assert_eq!(
             f.headers,
-            vec![(
+            FrozenHeaders::from(vec![(
                 "content-type".to_owned(),
                 HeaderBytes::from("application/json")
-            )]
+            )])
         );
+        let pairs: Vec<_> = f.headers.iter().collect();
+        assert_eq!(pairs, [("content-type", &b"application/json"[..])]);
         assert!(!format!("{f:?}").contains("sk_live"));
     }
 
@@ -1209,8 +1148,13 @@ mod tests {
         let json = serde_json::to_string(&f.headers).unwrap();
         assert!(json.contains("Zoë"), "{json}");
         assert!(json.contains(r#"{"hex":"636166e9"}"#), "{json}");
-        let back: Vec<(String, HeaderBytes)> = serde_json::from_str(&json).unwrap();
+        let back: FrozenHeaders = serde_json::from_str(&json).unwrap();
         assert_eq!(back, f.headers);
+        // Stored as the `Vec<(String, HeaderBytes)>` it replaces was, byte for byte.
+        let as_vec: Vec<(String, HeaderBytes)> = serde_json::from_str(&json).unwrap();
+        assert_eq!(serde_json::to_string(&as_vec).unwrap(), json);
+        assert_eq!(FrozenHeaders::from(as_vec), f.headers);
+        assert_eq!(f.headers.get("x-latin1"), Some(&b"caf\xe9"[..]));
         let req = f.to_request().unwrap();
         assert_eq!(req.headers()["host"], "tickets.vendor.test");
         assert_eq!(req.headers()["x-requester"].as_bytes(), "Zoë".as_bytes());
@@ -1421,7 +1365,7 @@ mod golden {
             Bytes::new(),
             SecretNames::default(),
         );
-        let names: Vec<_> = frozen.headers.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<_> = frozen.headers.iter().map(|(n, _)| n).collect();
         assert_eq!(
             names,
             ["x-request-id"],

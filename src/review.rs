@@ -621,7 +621,12 @@ fn summarize(row: &OperationRecord) -> ParameterSummary {
     ParameterSummary {
         method: row.request.method.to_string(),
         url,
-        header_names: row.request.headers.iter().map(|(k, _)| k.clone()).collect(),
+        header_names: row
+            .request
+            .headers
+            .iter()
+            .map(|(k, _)| k.to_owned())
+            .collect(),
         body_bytes: row.request.body.len(),
         body_fields,
         payload_hash: row.payload_hash.to_string(),

@@ -54,18 +54,12 @@ const UNSTORED_RESPONSE_HEADERS: &[&str] = &[
 /// [`UNSTORED_RESPONSE_HEADERS`], and only values of visible ASCII. The buffer is sized once,
 /// so this allocates once (not at all when nothing is kept).
 fn stored_headers(headers: &http::HeaderMap) -> StoredHeaders {
-    let kept = || {
+    StoredHeaders::sized(|| {
         headers
             .iter()
             .filter(|(k, _)| !UNSTORED_RESPONSE_HEADERS.contains(&k.as_str()))
             .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
-    };
-    let (count, bytes) = kept().fold((0, 0), |(count, bytes), (k, v)| {
-        (count + 1, bytes + k.len() + v.len())
-    });
-    let mut stored = StoredHeaders::with_capacity(count, bytes);
-    stored.extend(kept());
-    stored
+    })
 }
 
 #[derive(Clone)]

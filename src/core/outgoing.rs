@@ -222,7 +222,7 @@ fn sent_as_frozen(
             .headers
             .iter()
             .zip(parts.headers.iter())
-            .all(|((n, v), (name, value))| n == name.as_str() && v.as_bytes() == value.as_bytes())
+            .all(|((n, v), (name, value))| n == name.as_str() && v == value.as_bytes())
         && displays_as(&parts.uri, &frozen.url)
 }
 

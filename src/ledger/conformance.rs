@@ -47,8 +47,8 @@ use super::{
 use crate::budget::BudgetPolicy;
 use crate::evidence::{ConflictKind, Evidence};
 use crate::operation::{
-    AttemptId, FrozenRequest, Generation, IdempotencyKey, OperationId, PayloadDigest, PayloadHash,
-    Tenant,
+    AttemptId, FrozenHeaders, FrozenRequest, Generation, IdempotencyKey, OperationId,
+    PayloadDigest, PayloadHash, Tenant,
 };
 use crate::state::{Clock, Event, State, transition};
 
@@ -192,7 +192,8 @@ pub fn test_policy() -> BudgetPolicy {
 }
 
 /// A new operation of `tenant` with this id and intent, created at [`T0`]: a JSON body with
-/// non-UTF-8 and NUL bytes, repeated headers, a query string, [`test_policy`].
+/// non-UTF-8 and NUL bytes, repeated headers (one of them not UTF-8), a query string,
+/// [`test_policy`].
 pub fn new_operation(tenant: &str, operation_id: &str, intent_ref: &str) -> NewOperation {
     let url = "https://vendor.test/v1/tickets?source=agent&x=%20";
     let body = Bytes::from_static(b"{\"device\":\"E17\",\"memo\":\"fan noise \xff\x00\xfe\"}");
@@ -206,12 +207,15 @@ pub fn new_operation(tenant: &str, operation_id: &str, intent_ref: &str) -> NewO
         request: Arc::new(FrozenRequest {
             method: http::Method::POST,
             url: url.to_owned(),
-            headers: vec![
-                ("content-type".to_owned(), "application/json".into()),
-                ("x-trace".to_owned(), "a".into()),
-                ("x-trace".to_owned(), "b, \"c\"".into()),
-                ("x-unicode".to_owned(), "déjà vu".into()),
-            ],
+            headers: [
+                ("content-type", &b"application/json"[..]),
+                ("x-trace", b"a"),
+                ("x-trace", b"b, \"c\""),
+                ("x-unicode", "déjà vu".as_bytes()),
+                ("x-latin1", b"caf\xe9"),
+            ]
+            .into_iter()
+            .collect(),
             body,
         }),
         contract: ContractRef {
@@ -498,7 +502,7 @@ pub async fn empty_body_and_no_headers_round_trip<L: Ledger>(ledger: L) {
     let mut new = new_operation("tenant-a", "op-empty", "intent-empty");
     let request = Arc::make_mut(&mut new.request);
     request.body = Bytes::new();
-    request.headers.clear();
+    request.headers = FrozenHeaders::new();
     request.method = http::Method::PUT;
     let created = create(&ledger, new.clone()).await;
     assert_new_row(&created, &new);
@@ -3402,7 +3406,7 @@ pub async fn purge_details_slims_finished_rows_and_keeps_their_identity<L: Ledge
             request: Arc::new(FrozenRequest {
                 method: before.request.method.clone(),
                 url: before.request.url.clone(),
-                headers: Vec::new(),
+                headers: FrozenHeaders::new(),
                 body: Bytes::new(),
             }),
             response: None,

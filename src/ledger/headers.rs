@@ -3,7 +3,8 @@
 //! The layer stores the chosen headers of every authoritative vendor response, and the ledger
 //! clones rows often. As a `Vec<(String, String)>` that cost one allocation for the vector and
 //! two per header, at every store and every clone. Here every name and value shares one
-//! `String`, each pair prefixed by the byte lengths of its name and value in decimal:
+//! `String`, each pair prefixed by the byte lengths of its name and value in decimal (the
+//! layout [`FrozenHeaders`](crate::operation::FrozenHeaders) uses too):
 //!
 //! ```text
 //! 12:16:content-typeapplication/json4:29:dateTue, 01 Jul 2025 10:00:00 GMT
@@ -15,12 +16,13 @@
 //! was pushed. Serialized, the headers are the same JSON array of `[name, value]` pairs the
 //! `Vec<(String, String)>` produced, so stored rows read back unchanged.
 
-use std::borrow::Cow;
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::iter::FusedIterator;
 
-use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
+use serde::de::{Deserialize, Deserializer};
 use serde::ser::{Serialize, Serializer};
+
+use crate::length_prefixed::{LengthPrefixed, Pairs, Text, deserialize_pairs};
 
 /// The headers kept with a [`StoredResponse`](super::StoredResponse): `(name, value)` pairs in
 /// the order they came, duplicates kept, all in one heap buffer.
@@ -63,13 +65,7 @@ use serde::ser::{Serialize, Serializer};
 /// assert_eq!(serde_json::from_str::<StoredHeaders>(&json).unwrap(), headers);
 /// ```
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct StoredHeaders {
-    /// For each pair: `{name length}:{value length}:{name}{value}`, lengths in bytes and in
-    /// decimal. Equal sequences of pairs give equal buffers, and only equal ones.
-    buf: String,
-    /// Number of pairs.
-    len: usize,
-}
+pub struct StoredHeaders(LengthPrefixed<String>);
 
 impl StoredHeaders {
     /// No headers, and no allocation.
@@ -82,10 +78,7 @@ impl StoredHeaders {
     /// assert_eq!(serde_json::to_string(&headers).unwrap(), "[]");
     /// ```
     pub const fn new() -> Self {
-        Self {
-            buf: String::new(),
-            len: 0,
-        }
+        Self(LengthPrefixed::new(String::new()))
     }
 
     /// No headers yet, with room for `count` pairs whose names and values total `bytes` bytes:
@@ -103,12 +96,13 @@ impl StoredHeaders {
     /// assert_eq!(headers.len(), 2);
     /// ```
     pub fn with_capacity(count: usize, bytes: usize) -> Self {
-        // Each pair adds its two lengths (neither longer than `bytes`) and two `:`.
-        let per_pair = 2 + 2 * decimal_digits(bytes);
-        Self {
-            buf: String::with_capacity(bytes.saturating_add(count.saturating_mul(per_pair))),
-            len: 0,
-        }
+        Self(LengthPrefixed::with_capacity(count, bytes))
+    }
+
+    /// The pairs `pairs()` yields, in a buffer sized once: `pairs` is called twice, first to
+    /// sum the lengths.
+    pub(crate) fn sized<'p, I: Iterator<Item = (&'p str, &'p str)>>(pairs: impl Fn() -> I) -> Self {
+        Self(LengthPrefixed::sized(pairs))
     }
 
     /// Appends `name: value` after the pairs already there (a repeated name is kept).
@@ -123,11 +117,7 @@ impl StoredHeaders {
     /// assert_eq!(pairs, [("x-note", "a: 1, \"b\"\n"), ("x-note", "déjà vu")]);
     /// ```
     pub fn push(&mut self, name: &str, value: &str) {
-        // Writing to a `String` cannot fail.
-        let _ = write!(self.buf, "{}:{}:", name.len(), value.len());
-        self.buf.push_str(name);
-        self.buf.push_str(value);
-        self.len += 1;
+        self.0.push(name, value);
     }
 
     /// The `(name, value)` pairs in the order they were pushed.
@@ -142,10 +132,7 @@ impl StoredHeaders {
     /// assert_eq!(it.next(), None);
     /// ```
     pub fn iter(&self) -> StoredHeadersIter<'_> {
-        StoredHeadersIter {
-            rest: &self.buf,
-            remaining: self.len,
-        }
+        StoredHeadersIter(self.0.iter())
     }
 
     /// Number of pairs (a repeated name counts once per value).
@@ -157,7 +144,7 @@ impl StoredHeaders {
     /// assert_eq!(headers.len(), 2);
     /// ```
     pub fn len(&self) -> usize {
-        self.len
+        self.0.len()
     }
 
     /// Whether there are no pairs.
@@ -169,7 +156,7 @@ impl StoredHeaders {
     /// assert!(!StoredHeaders::from(vec![("a".to_owned(), String::new())]).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.0.len() == 0
     }
 
     /// The first value stored under `name`, compared ASCII case-insensitively.
@@ -190,26 +177,6 @@ impl StoredHeaders {
     }
 }
 
-/// `n`'s number of decimal digits.
-fn decimal_digits(n: usize) -> usize {
-    n.checked_ilog10().map_or(1, |d| d as usize + 1)
-}
-
-/// A length written by [`StoredHeaders::push`] and what follows its `:`.
-fn split_len(s: &str) -> Option<(usize, &str)> {
-    let (digits, rest) = s.split_once(':')?;
-    Some((digits.parse().ok()?, rest))
-}
-
-/// The first pair [`StoredHeaders::push`] wrote at the start of `s`, and what follows it.
-fn next_pair(s: &str) -> Option<(&str, &str, &str)> {
-    let (name_len, rest) = split_len(s)?;
-    let (value_len, rest) = split_len(rest)?;
-    let (name, rest) = rest.split_at_checked(name_len)?;
-    let (value, rest) = rest.split_at_checked(value_len)?;
-    Some((name, value, rest))
-}
-
 /// The pairs of a [`StoredHeaders`], in order ([`StoredHeaders::iter`]).
 ///
 /// ```
@@ -220,35 +187,17 @@ fn next_pair(s: &str) -> Option<(&str, &str, &str)> {
 /// assert_eq!(names, ["a", "b"]);
 /// ```
 #[derive(Clone, Debug)]
-pub struct StoredHeadersIter<'a> {
-    rest: &'a str,
-    remaining: usize,
-}
+pub struct StoredHeadersIter<'a>(Pairs<'a, str>);
 
 impl<'a> Iterator for StoredHeadersIter<'a> {
     type Item = (&'a str, &'a str);
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.remaining == 0 {
-            return None;
-        }
-        match next_pair(self.rest) {
-            Some((name, value, rest)) => {
-                self.rest = rest;
-                self.remaining -= 1;
-                Some((name, value))
-            }
-            // `push` wrote the buffer, so it always parses; were it ever not to, stop rather
-            // than yield a wrong pair.
-            None => {
-                self.remaining = 0;
-                None
-            }
-        }
+        self.0.next()
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.remaining, Some(self.remaining))
+        self.0.size_hint()
     }
 }
 
@@ -294,10 +243,7 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for StoredHeaders {
 impl From<Vec<(String, String)>> for StoredHeaders {
     /// The same pairs in the same order, in a buffer sized once.
     fn from(pairs: Vec<(String, String)>) -> Self {
-        let bytes = pairs.iter().map(|(n, v)| n.len() + v.len()).sum();
-        let mut headers = Self::with_capacity(pairs.len(), bytes);
-        headers.extend(pairs);
-        headers
+        Self::sized(|| pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())))
     }
 }
 
@@ -311,57 +257,11 @@ impl Serialize for StoredHeaders {
 impl<'de> Deserialize<'de> for StoredHeaders {
     /// What `Vec<(String, String)>` accepts: a sequence of two-element sequences of strings.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Pairs;
-
-        impl<'de> Visitor<'de> for Pairs {
-            type Value = StoredHeaders;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a sequence of [name, value] pairs")
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut headers = StoredHeaders::new();
-                while let Some((Text(name), Text(value))) = seq.next_element()? {
-                    headers.push(&name, &value);
-                }
-                Ok(headers)
-            }
-        }
-
-        deserializer.deserialize_seq(Pairs)
-    }
-}
-
-/// A string borrowed from the input when it can be (no escapes), owned otherwise: decoding
-/// copies each name and value once, into the buffer.
-struct Text<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Text<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TextVisitor;
-
-        impl<'de> Visitor<'de> for TextVisitor {
-            type Value = Text<'de>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Borrowed(s)))
-            }
-
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(s.to_owned())))
-            }
-
-            fn visit_string<E: de::Error>(self, s: String) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(s)))
-            }
-        }
-
-        deserializer.deserialize_str(TextVisitor)
+        deserialize_pairs(
+            deserializer,
+            Self::new(),
+            |headers, Text(name), Text(value)| headers.push(&name, &value),
+        )
     }
 }
 
@@ -456,10 +356,10 @@ mod tests {
         assert_eq!(h.len(), 0);
         assert_eq!(h.iter().next(), None);
         assert_eq!(h.get(""), None);
-        assert_eq!(h.buf.capacity(), 0);
+        assert_eq!(h.0.capacity(), 0);
         assert_eq!(h, StoredHeaders::default());
         assert_eq!(h, StoredHeaders::from(Vec::new()));
-        assert_eq!(StoredHeaders::with_capacity(0, 0).buf.capacity(), 0);
+        assert_eq!(StoredHeaders::with_capacity(0, 0).0.capacity(), 0);
         assert_eq!(format!("{h:?}"), "[]");
     }
 
@@ -510,18 +410,10 @@ mod tests {
         for vec in [awkward(), vec![("n".repeat(9), "v".repeat(991))]] {
             let bytes = vec.iter().map(|(n, v)| n.len() + v.len()).sum();
             let mut h = StoredHeaders::with_capacity(vec.len(), bytes);
-            let capacity = h.buf.capacity();
+            let capacity = h.0.capacity();
             h.extend(vec.iter().map(|(n, v)| (n, v)));
-            assert_eq!(h.buf.capacity(), capacity, "reallocated");
-            assert_eq!(StoredHeaders::from(vec.clone()).buf.capacity(), capacity);
-        }
-    }
-
-    #[test]
-    fn decimal_digits_counts() {
-        for (n, d) in [(0, 1), (9, 1), (10, 2), (99, 2), (100, 3), (usize::MAX, 20)] {
-            assert_eq!(decimal_digits(n), d, "{n}");
-            assert_eq!(n.to_string().len(), d, "{n}");
+            assert_eq!(h.0.capacity(), capacity, "reallocated");
+            assert_eq!(StoredHeaders::from(vec.clone()).0.capacity(), capacity);
         }
     }
 }

@@ -518,7 +518,7 @@ fn slim(row: &mut Row, now_ms: i64) {
     r.request = Arc::new(crate::operation::FrozenRequest {
         method: r.request.method.clone(),
         url: r.request.url.clone(),
-        headers: Vec::new(),
+        headers: crate::operation::FrozenHeaders::new(),
         body: Bytes::new(),
     });
     r.response = None;
