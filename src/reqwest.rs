@@ -225,17 +225,9 @@ async fn to_reqwest(res: http::Response<Full<Bytes>>, url: reqwest::Url) -> reqw
     reqwest::Response::from(out)
 }
 
-/// The bytes of a reqwest body known to be buffered (`as_bytes` is `Some`), moved out without a
-/// copy.
-async fn buffered(body: reqwest::Body) -> Bytes {
-    body.collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default()
-}
-
-/// The bytes of a buffered body (ready at once; it cannot fail).
-async fn into_bytes(body: Full<Bytes>) -> Bytes {
+/// The bytes of a buffered body: a `Full<Bytes>`, or a reqwest body whose `as_bytes` is
+/// `Some`. Ready at once, moved out without a copy; it cannot fail.
+async fn into_bytes<B: http_body::Body<Data = Bytes>>(body: B) -> Bytes {
     body.collect()
         .await
         .map(|c| c.to_bytes())
@@ -278,7 +270,7 @@ impl Middleware for RecoverableWriteMiddleware {
         let body = match req.body_mut().take() {
             None => Bytes::new(),
             Some(b) if b.as_bytes().is_none() => return Err(wrap(Error::NonReplayableBody)),
-            Some(b) => buffered(b).await,
+            Some(b) => into_bytes(b).await,
         };
         let mut http_req = http::Request::new(Full::new(body));
         *http_req.method_mut() = req.method().clone();
