@@ -142,6 +142,11 @@ impl<B> LengthPrefixed<B> {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// Whether there are no pairs.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 impl<B: Buffer> LengthPrefixed<B> {
@@ -191,6 +196,13 @@ impl<B: Buffer> LengthPrefixed<B> {
             rest: self.buf.as_piece(),
             remaining: self.len,
         }
+    }
+
+    /// The value of the first pair named `name`, compared ASCII case-insensitively.
+    pub(crate) fn get(&self, name: &[u8]) -> Option<&B::Piece> {
+        self.iter()
+            .find(|(n, _)| n.byte_slice().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
     }
 
     /// Bytes the buffer has room for.

@@ -156,7 +156,7 @@ impl StoredHeaders {
     /// assert!(!StoredHeaders::from(vec![("a".to_owned(), String::new())]).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.0.len() == 0
+        self.0.is_empty()
     }
 
     /// The first value stored under `name`, compared ASCII case-insensitively.
@@ -171,9 +171,7 @@ impl StoredHeaders {
     /// assert_eq!(headers.get("date"), None);
     /// ```
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
+        self.0.get(name.as_bytes())
     }
 }
 

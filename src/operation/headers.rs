@@ -281,7 +281,7 @@ impl FrozenHeaders {
     /// assert!(!FrozenHeaders::from_iter([("a", "")]).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.0.len() == 0
+        self.0.is_empty()
     }
 
     /// The first value stored under `name`, compared ASCII case-insensitively.
@@ -294,9 +294,7 @@ impl FrozenHeaders {
     /// assert_eq!(headers.get("host"), None);
     /// ```
     pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
+        self.0.get(name.as_bytes())
     }
 }
 
