@@ -63,6 +63,31 @@ async fn shoot(client: &Client, dir: &Path, name: &str) {
     std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
 }
 
+/// The text of the page's `.flash` once it starts with `prefix`. After a form is submitted the
+/// previous page (and its own `.flash`, such as "Claimed.") stays until the browser has
+/// navigated, so the first `.flash` found can be the old one, or go stale while it is read:
+/// poll until the new page's flash is there, for at most 10 s, and return what was last seen.
+async fn flash_starting_with(
+    client: &Client,
+    prefix: &str,
+) -> Result<String, fantoccini::error::CmdError> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = match client.find(Locator::Css(".flash")).await {
+            Ok(flash) => flash.text().await.ok(),
+            Err(_) => None,
+        };
+        match seen {
+            Some(text) if text.starts_with(prefix) => return Ok(text),
+            Some(text) if Instant::now() >= until => return Ok(text),
+            None if Instant::now() >= until => {
+                return client.find(Locator::Css(".flash")).await?.text().await;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 async fn start_driver(chromedriver: &Path) -> (Driver, String) {
     let port = free_port();
     let child = Command::new(chromedriver)
@@ -190,12 +215,7 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
             .await?
             .click()
             .await?;
-        let flash = client
-            .wait()
-            .for_element(Locator::Css(".flash"))
-            .await?
-            .text()
-            .await?;
+        let flash = flash_starting_with(&client, "Claimed.").await?;
         assert!(flash.starts_with("Claimed."), "{flash}");
         shoot(&client, &shots, "claimed").await;
 
@@ -216,12 +236,7 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
             .await?
             .click()
             .await?;
-        let flash = client
-            .wait()
-            .for_element(Locator::Css(".flash"))
-            .await?
-            .text()
-            .await?;
+        let flash = flash_starting_with(&client, "Resolved.").await?;
         assert!(flash.starts_with("Resolved."), "{flash}");
         let badge = client.find(Locator::Css("h1 .badge")).await?.text().await?;
         assert_eq!(badge, "Succeeded");
