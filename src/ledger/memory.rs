@@ -6,6 +6,7 @@
 //! Nothing survives the process.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -28,17 +29,37 @@ pub struct MemoryLedger {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     unavailable: AtomicBool,
+    /// The tables' hash function, to hash keys before the lock is taken.
+    hashing: Hashing,
     // Never held across an `.await`: every method does its work synchronously, inside the
     // returned future (nothing happens until it is polled, as with the SQL backends).
     tables: Mutex<Tables>,
 }
 
+impl Default for Inner {
+    fn default() -> Self {
+        let hashing = Hashing::default();
+        let operations = Operations {
+            hashing: hashing.clone(),
+            table: Default::default(),
+        };
+        Self {
+            unavailable: AtomicBool::new(false),
+            hashing,
+            tables: Mutex::new(Tables {
+                operations,
+                ..Tables::default()
+            }),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Tables {
-    operations: HashMap<Key, Row>,
+    operations: Operations,
     /// `(tenant, action, intent_ref)` → operation id: the uniqueness of an approved intent.
     intents: Intents,
     /// Creation counter, the equivalent of SQLite's rowid: breaks ties in claim order.
@@ -123,11 +144,29 @@ impl MemoryLedger {
     }
 
     fn create_or_get_now(&self, new: NewOperation) -> Result<Created, LedgerError> {
+        let fresh = self.fresh(new.into_prepared(), None);
         let mut t = self.tables()?;
-        if let Some(existing) = t.existing(&new) {
+        if let Some(existing) = t.existing(&fresh) {
             return Ok(Created::Existing(existing.clone()));
         }
-        Ok(Created::New(t.insert(new.into_prepared(), None)))
+        Ok(Created::New(t.insert(fresh)))
+    }
+
+    /// A new operation's row and everything about it that needs no lock (wasted only when the
+    /// operation turns out to exist).
+    fn fresh(&self, record: OperationRecord, first: Option<NewEvidence>) -> Fresh {
+        let hashing = &self.inner.hashing;
+        Fresh {
+            hash: hashing.operation(&record.tenant, &record.operation_id),
+            intent_hash: hashing.intent(&record.tenant, &record.action, &record.intent_ref),
+            copy: record.clone(),
+            row: Box::new(Row {
+                created_seq: 0,
+                record,
+                evidence: Vec::with_capacity(4),
+            }),
+            first,
+        }
     }
 
     fn create_and_apply_now(
@@ -136,13 +175,14 @@ impl MemoryLedger {
         first: Update,
     ) -> Result<Created, LedgerError> {
         check_first_update(&new, &first)?;
-        let mut t = self.tables()?;
-        if let Some(existing) = t.existing(&new) {
-            return Ok(Created::Existing(existing.clone()));
-        }
         // The claimed row goes in directly, logged `created` then `first`'s entry.
         let (record, entry) = first_applied(new, first);
-        Ok(Created::New(t.insert(record, Some(entry))))
+        let fresh = self.fresh(record, Some(entry));
+        let mut t = self.tables()?;
+        if let Some(existing) = t.existing(&fresh) {
+            return Ok(Created::Existing(existing.clone()));
+        }
+        Ok(Created::New(t.insert(fresh)))
     }
 
     /// Runs the compare-and-swap `update` and hands the changed row, if any, to `then`.
@@ -153,9 +193,7 @@ impl MemoryLedger {
     ) -> Result<T, LedgerError> {
         let mut guard = self.tables()?;
         let t = &mut *guard;
-        let row = t
-            .operations
-            .get_mut(&(update.tenant.clone(), update.operation_id.clone()));
+        let row = t.operations.get_mut(&update.tenant, &update.operation_id);
         Ok(then(
             row.and_then(|row| apply_to(row, update, &mut t.next_seq)),
         ))
@@ -213,12 +251,12 @@ impl MemoryLedger {
         let t = &mut *guard;
         let mut picked: Vec<(i64, u64, Key)> = t
             .operations
-            .iter()
-            .filter_map(|(key, row)| {
+            .rows()
+            .filter_map(|row| {
                 let r = &row.record;
                 let unleased = r.lease_until_ms.is_none_or(|l| l <= now_ms);
                 let at = due(r).filter(|_| unleased)?;
-                Some((at, row.created_seq, key.clone()))
+                Some((at, row.created_seq, row.key()))
             })
             .collect();
         picked.sort();
@@ -226,7 +264,7 @@ impl MemoryLedger {
         let lease_until = now_ms.saturating_add(lease_ms);
         let mut claimed = Vec::with_capacity(picked.len());
         for (_, _, key) in picked {
-            let Some(row) = t.operations.get_mut(&key) else {
+            let Some(row) = t.operations.get_mut(&key.0, &key.1) else {
                 continue;
             };
             let r = &mut row.record;
@@ -249,17 +287,17 @@ impl MemoryLedger {
         let t = &mut *guard;
         let mut expired: Vec<(u64, Key)> = t
             .operations
-            .iter()
-            .filter(|(_, row)| {
+            .rows()
+            .filter(|row| {
                 row.record.state == State::InFlight
                     && row.record.lease_until_ms.is_some_and(|l| l < now_ms)
             })
-            .map(|(key, row)| (row.created_seq, key.clone()))
+            .map(|row| (row.created_seq, row.key()))
             .collect();
         expired.sort();
         let mut swept = Vec::with_capacity(expired.len());
         for (_, key) in expired {
-            let Some(row) = t.operations.get_mut(&key) else {
+            let Some(row) = t.operations.get_mut(&key.0, &key.1) else {
                 continue;
             };
             let r = &mut row.record;
@@ -291,7 +329,7 @@ impl MemoryLedger {
         let newest = q.order == Order::NewestFirst;
         let mut hits: Vec<(&Row, (i64, i64))> = t
             .operations
-            .values()
+            .rows()
             .filter(|row| q.matches(&row.record))
             .map(|row| (row, key(row)))
             .filter(|(_, k)| match after {
@@ -323,7 +361,7 @@ impl MemoryLedger {
         for state in OPEN_STATES {
             let n = t
                 .operations
-                .values()
+                .rows()
                 .filter(|row| row.record.state == state && scope.contains(&row.record.tenant))
                 .count();
             counts.set(state, n as u64);
@@ -339,7 +377,7 @@ impl MemoryLedger {
     ) -> Result<(), LedgerError> {
         let mut guard = self.tables()?;
         let t = &mut *guard;
-        if let Some(row) = t.operations.get_mut(&(tenant.clone(), id.clone())) {
+        if let Some(row) = t.operations.get_mut(tenant, id) {
             row.log(&mut t.next_seq, entry);
         }
         Ok(())
@@ -352,9 +390,9 @@ impl MemoryLedger {
         let t = &mut *guard;
         let mut victims: Vec<(i64, u64, Key)> = t
             .operations
-            .iter()
-            .filter(|(_, row)| purgeable(&row.record, batch))
-            .map(|(key, row)| (row.record.updated_ms, row.created_seq, key.clone()))
+            .rows()
+            .filter(|row| purgeable(&row.record, batch))
+            .map(|row| (row.record.updated_ms, row.created_seq, row.key()))
             .collect();
         victims.sort();
         if !batch.dry_run {
@@ -364,7 +402,7 @@ impl MemoryLedger {
         for (_, _, key) in victims {
             let row = t
                 .operations
-                .get_mut(&key)
+                .get_mut(&key.0, &key.1)
                 .expect("victim listed under the lock");
             let bytes = match batch.stage {
                 PurgeStage::Details => detail_bytes(row),
@@ -379,11 +417,14 @@ impl MemoryLedger {
                 PurgeStage::Identity => {
                     let row = t
                         .operations
-                        .remove(&key)
+                        .remove(&key.0, &key.1)
                         .expect("victim listed under the lock");
-                    let r = row.record;
-                    t.intents
-                        .remove(&r.tenant, &r.action, &r.intent_ref, &r.operation_id);
+                    let r = &row.record;
+                    let hash = t
+                        .operations
+                        .hashing
+                        .intent(&r.tenant, &r.action, &r.intent_ref);
+                    t.intents.remove(hash, &r.operation_id);
                 }
             }
         }
@@ -530,75 +571,117 @@ fn slim(row: &mut Row, now_ms: i64) {
     }
 }
 
+/// The hash function of one ledger's tables (foldhash, seeded at random per ledger). Keys are
+/// hashed before the lock is taken, and each table keeps the hash beside its entry, so that
+/// neither a lookup under the lock nor the table's growth hashes a string.
+#[derive(Clone, Debug, Default)]
+struct Hashing(hashbrown::DefaultHashBuilder);
+
+impl Hashing {
+    /// The hash of an operation's key.
+    fn operation(&self, tenant: &Tenant, id: &OperationId) -> u64 {
+        self.0.hash_one((tenant.as_str(), id.as_str()))
+    }
+
+    /// The hash of an intent.
+    fn intent(&self, tenant: &Tenant, action: &str, intent_ref: &str) -> u64 {
+        self.0.hash_one((tenant.as_str(), action, intent_ref))
+    }
+}
+
+/// The operations by `(tenant, operation id)`. Each row is boxed and stored with its key's
+/// hash: growing the table moves 16 bytes per row and hashes nothing, where it would otherwise
+/// move every row (several hundred bytes) and hash both strings of every key again.
+#[derive(Debug, Default)]
+struct Operations {
+    hashing: Hashing,
+    table: hashbrown::HashTable<(u64, Box<Row>)>,
+}
+
+impl Operations {
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    fn is(tenant: &Tenant, id: &OperationId) -> impl Fn(&(u64, Box<Row>)) -> bool {
+        move |(_, row)| row.record.operation_id == *id && row.record.tenant == *tenant
+    }
+
+    /// The row of `(tenant, id)`, whose hash is `hash`.
+    fn get_hashed(&self, hash: u64, tenant: &Tenant, id: &OperationId) -> Option<&Row> {
+        self.table
+            .find(hash, Self::is(tenant, id))
+            .map(|(_, row)| &**row)
+    }
+
+    fn get(&self, tenant: &Tenant, id: &OperationId) -> Option<&Row> {
+        self.get_hashed(self.hashing.operation(tenant, id), tenant, id)
+    }
+
+    fn get_mut(&mut self, tenant: &Tenant, id: &OperationId) -> Option<&mut Row> {
+        let hash = self.hashing.operation(tenant, id);
+        self.table
+            .find_mut(hash, Self::is(tenant, id))
+            .map(|(_, row)| &mut **row)
+    }
+
+    /// Stores a row whose key (hashing to `hash`) is not stored yet.
+    fn insert_new(&mut self, hash: u64, row: Box<Row>) {
+        self.table.insert_unique(hash, (hash, row), |(h, _)| *h);
+    }
+
+    fn remove(&mut self, tenant: &Tenant, id: &OperationId) -> Option<Box<Row>> {
+        let hash = self.hashing.operation(tenant, id);
+        let entry = self.table.find_entry(hash, Self::is(tenant, id)).ok()?;
+        Some(entry.remove().0.1)
+    }
+
+    /// Every row, in no particular order.
+    fn rows(&self) -> impl Iterator<Item = &Row> {
+        self.table.iter().map(|(_, row)| &**row)
+    }
+}
+
 /// The intent index, `(tenant, action, intent_ref)` → operation id, keyed by a hash of the
 /// three so that neither a lookup nor an insert copies the strings: the row the id names holds
-/// them, and every hit is checked against it. Ids whose intents share a hash (never in
-/// practice) are kept apart in `collided`.
+/// them, and every hit is checked against it (ids whose intents share a hash, never in
+/// practice, are separate entries under the same hash).
 #[derive(Debug, Default)]
 struct Intents {
-    by_hash: HashMap<u64, OperationId>,
-    collided: Vec<(u64, OperationId)>,
+    table: hashbrown::HashTable<(u64, OperationId)>,
 }
 
 impl Intents {
-    fn hash(tenant: &Tenant, action: &str, intent_ref: &str) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (tenant.as_str(), action, intent_ref).hash(&mut h);
-        h.finish()
-    }
-
-    /// The row of the intent's operation, through `row` (which reads a row by id).
+    /// The row of the intent's operation (the intent hashing to `hash`), through `row` (which
+    /// reads a row by id).
     fn find<'r>(
         &self,
-        tenant: &Tenant,
-        action: &str,
-        intent_ref: &str,
+        hash: u64,
+        (tenant, action, intent_ref): (&Tenant, &str, &str),
         row: impl Fn(&OperationId) -> Option<&'r OperationRecord>,
     ) -> Option<&'r OperationRecord> {
-        let hash = Self::hash(tenant, action, intent_ref);
         let is_it = |r: &&OperationRecord| {
             r.tenant == *tenant && &*r.action == action && &*r.intent_ref == intent_ref
         };
-        self.by_hash
-            .get(&hash)
-            .into_iter()
-            .chain(
-                self.collided
-                    .iter()
-                    .filter(|(h, _)| *h == hash)
-                    .map(|(_, id)| id),
-            )
-            .find_map(|id| row(id).filter(is_it))
+        self.table
+            .iter_hash(hash)
+            .filter(|(h, _)| *h == hash)
+            .find_map(|(_, id)| row(id).filter(is_it))
     }
 
-    /// Indexes a new operation (its intent is not indexed yet: the caller checked).
-    fn insert(&mut self, tenant: &Tenant, action: &str, intent_ref: &str, id: OperationId) {
-        let hash = Self::hash(tenant, action, intent_ref);
-        match self.by_hash.entry(hash) {
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(id);
-            }
-            std::collections::hash_map::Entry::Occupied(_) => self.collided.push((hash, id)),
-        }
+    /// Indexes a new operation under its intent's hash (the intent is not indexed yet: the
+    /// caller checked).
+    fn insert(&mut self, hash: u64, id: OperationId) {
+        self.table.insert_unique(hash, (hash, id), |(h, _)| *h);
     }
 
-    /// Forgets the operation `id` of this intent.
-    fn remove(&mut self, tenant: &Tenant, action: &str, intent_ref: &str, id: &OperationId) {
-        let hash = Self::hash(tenant, action, intent_ref);
-        if self.by_hash.get(&hash) == Some(id) {
-            self.by_hash.remove(&hash);
-            // Promote a colliding id, if any, to the main map.
-            if let Some(i) = self.collided.iter().position(|(h, _)| *h == hash) {
-                let (_, next) = self.collided.swap_remove(i);
-                self.by_hash.insert(hash, next);
-            }
-        } else if let Some(i) = self
-            .collided
-            .iter()
-            .position(|(h, other)| *h == hash && other == id)
+    /// Forgets the operation `id` of the intent hashing to `hash`.
+    fn remove(&mut self, hash: u64, id: &OperationId) {
+        if let Ok(entry) = self
+            .table
+            .find_entry(hash, |(h, other)| *h == hash && other == id)
         {
-            self.collided.swap_remove(i);
+            entry.remove();
         }
     }
 }
@@ -612,44 +695,42 @@ impl Tables {
         pick: impl Fn(&OperationRecord) -> bool,
     ) -> Option<OperationRecord> {
         self.operations
-            .iter()
-            .filter(|((t, _), row)| t == tenant && pick(&row.record))
-            .min_by_key(|(_, row)| row.created_seq)
-            .map(|(_, row)| row.record.clone())
+            .rows()
+            .filter(|row| row.record.tenant == *tenant && pick(&row.record))
+            .min_by_key(|row| row.created_seq)
+            .map(|row| row.record.clone())
     }
 
-    /// The stored operation with `new`'s id, or else with its intent.
-    fn existing(&self, new: &NewOperation) -> Option<&OperationRecord> {
+    /// The stored operation with `fresh`'s id, or else with its intent.
+    fn existing(&self, fresh: &Fresh) -> Option<&OperationRecord> {
+        let new = &fresh.row.record;
         if let Some(row) = self
             .operations
-            .get(&(new.tenant.clone(), new.operation_id.clone()))
+            .get_hashed(fresh.hash, &new.tenant, &new.operation_id)
         {
             return Some(&row.record);
         }
-        self.intents
-            .find(&new.tenant, &new.action, &new.intent_ref, |id| {
-                self.operations
-                    .get(&(new.tenant.clone(), id.clone()))
-                    .map(|row| &row.record)
-            })
+        self.intents.find(
+            fresh.intent_hash,
+            (&new.tenant, &new.action, &new.intent_ref),
+            |id| self.operations.get(&new.tenant, id).map(|row| &row.record),
+        )
     }
 
-    /// Stores a fresh row, logged `created` (then `first`, if given); returns a copy of it.
-    fn insert(&mut self, record: OperationRecord, first: Option<NewEvidence>) -> OperationRecord {
-        let created_seq = self.next_row;
+    /// Stores a fresh row (whose id and intent are not stored), logged `created` (then its
+    /// first entry, if any); returns its copy.
+    fn insert(&mut self, fresh: Fresh) -> OperationRecord {
+        let Fresh {
+            hash,
+            intent_hash,
+            mut row,
+            first,
+            copy,
+        } = fresh;
+        row.created_seq = self.next_row;
         self.next_row += 1;
-        self.intents.insert(
-            &record.tenant,
-            &record.action,
-            &record.intent_ref,
-            record.operation_id.clone(),
-        );
-        let key = (record.tenant.clone(), record.operation_id.clone());
-        let mut row = Row {
-            created_seq,
-            evidence: Vec::with_capacity(4),
-            record,
-        };
+        self.intents
+            .insert(intent_hash, row.record.operation_id.clone());
         row.log(
             &mut self.next_seq,
             store_entries::created(row.record.created_ms),
@@ -657,13 +738,27 @@ impl Tables {
         if let Some(entry) = first {
             row.log(&mut self.next_seq, entry);
         }
-        let out = row.record.clone();
-        self.operations.insert(key, row);
-        out
+        self.operations.insert_new(hash, row);
+        copy
     }
 }
 
+/// A new operation's row, made before the lock is taken: the hashes of its key and of its
+/// intent, the row (numbered, and logged, once under the lock) and the copy handed back.
+struct Fresh {
+    hash: u64,
+    intent_hash: u64,
+    row: Box<Row>,
+    first: Option<NewEvidence>,
+    copy: OperationRecord,
+}
+
 impl Row {
+    /// The row's key.
+    fn key(&self) -> Key {
+        (self.record.tenant.clone(), self.record.operation_id.clone())
+    }
+
     /// Appends `entry` to this operation's log under the next number of the ledger-wide
     /// evidence sequence.
     fn log(&mut self, next_seq: &mut i64, entry: NewEvidence) {
@@ -718,9 +813,7 @@ impl Ledger for MemoryLedger {
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(async move {
             let t = self.tables()?;
-            Ok(t.operations
-                .get(&(tenant.clone(), id.clone()))
-                .map(|row| row.record.clone()))
+            Ok(t.operations.get(tenant, id).map(|row| row.record.clone()))
         })
     }
 
@@ -796,7 +889,7 @@ impl Ledger for MemoryLedger {
         Box::pin(async move {
             let t = self.tables()?;
             Ok(t.operations
-                .get(&(tenant.clone(), id.clone()))
+                .get(tenant, id)
                 .map(|row| row.evidence.clone())
                 .unwrap_or_default())
         })
@@ -819,7 +912,7 @@ impl Ledger for MemoryLedger {
             // Under the one lock: the record and the change happen together or not at all.
             let Some(row) = t
                 .operations
-                .get_mut(&(delivery.tenant.clone(), delivery.operation_id.clone()))
+                .get_mut(&delivery.tenant, &delivery.operation_id)
             else {
                 return Ok(CallbackApplied::NoOperation);
             };
@@ -909,7 +1002,7 @@ impl Ledger for MemoryLedger {
             let t = self.tables()?;
             let names: std::collections::BTreeSet<String> = t
                 .operations
-                .values()
+                .rows()
                 .filter(|row| row.record.state.is_terminal())
                 .map(|row| row.record.contract.name.to_string())
                 .collect();
