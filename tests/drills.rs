@@ -527,6 +527,86 @@ async fn streaming_body_is_refused_and_nothing_is_sent() {
     );
 }
 
+#[tokio::test]
+async fn a_response_body_stalled_past_the_attempt_deadline_leaves_the_attempt_unknown() {
+    // The head arrives (201), the body never finishes: the attempt may have applied, so the
+    // row goes UNKNOWN with the reason, the request is sent once, and asking again sends
+    // nothing.
+    let drill = Drill::start().await;
+    let op = new_op("intent-stalled-body");
+    let layer = drill
+        .layer
+        .clone()
+        .budget(recoverable_write::BudgetPolicy {
+            attempt_timeout_ms: 200,
+            ..fast_policy()
+        })
+        .expect("a valid budget");
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = sent.clone();
+    let mut svc = tower::ServiceBuilder::new()
+        .layer(layer)
+        .service(tower::service_fn(
+            move |_req: http::Request<http_body_util::Full<bytes::Bytes>>| {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async {
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder()
+                            .status(StatusCode::CREATED)
+                            .body(StalledBody)
+                            .unwrap(),
+                    )
+                }
+            },
+        ));
+    let started = std::time::Instant::now();
+    let err = tower::ServiceExt::oneshot(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("the body never finished");
+    assert_unknown(&err, op.id());
+    assert!(!err.nothing_sent());
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::Unknown);
+    assert!(row.may_have_applied);
+    assert_eq!(row.attempts_used, 1);
+    let result = drill
+        .evidence(op.id())
+        .await
+        .into_iter()
+        .find(|e| e.entry.kind == "attempt_result")
+        .expect("the attempt's result is recorded");
+    match result.entry.evidence {
+        Some(Evidence::Unknown { why: reason, .. }) => assert!(
+            reason.contains("timed out reading the body after status 201"),
+            "{reason}"
+        ),
+        other => panic!("expected unknown evidence, got {other:?}"),
+    }
+
+    let again = tower::ServiceExt::oneshot(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("still unknown");
+    assert!(again.nothing_sent());
+    assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A response body whose data never comes.
+#[derive(Debug)]
+struct StalledBody;
+
+impl http_body::Body for StalledBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
 /// A body of unknown length (a stream), which still satisfies the layer's `From<Bytes>` bound.
 struct StreamingBody(Option<bytes::Bytes>);
 

@@ -378,6 +378,27 @@ where
     ))
 }
 
+/// `read`'s output, or `Err(())` if `deadline` passes first. Unlike `timeout_at`, no timer
+/// is registered when `read` is ready at once (a small response's body usually arrives with
+/// its head): the timer is made on the first poll that finds `read` pending.
+async fn read_by<F: Future>(deadline: tokio::time::Instant, read: F) -> Result<F::Output, ()> {
+    use std::task::Poll;
+    let mut read = std::pin::pin!(read);
+    // Boxed: only a read that has to wait gets a timer.
+    let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = read.as_mut().poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)))
+            .as_mut()
+            .poll(cx)
+            .map(|()| Err(()))
+    })
+    .await
+}
+
 /// The data of `body`, at most `limit` bytes (`Limited`'s errors beyond, as with
 /// `Limited::new(body, limit).collect().await?.to_bytes()`; trailers are ignored). A body of
 /// one data frame, the common case, is returned as that frame, without a copy or a frame queue.
@@ -608,9 +629,7 @@ where
     let (evidence, response) = match observed {
         Observed::Response(res) => {
             let (parts, body) = res.into_parts();
-            let read =
-                tokio::time::timeout_at(deadline, collect_limited(body, shared.max_response_body))
-                    .await;
+            let read = read_by(deadline, collect_limited(body, shared.max_response_body)).await;
             match read {
                 Ok(Ok(body)) => {
                     let evidence =
