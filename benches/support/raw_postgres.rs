@@ -11,7 +11,8 @@
 //! Unlike the crate's statements, these read no clock (the values come bound) and return a
 //! count instead of the whole row. The tables are the crate's: a schema the crate migrated.
 //! The values are those of the operation the SQLite reference was built from (see
-//! `raw_sqlite::Template`), with the operation id, intent and idempotency key made unique.
+//! `raw_sqlite::Template`), with the operation id and intent made unique and a fresh random
+//! idempotency key.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +22,7 @@ use sqlx::postgres::{PgArguments, PgPool};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Postgres};
 
-use crate::raw_sqlite::{Template, unique};
+use crate::raw_sqlite::{Template, random_key, unique};
 
 /// The PostgreSQL type of each column of `raw_sqlite::OPERATION_COLUMNS`.
 const OPERATION_TYPES: [Ty; 31] = {
@@ -156,7 +157,7 @@ SELECT count(*) FROM upd",
         let (id, intent, key) = (
             unique(&t.claimed[1], n),
             unique(&t.claimed[3], n),
-            unique(&t.claimed[4], n),
+            random_key(),
         );
 
         let mut query = sqlx::query(AssertSqlSafe(self.insert.clone()));

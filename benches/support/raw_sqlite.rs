@@ -16,7 +16,8 @@
 //!    row back) and, if it changed the row, one evidence row.
 //!
 //! The values are those of a real operation the crate wrote (read back from its file, see
-//! [`Template::capture`]), with the operation id, intent and idempotency key made unique.
+//! [`Template::capture`]), with the operation id and intent made unique (as the bench numbers
+//! the crate's operations) and a fresh random idempotency key (as the crate makes one).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -127,6 +128,13 @@ pub struct RawLedger {
     next: Arc<AtomicU64>,
     commits: Arc<AtomicU64>,
     writes: Arc<AtomicU64>,
+}
+
+/// A fresh idempotency key, as the crate makes one: a random UUID v4 (36 characters). The
+/// reference writes the same rows as the crate, and a random key lands on a random page of the
+/// key's index, where a counter would append to its last page.
+pub fn random_key() -> Value {
+    Value::Text(uuid::Uuid::new_v4().hyphenated().to_string())
 }
 
 /// One operation's unique values, the same length as the template's.
@@ -244,7 +252,7 @@ fn run(conn: &Connection, t: &Template, op: &Op) -> rusqlite::Result<bool> {
         Op::Create(n) => {
             let id = unique(&t.claimed[1], n);
             let intent = unique(&t.claimed[3], n);
-            let key = unique(&t.claimed[4], n);
+            let key = random_key();
             let mut p: Vec<&dyn ToSql> = t.claimed.iter().map(|v| v as &dyn ToSql).collect();
             p[1] = &id;
             p[3] = &intent;
