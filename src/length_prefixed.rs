@@ -20,7 +20,7 @@
 //! `Vec` of tuples each replaces): [`deserialize_pairs`] and [`Text`].
 
 use std::borrow::Cow;
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::iter::FusedIterator;
 use std::marker::PhantomData;
 
@@ -79,8 +79,11 @@ impl Buffer for String {
     }
 
     fn push_lengths(&mut self, name: usize, value: usize) {
-        // Writing to a `String` cannot fail.
-        let _ = write!(self, "{name}:{value}:");
+        let mut digits = itoa::Buffer::new();
+        self.push_str(digits.format(name));
+        self.push(':');
+        self.push_str(digits.format(value));
+        self.push(':');
     }
 
     fn push_piece(&mut self, piece: &str) {
@@ -105,8 +108,11 @@ impl Buffer for Vec<u8> {
     }
 
     fn push_lengths(&mut self, name: usize, value: usize) {
-        // Writing to a `Vec<u8>` cannot fail.
-        let _ = std::io::Write::write_fmt(self, format_args!("{name}:{value}:"));
+        let mut digits = itoa::Buffer::new();
+        self.extend_from_slice(digits.format(name).as_bytes());
+        self.push(b':');
+        self.extend_from_slice(digits.format(value).as_bytes());
+        self.push(b':');
     }
 
     fn push_piece(&mut self, piece: &[u8]) {
