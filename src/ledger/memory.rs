@@ -89,8 +89,9 @@ struct Row {
     created_seq: u64,
     record: OperationRecord,
     /// The operation's evidence log, oldest first (kept with the row: one map lookup per
-    /// change instead of two).
-    evidence: Vec<EvidenceEntry>,
+    /// change instead of two). The first three entries (a write that succeeds at once logs
+    /// three: created, its claim, its result) live in the row's own allocation.
+    evidence: smallvec::SmallVec<[EvidenceEntry; 3]>,
 }
 
 /// The error behind `LedgerError::Unavailable` while an outage is simulated.
@@ -163,7 +164,7 @@ impl MemoryLedger {
             row: Box::new(Row {
                 created_seq: 0,
                 record,
-                evidence: Vec::with_capacity(4),
+                evidence: smallvec::SmallVec::new(),
             }),
             first,
         }
@@ -890,7 +891,7 @@ impl Ledger for MemoryLedger {
             let t = self.tables()?;
             Ok(t.operations
                 .get(tenant, id)
-                .map(|row| row.evidence.clone())
+                .map(|row| row.evidence.to_vec())
                 .unwrap_or_default())
         })
     }
