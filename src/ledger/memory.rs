@@ -29,32 +29,12 @@ pub struct MemoryLedger {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Inner {
     unavailable: AtomicBool,
-    /// The tables' hash function, to hash keys before the lock is taken.
-    hashing: Hashing,
     // Never held across an `.await`: every method does its work synchronously, inside the
     // returned future (nothing happens until it is polled, as with the SQL backends).
     tables: Mutex<Tables>,
-}
-
-impl Default for Inner {
-    fn default() -> Self {
-        let hashing = Hashing::default();
-        let operations = Operations {
-            hashing: hashing.clone(),
-            table: Default::default(),
-        };
-        Self {
-            unavailable: AtomicBool::new(false),
-            hashing,
-            tables: Mutex::new(Tables {
-                operations,
-                ..Tables::default()
-            }),
-        }
-    }
 }
 
 #[derive(Debug, Default)]
@@ -156,7 +136,7 @@ impl MemoryLedger {
     /// A new operation's row and everything about it that needs no lock (wasted only when the
     /// operation turns out to exist).
     fn fresh(&self, record: OperationRecord, first: Option<NewEvidence>) -> Fresh {
-        let hashing = &self.inner.hashing;
+        let hashing = Hashing::get();
         Fresh {
             hash: hashing.operation(&record.tenant, &record.operation_id),
             intent_hash: hashing.intent(&record.tenant, &record.action, &record.intent_ref),
@@ -421,10 +401,7 @@ impl MemoryLedger {
                         .remove(&key.0, &key.1)
                         .expect("victim listed under the lock");
                     let r = &row.record;
-                    let hash = t
-                        .operations
-                        .hashing
-                        .intent(&r.tenant, &r.action, &r.intent_ref);
+                    let hash = Hashing::get().intent(&r.tenant, &r.action, &r.intent_ref);
                     t.intents.remove(hash, &r.operation_id);
                 }
             }
@@ -572,13 +549,19 @@ fn slim(row: &mut Row, now_ms: i64) {
     }
 }
 
-/// The hash function of one ledger's tables (foldhash, seeded at random per ledger). Keys are
-/// hashed before the lock is taken, and each table keeps the hash beside its entry, so that
-/// neither a lookup under the lock nor the table's growth hashes a string.
-#[derive(Clone, Debug, Default)]
+/// The hash function of the memory ledgers' tables (foldhash, seeded at random once per
+/// process). Keys are hashed before the lock is taken, and each table keeps the hash beside its
+/// entry, so that neither a lookup under the lock nor the table's growth hashes a string.
+#[derive(Debug, Default)]
 struct Hashing(hashbrown::DefaultHashBuilder);
 
 impl Hashing {
+    /// The process's one instance.
+    fn get() -> &'static Hashing {
+        static HASHING: std::sync::LazyLock<Hashing> = std::sync::LazyLock::new(Hashing::default);
+        &HASHING
+    }
+
     /// The hash of an operation's key.
     fn operation(&self, tenant: &Tenant, id: &OperationId) -> u64 {
         self.0.hash_one((tenant.as_str(), id.as_str()))
@@ -595,7 +578,6 @@ impl Hashing {
 /// move every row (several hundred bytes) and hash both strings of every key again.
 #[derive(Debug, Default)]
 struct Operations {
-    hashing: Hashing,
     table: hashbrown::HashTable<(u64, Box<Row>)>,
 }
 
@@ -616,11 +598,11 @@ impl Operations {
     }
 
     fn get(&self, tenant: &Tenant, id: &OperationId) -> Option<&Row> {
-        self.get_hashed(self.hashing.operation(tenant, id), tenant, id)
+        self.get_hashed(Hashing::get().operation(tenant, id), tenant, id)
     }
 
     fn get_mut(&mut self, tenant: &Tenant, id: &OperationId) -> Option<&mut Row> {
-        let hash = self.hashing.operation(tenant, id);
+        let hash = Hashing::get().operation(tenant, id);
         self.table
             .find_mut(hash, Self::is(tenant, id))
             .map(|(_, row)| &mut **row)
@@ -632,7 +614,7 @@ impl Operations {
     }
 
     fn remove(&mut self, tenant: &Tenant, id: &OperationId) -> Option<Box<Row>> {
-        let hash = self.hashing.operation(tenant, id);
+        let hash = Hashing::get().operation(tenant, id);
         let entry = self.table.find_entry(hash, Self::is(tenant, id)).ok()?;
         Some(entry.remove().0.1)
     }
