@@ -1,6 +1,7 @@
 //! Glue between the pure state machine and the ledger, shared by the layer and the recoverer.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use super::Shared;
 use crate::error::Outcome;
@@ -8,8 +9,8 @@ use crate::evidence::Evidence;
 use crate::ledger::{
     LedgerError, NewEvidence, NewOperation, OperationRecord, StoredResponse, Update,
 };
-use crate::notify::Notice;
-use crate::operation::{AttemptId, Generation};
+use crate::notify::{Notice, Notifier};
+use crate::operation::{AttemptId, Generation, OperationId, Tenant};
 use crate::state::{Clock, Event, Refused, State, transition};
 
 /// The state machine's view of now, from the configuration's clock.
@@ -101,13 +102,7 @@ pub(crate) async fn record_event(
     let before = record.state;
     match shared.ledger.record_unread(update).await? {
         crate::ledger::Recorded::Row(row) => *record = row,
-        crate::ledger::Recorded::Applied => {
-            let kept = stored_response.then(|| record.response.take());
-            record.set_changes(changes);
-            if let Some(kept) = kept {
-                record.response = kept;
-            }
-        }
+        crate::ledger::Recorded::Applied => write_changes(record, changes, stored_response),
         crate::ledger::Recorded::Stale => return Ok(Recorded::Stale),
     }
     if record.state != before {
@@ -184,25 +179,49 @@ pub(crate) const CLAIM_KIND: &str = "attempt_registered";
 
 /// Tells waiting callers and reviewers where an operation now stands.
 pub(crate) fn publish(shared: &Shared, row: &OperationRecord) {
-    if row.state == State::ManualReview {
-        #[cfg(feature = "metrics")]
-        metrics::counter!(
-            "recoverable_write_escalations_total",
-            "target" => target_of(row),
-        )
-        .increment(1);
-    }
-    if !shared.notifier.has_subscribers() {
-        return;
-    }
-    let outcome = Outcome::from_record(row, None, true);
-    if row.state == State::ManualReview {
-        shared.notifier.publish(Notice::Escalated {
-            reason: row.reason.clone().unwrap_or_default(),
-            outcome,
+    Announcement::of(shared, row).publish(&shared.notifier);
+}
+
+/// What [`publish`] tells about a row: made while the row is at hand, told once the ledger
+/// holds it.
+pub(crate) struct Announcement {
+    /// `None` when nobody listens.
+    notice: Option<Notice>,
+    /// The target of an escalation, for its counter.
+    #[cfg(feature = "metrics")]
+    escalated: Option<String>,
+}
+
+impl Announcement {
+    pub(crate) fn of(shared: &Shared, row: &OperationRecord) -> Self {
+        let escalated = row.state == State::ManualReview;
+        let notice = shared.notifier.has_subscribers().then(|| {
+            let outcome = Outcome::from_record(row, None, true);
+            if escalated {
+                Notice::Escalated {
+                    reason: row.reason.clone().unwrap_or_default(),
+                    outcome,
+                }
+            } else {
+                Notice::Transition(outcome)
+            }
         });
-    } else {
-        shared.notifier.publish(Notice::Transition(outcome));
+        Self {
+            notice,
+            #[cfg(feature = "metrics")]
+            escalated: escalated.then(|| target_of(row)),
+        }
+    }
+
+    pub(crate) fn publish(self, notifier: &Notifier) {
+        #[cfg(feature = "metrics")]
+        if let Some(target) = self.escalated {
+            metrics::counter!("recoverable_write_escalations_total", "target" => target)
+                .increment(1);
+        }
+        if let Some(notice) = self.notice {
+            notifier.publish(notice);
+        }
     }
 }
 
@@ -225,33 +244,186 @@ pub(crate) async fn append_late(
     evidence: Evidence,
     note: String,
 ) -> Result<(), LedgerError> {
-    tracing::warn!(
-        operation = %record.operation_id,
-        evidence = evidence.label(),
-        "late evidence appended; it does not change the operation"
-    );
-    let entry = NewEvidence {
-        attempt_id: attempt,
+    let late = Late {
+        tenant: record.tenant.clone(),
+        operation_id: record.operation_id.clone(),
         generation: record.generation,
-        kind: Cow::Borrowed("late_evidence"),
-        from_state: None,
-        to_state: None,
-        evidence: Some(evidence.clone()),
-        note: Some(note),
-        at_ms: shared.clock.now_ms(),
+        attempt,
+        evidence,
+        note: Cow::Owned(note),
+    };
+    let current = late.append(shared).await?;
+    late.publish(shared, current.as_ref().unwrap_or(record));
+    Ok(())
+}
+
+/// An observation about an operation that may no longer change it, to append as
+/// `late_evidence`.
+pub(crate) struct Late {
+    pub(crate) tenant: Tenant,
+    pub(crate) operation_id: OperationId,
+    /// The generation the observation was made under.
+    pub(crate) generation: Generation,
+    pub(crate) attempt: Option<AttemptId>,
+    pub(crate) evidence: Evidence,
+    pub(crate) note: Cow<'static, str>,
+}
+
+impl Late {
+    /// The `late_evidence` entry.
+    fn entry(&self, shared: &Shared) -> NewEvidence {
+        NewEvidence {
+            attempt_id: self.attempt,
+            generation: self.generation,
+            kind: Cow::Borrowed("late_evidence"),
+            from_state: None,
+            to_state: None,
+            evidence: Some(self.evidence.clone()),
+            note: Some(self.note.clone().into_owned()),
+            at_ms: shared.clock.now_ms(),
+        }
+    }
+
+    fn warn(&self) {
+        tracing::warn!(
+            operation = %self.operation_id,
+            evidence = self.evidence.label(),
+            "late evidence appended; it does not change the operation"
+        );
+    }
+
+    /// Appends the entry; returns the row as it now stands (`None`: it is gone).
+    async fn append(&self, shared: &Shared) -> Result<Option<OperationRecord>, LedgerError> {
+        self.warn();
+        shared
+            .ledger
+            .append_evidence(&self.tenant, &self.operation_id, self.entry(shared))
+            .await?;
+        shared.ledger.get(&self.tenant, &self.operation_id).await
+    }
+
+    fn publish(self, shared: &Shared, current: &OperationRecord) {
+        shared.notifier.publish(Notice::LateEvidence {
+            outcome: Outcome::from_record(current, self.attempt, true),
+            evidence: self.evidence,
+        });
+    }
+}
+
+/// [`record_event`] without waiting for the ledger
+/// ([`Ledger::record_detached`](crate::ledger::Ledger::record_detached)), for a ledger that
+/// [detaches results](crate::ledger::Ledger::detaches_results). `record` takes the update's
+/// changes at once (its stored response aside, as in `record_event`); the notice of the new
+/// state is published once the ledger has recorded it. If the update turns out stale (the
+/// operation was taken over meanwhile), the ledger appends `late` as late evidence in its
+/// place, and it is surfaced; if it fails, the row stays `IN_FLIGHT` under its lease and
+/// reconciliation takes over.
+///
+/// `runtime` runs the late evidence's task ([`detaching`] gives it). `Err`: nothing was queued
+/// and `record` is unchanged.
+pub(crate) fn record_event_detached(
+    shared: &Arc<Shared>,
+    runtime: tokio::runtime::Handle,
+    record: &mut OperationRecord,
+    event: Event,
+    kind: &'static str,
+    extras: Extras,
+    late: Late,
+) -> Result<Recorded, LedgerError> {
+    let mut update = match update_for_event(shared, record, event, kind, extras) {
+        Ok(u) => u,
+        Err(_) => return Ok(Recorded::Refused),
+    };
+    let response = update.changes.response.take();
+    let changes = update.changes.clone();
+    let stored_response = response.is_some();
+    update.changes.response = response;
+    // Made before the update leaves: the notice states the row the ledger will hold.
+    let announcement = (changes.state != record.state).then(|| {
+        let mut after = record.clone();
+        after.set_changes(changes.clone());
+        Announcement::of(shared, &after)
+    });
+    let entry = late.entry(shared);
+    let settle = Settle {
+        shared: shared.clone(),
+        runtime,
+        announcement,
+        late,
     };
     shared
         .ledger
-        .append_evidence(&record.tenant, &record.operation_id, entry)
-        .await?;
-    let current = shared
-        .ledger
-        .get(&record.tenant, &record.operation_id)
-        .await?
-        .unwrap_or_else(|| record.clone());
-    shared.notifier.publish(Notice::LateEvidence {
-        outcome: Outcome::from_record(&current, attempt, true),
-        evidence,
-    });
-    Ok(())
+        .record_detached(update, entry, Box::new(move |r| settle.settled(r)))?;
+    write_changes(record, changes, stored_response);
+    Ok(Recorded::Done)
+}
+
+/// The runtime for [`record_event_detached`], if the ledger detaches results and this runs
+/// inside one.
+pub(crate) fn detaching(shared: &Shared) -> Option<tokio::runtime::Handle> {
+    if shared.ledger.detaches_results() {
+        tokio::runtime::Handle::try_current().ok()
+    } else {
+        None
+    }
+}
+
+/// What happens once a detached result settled ([`record_event_detached`]).
+struct Settle {
+    shared: Arc<Shared>,
+    runtime: tokio::runtime::Handle,
+    announcement: Option<Announcement>,
+    late: Late,
+}
+
+impl Settle {
+    /// Runs on the ledger's own thread: nothing here may block.
+    fn settled(self, recorded: Result<crate::ledger::Recorded, LedgerError>) {
+        match recorded {
+            Ok(crate::ledger::Recorded::Applied | crate::ledger::Recorded::Row(_)) => {
+                if let Some(a) = self.announcement {
+                    a.publish(&self.shared.notifier);
+                }
+            }
+            Ok(crate::ledger::Recorded::Stale) => {
+                // The ledger appended the late entry in the update's place.
+                self.late.warn();
+                if !self.shared.notifier.has_subscribers() {
+                    return;
+                }
+                let Settle {
+                    shared,
+                    runtime,
+                    late,
+                    ..
+                } = self;
+                runtime.spawn(async move {
+                    if let Ok(Some(current)) =
+                        shared.ledger.get(&late.tenant, &late.operation_id).await
+                    {
+                        late.publish(&shared, &current);
+                    }
+                });
+            }
+            Err(e) => tracing::error!(
+                operation = %self.late.operation_id,
+                error = %e,
+                "could not record attempt result; it will be reconciled"
+            ),
+        }
+    }
+}
+
+/// Writes `changes` into `record`, as the ledger now holds it, except a stored response: that
+/// is the vendor's answer the caller holds itself, and it is not copied back.
+fn write_changes(
+    record: &mut OperationRecord,
+    changes: crate::ledger::backend::Changes,
+    stored_response: bool,
+) {
+    let kept = stored_response.then(|| record.response.take());
+    record.set_changes(changes);
+    if let Some(kept) = kept {
+        record.response = kept;
+    }
 }

@@ -605,6 +605,9 @@ where
     }
 }
 
+/// The note of an attempt's result that found the operation taken over.
+const LATE_RESULT: &str = "attempt result arrived after the operation moved on";
+
 /// Reads, classifies and records what one attempt produced (the layer's first send and the
 /// recoverer's replays alike).
 pub(crate) async fn record_attempt<RB>(
@@ -710,19 +713,40 @@ where
         (None, None) => crate::evidence::Evidence::unknown("the attempt's evidence was lost"),
     };
     let mut record = record;
-    let recorded = engine::record_event(
-        &shared,
-        &mut record,
-        Event::AttemptResult(evidence),
-        "attempt_result",
-        Extras {
-            attempt: Some(attempt),
-            lease_until_ms: None,
-            response: stored,
-            note: None,
-        },
-    )
-    .await;
+    let extras = Extras {
+        attempt: Some(attempt),
+        lease_until_ms: None,
+        response: stored,
+        note: None,
+    };
+    let recorded = match engine::detaching(&shared) {
+        // The caller does not wait for the result to be written (only the claim had to be
+        // durable); a stale one is appended as late evidence once the ledger says so.
+        Some(runtime) => {
+            let late = engine::Late {
+                tenant: record.tenant.clone(),
+                operation_id: record.operation_id.clone(),
+                generation: record.generation,
+                attempt: Some(attempt),
+                evidence: evidence.clone(),
+                note: std::borrow::Cow::Borrowed(LATE_RESULT),
+            };
+            let event = Event::AttemptResult(evidence);
+            engine::record_event_detached(
+                &shared,
+                runtime,
+                &mut record,
+                event,
+                "attempt_result",
+                extras,
+                late,
+            )
+        }
+        None => {
+            let event = Event::AttemptResult(evidence);
+            engine::record_event(&shared, &mut record, event, "attempt_result", extras).await
+        }
+    };
 
     let (row, recorded) = match recorded {
         // `record` is the row as recorded (its stored response aside: `response` is it).
@@ -735,7 +759,7 @@ where
                 &record,
                 Some(attempt),
                 again(response.as_ref()),
-                "attempt result arrived after the operation moved on".into(),
+                LATE_RESULT.into(),
             )
             .await
             {

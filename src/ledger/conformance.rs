@@ -116,6 +116,7 @@ macro_rules! ledger_conformance_tests {
                 concurrent_create_and_apply_of_one_intent_has_one_sender,
                 record_is_the_same_compare_and_swap_as_apply,
                 record_unread_writes_what_it_reports,
+                record_detached_is_seen_by_every_later_call,
                 lifecycle_lost_response_recovered_by_lookup,
                 claim_prepared_claims_only_old_unleased_prepared_rows,
                 claim_prepared_lease_fences_a_second_claim_until_it_expires,
@@ -1710,6 +1711,84 @@ pub async fn record_unread_writes_what_it_reports<L: Ledger>(ledger: L) {
     assert_eq!(
         kinds(&log(&ledger, &claimed).await),
         ["created", "attempt_registered", "attempt_result"]
+    );
+}
+
+/// `record_detached`, on a ledger that [detaches results](Ledger::detaches_results): it returns
+/// before the store answers, and every later call sees the result as applied (or refused)
+/// anyway. A stale update changes nothing but the log (its `late` entry is appended); a current
+/// one is the same change as `record_unread`, and a write computed from the row it leaves
+/// applies right after it. `settled` hears each outcome once. A ledger that does not detach
+/// results refuses the call with nothing queued and `settled` never called.
+pub async fn record_detached_is_seen_by_every_later_call<L: Ledger>(ledger: L) {
+    let (claimed, done, stale) = sent_and_answered(&ledger, "op-detached").await;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let settled = |tx: &std::sync::mpsc::Sender<Result<Recorded, LedgerError>>| {
+        let tx = tx.clone();
+        let settled: super::Settled = Box::new(move |r| {
+            let _ = tx.send(r);
+        });
+        settled
+    };
+    let hear = || {
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("settled is called once the store answered")
+    };
+    let late = || evidence_entry("late_evidence", T0 + 40);
+
+    if !ledger.detaches_results() {
+        assert!(
+            ledger.record_detached(stale, late(), settled(&tx)).is_err(),
+            "a ledger that does not detach results refuses"
+        );
+        drop(tx);
+        assert!(rx.recv().is_err(), "settled is dropped without a call");
+        assert_eq!(get(&ledger, &claimed).await, claimed);
+        return;
+    }
+
+    must(
+        ledger.record_detached(stale, late(), settled(&tx)),
+        "record_detached",
+    );
+    // Read at once: the read waits for the result queued before it.
+    assert_eq!(get(&ledger, &claimed).await, claimed);
+    assert_eq!(
+        kinds(&log(&ledger, &claimed).await),
+        ["created", "attempt_registered", "late_evidence"]
+    );
+    assert!(matches!(hear(), Ok(Recorded::Stale)));
+
+    let update = update_of(&claimed, done, "attempt_result");
+    let mut recorded = claimed.clone();
+    recorded.set_changes(update.changes.clone());
+    must(
+        ledger.record_detached(update, late(), settled(&tx)),
+        "record_detached",
+    );
+    // Written at once, from the row as recorded: it applies only after the result did.
+    let next = update_of(
+        &recorded,
+        keep(&recorded, State::Succeeded, T0 + 50),
+        "note",
+    );
+    let mut expected = recorded.clone();
+    expected.set_changes(next.changes.clone());
+    match must(ledger.apply(next).await, "apply") {
+        Some(row) => assert_eq!(row, expected),
+        None => panic!("a write queued after a detached result did not see it"),
+    }
+    assert!(matches!(hear(), Ok(Recorded::Applied | Recorded::Row(_))));
+    assert_eq!(get(&ledger, &claimed).await, expected);
+    assert_eq!(
+        kinds(&log(&ledger, &claimed).await),
+        [
+            "created",
+            "attempt_registered",
+            "late_evidence",
+            "attempt_result",
+            "note"
+        ]
     );
 }
 

@@ -213,6 +213,11 @@ pub enum Recorded {
     Stale,
 }
 
+/// What becomes of a result handed to [`Ledger::record_detached`]: called once with what
+/// [`Ledger::record_unread`] would have returned, after the store's transaction ended, on a
+/// thread of the store's. Keep it short and non-blocking; spawn a task for anything that waits.
+pub type Settled = Box<dyn FnOnce(Result<Recorded, LedgerError>) + Send>;
+
 /// An evidence log entry as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EvidenceEntry {
@@ -356,6 +361,51 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
                 None => Recorded::Stale,
             })
         })
+    }
+
+    /// Whether this store takes [`record_detached`](Self::record_detached): results handed to
+    /// it without waiting for the store. The provided implementation answers `false`;
+    /// [`SqliteLedger`] answers `true` unless
+    /// [`SqliteLedgerOptions::detached_results`] turned it off.
+    fn detaches_results(&self) -> bool {
+        false
+    }
+
+    /// [`record_unread`](Self::record_unread) for a caller that does not wait for the store:
+    /// the update is queued and this returns at once. What `record_unread` would have
+    /// answered goes to `settled` instead, once the store's transaction ended (called exactly
+    /// once, on a thread of the store's: it must not block).
+    ///
+    /// The layer records what an attempt produced this way when the store takes it: only the
+    /// claim must be durable before a byte is sent, so the caller gets the vendor's answer
+    /// without waiting for its result to be written. A result that never lands (a crash, a
+    /// failed batch) leaves the row `IN_FLIGHT` under its lease, which costs a lookup, never a
+    /// second send.
+    ///
+    /// If the precondition fails (the operation was taken over meanwhile), nothing changes but
+    /// the log: `late` (the same observation, as a `late_evidence` entry) is appended in the
+    /// same transaction, and `settled` gets [`Recorded::Stale`].
+    ///
+    /// A store that implements it must keep the order: every later call on this ledger (and
+    /// its clones), read or write, sees the update as applied or refused, exactly as if this
+    /// call had waited. [`SqliteLedger`] has one writer thread that runs writes in the order
+    /// they were queued, and its reads wait for the results queued before them.
+    ///
+    /// `Err` only when nothing was queued (the ledger is closed, the update cannot be
+    /// encoded); `settled` is then dropped without a call. Once queued, every outcome, a
+    /// failure included, goes to `settled`. The provided implementation fails with
+    /// [`LedgerError::Config`]: ask [`detaches_results`](Self::detaches_results) first.
+    fn record_detached(
+        &self,
+        update: Update,
+        late: NewEvidence,
+        settled: Settled,
+    ) -> Result<(), LedgerError> {
+        let _ = (update, late, settled);
+        Err(LedgerError::Config(
+            "this ledger does not record results detached (see Ledger::detaches_results)"
+                .to_owned(),
+        ))
     }
 
     /// Claims up to `limit` operations in `UNKNOWN`, `PROCESSING` or `RETRY_READY` whose next

@@ -120,8 +120,8 @@ use conn::{Args, Conn, FromCell, Opener, SqlRow};
 use reader::Readers;
 use sql::*;
 use writer::{
-    Checkpointer, Durability, Finish, Job, PendingWrite, Queued, Writer, WriterStats, closed,
-    writer_stopped,
+    Checkpointer, Detached, Durability, Finish, Job, Landing, PendingWrite, Queued, Writer,
+    WriterStats, closed, writer_stopped,
 };
 
 /// How this backend encodes values.
@@ -159,6 +159,9 @@ struct Inner {
     stats: Arc<WriterStats>,
     /// Set by [`SqliteLedger::close`].
     closed: AtomicBool,
+    /// Results queued without waiting ([`Ledger::record_detached`]) and how many landed: what
+    /// reads wait for. `None`: results are not detached.
+    detached: Option<Arc<Landing>>,
 }
 
 /// Where reads run.
@@ -233,6 +236,17 @@ pub struct SqliteLedgerOptions {
     /// Default [`SqliteLedgerOptions::DEFAULT_MAX_BATCH`]; at least 1 (1 turns group commit off: one transaction per
     /// request).
     pub max_batch: usize,
+    /// Whether the layer's results are recorded without waiting for the writer
+    /// ([`Ledger::record_detached`]): the caller gets the vendor's answer as soon as it is
+    /// read, and the result is committed with the next batch. Default `true`. Only the claim
+    /// must be durable before a send; a result that never lands leaves the row `IN_FLIGHT`
+    /// under its lease, and costs a lookup, never a second send. Reads through this ledger
+    /// wait for the results queued before them.
+    ///
+    /// With `false`, the layer waits for each result's commit (at `synchronous = NORMAL` when
+    /// its batch holds no claim), and the [`Outcome`](crate::Outcome) it returns reflects a
+    /// takeover that happened while the attempt was on the wire.
+    pub detached_results: bool,
 }
 
 impl Default for SqliteLedgerOptions {
@@ -242,6 +256,7 @@ impl Default for SqliteLedgerOptions {
             busy_timeout: Duration::from_secs(5),
             max_readers: 4,
             max_batch: Self::DEFAULT_MAX_BATCH,
+            detached_results: true,
         }
     }
 }
@@ -251,7 +266,7 @@ impl SqliteLedgerOptions {
     pub const DEFAULT_MAX_BATCH: usize = 64;
 
     /// The defaults: `synchronous=FULL`, a 5 s busy timeout, 4 readers, batches of up to 64
-    /// writes.
+    /// writes, results recorded detached.
     pub fn new() -> Self {
         Self::default()
     }
@@ -277,6 +292,13 @@ impl SqliteLedgerOptions {
     /// Sets the most write requests committed together (at least 1).
     pub fn max_batch(mut self, max_batch: usize) -> Self {
         self.max_batch = max_batch;
+        self
+    }
+
+    /// Sets whether the layer's results are recorded without waiting for the writer (see
+    /// [`detached_results`](Self::detached_results)).
+    pub fn detached_results(mut self, detached: bool) -> Self {
+        self.detached_results = detached;
         self
     }
 }
@@ -327,7 +349,15 @@ impl SqliteLedger {
         };
         let sync = Durability::new(options.synchronous, true);
         let reads = Reads::Pool(Arc::new(readers));
-        Self::start(open, reads, options.max_batch, sync, Some(checkpoint)).await
+        Self::start(
+            open,
+            reads,
+            options.max_batch,
+            sync,
+            Some(checkpoint),
+            options.detached_results,
+        )
+        .await
     }
 
     /// A private in-memory ledger on one connection, for tests. Nothing is durable; each call
@@ -346,6 +376,7 @@ impl SqliteLedger {
             // Nothing to sync: SQLite's default level, never switched.
             Durability::new(Synchronous::Full, false),
             None,
+            SqliteLedgerOptions::default().detached_results,
         )
         .await
     }
@@ -358,6 +389,7 @@ impl SqliteLedger {
         max_batch: usize,
         sync: Durability,
         checkpoint: Option<writer::CheckpointHandle>,
+        detached_results: bool,
     ) -> Result<Self, LedgerError>
     where
         F: FnOnce() -> Result<(Conn, Option<Opener>), LedgerError> + Send + 'static,
@@ -393,6 +425,7 @@ impl SqliteLedger {
                 reads,
                 stats,
                 closed: AtomicBool::new(false),
+                detached: detached_results.then(|| Arc::new(Landing::default())),
             }),
         })
     }
@@ -490,7 +523,13 @@ impl SqliteLedger {
             return Err(closed());
         }
         match &self.inner.reads {
-            Reads::Pool(readers) => readers.read(read).await,
+            Reads::Pool(readers) => {
+                // A result queued before this read is part of what the caller knows.
+                if let Some(landing) = &self.inner.detached {
+                    landing.wait().await;
+                }
+                readers.read(read).await
+            }
             Reads::Writer => {
                 self.write(move |conn| read(conn).map(Finish::Unchanged))
                     .await
@@ -570,6 +609,22 @@ fn current_runtime() -> Result<tokio::runtime::Handle, LedgerError> {
     })
 }
 
+/// The writer's work for a result written after the send ([`Ledger::record_unread`]): the
+/// compare-and-swap, then its evidence entry if it applied.
+fn recording(
+    update: Update,
+) -> Result<impl Fn(&mut Conn) -> Result<Finish<Recorded>, LedgerError> + Send + 'static, LedgerError>
+{
+    let (apply, entry) = compare_and_swap(APPLY_UNREAD, UpdateColumns::encode(update, SQLITE)?);
+    Ok(move |conn: &mut Conn| {
+        if apply.execute(conn)? == 0 {
+            return Ok(Finish::Unchanged(Recorded::Stale));
+        }
+        entry.execute(conn)?;
+        Ok(Finish::Commit(Recorded::Applied))
+    })
+}
+
 /// The arguments (tenant, value) of a lookup.
 fn key_args(tenant: &Tenant, value: &str) -> Vec<rusqlite::types::Value> {
     let mut a = Args::with_capacity(2);
@@ -644,18 +699,53 @@ impl Ledger for SqliteLedger {
     /// [`record`](Ledger::record) without reading the row back: the writer thread does no
     /// decoding, and the caller writes the changes into the row it holds.
     fn record_unread(&self, update: Update) -> BoxFuture<'_, Result<Recorded, LedgerError>> {
-        Box::pin(async move {
-            let (apply, entry) =
-                compare_and_swap(APPLY_UNREAD, UpdateColumns::encode(update, SQLITE)?);
-            self.write_as(true, move |conn| {
-                if apply.execute(conn)? == 0 {
-                    return Ok(Finish::Unchanged(Recorded::Stale));
-                }
-                entry.execute(conn)?;
-                Ok(Finish::Commit(Recorded::Applied))
-            })
-            .await
-        })
+        Box::pin(async move { self.write_as(true, recording(update)?).await })
+    }
+
+    fn detaches_results(&self) -> bool {
+        self.inner.detached.is_some()
+    }
+
+    /// [`record_unread`](Ledger::record_unread) queued for the writer thread without waiting:
+    /// the same statements, in the same kind of batch, run in the order writes were queued.
+    /// Reads on this ledger wait for the results queued before them.
+    fn record_detached(
+        &self,
+        update: Update,
+        late: NewEvidence,
+        settled: Settled,
+    ) -> Result<(), LedgerError> {
+        let Some(landing) = &self.inner.detached else {
+            return Err(LedgerError::Config(
+                "this SQLite ledger was opened with detached_results(false)".to_owned(),
+            ));
+        };
+        if self.is_closed() {
+            return Err(closed());
+        }
+        let late = evidence(
+            INSERT_EVIDENCE,
+            &update.tenant,
+            &update.operation_id,
+            EvidenceColumns::encode(late, SQLITE)?,
+        );
+        let record = recording(update)?;
+        let op = move |conn: &mut Conn| match record(conn)? {
+            // Nothing changed but the log.
+            Finish::Unchanged(Recorded::Stale) => {
+                late.execute(conn)?;
+                Ok(Finish::Commit(Recorded::Stale))
+            }
+            done => Ok(done),
+        };
+        // Counted before it is queued: a read that starts once this returns waits for it.
+        landing.queue();
+        let write = Box::new(Detached::new(op, settled, landing.clone()));
+        // If the writer thread is gone, the write comes back and is dropped unanswered, which
+        // lands it and hands `settled` the writer's error: once queued, every outcome goes
+        // there.
+        let _ = self.inner.queue.send(Job::Write(write));
+        Ok(())
     }
 
     fn claim_due(

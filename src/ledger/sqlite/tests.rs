@@ -691,3 +691,126 @@ async fn the_wal_starts_over_instead_of_growing() {
         384
     );
 }
+
+/// A created and claimed operation, and the update recording its success.
+#[cfg(feature = "test-util")]
+async fn claimed_and_answered(ledger: &SqliteLedger, id: &str) -> (OperationRecord, Update) {
+    use super::super::conformance::{keep, new_operation, update_of};
+    let new = new_operation("t", id, &format!("intent-{id}"));
+    let claimed = ledger
+        .create_and_apply(new.clone(), first_claim(&new))
+        .await
+        .unwrap()
+        .into_record();
+    let done = keep(&claimed, State::Succeeded, claimed.updated_ms + 1);
+    let update = update_of(&claimed, done, "attempt_result");
+    (claimed, update)
+}
+
+/// A `settled` that sends what it hears to `tx`.
+#[cfg(feature = "test-util")]
+fn settled_to(tx: &std::sync::mpsc::Sender<Result<Recorded, LedgerError>>) -> Settled {
+    let tx = tx.clone();
+    Box::new(move |r| {
+        let _ = tx.send(r);
+    })
+}
+
+/// A read that starts after a detached result was queued waits for it, even while the writer
+/// is busy; a read that starts before does not.
+#[cfg(feature = "test-util")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_wait_for_the_results_queued_before_them() {
+    use super::super::conformance::evidence_entry;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = SqliteLedger::open(dir.path().join("ledger.db"))
+        .await
+        .unwrap();
+    assert!(ledger.detaches_results());
+    let (claimed, update) = claimed_and_answered(&ledger, "op-1").await;
+    let hold = ledger.hold_writer_for_tests().await.unwrap();
+    // Nothing queued yet: reads go through while the writer is held.
+    let before = ledger
+        .get(&claimed.tenant, &claimed.operation_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(before.state, State::InFlight);
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    ledger
+        .record_detached(
+            update,
+            evidence_entry("late_evidence", claimed.updated_ms + 2),
+            settled_to(&tx),
+        )
+        .unwrap();
+    let reader = ledger.clone();
+    let (tenant, id) = (claimed.tenant.clone(), claimed.operation_id.clone());
+    let read = tokio::spawn(async move { reader.get(&tenant, &id).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !read.is_finished(),
+        "a read queued after a detached result waits for it"
+    );
+    assert!(rx.try_recv().is_err(), "nothing settled while held");
+
+    drop(hold);
+    let row = read.await.unwrap().unwrap().unwrap();
+    assert_eq!(row.state, State::Succeeded);
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Ok(Recorded::Applied)
+    ));
+    // The result is committed without an fsync: its batch held no claim.
+    assert_eq!(ledger.relaxed_commits(), 1);
+}
+
+/// `detached_results(false)`: the ledger does not detach results, and refuses
+/// `record_detached` with nothing queued. A closed ledger refuses it too.
+#[cfg(feature = "test-util")]
+#[tokio::test]
+async fn detached_results_can_be_turned_off_and_a_closed_ledger_refuses_them() {
+    use super::super::conformance::evidence_entry;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = SqliteLedger::open_with(
+        dir.path().join("ledger.db"),
+        SqliteLedgerOptions::new().detached_results(false),
+    )
+    .await
+    .unwrap();
+    assert!(!ledger.detaches_results());
+    let (claimed, update) = claimed_and_answered(&ledger, "op-1").await;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let refused = ledger.record_detached(
+        update.clone(),
+        evidence_entry("late_evidence", claimed.updated_ms + 2),
+        settled_to(&tx),
+    );
+    assert!(
+        matches!(&refused, Err(LedgerError::Config(m)) if m.contains("detached_results(false)")),
+        "{refused:?}"
+    );
+
+    let detached = SqliteLedger::open(dir.path().join("other.db"))
+        .await
+        .unwrap();
+    detached.close().await;
+    let closed = detached.record_detached(
+        update,
+        evidence_entry("late_evidence", claimed.updated_ms + 2),
+        settled_to(&tx),
+    );
+    assert!(
+        matches!(&closed, Err(LedgerError::Unavailable(e)) if e.to_string().contains("closed")),
+        "{closed:?}"
+    );
+    drop(tx);
+    assert!(rx.recv().is_err(), "settled was never called");
+    let row = ledger
+        .get(&claimed.tenant, &claimed.operation_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row, claimed);
+}

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::Synchronous;
 use super::conn::{Conn, Opener};
-use crate::ledger::LedgerError;
+use crate::ledger::{LedgerError, Recorded, Settled};
 
 /// What a write did, inside its batch's transaction.
 pub(super) enum Finish<T> {
@@ -92,11 +92,7 @@ where
     }
 
     fn run(&mut self, conn: &mut Conn) -> Ran {
-        let (ran, result) = match (self.op)(conn) {
-            Ok(Finish::Commit(value)) => (Ran::Changed, Ok(value)),
-            Ok(Finish::Unchanged(value)) => (Ran::Unchanged, Ok(value)),
-            Err(e) => (Ran::Failed, Err(e)),
-        };
+        let (ran, result) = finish((self.op)(conn));
         self.result = Some(result);
         ran
     }
@@ -107,14 +103,137 @@ where
         } = *self;
         // Whatever the write shares with its caller is released before the caller wakes.
         drop(op);
-        let result = match (batch_failed, result) {
-            (Some(e), _) => Err(e),
-            (None, Some(result)) => result,
-            // Unreachable: a write is answered without an error only after it ran.
-            (None, None) => Err(writer_stopped()),
-        };
         // A caller that stopped waiting is not an error.
-        let _ = reply.send(result);
+        let _ = reply.send(outcome(batch_failed, result));
+    }
+}
+
+/// What one run of a write did, and its value.
+fn finish<T>(run: Result<Finish<T>, LedgerError>) -> (Ran, Result<T, LedgerError>) {
+    match run {
+        Ok(Finish::Commit(value)) => (Ran::Changed, Ok(value)),
+        Ok(Finish::Unchanged(value)) => (Ran::Unchanged, Ok(value)),
+        Err(e) => (Ran::Failed, Err(e)),
+    }
+}
+
+/// A write's answer: the batch's failure if it failed, else the result of the write's last run.
+fn outcome<T>(
+    batch_failed: Option<LedgerError>,
+    result: Option<Result<T, LedgerError>>,
+) -> Result<T, LedgerError> {
+    match (batch_failed, result) {
+        (Some(e), _) => Err(e),
+        (None, Some(result)) => result,
+        // Unreachable: a write is answered without an error only after it ran.
+        (None, None) => Err(writer_stopped()),
+    }
+}
+
+/// Results queued without waiting ([`Ledger::record_detached`](crate::ledger::Ledger::record_detached)),
+/// and how many of them landed (answered: committed, refused or failed). Reads wait for the
+/// results queued before them, so a caller's later read sees its own result.
+#[derive(Debug)]
+pub(crate) struct Landing {
+    queued: AtomicU64,
+    landed: watch::Sender<u64>,
+}
+
+impl Default for Landing {
+    fn default() -> Self {
+        Self {
+            queued: AtomicU64::new(0),
+            landed: watch::Sender::new(0),
+        }
+    }
+}
+
+impl Landing {
+    /// One more result is about to be queued.
+    pub(super) fn queue(&self) {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One result was answered.
+    fn land(&self) {
+        self.landed.send_modify(|n| *n += 1);
+    }
+
+    /// Waits until every result queued before this call has landed. Results land in the order
+    /// they were queued (one writer thread, one queue), so a count is enough.
+    pub(super) async fn wait(&self) {
+        let queued = self.queued.load(Ordering::Acquire);
+        if *self.landed.borrow() >= queued {
+            return;
+        }
+        let mut landed = self.landed.subscribe();
+        // The sender lives as long as `self`: this cannot fail while it is borrowed.
+        let _ = landed.wait_for(|n| *n >= queued).await;
+    }
+}
+
+/// A result queued without a caller waiting: its answer goes to `settled`, on this thread.
+pub(super) struct Detached<F> {
+    op: F,
+    result: Option<Result<Recorded, LedgerError>>,
+    /// `None` once answered.
+    settled: Option<Settled>,
+    landing: Arc<Landing>,
+}
+
+impl<F> Detached<F> {
+    pub(super) fn new(op: F, settled: Settled, landing: Arc<Landing>) -> Self {
+        Self {
+            op,
+            result: None,
+            settled: Some(settled),
+            landing,
+        }
+    }
+
+    /// Hands `result` to `settled` (once) and counts the result as landed. A panic in `settled`
+    /// is caught: it must not take the writer thread down.
+    fn settle(&mut self, result: Result<Recorded, LedgerError>) {
+        if let Some(settled) = self.settled.take() {
+            let caught =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || settled(result)));
+            if caught.is_err() {
+                tracing::error!("a detached result's callback panicked on the SQLite writer");
+            }
+            self.landing.land();
+        }
+    }
+}
+
+impl<F> PendingWrite for Detached<F>
+where
+    F: Fn(&mut Conn) -> Result<Finish<Recorded>, LedgerError> + Send + 'static,
+{
+    /// Nobody waits for it; it always runs.
+    fn abandoned(&self) -> bool {
+        false
+    }
+
+    fn relaxed(&self) -> bool {
+        true
+    }
+
+    fn run(&mut self, conn: &mut Conn) -> Ran {
+        let (ran, result) = finish((self.op)(conn));
+        self.result = Some(result);
+        ran
+    }
+
+    fn answer(mut self: Box<Self>, batch_failed: Option<LedgerError>) {
+        let result = outcome(batch_failed, self.result.take());
+        self.settle(result);
+    }
+}
+
+impl<F> Drop for Detached<F> {
+    /// Dropped unanswered (the writer thread is gone): the result did not land.
+    fn drop(&mut self) {
+        self.settle(Err(writer_stopped()));
     }
 }
 
