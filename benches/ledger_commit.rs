@@ -17,7 +17,11 @@
 //!   (the two writes of one request through the layer; the result is not fsynced when its batch
 //!   holds no claim) from 1 or 64 tasks, with group commit on
 //!   (default) and off (`max_batch(1)`), and with group commit but `synchronous=OFF` (no fsync:
-//!   what the statements alone cost, the CPU ceiling of the write path).
+//!   what the statements alone cost, the CPU ceiling of the write path). The result is
+//!   recorded as the layer records it: detached (`Ledger::record_detached`: the caller does not
+//!   wait for it; each timed run ends when every result has landed), and in
+//!   `group_commit_waited` with `detached_results(false)` (the caller waits for its result's
+//!   commit, as before).
 //! - `lifecycle/concurrency_{1,64}/raw_reference` (issue #14): the same rows per operation,
 //!   written by the least overhead this bench could build and no crate code: one OS thread
 //!   owning a `rusqlite` connection, cached prepared statements, WAL, `synchronous=FULL`, the
@@ -62,7 +66,7 @@ use recoverable_write::ledger::conformance::{evidence_entry, keep, update_of};
 use recoverable_write::ledger::{Ledger, OperationRecord, SqliteLedgerOptions, Synchronous};
 use recoverable_write::state::{Clock, Event, State};
 use recoverable_write::{AttemptId, SqliteLedger};
-use support::{first_claim, fresh_operation, median, new_row, now_ms};
+use support::{first_claim, fresh_operation, landed, median, new_row, now_ms};
 
 /// The claim of send rights on `r`, as the layer builds it.
 fn claim(r: &OperationRecord) -> Update {
@@ -106,16 +110,28 @@ async fn create_and_apply(ledger: &impl Ledger) -> OperationRecord {
 }
 
 /// The two writes of one request through the layer: create and claim (durable before the
-/// send), then the result with `Ledger::record_unread`, as the layer writes it (it may be
-/// committed without waiting for the disk: only the claim must be durable; the layer keeps its
-/// own copy of the row, so nothing is read back).
+/// send), then the result as the layer writes it (only the claim must be durable; the layer
+/// keeps its own copy of the row, so nothing is read back). A ledger that detaches results
+/// (`SqliteLedger` by default) takes it with `Ledger::record_detached` and the caller does not
+/// wait; otherwise `Ledger::record_unread` commits it without waiting for the disk.
 async fn lifecycle(ledger: &impl Ledger) {
     let r = create_and_apply(ledger).await;
     let done = keep(&r, State::Succeeded, now_ms());
-    let recorded = ledger
-        .record_unread(update_of(&r, done, "attempt_result"))
-        .await
-        .expect("record");
+    let update = update_of(&r, done, "attempt_result");
+    if ledger.detaches_results() {
+        let settled: recoverable_write::ledger::Settled = Box::new(|recorded| {
+            assert!(
+                matches!(recorded, Ok(recoverable_write::ledger::Recorded::Applied)),
+                "the result's precondition holds: {recorded:?}"
+            );
+        });
+        let late = evidence_entry("late_evidence", now_ms());
+        ledger
+            .record_detached(update, late, settled)
+            .expect("record");
+        return;
+    }
+    let recorded = ledger.record_unread(update).await.expect("record");
     assert!(
         !matches!(recorded, recoverable_write::ledger::Recorded::Stale),
         "the result's precondition holds"
@@ -240,6 +256,7 @@ impl Case<'_> {
                 }
                 (Work::Lifecycle(c), Store::Crate(ledger)) => {
                     spread(iters, c, each!(ledger, |l| lifecycle(&l).await), latencies).await;
+                    landed(ledger).await;
                 }
                 (Work::Lifecycle(c), Store::Raw(raw)) => {
                     spread(iters, c, each!(raw, |r| r.lifecycle().await), latencies).await;
@@ -371,6 +388,12 @@ fn main() {
         "lifecycle_batch1.db",
         SqliteLedgerOptions::new().max_batch(1),
     );
+    // The caller waits for its result's commit too (as before results were detached).
+    let waited = open(
+        &multi,
+        "lifecycle_waited.db",
+        SqliteLedgerOptions::new().detached_results(false),
+    );
     // No fsync at all: what the statements alone cost (the CPU ceiling of the write path).
     let sync_off = open(
         &multi,
@@ -434,6 +457,7 @@ fn main() {
         for (name, ledger) in [
             ("batch1", &batch1),
             ("group_commit", &group_commit),
+            ("group_commit_waited", &waited),
             ("group_commit_sync_off", &sync_off),
         ] {
             cases.push(Case {

@@ -55,7 +55,7 @@ mod support;
 use agent_effects_rows::agent_effects;
 #[cfg(feature = "reqwest")]
 use reqwest_rows::{reqwest_layer_memory, reqwest_retry};
-use support::{Svc, bare, layered, median, request, serve_201};
+use support::{Svc, bare, landed, layered, median, request, serve_201};
 
 /// Mean ns per request of every criterion sample, keyed by (concurrency, configuration).
 static SAMPLES: Mutex<BTreeMap<(usize, &'static str), Vec<f64>>> = Mutex::new(BTreeMap::new());
@@ -311,6 +311,28 @@ struct Config {
     sqlite: Option<SqliteLedger>,
 }
 
+impl Config {
+    /// [`drive`] through this configuration; with a SQLite ledger, the time includes writing
+    /// the results the layer recorded detached (the callers did not wait for them).
+    async fn drive(
+        &self,
+        addr: SocketAddr,
+        n: u64,
+        concurrency: usize,
+        latencies: Option<&mut Vec<f64>>,
+    ) -> Duration {
+        let elapsed = drive(&self.svc, addr, n, concurrency, latencies).await;
+        match &self.sqlite {
+            Some(ledger) => {
+                let start = Instant::now();
+                landed(ledger).await;
+                elapsed + start.elapsed()
+            }
+            None => elapsed,
+        }
+    }
+}
+
 /// Rounds of the interleaved phase (`RW_BENCH_ROUNDS` overrides it, `RW_BENCH_TURN_MS` the
 /// turn: see `support`).
 const ROUNDS: usize = 10;
@@ -429,7 +451,7 @@ fn main() {
             let name = config.name;
             group.bench_function(name, |b| {
                 b.iter_custom(|iters| {
-                    let elapsed = rt.block_on(drive(&config.svc, addr, iters, concurrency, None));
+                    let elapsed = rt.block_on(config.drive(addr, iters, concurrency, None));
                     SAMPLES
                         .lock()
                         .expect("samples")
@@ -469,13 +491,7 @@ fn main() {
                     .as_ref()
                     .map(|l| (l.commits(), l.committed_writes()));
                 let mut latencies = Vec::with_capacity(n as usize);
-                let elapsed = rt.block_on(drive(
-                    &config.svc,
-                    addr,
-                    n,
-                    concurrency,
-                    Some(&mut latencies),
-                ));
+                let elapsed = rt.block_on(config.drive(addr, n, concurrency, Some(&mut latencies)));
                 let t = turns.entry((concurrency, config.name)).or_default();
                 t.per_request.push(elapsed.as_nanos() as f64 / n as f64);
                 if !latencies.is_empty() {
