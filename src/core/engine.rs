@@ -338,8 +338,10 @@ pub(crate) fn record_event_detached(
     let changes = update.changes.clone();
     let stored_response = response.is_some();
     update.changes.response = response;
-    // Made before the update leaves: the notice states the row the ledger will hold.
-    let announcement = (changes.state != record.state).then(|| {
+    // Made before the update leaves: the notice states the row the ledger will hold. The row
+    // is copied only if there is something to tell (a listener, or an escalation to count).
+    let told = shared.notifier.has_subscribers() || changes.state == State::ManualReview;
+    let announcement = (told && changes.state != record.state).then(|| {
         let mut after = record.clone();
         after.set_changes(changes.clone());
         Announcement::of(shared, &after)

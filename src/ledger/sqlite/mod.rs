@@ -83,6 +83,21 @@
 //! the vendor. It never becomes a second send (`tests/sqlite_group_commit.rs` kills a process
 //! between the two). [`SqliteLedger::relaxed_commits`] counts those commits.
 //!
+//! # Detached results
+//!
+//! By default the layer does not wait for a result at all ([`Ledger::record_detached`],
+//! [`SqliteLedgerOptions::detached_results`]): it queues the result for the writer thread and
+//! hands the vendor's answer to its caller at once; the caller waited for its claim's commit
+//! only. The writer runs writes in the order they were queued, and reads wait for the results
+//! queued before them, so every later call on the ledger (the caller asking again, a reviewer,
+//! the recovery engine) sees the result as if the caller had waited. A result whose
+//! precondition fails (the operation was taken over while the attempt was on the wire) is
+//! appended as `late_evidence` instead, in the same transaction. The window this opens is the
+//! one above: a process that dies after answering its caller and before the commit leaves the
+//! row `IN_FLIGHT`, which costs a lookup, never a second send (the second SIGKILL test of
+//! `tests/sqlite_group_commit.rs`). Another process that opens the same file sees the result
+//! once it is committed, a batch later.
+//!
 //! # Errors
 //!
 //! Connection, statement and commit failures are [`LedgerError::Unavailable`] (nothing was
