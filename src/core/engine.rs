@@ -270,34 +270,19 @@ pub(crate) struct Late {
 }
 
 impl Late {
-    /// The `late_evidence` entry.
-    fn entry(&self, shared: &Shared) -> NewEvidence {
-        NewEvidence {
-            attempt_id: self.attempt,
-            generation: self.generation,
-            kind: Cow::Borrowed("late_evidence"),
-            from_state: None,
-            to_state: None,
-            evidence: Some(self.evidence.clone()),
-            note: Some(self.note.clone().into_owned()),
-            at_ms: shared.clock.now_ms(),
-        }
-    }
-
-    fn warn(&self) {
-        tracing::warn!(
-            operation = %self.operation_id,
-            evidence = self.evidence.label(),
-            "late evidence appended; it does not change the operation"
-        );
-    }
-
     /// Appends the entry; returns the row as it now stands (`None`: it is gone).
     async fn append(&self, shared: &Shared) -> Result<Option<OperationRecord>, LedgerError> {
-        self.warn();
+        warn_late(&self.operation_id, self.evidence.label());
+        let entry = late_entry(
+            self.attempt,
+            self.generation,
+            self.evidence.clone(),
+            self.note.clone().into_owned(),
+            shared.clock.now_ms(),
+        );
         shared
             .ledger
-            .append_evidence(&self.tenant, &self.operation_id, self.entry(shared))
+            .append_evidence(&self.tenant, &self.operation_id, entry)
             .await?;
         shared.ledger.get(&self.tenant, &self.operation_id).await
     }
@@ -308,6 +293,67 @@ impl Late {
             evidence: self.evidence,
         });
     }
+
+    /// The entry, to hand to the ledger now, and what reports it later: the evidence is kept
+    /// for a notice only if someone listens.
+    fn detach(self, shared: &Shared) -> (NewEvidence, LateNotice) {
+        let Late {
+            tenant,
+            operation_id,
+            generation,
+            attempt,
+            evidence,
+            note,
+        } = self;
+        let notice = LateNotice {
+            label: evidence.label(),
+            evidence: shared.notifier.has_subscribers().then(|| evidence.clone()),
+            tenant,
+            operation_id,
+            attempt,
+        };
+        let at_ms = shared.clock.now_ms();
+        let entry = late_entry(attempt, generation, evidence, note.into_owned(), at_ms);
+        (entry, notice)
+    }
+}
+
+/// A `late_evidence` entry.
+fn late_entry(
+    attempt: Option<AttemptId>,
+    generation: Generation,
+    evidence: Evidence,
+    note: String,
+    at_ms: i64,
+) -> NewEvidence {
+    NewEvidence {
+        attempt_id: attempt,
+        generation,
+        kind: Cow::Borrowed("late_evidence"),
+        from_state: None,
+        to_state: None,
+        evidence: Some(evidence),
+        note: Some(note),
+        at_ms,
+    }
+}
+
+fn warn_late(operation: &OperationId, evidence: &'static str) {
+    tracing::warn!(
+        operation = %operation,
+        evidence,
+        "late evidence appended; it does not change the operation"
+    );
+}
+
+/// What reports a detached result's late entry once the ledger appended it.
+struct LateNotice {
+    tenant: Tenant,
+    operation_id: OperationId,
+    attempt: Option<AttemptId>,
+    label: &'static str,
+    /// `None`: nobody listened when the result left.
+    evidence: Option<Evidence>,
 }
 
 /// [`record_event`] without waiting for the ledger
@@ -346,7 +392,7 @@ pub(crate) fn record_event_detached(
         after.set_changes(changes.clone());
         Announcement::of(shared, &after)
     });
-    let entry = late.entry(shared);
+    let (entry, late) = late.detach(shared);
     let settle = Settle {
         shared: shared.clone(),
         runtime,
@@ -375,7 +421,7 @@ struct Settle {
     shared: Arc<Shared>,
     runtime: tokio::runtime::Handle,
     announcement: Option<Announcement>,
-    late: Late,
+    late: LateNotice,
 }
 
 impl Settle {
@@ -388,22 +434,25 @@ impl Settle {
                 }
             }
             Ok(crate::ledger::Recorded::Stale) => {
-                // The ledger appended the late entry in the update's place.
-                self.late.warn();
-                if !self.shared.notifier.has_subscribers() {
-                    return;
-                }
                 let Settle {
                     shared,
                     runtime,
                     late,
                     ..
                 } = self;
+                // The ledger appended the late entry in the update's place.
+                warn_late(&late.operation_id, late.label);
+                let Some(evidence) = late.evidence else {
+                    return;
+                };
                 runtime.spawn(async move {
                     if let Ok(Some(current)) =
                         shared.ledger.get(&late.tenant, &late.operation_id).await
                     {
-                        late.publish(&shared, &current);
+                        shared.notifier.publish(Notice::LateEvidence {
+                            outcome: Outcome::from_record(&current, late.attempt, true),
+                            evidence,
+                        });
                     }
                 });
             }

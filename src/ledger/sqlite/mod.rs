@@ -738,17 +738,14 @@ impl Ledger for SqliteLedger {
         if self.is_closed() {
             return Err(closed());
         }
-        let late = evidence(
-            INSERT_EVIDENCE,
-            &update.tenant,
-            &update.operation_id,
-            EvidenceColumns::encode(late, SQLITE)?,
-        );
+        let (tenant, id) = (update.tenant.clone(), update.operation_id.clone());
         let record = recording(update)?;
+        // `late` is encoded on the writer thread, and only if it is needed (rarely).
         let op = move |conn: &mut Conn| match record(conn)? {
             // Nothing changed but the log.
             Finish::Unchanged(Recorded::Stale) => {
-                late.execute(conn)?;
+                let columns = EvidenceColumns::encode(late.clone(), SQLITE)?;
+                evidence(INSERT_EVIDENCE, &tenant, &id, columns).execute(conn)?;
                 Ok(Finish::Commit(Recorded::Stale))
             }
             done => Ok(done),
