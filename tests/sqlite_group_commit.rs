@@ -55,11 +55,29 @@ fn child_policy() -> BudgetPolicy {
     }
 }
 
-/// The child process: opens the ledger file, sends one write through the layer, and waits for
-/// the delayed response it will never see. Skipped unless re-executed by the parent.
-#[test]
-#[ignore = "child process of a_result_lost_in_a_crash_is_reconciled_never_resent"]
-fn child_sends_one_write_and_waits_to_be_killed() {
+/// The child's stack: the layer, the send-once guard and the HTTP client.
+type ChildService = BoxCloneSyncService<
+    Request<Full<Bytes>>,
+    http::Response<http_body_util::Either<Full<Bytes>, hyper::body::Incoming>>,
+    recoverable_write::Error,
+>;
+
+/// What a child process sends, as the parent described it in the environment: its ledger (the
+/// parent's file), the layer over it with the send-once guard, the request and its operation.
+struct ChildWrite {
+    ledger: SqliteLedger,
+    svc: ChildService,
+    req: Request<Full<Bytes>>,
+    op: Operation,
+}
+
+/// Runs `child` on a runtime of its own with the write the parent described; does nothing
+/// unless re-executed by the parent.
+fn as_child<F, Fut>(child: F)
+where
+    F: FnOnce(ChildWrite) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let (Ok(ledger), Ok(vendor), Ok(id), Ok(intent)) = (
         std::env::var(ENV_LEDGER),
         std::env::var(ENV_VENDOR),
@@ -77,79 +95,57 @@ fn child_sends_one_write_and_waits_to_be_killed() {
         let ledger = SqliteLedger::open(&ledger).await.expect("open ledger");
         let svc = ServiceBuilder::new()
             .layer(
-                RecoverableWriteLayer::new(ledger)
+                RecoverableWriteLayer::new(ledger.clone())
                     .budget(child_policy())
                     .expect("a valid budget"),
             )
             .layer(SendOnceGuardLayer::new())
             .service(http_client());
-        let svc = BoxCloneSyncService::new(svc);
         let op = Operation::new(TENANT, "create_ticket", intent).with_id(OperationId::new(id));
         let mut req = Request::post(format!("{vendor}/tickets"))
             .header("content-type", "application/json")
             .header("x-tenant", TENANT)
             .body(Full::new(Bytes::from(ticket_body(&op, "E17"))))
             .expect("request");
-        req.extensions_mut().insert(op);
-        let result = tower::ServiceExt::oneshot(svc, req).await;
-        // Only reached if the parent failed to kill us in time.
-        eprintln!(
-            "child: the write returned before the kill (ok: {})",
-            result.is_ok()
-        );
+        req.extensions_mut().insert(op.clone());
+        child(ChildWrite {
+            ledger,
+            svc: BoxCloneSyncService::new(svc),
+            req,
+            op,
+        })
+        .await;
     });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_result_lost_in_a_crash_is_reconciled_never_resent() {
-    let vendor = FakeVendor::start().await;
-    // The vendor commits the ticket, then holds the response back for far longer than the test.
-    vendor.faults().delay_response(Duration::from_secs(60), 1);
-    let drill = Drill::with_vendor(vendor).await;
-    let op = new_op("intent-crash");
-    let path = drill.dir.path().join("ledger.db");
-
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+/// Re-executes this test binary as the child process `name`, to write `op` to the vendor of
+/// `drill` with the ledger file of `drill`.
+fn spawn_child(name: &str, drill: &Drill, op: &Operation, stdout: Stdio) -> std::process::Child {
+    Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
-            CHILD,
+            name,
             "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(ENV_LEDGER, &path)
+        .env(ENV_LEDGER, drill.dir.path().join("ledger.db"))
         .env(ENV_VENDOR, drill.vendor.base_url())
         .env(ENV_OPERATION, op.id().as_str())
         .env(ENV_INTENT, op.intent_ref())
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .spawn()
-        .expect("spawn the child process");
+        .expect("spawn the child process")
+}
 
-    // Kill it the moment the vendor has committed the ticket: the response is still pending
-    // (60 s delay, 2 s attempt timeout), so the result was never recorded.
-    let started = Instant::now();
-    while drill.vendor.tickets_created() == 0 {
-        if let Some(status) = child.try_wait().expect("child status") {
-            panic!("the child exited before sending: {status}");
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the child never sent the write"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    child.kill().expect("SIGKILL the child");
-    let status = child.wait().expect("reap the child");
-    assert!(!status.success(), "the child was killed: {status}");
-    let killed_after = started.elapsed();
-
+/// After the child was killed: the reopened ledger holds `op` `IN_FLIGHT` with its claim
+/// only; recovery leaves it alone while its lease lasts, then sweeps it to `UNKNOWN` and a
+/// lookup resolves it to `SUCCEEDED`. One POST, one ticket; the caller asking again gets the
+/// ledger's answer and nothing is sent.
+async fn resolved_by_a_lookup_never_resent(drill: Drill, op: &Operation) {
     // A restart: reopen the file.
     let drill = drill.restart().await;
     let row = drill.record(op.id()).await;
-    assert!(
-        killed_after < Duration::from_millis(child_policy().attempt_timeout_ms),
-        "the kill must land before the attempt timed out ({killed_after:?})"
-    );
     // The claim was durable before the bytes left; the result never made it.
     assert_eq!(row.state, State::InFlight, "{row:?}");
     assert_eq!(row.attempts_used, 1);
@@ -193,7 +189,7 @@ async fn a_result_lost_in_a_crash_is_reconciled_never_resent() {
 
     // The caller asking again (same operation) gets the result from the ledger; nothing sent.
     let mut svc = drill.writer();
-    let res = send(&mut svc, drill.ticket_request(&op, "E17"))
+    let res = send(&mut svc, drill.ticket_request(op, "E17"))
         .await
         .expect("resolved from the ledger");
     let o = outcome(&res);
@@ -201,6 +197,54 @@ async fn a_result_lost_in_a_crash_is_reconciled_never_resent() {
     assert!(o.from_ledger);
     assert_eq!(drill.vendor.posts_received(), 1);
     assert_eq!(drill.vendor.tickets_created(), 1);
+}
+
+/// The child process: opens the ledger file, sends one write through the layer, and waits for
+/// the delayed response it will never see. Skipped unless re-executed by the parent.
+#[test]
+#[ignore = "child process of a_result_lost_in_a_crash_is_reconciled_never_resent"]
+fn child_sends_one_write_and_waits_to_be_killed() {
+    as_child(|w| async move {
+        let result = tower::ServiceExt::oneshot(w.svc, w.req).await;
+        // Only reached if the parent failed to kill us in time.
+        eprintln!(
+            "child: the write returned before the kill (ok: {})",
+            result.is_ok()
+        );
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_lost_in_a_crash_is_reconciled_never_resent() {
+    let vendor = FakeVendor::start().await;
+    // The vendor commits the ticket, then holds the response back for far longer than the test.
+    vendor.faults().delay_response(Duration::from_secs(60), 1);
+    let drill = Drill::with_vendor(vendor).await;
+    let op = new_op("intent-crash");
+    let mut child = spawn_child(CHILD, &drill, &op, Stdio::null());
+
+    // Kill it the moment the vendor has committed the ticket: the response is still pending
+    // (60 s delay, 2 s attempt timeout), so the result was never recorded.
+    let started = Instant::now();
+    while drill.vendor.tickets_created() == 0 {
+        if let Some(status) = child.try_wait().expect("child status") {
+            panic!("the child exited before sending: {status}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the child never sent the write"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    child.kill().expect("SIGKILL the child");
+    let status = child.wait().expect("reap the child");
+    assert!(!status.success(), "the child was killed: {status}");
+    let killed_after = started.elapsed();
+    assert!(
+        killed_after < Duration::from_millis(child_policy().attempt_timeout_ms),
+        "the kill must land before the attempt timed out ({killed_after:?})"
+    );
+    resolved_by_a_lookup_never_resent(drill, &op).await;
 }
 
 const ANSWERED_CHILD: &str = "child_answers_its_caller_then_is_killed_before_the_result_lands";
@@ -212,49 +256,20 @@ const ANSWERED_CHILD: &str = "child_answers_its_caller_then_is_killed_before_the
 #[test]
 #[ignore = "child process of a_result_lost_after_the_caller_was_answered_is_reconciled_never_resent"]
 fn child_answers_its_caller_then_is_killed_before_the_result_lands() {
-    let (Ok(ledger), Ok(vendor), Ok(id), Ok(intent)) = (
-        std::env::var(ENV_LEDGER),
-        std::env::var(ENV_VENDOR),
-        std::env::var(ENV_OPERATION),
-        std::env::var(ENV_INTENT),
-    ) else {
-        return;
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async move {
-        let ledger = SqliteLedger::open(&ledger).await.expect("open ledger");
-        assert!(ledger.detaches_results());
-        let svc = ServiceBuilder::new()
-            .layer(
-                RecoverableWriteLayer::new(ledger.clone())
-                    .budget(child_policy())
-                    .expect("a valid budget"),
-            )
-            .layer(SendOnceGuardLayer::new())
-            .service(http_client());
-        let svc = BoxCloneSyncService::new(svc);
-        let op = Operation::new(TENANT, "create_ticket", intent).with_id(OperationId::new(id));
-        let mut req = Request::post(format!("{vendor}/tickets"))
-            .header("content-type", "application/json")
-            .header("x-tenant", TENANT)
-            .body(Full::new(Bytes::from(ticket_body(&op, "E17"))))
-            .expect("request");
-        req.extensions_mut().insert(op.clone());
-        let call = tokio::spawn(tower::ServiceExt::oneshot(svc, req));
+    as_child(|w| async move {
+        assert!(w.ledger.detaches_results());
+        let call = tokio::spawn(tower::ServiceExt::oneshot(w.svc, w.req));
         // The claim is durable (the row reads IN_FLIGHT) while the vendor holds its answer
         // back: from now on the writer takes nothing.
         loop {
-            let row = ledger.get(op.tenant(), op.id()).await.expect("read");
+            let row = w.ledger.get(w.op.tenant(), w.op.id()).await.expect("read");
             if row.is_some_and(|r| r.state == State::InFlight) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let _hold = ledger
+        let _hold = w
+            .ledger
             .hold_writer_for_tests()
             .await
             .expect("hold the writer");
@@ -283,23 +298,7 @@ async fn a_result_lost_after_the_caller_was_answered_is_reconciled_never_resent(
         .delay_response(Duration::from_millis(300), 1);
     let drill = Drill::with_vendor(vendor).await;
     let op = new_op("intent-answered");
-    let path = drill.dir.path().join("ledger.db");
-
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            ANSWERED_CHILD,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ENV_LEDGER, &path)
-        .env(ENV_VENDOR, drill.vendor.base_url())
-        .env(ENV_OPERATION, op.id().as_str())
-        .env(ENV_INTENT, op.intent_ref())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the child process");
+    let mut child = spawn_child(ANSWERED_CHILD, &drill, &op, Stdio::piped());
     let stdout = child.stdout.take().expect("the child's stdout");
     let answered = tokio::task::spawn_blocking(move || {
         std::io::BufReader::new(stdout)
@@ -321,50 +320,7 @@ async fn a_result_lost_after_the_caller_was_answered_is_reconciled_never_resent(
         Some("child: answered 201 Succeeded"),
         "the child's answer"
     );
-
-    let drill = drill.restart().await;
-    let row = drill.record(op.id()).await;
-    // The claim was durable before the bytes left; the result never landed.
-    assert_eq!(row.state, State::InFlight, "{row:?}");
-    assert_eq!(row.attempts_used, 1);
-    assert_eq!(
-        evidence_kinds(&drill, op.id()).await,
-        ["created", "attempt_registered"]
-    );
-    assert_eq!(drill.vendor.tickets_created(), 1);
-    assert_eq!(drill.vendor.posts_received(), 1);
-
-    // After the lease: swept to UNKNOWN, resolved by a lookup. Never a second POST.
-    let lease_until = row.lease_until_ms.expect("leased");
-    let wait = lease_until - recoverable_write_now_ms() + 20;
-    if wait > 0 {
-        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
-    }
-    let row = drill
-        .recover_until(op.id(), |r| r.state == State::Succeeded)
-        .await;
-    let ticket = drill.vendor.tickets()[0].id.clone();
-    assert_eq!(row.remote_ref.as_deref(), Some(ticket.as_str()));
-    assert_eq!(row.attempts_used, 1, "no replay was needed or made");
-    let kinds = evidence_kinds(&drill, op.id()).await;
-    assert!(kinds.contains(&"lease_expired".to_owned()), "{kinds:?}");
-    assert_eq!(
-        kinds.last().map(String::as_str),
-        Some("lookup"),
-        "{kinds:?}"
-    );
-    assert!(drill.vendor.lookups_received() >= 1);
-
-    // The caller asking again gets the result from the ledger; nothing sent.
-    let mut svc = drill.writer();
-    let res = send(&mut svc, drill.ticket_request(&op, "E17"))
-        .await
-        .expect("resolved from the ledger");
-    let o = outcome(&res);
-    assert_eq!(o.state, State::Succeeded);
-    assert!(o.from_ledger);
-    assert_eq!(drill.vendor.posts_received(), 1);
-    assert_eq!(drill.vendor.tickets_created(), 1);
+    resolved_by_a_lookup_never_resent(drill, &op).await;
 }
 
 fn recoverable_write_now_ms() -> i64 {

@@ -89,16 +89,10 @@ pub(crate) async fn record_event(
     kind: &'static str,
     extras: Extras,
 ) -> Result<Recorded, LedgerError> {
-    let mut update = match update_for_event(shared, record, event, kind, extras) {
-        Ok(u) => u,
-        Err(_) => return Ok(Recorded::Refused),
+    let Ok((update, changes, stored_response)) = result_update(shared, record, event, kind, extras)
+    else {
+        return Ok(Recorded::Refused);
     };
-    // The changes, to write into `record` if the store does not hand its row back; the stored
-    // response is not copied (see above).
-    let response = update.changes.response.take();
-    let changes = update.changes.clone();
-    let stored_response = response.is_some();
-    update.changes.response = response;
     let before = record.state;
     match shared.ledger.record_unread(update).await? {
         crate::ledger::Recorded::Row(row) => *record = row,
@@ -109,6 +103,24 @@ pub(crate) async fn record_event(
         publish(shared, record);
     }
     Ok(Recorded::Done)
+}
+
+/// The update of [`record_event`] and [`record_event_detached`], with its changes to write into
+/// `record` if the store does not hand its row back (without the stored response: see
+/// `record_event`), and whether it stores a response.
+fn result_update(
+    shared: &Shared,
+    record: &OperationRecord,
+    event: Event,
+    kind: &'static str,
+    extras: Extras,
+) -> Result<(Update, crate::ledger::backend::Changes, bool), Refused> {
+    let mut update = update_for_event(shared, record, event, kind, extras)?;
+    let response = update.changes.response.take();
+    let changes = update.changes.clone();
+    let stored_response = response.is_some();
+    update.changes.response = response;
+    Ok((update, changes, stored_response))
 }
 
 /// The conditional update that applies `event` to `record`, with its evidence entry.
@@ -376,14 +388,10 @@ pub(crate) fn record_event_detached(
     extras: Extras,
     late: Late,
 ) -> Result<Recorded, LedgerError> {
-    let mut update = match update_for_event(shared, record, event, kind, extras) {
-        Ok(u) => u,
-        Err(_) => return Ok(Recorded::Refused),
+    let Ok((update, changes, stored_response)) = result_update(shared, record, event, kind, extras)
+    else {
+        return Ok(Recorded::Refused);
     };
-    let response = update.changes.response.take();
-    let changes = update.changes.clone();
-    let stored_response = response.is_some();
-    update.changes.response = response;
     // Made before the update leaves: the notice states the row the ledger will hold. The row
     // is copied only if there is something to tell (a listener, or an escalation to count).
     let told = shared.notifier.has_subscribers() || changes.state == State::ManualReview;
