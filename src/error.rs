@@ -55,17 +55,7 @@ impl From<&OperationRecord> for Outcome {
 impl Outcome {
     /// An outcome with the standard message for `state`.
     pub fn new(tenant: Tenant, operation_id: OperationId, state: State) -> Self {
-        let message = message_for(&operation_id, state, None);
-        Self {
-            tenant,
-            operation_id,
-            state,
-            last_result: None,
-            remote_ref: None,
-            attempt: None,
-            from_ledger: false,
-            message,
-        }
+        Self::from_parts((tenant, operation_id), state, None, None, None, false)
     }
 
     pub(crate) fn from_record(
@@ -73,16 +63,15 @@ impl Outcome {
         attempt: Option<AttemptId>,
         from_ledger: bool,
     ) -> Self {
-        Self {
-            tenant: r.tenant.clone(),
-            operation_id: r.operation_id.clone(),
-            state: r.state,
-            last_result: r.last_result,
-            remote_ref: r.remote_ref.clone(),
+        let ids = (r.tenant.clone(), r.operation_id.clone());
+        Self::from_parts(
+            ids,
+            r.state,
+            r.last_result,
+            r.remote_ref.clone(),
             attempt,
             from_ledger,
-            message: message_for(&r.operation_id, r.state, r.remote_ref.as_deref()),
-        }
+        )
     }
 
     /// [`from_record`](Self::from_record) for a row the caller is done with: its vendor
@@ -92,13 +81,32 @@ impl Outcome {
         attempt: Option<AttemptId>,
         from_ledger: bool,
     ) -> Self {
+        let ids = (r.tenant, r.operation_id);
+        Self::from_parts(
+            ids,
+            r.state,
+            r.last_result,
+            r.remote_ref,
+            attempt,
+            from_ledger,
+        )
+    }
+
+    fn from_parts(
+        (tenant, operation_id): (Tenant, OperationId),
+        state: State,
+        last_result: Option<State>,
+        remote_ref: Option<String>,
+        attempt: Option<AttemptId>,
+        from_ledger: bool,
+    ) -> Self {
         Self {
-            message: message_for(&r.operation_id, r.state, r.remote_ref.as_deref()),
-            tenant: r.tenant,
-            operation_id: r.operation_id,
-            state: r.state,
-            last_result: r.last_result,
-            remote_ref: r.remote_ref,
+            message: message_for(&operation_id, state, remote_ref.as_deref()),
+            tenant,
+            operation_id,
+            state,
+            last_result,
+            remote_ref,
             attempt,
             from_ledger,
         }
