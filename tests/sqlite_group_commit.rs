@@ -323,6 +323,72 @@ async fn a_result_lost_after_the_caller_was_answered_is_reconciled_never_resent(
     resolved_by_a_lookup_never_resent(drill, &op).await;
 }
 
+/// The caller does not wait for its result, and yet asking again sees it: the first call
+/// returns the vendor's 201 while the SQLite writer is held (its result queued behind the hold);
+/// the same operation sent again waits in the writer's queue behind that result, and gets the
+/// stored answer from the ledger once the writer runs. One POST, one ticket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_answered_before_its_result_landed_sees_it_when_asking_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ledger = SqliteLedger::open(dir.path().join("ledger.db"))
+        .await
+        .expect("open ledger");
+    assert!(ledger.detaches_results());
+    let drill = Drill::with_ledger(
+        FakeVendor::start().await,
+        Arc::new(ledger.clone()),
+        Default::default(),
+    );
+    let op = new_op("intent-again");
+
+    // The first call, answered while nothing can be written: its claim was committed before
+    // the hold, its result waits behind it.
+    drill
+        .vendor
+        .faults()
+        .delay_response(Duration::from_millis(300), 1);
+    let mut svc = drill.writer();
+    let req = drill.ticket_request(&op, "E17");
+    let first = tokio::spawn(async move { send(&mut svc, req).await });
+    loop {
+        let row = ledger.get(op.tenant(), op.id()).await.expect("read");
+        if row.is_some_and(|r| r.state == State::InFlight) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let hold = ledger
+        .hold_writer_for_tests()
+        .await
+        .expect("hold the writer");
+    let res = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("answered while the writer is held")
+        .expect("the call")
+        .expect("the vendor's answer");
+    assert_eq!(res.status(), 201);
+    let o = outcome(&res);
+    assert_eq!(o.state, State::Succeeded);
+    assert!(!o.from_ledger);
+
+    // Asked again: it waits for the writer, behind the first call's result.
+    let mut svc = drill.writer();
+    let req = drill.ticket_request(&op, "E17");
+    let again = tokio::spawn(async move { send(&mut svc, req).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!again.is_finished(), "the second call waits for the writer");
+    drop(hold);
+    let res = again.await.expect("the call").expect("the stored answer");
+    assert_eq!(res.status(), 201);
+    let o = outcome(&res);
+    assert_eq!(o.state, State::Succeeded);
+    assert!(o.from_ledger, "answered from the ledger");
+    assert_eq!(drill.vendor.posts_received(), 1);
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    let kinds = evidence_kinds(&drill, op.id()).await;
+    assert_eq!(kinds, ["created", "attempt_registered", "attempt_result"]);
+}
+
 fn recoverable_write_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
