@@ -199,6 +199,17 @@ async fn resolved_by_a_lookup_never_resent(drill: Drill, op: &Operation) {
     assert_eq!(drill.vendor.tickets_created(), 1);
 }
 
+/// Returns once `op`'s claim is committed (its row reads `IN_FLIGHT`).
+async fn claimed(ledger: &SqliteLedger, op: &Operation) {
+    loop {
+        let row = ledger.get(op.tenant(), op.id()).await.expect("read");
+        if row.is_some_and(|r| r.state == State::InFlight) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// The child process: opens the ledger file, sends one write through the layer, and waits for
 /// the delayed response it will never see. Skipped unless re-executed by the parent.
 #[test]
@@ -261,13 +272,7 @@ fn child_answers_its_caller_then_is_killed_before_the_result_lands() {
         let call = tokio::spawn(tower::ServiceExt::oneshot(w.svc, w.req));
         // The claim is durable (the row reads IN_FLIGHT) while the vendor holds its answer
         // back: from now on the writer takes nothing.
-        loop {
-            let row = w.ledger.get(w.op.tenant(), w.op.id()).await.expect("read");
-            if row.is_some_and(|r| r.state == State::InFlight) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        claimed(&w.ledger, &w.op).await;
         let _hold = w
             .ledger
             .hold_writer_for_tests()
@@ -350,13 +355,7 @@ async fn a_caller_answered_before_its_result_landed_sees_it_when_asking_again() 
     let mut svc = drill.writer();
     let req = drill.ticket_request(&op, "E17");
     let first = tokio::spawn(async move { send(&mut svc, req).await });
-    loop {
-        let row = ledger.get(op.tenant(), op.id()).await.expect("read");
-        if row.is_some_and(|r| r.state == State::InFlight) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    claimed(&ledger, &op).await;
     let hold = ledger
         .hold_writer_for_tests()
         .await

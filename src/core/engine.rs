@@ -1,7 +1,7 @@
 //! Glue between the pure state machine and the ledger, shared by the layer and the recoverer.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::Shared;
 use crate::error::Outcome;
@@ -401,8 +401,10 @@ pub(crate) fn record_event_detached(
         Announcement::of(shared, &after)
     });
     let (entry, late) = late.detach(shared);
+    let told = announcement.is_some() || late.evidence.is_some();
     let settle = Settle {
-        shared: shared.clone(),
+        shared: Arc::downgrade(shared),
+        notifier: told.then(|| shared.notifier.clone()),
         runtime,
         announcement,
         late,
@@ -425,8 +427,14 @@ pub(crate) fn detaching(shared: &Shared) -> Option<tokio::runtime::Handle> {
 }
 
 /// What happens once a detached result settled ([`record_event_detached`]).
+///
+/// It holds no strong reference to the configuration (and so to the ledger): a result waiting
+/// in the ledger's queue does not keep the ledger alive, so dropping its last handle can wait
+/// for the queue to be written.
 struct Settle {
-    shared: Arc<Shared>,
+    shared: Weak<Shared>,
+    /// Set when there is something to tell.
+    notifier: Option<Notifier>,
     runtime: tokio::runtime::Handle,
     announcement: Option<Announcement>,
     late: LateNotice,
@@ -437,27 +445,34 @@ impl Settle {
     fn settled(self, recorded: Result<crate::ledger::Recorded, LedgerError>) {
         match recorded {
             Ok(crate::ledger::Recorded::Applied | crate::ledger::Recorded::Row(_)) => {
-                if let Some(a) = self.announcement {
-                    a.publish(&self.shared.notifier);
+                if let (Some(a), Some(notifier)) = (self.announcement, &self.notifier) {
+                    a.publish(notifier);
                 }
             }
             Ok(crate::ledger::Recorded::Stale) => {
                 let Settle {
                     shared,
+                    notifier,
                     runtime,
                     late,
                     ..
                 } = self;
-                // The ledger appended the late entry in the update's place.
+                // The ledger appended the late entry in the update's place (if the row still
+                // exists: a purged operation has nothing to surface).
                 warn_late(&late.operation_id, late.label);
-                let Some(evidence) = late.evidence else {
+                let (Some(evidence), Some(notifier)) = (late.evidence, notifier) else {
                     return;
                 };
+                // Upgraded on the runtime, never here: the last handle of the ledger must not
+                // be dropped on the ledger's own thread (dropping it waits for that thread).
                 runtime.spawn(async move {
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
                     if let Ok(Some(current)) =
                         shared.ledger.get(&late.tenant, &late.operation_id).await
                     {
-                        shared.notifier.publish(Notice::LateEvidence {
+                        notifier.publish(Notice::LateEvidence {
                             outcome: Outcome::from_record(&current, late.attempt, true),
                             evidence,
                         });

@@ -1715,8 +1715,8 @@ pub async fn record_unread_writes_what_it_reports<L: Ledger>(ledger: L) {
 }
 
 /// `record_detached`, on a ledger that [detaches results](Ledger::detaches_results): it returns
-/// before the store answers, and every later call sees the result as applied (or refused)
-/// anyway. A stale update changes nothing but the log (its `late` entry is appended); a current
+/// before the store answers, and every later call about that operation sees the result as
+/// applied (or refused) anyway. A stale update changes nothing but the log (its `late` entry is appended); a current
 /// one is the same change as `record_unread`, and a write computed from the row it leaves
 /// applies right after it. `settled` hears each outcome once. A ledger that does not detach
 /// results refuses the call with nothing queued and `settled` never called.
@@ -1789,6 +1789,11 @@ pub async fn record_detached_is_seen_by_every_later_call<L: Ledger>(ledger: L) {
             "attempt_result",
             "note"
         ]
+    );
+    drop(tx);
+    assert!(
+        rx.recv_timeout(Duration::from_secs(1)).is_err(),
+        "settled hears each outcome once"
     );
 }
 

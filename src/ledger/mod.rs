@@ -386,10 +386,11 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// the log: `late` (the same observation, as a `late_evidence` entry) is appended in the
     /// same transaction, and `settled` gets [`Recorded::Stale`].
     ///
-    /// A store that implements it must keep the order: every later call on this ledger (and
-    /// its clones), read or write, sees the update as applied or refused, exactly as if this
-    /// call had waited. [`SqliteLedger`] has one writer thread that runs writes in the order
-    /// they were queued, and its reads wait for the results queued before them.
+    /// A store that implements it must keep the order: every later call about this operation
+    /// on this ledger (and its clones), read or write, sees the update as applied or refused,
+    /// exactly as if this call had waited. Listings and counts may lag by the time it takes
+    /// to land. [`SqliteLedger`] has one writer thread that runs writes in the order they were
+    /// queued, and a read of an operation waits for that operation's results queued before it.
     ///
     /// `Err` only when nothing was queued (the ledger is closed, the update cannot be
     /// encoded); `settled` is then dropped without a call. Once queued, every outcome, a

@@ -14,7 +14,9 @@
 //!   with `SQLITE_BUSY` on a lock upgrade.
 //! - **Readers on their own connections**, up to [`SqliteLedgerOptions::max_readers`], used
 //!   from Tokio's blocking threads. In WAL mode readers never wait for the writer, nor the
-//!   writer for them, and they see every committed write.
+//!   writer for them, and they see every committed write. The one wait is deliberate: a read
+//!   of an operation waits for that operation's results queued without waiting (see
+//!   [Detached results](#detached-results)).
 //! - Migrations are embedded in the crate (`migrations/sqlite/`) and run at open, inside a
 //!   `BEGIN IMMEDIATE` transaction, so two processes opening one new file do not race. Their
 //!   bookkeeping lives in `rw_schema_migrations`, in the format sqlx's migrator uses, so the
@@ -88,15 +90,27 @@
 //! By default the layer does not wait for a result at all ([`Ledger::record_detached`],
 //! [`SqliteLedgerOptions::detached_results`]): it queues the result for the writer thread and
 //! hands the vendor's answer to its caller at once; the caller waited for its claim's commit
-//! only. The writer runs writes in the order they were queued, and reads wait for the results
-//! queued before them, so every later call on the ledger (the caller asking again, a reviewer,
-//! the recovery engine) sees the result as if the caller had waited. A result whose
+//! only. The writer runs writes in the order they were queued, and a read of an operation
+//! ([`Ledger::get`], [`Ledger::evidence`]) waits for that operation's results queued before it
+//! (a lookup by vendor reference or idempotency key waits for every queued result), so every
+//! later call about the operation (the caller asking again, a reviewer, the recovery engine)
+//! sees the result as if the caller had waited. Reads of other operations never wait for it;
+//! listings and counts ([`Ledger::list`], [`Ledger::count_by_state`]) do not wait either, and
+//! may show an operation as it was until its result lands, a batch later
+//! ([`SqliteLedger::wait_for_results`] waits for every queued result). A result whose
 //! precondition fails (the operation was taken over while the attempt was on the wire) is
-//! appended as `late_evidence` instead, in the same transaction. The window this opens is the
-//! one above: a process that dies after answering its caller and before the commit leaves the
-//! row `IN_FLIGHT`, which costs a lookup, never a second send (the second SIGKILL test of
-//! `tests/sqlite_group_commit.rs`). Another process that opens the same file sees the result
-//! once it is committed, a batch later.
+//! appended as `late_evidence` instead, in the same transaction.
+//!
+//! Dropping the last handle of the ledger waits (at most 10 s) until every queued result is
+//! written, and [`SqliteLedger::close`] writes them before it returns, so a normal exit loses
+//! none. The window this opens is the one above: a process that dies (or exits without
+//! dropping the ledger, with `std::process::exit`) after answering its caller and before the
+//! commit leaves the row `IN_FLIGHT`, which costs a lookup, never a second send (the second
+//! SIGKILL test of `tests/sqlite_group_commit.rs`); for a contract without a lookup, a same-key
+//! replay where the contract allows one, or a human. If the result cannot be written (a full
+//! disk), the same: the caller already has the vendor's answer, and the row stays `IN_FLIGHT`
+//! for recovery. Another process that opens the same file sees the result once it is
+//! committed, a batch later.
 //!
 //! # Errors
 //!
@@ -179,6 +193,24 @@ struct Inner {
     detached: Option<Arc<Landing>>,
 }
 
+impl Drop for Inner {
+    /// The last handle is gone: results queued without waiting are written before the handle
+    /// is (a normal exit must not leave answered operations `IN_FLIGHT`). The writer thread
+    /// runs on its own; this waits for it, at most [`LANDING_ON_DROP`].
+    fn drop(&mut self) {
+        if let Some(landing) = &self.detached
+            && !landing.landed_within(LANDING_ON_DROP)
+        {
+            tracing::warn!(
+                "the SQLite ledger was dropped with results still queued; they will be written if the process lives on, or reconciled after their leases"
+            );
+        }
+    }
+}
+
+/// How long dropping the last handle of a ledger waits for its queued results.
+const LANDING_ON_DROP: Duration = Duration::from_secs(10);
+
 /// Where reads run.
 #[derive(Debug)]
 enum Reads {
@@ -255,8 +287,11 @@ pub struct SqliteLedgerOptions {
     /// ([`Ledger::record_detached`]): the caller gets the vendor's answer as soon as it is
     /// read, and the result is committed with the next batch. Default `true`. Only the claim
     /// must be durable before a send; a result that never lands leaves the row `IN_FLIGHT`
-    /// under its lease, and costs a lookup, never a second send. Reads through this ledger
-    /// wait for the results queued before them.
+    /// under its lease, and costs a lookup, never a second send. A read of an operation
+    /// through this ledger waits for that operation's results queued before it.
+    ///
+    /// Dropping the last handle of the ledger (or [`SqliteLedger::close`]) writes the queued
+    /// results first; a process that dies before leaves their rows to recovery.
     ///
     /// With `false`, the layer waits for each result's commit (at `synchronous = NORMAL` when
     /// its batch holds no claim), and the [`Outcome`](crate::Outcome) it returns reflects a
@@ -488,6 +523,22 @@ impl SqliteLedger {
         self.inner.stats.committed_requests.load(Ordering::Relaxed)
     }
 
+    /// Waits until every result queued so far with [`Ledger::record_detached`] has landed
+    /// (committed, refused or failed), whatever its operation: for a listing or a count that
+    /// must include them, or a benchmark that counts their writing. Reads of one operation do
+    /// not need it: they wait for that operation's results by themselves.
+    ///
+    /// ```no_run
+    /// # async fn demo(ledger: recoverable_write::SqliteLedger) {
+    /// ledger.wait_for_results().await;
+    /// # }
+    /// ```
+    pub async fn wait_for_results(&self) {
+        if let Some(landing) = &self.inner.detached {
+            landing.wait_all().await;
+        }
+    }
+
     /// Queues `op` for the writer thread and waits until its batch is committed.
     ///
     /// Every write goes through here. `op` runs inside the batch's transaction; what it returns
@@ -538,13 +589,7 @@ impl SqliteLedger {
             return Err(closed());
         }
         match &self.inner.reads {
-            Reads::Pool(readers) => {
-                // A result queued before this read is part of what the caller knows.
-                if let Some(landing) = &self.inner.detached {
-                    landing.wait().await;
-                }
-                readers.read(read).await
-            }
+            Reads::Pool(readers) => readers.read(read).await,
             Reads::Writer => {
                 self.write(move |conn| read(conn).map(Finish::Unchanged))
                     .await
@@ -688,6 +733,7 @@ impl Ledger for SqliteLedger {
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(async move {
+            self.landed(tenant, id).await;
             let rows = self
                 .read_rows(SELECT_BY_ID, key_args(tenant, id.as_str()))
                 .await?;
@@ -723,7 +769,7 @@ impl Ledger for SqliteLedger {
 
     /// [`record_unread`](Ledger::record_unread) queued for the writer thread without waiting:
     /// the same statements, in the same kind of batch, run in the order writes were queued.
-    /// Reads on this ledger wait for the results queued before them.
+    /// A read of the operation waits for its results queued before it.
     fn record_detached(
         &self,
         update: Update,
@@ -739,24 +785,30 @@ impl Ledger for SqliteLedger {
             return Err(closed());
         }
         let (tenant, id) = (update.tenant.clone(), update.operation_id.clone());
+        let (tenant_key, id_key) = (tenant.clone(), id.clone());
         let record = recording(update)?;
         // `late` is encoded on the writer thread, and only if it is needed (rarely).
         let op = move |conn: &mut Conn| match record(conn)? {
             // Nothing changed but the log.
             Finish::Unchanged(Recorded::Stale) => {
+                // Appended only if the row still exists (it may have been purged meanwhile):
+                // a late observation of a gone operation changes nothing.
                 let columns = EvidenceColumns::encode(late.clone(), SQLITE)?;
-                evidence(INSERT_EVIDENCE, &tenant, &id, columns).execute(conn)?;
+                evidence(APPEND_EVIDENCE, &tenant, &id, columns).execute(conn)?;
                 Ok(Finish::Commit(Recorded::Stale))
             }
             done => Ok(done),
         };
-        // Counted before it is queued: a read that starts once this returns waits for it.
-        landing.queue();
-        let write = Box::new(Detached::new(op, settled, landing.clone()));
-        // If the writer thread is gone, the write comes back and is dropped unanswered, which
-        // lands it and hands `settled` the writer's error: once queued, every outcome goes
-        // there.
-        let _ = self.inner.queue.send(Job::Write(write));
+        // Numbered as it is queued: a read of this operation that starts once this returns
+        // waits for it. If the writer thread is gone, the write comes back and is dropped
+        // unanswered, which lands it and hands `settled` the writer's error: once queued,
+        // every outcome goes there.
+        let unsent = landing.queue((tenant_key, id_key), |lands| {
+            let write = Box::new(Detached::new(op, settled, lands));
+            self.inner.queue.send(Job::Write(write)).err()
+        });
+        // Dropped here, once the numbering's lock is released (landing takes it again).
+        drop(unsent);
         Ok(())
     }
 
@@ -916,6 +968,7 @@ impl Ledger for SqliteLedger {
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
         Box::pin(async move {
+            self.landed(tenant, id).await;
             let rows = self
                 .read_rows(SELECT_EVIDENCE, key_args(tenant, id.as_str()))
                 .await?;
@@ -1097,8 +1150,19 @@ impl SqliteLedger {
         tenant: &Tenant,
         value: &str,
     ) -> Result<Option<OperationRecord>, LedgerError> {
+        // Which operation the value names is not known yet: wait for every queued result.
+        self.wait_for_results().await;
         let rows = self.read_rows(sql, key_args(tenant, value)).await?;
         rows.first().map(decode_operation).transpose()
+    }
+
+    /// Waits until the results of operation (`tenant`, `id`) queued before this call have
+    /// landed (see [Detached results](self#detached-results)). Only reads on reader connections
+    /// need it: an in-memory ledger reads on the writer thread, in queue order.
+    async fn landed(&self, tenant: &Tenant, id: &OperationId) {
+        if let (Some(landing), Reads::Pool(_)) = (&self.inner.detached, &self.inner.reads) {
+            landing.wait_for(&(tenant.clone(), id.clone())).await;
+        }
     }
 
     /// Runs `insert` (a row, see [`INSERT_OPERATION`] and [`INSERT_CLAIMED`]) and, if it

@@ -6,15 +6,16 @@
 //! back to back, with no hand-off per statement, and the only wake-ups are the caller's enqueue
 //! and the reply after the commit.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 
 use tokio::sync::{oneshot, watch};
 
 use super::Synchronous;
 use super::conn::{Conn, Opener};
 use crate::ledger::{LedgerError, Recorded, Settled};
+use crate::operation::{OperationId, Tenant};
 
 /// What a write did, inside its batch's transaction.
 pub(super) enum Finish<T> {
@@ -131,44 +132,115 @@ fn outcome<T>(
 }
 
 /// Results queued without waiting ([`Ledger::record_detached`](crate::ledger::Ledger::record_detached)),
-/// and how many of them landed (answered: committed, refused or failed). Reads wait for the
-/// results queued before them, so a caller's later read sees its own result.
+/// numbered in queue order, and how many of them landed (were answered: committed, refused or
+/// failed). A read of one operation waits for that operation's results queued before it, so a
+/// caller's later read sees its own result; reads of other operations do not wait.
+///
+/// The writer answers a batch's writes only after its `COMMIT`, and batches in queue order: once
+/// `n` results have landed, every result numbered `n` or less is in a committed batch.
 #[derive(Debug)]
 pub(crate) struct Landing {
-    queued: AtomicU64,
+    queued: Mutex<Numbering>,
     landed: watch::Sender<u64>,
+}
+
+/// The numbering of detached results.
+#[derive(Debug, Default)]
+struct Numbering {
+    /// The number of the last result queued.
+    last: u64,
+    /// Per operation, the number of its last result not known to have landed.
+    pending: HashMap<(Tenant, OperationId), u64>,
 }
 
 impl Default for Landing {
     fn default() -> Self {
         Self {
-            queued: AtomicU64::new(0),
+            queued: Mutex::new(Numbering::default()),
             landed: watch::Sender::new(0),
         }
     }
 }
 
 impl Landing {
-    /// One more result is about to be queued.
-    pub(super) fn queue(&self) {
-        self.queued.fetch_add(1, Ordering::AcqRel);
+    /// Numbers the result of operation `key` and queues it with `send`, under one lock so that
+    /// the numbers follow the queue's order.
+    pub(super) fn queue<T>(
+        self: &Arc<Self>,
+        key: (Tenant, OperationId),
+        send: impl FnOnce(Lands) -> T,
+    ) -> T {
+        let mut q = self.lock();
+        q.last += 1;
+        let number = q.last;
+        q.pending.insert(key.clone(), number);
+        send(Lands {
+            landing: self.clone(),
+            key,
+            number,
+        })
     }
 
-    /// One result was answered.
-    fn land(&self) {
-        self.landed.send_modify(|n| *n += 1);
+    /// Waits until every result of operation `key` queued before this call has landed.
+    pub(super) async fn wait_for(&self, key: &(Tenant, OperationId)) {
+        let Some(number) = self.lock().pending.get(key).copied() else {
+            return;
+        };
+        self.wait_until(number).await;
     }
 
-    /// Waits until every result queued before this call has landed. Results land in the order
-    /// they were queued (one writer thread, one queue), so a count is enough.
-    pub(super) async fn wait(&self) {
-        let queued = self.queued.load(Ordering::Acquire);
-        if *self.landed.borrow() >= queued {
+    /// Waits until every result queued before this call has landed, whatever its operation
+    /// (for lookups by another key than the operation's).
+    pub(super) async fn wait_all(&self) {
+        let number = self.lock().last;
+        self.wait_until(number).await;
+    }
+
+    /// Blocks this thread until every result queued so far has landed, for at most `limit`;
+    /// whether they all did.
+    pub(super) fn landed_within(&self, limit: std::time::Duration) -> bool {
+        let number = self.lock().last;
+        let start = std::time::Instant::now();
+        while *self.landed.borrow() < number {
+            if start.elapsed() >= limit {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        true
+    }
+
+    async fn wait_until(&self, number: u64) {
+        if *self.landed.borrow() >= number {
             return;
         }
         let mut landed = self.landed.subscribe();
         // The sender lives as long as `self`: this cannot fail while it is borrowed.
-        let _ = landed.wait_for(|n| *n >= queued).await;
+        let _ = landed.wait_for(|n| *n >= number).await;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Numbering> {
+        self.queued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// One queued result's place in its [`Landing`]: counted as landed once, when it is answered
+/// or dropped unanswered.
+pub(super) struct Lands {
+    landing: Arc<Landing>,
+    key: (Tenant, OperationId),
+    number: u64,
+}
+
+impl Lands {
+    fn land(self) {
+        self.landing.landed.send_modify(|n| *n += 1);
+        let mut q = self.landing.lock();
+        if q.pending.get(&self.key) == Some(&self.number) {
+            q.pending.remove(&self.key);
+        }
     }
 }
 
@@ -177,30 +249,29 @@ pub(super) struct Detached<F> {
     op: F,
     result: Option<Result<Recorded, LedgerError>>,
     /// `None` once answered.
-    settled: Option<Settled>,
-    landing: Arc<Landing>,
+    settled: Option<(Settled, Lands)>,
 }
 
 impl<F> Detached<F> {
-    pub(super) fn new(op: F, settled: Settled, landing: Arc<Landing>) -> Self {
+    pub(super) fn new(op: F, settled: Settled, lands: Lands) -> Self {
         Self {
             op,
             result: None,
-            settled: Some(settled),
-            landing,
+            settled: Some((settled, lands)),
         }
     }
 
-    /// Hands `result` to `settled` (once) and counts the result as landed. A panic in `settled`
+    /// Counts the result as landed and hands `result` to `settled` (once). A panic in `settled`
     /// is caught: it must not take the writer thread down.
     fn settle(&mut self, result: Result<Recorded, LedgerError>) {
-        if let Some(settled) = self.settled.take() {
+        if let Some((settled, lands)) = self.settled.take() {
+            // Landed first: what `settled` starts (a read of the row) must not wait for itself.
+            lands.land();
             let caught =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || settled(result)));
             if caught.is_err() {
                 tracing::error!("a detached result's callback panicked on the SQLite writer");
             }
-            self.landing.land();
         }
     }
 }
