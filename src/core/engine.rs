@@ -441,7 +441,8 @@ struct Settle {
 }
 
 impl Settle {
-    /// Runs on the ledger's own thread: nothing here may block.
+    /// Runs on the ledger's own thread (or on the caller's, if that thread is gone): nothing
+    /// here may block.
     fn settled(self, recorded: Result<crate::ledger::Recorded, LedgerError>) {
         match recorded {
             Ok(crate::ledger::Recorded::Applied | crate::ledger::Recorded::Row(_)) => {

@@ -392,6 +392,9 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// to land. [`SqliteLedger`] has one writer thread that runs writes in the order they were
     /// queued, and a read of an operation waits for that operation's results queued before it.
     ///
+    /// `settled` must not own a handle of this ledger: dropping the last one from the store's
+    /// own thread cannot wait for what that thread has still to write.
+    ///
     /// `Err` only when nothing was queued (the ledger is closed, the update cannot be
     /// encoded); `settled` is then dropped without a call. Once queued, every outcome, a
     /// failure included, goes to `settled`. The provided implementation fails with

@@ -94,16 +94,16 @@
 //! ([`Ledger::get`], [`Ledger::evidence`]) waits for that operation's results queued before it
 //! (a lookup by vendor reference or idempotency key waits for every queued result), so every
 //! later call about the operation (the caller asking again, a reviewer, the recovery engine)
-//! sees the result as if the caller had waited. Reads of other operations never wait for it;
-//! listings and counts ([`Ledger::list`], [`Ledger::count_by_state`]) do not wait either, and
+//! sees the result as if the caller had waited. Reads of other operations by their id never
+//! wait for it; listings and counts ([`Ledger::list`], [`Ledger::count_by_state`]) do not, and
 //! may show an operation as it was until its result lands, a batch later
 //! ([`SqliteLedger::wait_for_results`] waits for every queued result). A result whose
 //! precondition fails (the operation was taken over while the attempt was on the wire) is
 //! appended as `late_evidence` instead, in the same transaction.
 //!
-//! Dropping the last handle of the ledger waits (at most 10 s) until every queued result is
-//! written, and [`SqliteLedger::close`] writes them before it returns, so a normal exit loses
-//! none. The window this opens is the one above: a process that dies (or exits without
+//! Dropping the last handle of the ledger waits (at most 10 s, then gives up with a warning)
+//! until every queued result is written, and [`SqliteLedger::close`] writes the results queued
+//! before it was called before it returns, so a normal exit loses none. The window this opens is the one above: a process that dies (or exits without
 //! dropping the ledger, with `std::process::exit`) after answering its caller and before the
 //! commit leaves the row `IN_FLIGHT`, which costs a lookup, never a second send (the second
 //! SIGKILL test of `tests/sqlite_group_commit.rs`); for a contract without a lookup, a same-key
@@ -180,6 +180,8 @@ pub struct SqliteLedger {
 
 #[derive(Debug)]
 struct Inner {
+    /// The writer thread: the one thread dropping the last handle must not wait on.
+    writer_thread: std::thread::ThreadId,
     /// The queue of the writer thread (group commit).
     queue: mpsc::Sender<Job>,
     /// Where reads run.
@@ -198,6 +200,11 @@ impl Drop for Inner {
     /// is (a normal exit must not leave answered operations `IN_FLIGHT`). The writer thread
     /// runs on its own; this waits for it, at most [`LANDING_ON_DROP`].
     fn drop(&mut self) {
+        // On the writer thread itself (a `settled` that owned the last handle), waiting would
+        // only stall the thread that writes them.
+        if std::thread::current().id() == self.writer_thread {
+            return;
+        }
         if let Some(landing) = &self.detached
             && !landing.landed_within(LANDING_ON_DROP)
         {
@@ -290,8 +297,9 @@ pub struct SqliteLedgerOptions {
     /// under its lease, and costs a lookup, never a second send. A read of an operation
     /// through this ledger waits for that operation's results queued before it.
     ///
-    /// Dropping the last handle of the ledger (or [`SqliteLedger::close`]) writes the queued
-    /// results first; a process that dies before leaves their rows to recovery.
+    /// Dropping the last handle of the ledger (waiting at most 10 s) or [`SqliteLedger::close`]
+    /// writes the queued results first; a process that dies before leaves their rows to
+    /// recovery.
     ///
     /// With `false`, the layer waits for each result's commit (at `synchronous = NORMAL` when
     /// its batch holds no claim), and the [`Outcome`](crate::Outcome) it returns reflects a
@@ -448,7 +456,7 @@ impl SqliteLedger {
         let stats = Arc::new(WriterStats::default());
         let (opened, open_result) = oneshot::channel();
         let writer_stats = stats.clone();
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("rw-sqlite-writer".to_owned())
             .spawn(move || match open() {
                 Ok((conn, reopen)) => {
@@ -468,9 +476,11 @@ impl SqliteLedger {
                 }
             })
             .map_err(|e| LedgerError::Unavailable(Box::new(e)))?;
+        let writer_thread = writer.thread().id();
         open_result.await.map_err(|_| writer_stopped())??;
         Ok(Self {
             inner: Arc::new(Inner {
+                writer_thread,
                 queue,
                 reads,
                 stats,
@@ -1158,7 +1168,8 @@ impl SqliteLedger {
 
     /// Waits until the results of operation (`tenant`, `id`) queued before this call have
     /// landed (see [Detached results](self#detached-results)). Only reads on reader connections
-    /// need it: an in-memory ledger reads on the writer thread, in queue order.
+    /// need it: an in-memory ledger reads on the writer thread, in queue order (its lookups by
+    /// another key wait anyway, harmlessly).
     async fn landed(&self, tenant: &Tenant, id: &OperationId) {
         if let (Some(landing), Reads::Pool(_)) = (&self.inner.detached, &self.inner.reads) {
             landing.wait_for(&(tenant.clone(), id.clone())).await;

@@ -234,8 +234,8 @@ pub(super) struct Lands {
     number: u64,
 }
 
-impl Lands {
-    fn land(self) {
+impl Drop for Lands {
+    fn drop(&mut self) {
         self.landing.landed.send_modify(|n| *n += 1);
         let mut q = self.landing.lock();
         if q.pending.get(&self.key) == Some(&self.number) {
@@ -266,7 +266,7 @@ impl<F> Detached<F> {
     fn settle(&mut self, result: Result<Recorded, LedgerError>) {
         if let Some((settled, lands)) = self.settled.take() {
             // Landed first: what `settled` starts (a read of the row) must not wait for itself.
-            lands.land();
+            drop(lands);
             let caught =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || settled(result)));
             if caught.is_err() {
