@@ -55,7 +55,7 @@ mod support;
 use agent_effects_rows::agent_effects;
 #[cfg(feature = "reqwest")]
 use reqwest_rows::{reqwest_layer_memory, reqwest_retry};
-use support::{Svc, bare, landed, layered, median, request, serve_201};
+use support::{Svc, bare, layered, median, request, serve_201};
 
 /// Mean ns per request of every criterion sample, keyed by (concurrency, configuration).
 static SAMPLES: Mutex<BTreeMap<(usize, &'static str), Vec<f64>>> = Mutex::new(BTreeMap::new());
@@ -325,7 +325,7 @@ impl Config {
         match &self.sqlite {
             Some(ledger) => {
                 let start = Instant::now();
-                landed(ledger).await;
+                ledger.wait_for_results().await;
                 elapsed + start.elapsed()
             }
             None => elapsed,

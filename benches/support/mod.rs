@@ -180,9 +180,3 @@ pub fn new_row(
         }
     }
 }
-
-/// Waits until every result `ledger` took detached ([`Ledger::record_detached`]) has landed, so
-/// that a timed run counts their writing.
-pub async fn landed(ledger: &recoverable_write::SqliteLedger) {
-    ledger.wait_for_results().await;
-}

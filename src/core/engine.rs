@@ -401,10 +401,9 @@ pub(crate) fn record_event_detached(
         Announcement::of(shared, &after)
     });
     let (entry, late) = late.detach(shared);
-    let told = announcement.is_some() || late.evidence.is_some();
     let settle = Settle {
         shared: Arc::downgrade(shared),
-        notifier: told.then(|| shared.notifier.clone()),
+        notifier: shared.notifier.clone(),
         runtime,
         announcement,
         late,
@@ -433,8 +432,7 @@ pub(crate) fn detaching(shared: &Shared) -> Option<tokio::runtime::Handle> {
 /// for the queue to be written.
 struct Settle {
     shared: Weak<Shared>,
-    /// Set when there is something to tell.
-    notifier: Option<Notifier>,
+    notifier: Notifier,
     runtime: tokio::runtime::Handle,
     announcement: Option<Announcement>,
     late: LateNotice,
@@ -446,8 +444,8 @@ impl Settle {
     fn settled(self, recorded: Result<crate::ledger::Recorded, LedgerError>) {
         match recorded {
             Ok(crate::ledger::Recorded::Applied | crate::ledger::Recorded::Row(_)) => {
-                if let (Some(a), Some(notifier)) = (self.announcement, &self.notifier) {
-                    a.publish(notifier);
+                if let Some(a) = self.announcement {
+                    a.publish(&self.notifier);
                 }
             }
             Ok(crate::ledger::Recorded::Stale) => {
@@ -461,7 +459,7 @@ impl Settle {
                 // The ledger appended the late entry in the update's place (if the row still
                 // exists: a purged operation has nothing to surface).
                 warn_late(&late.operation_id, late.label);
-                let (Some(evidence), Some(notifier)) = (late.evidence, notifier) else {
+                let Some(evidence) = late.evidence else {
                     return;
                 };
                 // Upgraded on the runtime, never here: the last handle of the ledger must not

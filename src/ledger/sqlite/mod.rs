@@ -102,10 +102,11 @@
 //! appended as `late_evidence` instead, in the same transaction.
 //!
 //! Dropping the last handle of the ledger waits (at most 10 s, then gives up with a warning)
-//! until every queued result is written, and [`SqliteLedger::close`] writes the results queued
-//! before it was called before it returns, so a normal exit loses none. The window this opens is the one above: a process that dies (or exits without
-//! dropping the ledger, with `std::process::exit`) after answering its caller and before the
-//! commit leaves the row `IN_FLIGHT`, which costs a lookup, never a second send (the second
+//! until every queued result is written, and [`SqliteLedger::close`] returns only once the
+//! results queued before the call are written, so a normal exit loses none. The window this
+//! opens is the one above: a process that dies (or exits without dropping the ledger, with
+//! `std::process::exit`) after answering its caller and before the commit leaves the row
+//! `IN_FLIGHT`, which costs a lookup, never a second send (the second
 //! SIGKILL test of `tests/sqlite_group_commit.rs`); for a contract without a lookup, a same-key
 //! replay where the contract allows one, or a human. If the result cannot be written (a full
 //! disk), the same: the caller already has the vendor's answer, and the row stays `IN_FLIGHT`
