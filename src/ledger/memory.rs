@@ -4,6 +4,10 @@
 //! conformance suite): the compare-and-swap of [`Ledger::apply`], the sticky "may have applied"
 //! fact, the refusal of an attempt-level `REJECTED`, claim and sweep ordering, evidence order.
 //! Nothing survives the process.
+//!
+//! It keeps every row until a purge removes it (about 1.4 KB for a small write, in one slab of
+//! rows plus the row's own strings). A purge frees a row's strings and leaves its slot for the
+//! next row: the slab never shrinks.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
