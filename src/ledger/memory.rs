@@ -5,9 +5,9 @@
 //! fact, the refusal of an attempt-level `REJECTED`, claim and sweep ordering, evidence order.
 //! Nothing survives the process.
 //!
-//! It keeps every row until a purge removes it (about 1.4 KB for a small write, in one slab of
-//! rows plus the row's own strings). A purge frees a row's strings and leaves its slot for the
-//! next row: the slab never shrinks.
+//! It keeps every row until a purge removes it (about 1.4 KB for a small write: a slot in a
+//! chunk of rows, and the row's own strings). A purge frees a row's strings and leaves its slot
+//! for the next row: the chunks are never freed.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -129,12 +129,27 @@ impl MemoryLedger {
     }
 
     fn create_or_get_now(&self, new: NewOperation) -> Result<Created, LedgerError> {
-        let fresh = self.fresh(new.into_prepared(), None);
+        self.create(self.fresh(new.into_prepared(), None))
+    }
+
+    /// Stores `fresh` unless its id or intent is stored; then, if asked, makes the next chunk
+    /// of row slots with the lock released ([`Operations::wants_spare`]).
+    fn create(&self, fresh: Fresh) -> Result<Created, LedgerError> {
         let mut t = self.tables()?;
         if let Some(existing) = t.existing(&fresh) {
             return Ok(Created::Existing(existing.clone()));
         }
-        Ok(Created::New(t.insert(fresh)))
+        let created = t.insert(fresh);
+        if t.operations.wants_spare() {
+            drop(t);
+            let chunk = touched_chunk();
+            // An outage simulated meanwhile only loses the spare: the next chunk is then made
+            // under the lock, as the first one is.
+            if let Ok(mut t) = self.tables() {
+                t.operations.give_spare(chunk);
+            }
+        }
+        Ok(Created::New(created))
     }
 
     /// A new operation's row and everything about it that needs no lock (wasted only when the
@@ -162,12 +177,7 @@ impl MemoryLedger {
         check_first_update(&new, &first)?;
         // The claimed row goes in directly, logged `created` then `first`'s entry.
         let (record, entry) = first_applied(new, first);
-        let fresh = self.fresh(record, Some(entry));
-        let mut t = self.tables()?;
-        if let Some(existing) = t.existing(&fresh) {
-            return Ok(Created::Existing(existing.clone()));
-        }
-        Ok(Created::New(t.insert(fresh)))
+        self.create(self.fresh(record, Some(entry)))
     }
 
     /// Runs the compare-and-swap `update` and hands the changed row, if any, to `then`.
@@ -577,19 +587,45 @@ impl Hashing {
     }
 }
 
-/// The operations by `(tenant, operation id)`: the rows in a slab (one vector, its slots
-/// reused once a row is purged), and a hash table of `(key hash, slot)`.
+/// Rows per chunk of [`Operations`]' store (about 250 KB).
+const CHUNK: usize = 256;
+
+/// A chunk of row slots, every one written once (as `None`) when it was made.
+type Chunk = Box<[Option<Row>]>;
+
+/// A chunk whose pages have all been written: made outside the ledger's lock, so that storing
+/// a row under the lock never waits on the kernel for a fresh page.
+fn touched_chunk() -> Chunk {
+    std::iter::repeat_with(|| None).take(CHUNK).collect()
+}
+
+/// The operations by `(tenant, operation id)`: the rows in fixed chunks of slots (slots freed
+/// by a purge are reused), and a hash table of `(key hash, slot)`.
 ///
-/// The rows live in one growing allocation rather than one each: a memory ledger keeps every
-/// row, and allocating a row apiece (about 1 KB) grows the allocator's per-thread heaps page by
-/// page under their locks, which the bench measured at about a sixth of the memory path's CPU
-/// at concurrency 64 (issue #14). The vector grows by doubling, and once it is large the
-/// system allocator moves it by remapping pages, not copying rows. The table holds 16 bytes
-/// per row, so growing it moves no row and hashes no string.
+/// A memory ledger keeps every row, so how rows are stored decides the memory path's speed
+/// under load (issue #14, profiled at concurrency 64):
+/// - one allocation per row (about 1 KB) grew the allocator's per-thread heaps page by page
+///   under their locks, and the other worker thread waited on them;
+/// - one growing vector of rows (a `slab::Slab`, the version before this one) moved that cost
+///   under the ledger's own lock: storing a row in a page never written before waits for the
+///   kernel to fault it in, and growing the vector moves it, while every other caller waits.
+///
+/// So rows go into chunks of [`CHUNK`] slots that never move, and the next chunk is made,
+/// every page written, by a caller outside the lock before the last one fills
+/// ([`Operations::wants_spare`]). Growing the hash table moves 16 bytes per row and hashes no
+/// string.
 #[derive(Debug, Default)]
 struct Operations {
     table: hashbrown::HashTable<(u64, usize)>,
-    rows: slab::Slab<Row>,
+    chunks: Vec<Chunk>,
+    /// Slots emptied by a purge, reused first.
+    free: Vec<usize>,
+    /// Slots handed out so far, free ones included: the next never-used slot.
+    used: usize,
+    /// The next chunk, made outside the lock.
+    spare: Option<Chunk>,
+    /// A caller has been asked to make the spare chunk.
+    spare_asked: bool,
 }
 
 impl Operations {
@@ -597,28 +633,31 @@ impl Operations {
         self.table.len()
     }
 
-    /// Whether the entry `(_, slot)` is the row of `(tenant, id)`.
-    fn is<'a>(
-        rows: &'a slab::Slab<Row>,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-    ) -> impl Fn(&(u64, usize)) -> bool + 'a {
-        move |&(_, slot)| {
-            let r = &rows[slot].record;
-            r.operation_id == *id && r.tenant == *tenant
-        }
+    fn at(&self, slot: usize) -> &Row {
+        self.chunks[slot / CHUNK][slot % CHUNK]
+            .as_ref()
+            .expect("a slot in the table holds a row")
+    }
+
+    fn at_mut(&mut self, slot: usize) -> &mut Row {
+        self.chunks[slot / CHUNK][slot % CHUNK]
+            .as_mut()
+            .expect("a slot in the table holds a row")
     }
 
     /// The slot of `(tenant, id)`, whose hash is `hash`.
     fn slot(&self, hash: u64, tenant: &Tenant, id: &OperationId) -> Option<usize> {
         self.table
-            .find(hash, Self::is(&self.rows, tenant, id))
+            .find(hash, |&(_, slot)| {
+                let r = &self.at(slot).record;
+                r.operation_id == *id && r.tenant == *tenant
+            })
             .map(|&(_, slot)| slot)
     }
 
     /// The row of `(tenant, id)`, whose hash is `hash`.
     fn get_hashed(&self, hash: u64, tenant: &Tenant, id: &OperationId) -> Option<&Row> {
-        self.slot(hash, tenant, id).map(|slot| &self.rows[slot])
+        self.slot(hash, tenant, id).map(|slot| self.at(slot))
     }
 
     fn get(&self, tenant: &Tenant, id: &OperationId) -> Option<&Row> {
@@ -627,28 +666,60 @@ impl Operations {
 
     fn get_mut(&mut self, tenant: &Tenant, id: &OperationId) -> Option<&mut Row> {
         let slot = self.slot(Hashing::get().operation(tenant, id), tenant, id)?;
-        Some(&mut self.rows[slot])
+        Some(self.at_mut(slot))
     }
 
     /// Stores a row whose key (hashing to `hash`) is not stored yet.
     fn insert_new(&mut self, hash: u64, row: Row) {
-        let slot = self.rows.insert(row);
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                if self.used == self.chunks.len() * CHUNK {
+                    // Nobody made the spare in time (or this is the first row): made here.
+                    let chunk = self.spare.take().unwrap_or_else(touched_chunk);
+                    self.chunks.push(chunk);
+                    self.spare_asked = false;
+                }
+                self.used += 1;
+                self.used - 1
+            }
+        };
+        self.chunks[slot / CHUNK][slot % CHUNK] = Some(row);
         self.table.insert_unique(hash, (hash, slot), |&(h, _)| h);
+    }
+
+    /// Whether the caller should make the next chunk ([`touched_chunk`], outside the lock) and
+    /// hand it to [`give_spare`](Self::give_spare): half of the last chunk is used, no spare is
+    /// ready and no other caller was asked.
+    fn wants_spare(&mut self) -> bool {
+        let ask = self.spare.is_none()
+            && !self.spare_asked
+            && self.free.is_empty()
+            && self.used + CHUNK / 2 >= self.chunks.len() * CHUNK;
+        self.spare_asked |= ask;
+        ask
+    }
+
+    /// Keeps `chunk` for the next growth.
+    fn give_spare(&mut self, chunk: Chunk) {
+        self.spare.get_or_insert(chunk);
     }
 
     fn remove(&mut self, tenant: &Tenant, id: &OperationId) -> Option<Row> {
         let hash = Hashing::get().operation(tenant, id);
+        let slot = self.slot(hash, tenant, id)?;
         let entry = self
             .table
-            .find_entry(hash, Self::is(&self.rows, tenant, id))
+            .find_entry(hash, |&(_, other)| other == slot)
             .ok()?;
-        let ((_, slot), _) = entry.remove();
-        Some(self.rows.remove(slot))
+        entry.remove();
+        self.free.push(slot);
+        self.chunks[slot / CHUNK][slot % CHUNK].take()
     }
 
     /// Every row, in no particular order.
     fn rows(&self) -> impl Iterator<Item = &Row> {
-        self.rows.iter().map(|(_, row)| row)
+        self.chunks.iter().flat_map(|chunk| chunk.iter().flatten())
     }
 }
 
@@ -1035,7 +1106,7 @@ mod tests {
     use crate::ledger::conformance::{T0, keep, new_operation, run, update_of};
 
     /// Slots freed by a purge are reused, and every row is still found under its own key
-    /// afterwards, with its own content (the slab and the table agree).
+    /// afterwards, with its own content (the chunks and the table agree).
     #[test]
     fn operations_reuse_purged_slots_and_keep_every_key() {
         let row = |i: usize| Row {
@@ -1055,12 +1126,12 @@ mod tests {
             assert_eq!(removed.created_seq, i as u64);
             assert!(ops.remove(&tenant, &id(i)).is_none(), "removed once");
         }
-        let slots = ops.rows.capacity();
+        let slots = (ops.chunks.len(), ops.used);
         for i in 100..134 {
             ops.insert_new(Hashing::get().operation(&tenant, &id(i)), row(i));
         }
         assert_eq!(
-            ops.rows.capacity(),
+            (ops.chunks.len(), ops.used),
             slots,
             "the 34 purged slots were reused"
         );
@@ -1077,6 +1148,60 @@ mod tests {
         ops.get_mut(&tenant, &id(101)).expect("stored").created_seq = 7;
         assert_eq!(ops.get(&tenant, &id(101)).map(|r| r.created_seq), Some(7));
         assert_eq!(ops.rows().count(), 100);
+    }
+
+    /// Rows fill chunk after chunk; the spare is asked of one caller at a time, once half of
+    /// the last chunk is used, and is what the next chunk is made of. Rows stay where they are.
+    #[test]
+    fn operations_grow_by_chunks_made_outside_the_lock() {
+        let tenant = Tenant::new("tenant-a");
+        let id = |i: usize| OperationId::new(format!("op-{i}"));
+        let mut ops = Operations::default();
+        let (mut asked, mut given) = (Vec::new(), Vec::new());
+        for i in 0..3 * CHUNK + 1 {
+            let record = new_operation("tenant-a", &format!("op-{i}"), &format!("intent-{i}"))
+                .into_prepared();
+            ops.insert_new(
+                Hashing::get().operation(&tenant, &id(i)),
+                Row {
+                    created_seq: i as u64,
+                    record,
+                    evidence: smallvec::SmallVec::new(),
+                },
+            );
+            if ops.wants_spare() {
+                asked.push(i);
+                assert!(!ops.wants_spare(), "asked of one caller at a time");
+                // The spare for the second chunk is never given: that chunk is made under the
+                // lock, and the third is asked for again.
+                if asked.len() != 2 {
+                    let spare = touched_chunk();
+                    given.push(spare.as_ptr());
+                    ops.give_spare(spare);
+                }
+            }
+        }
+        // Asked once a chunk's half is used (row CHUNK / 2 - 1 fills it).
+        let half = CHUNK / 2 - 1;
+        assert_eq!(asked, [half, CHUNK + half, 2 * CHUNK + half]);
+        assert_eq!(ops.chunks.len(), 4, "the fourth holds the last row");
+        assert!(
+            ops.spare.is_none(),
+            "the third spare became the fourth chunk"
+        );
+        let chunks: Vec<_> = ops.chunks.iter().map(|c| c.as_ptr()).collect();
+        assert_eq!(
+            [chunks[1], chunks[3]],
+            [given[0], given[1]],
+            "spares used as given"
+        );
+        for i in 0..3 * CHUNK + 1 {
+            let row = ops.get(&tenant, &id(i)).expect("stored");
+            assert_eq!(
+                (row.created_seq, &row.record.operation_id),
+                (i as u64, &id(i))
+            );
+        }
     }
 
     /// `record_unread` makes the same change as `record` without copying the row out: the
