@@ -11,8 +11,8 @@
 //! configuration), so the table gives each configuration's total per request and what it adds
 //! to `bare`. `alloc` counts `alloc` and `alloc_zeroed`; `realloc` is counted apart. `bytes
 //! held/req` is the heap the requests leave allocated (bytes allocated minus bytes freed, per
-//! request): for the memory ledger, what it keeps of each operation, with the whole capacity
-//! of a table that doubled during the run.
+//! request): for the memory ledger, what it keeps of each operation, with whatever it
+//! reserved ahead during the run (a chunk of row slots, a hash table that doubled).
 //! Not a timing benchmark: the counting itself costs an atomic increment per call.
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -633,31 +633,42 @@ impl Operations {
         self.table.len()
     }
 
-    fn at(&self, slot: usize) -> &Row {
-        self.chunks[slot / CHUNK][slot % CHUNK]
+    /// The row in `slot` of `chunks` (a slot the table names always holds one).
+    fn at(chunks: &[Chunk], slot: usize) -> &Row {
+        chunks[slot / CHUNK][slot % CHUNK]
             .as_ref()
             .expect("a slot in the table holds a row")
     }
 
-    fn at_mut(&mut self, slot: usize) -> &mut Row {
-        self.chunks[slot / CHUNK][slot % CHUNK]
-            .as_mut()
-            .expect("a slot in the table holds a row")
+    /// The cell of `slot`, to store a row in or take it out of.
+    fn cell(&mut self, slot: usize) -> &mut Option<Row> {
+        &mut self.chunks[slot / CHUNK][slot % CHUNK]
+    }
+
+    /// Whether a table entry is the row of `(tenant, id)` (borrowing the chunks only, so that
+    /// the table can be borrowed mutably beside it).
+    fn is<'a>(
+        chunks: &'a [Chunk],
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+    ) -> impl Fn(&(u64, usize)) -> bool + 'a {
+        move |&(_, slot)| {
+            let r = &Self::at(chunks, slot).record;
+            r.operation_id == *id && r.tenant == *tenant
+        }
     }
 
     /// The slot of `(tenant, id)`, whose hash is `hash`.
     fn slot(&self, hash: u64, tenant: &Tenant, id: &OperationId) -> Option<usize> {
         self.table
-            .find(hash, |&(_, slot)| {
-                let r = &self.at(slot).record;
-                r.operation_id == *id && r.tenant == *tenant
-            })
+            .find(hash, Self::is(&self.chunks, tenant, id))
             .map(|&(_, slot)| slot)
     }
 
     /// The row of `(tenant, id)`, whose hash is `hash`.
     fn get_hashed(&self, hash: u64, tenant: &Tenant, id: &OperationId) -> Option<&Row> {
-        self.slot(hash, tenant, id).map(|slot| self.at(slot))
+        self.slot(hash, tenant, id)
+            .map(|slot| Self::at(&self.chunks, slot))
     }
 
     fn get(&self, tenant: &Tenant, id: &OperationId) -> Option<&Row> {
@@ -666,7 +677,7 @@ impl Operations {
 
     fn get_mut(&mut self, tenant: &Tenant, id: &OperationId) -> Option<&mut Row> {
         let slot = self.slot(Hashing::get().operation(tenant, id), tenant, id)?;
-        Some(self.at_mut(slot))
+        self.cell(slot).as_mut()
     }
 
     /// Stores a row whose key (hashing to `hash`) is not stored yet.
@@ -684,7 +695,7 @@ impl Operations {
                 self.used - 1
             }
         };
-        self.chunks[slot / CHUNK][slot % CHUNK] = Some(row);
+        *self.cell(slot) = Some(row);
         self.table.insert_unique(hash, (hash, slot), |&(h, _)| h);
     }
 
@@ -707,14 +718,13 @@ impl Operations {
 
     fn remove(&mut self, tenant: &Tenant, id: &OperationId) -> Option<Row> {
         let hash = Hashing::get().operation(tenant, id);
-        let slot = self.slot(hash, tenant, id)?;
         let entry = self
             .table
-            .find_entry(hash, |&(_, other)| other == slot)
+            .find_entry(hash, Self::is(&self.chunks, tenant, id))
             .ok()?;
-        entry.remove();
+        let ((_, slot), _) = entry.remove();
         self.free.push(slot);
-        self.chunks[slot / CHUNK][slot % CHUNK].take()
+        self.cell(slot).take()
     }
 
     /// Every row, in no particular order.
@@ -1105,18 +1115,26 @@ mod tests {
     use super::*;
     use crate::ledger::conformance::{T0, keep, new_operation, run, update_of};
 
-    /// Slots freed by a purge are reused, and every row is still found under its own key
-    /// afterwards, with its own content (the chunks and the table agree).
-    #[test]
-    fn operations_reuse_purged_slots_and_keep_every_key() {
-        let row = |i: usize| Row {
+    /// The id of [`test_row`] `i`.
+    fn test_id(i: usize) -> OperationId {
+        OperationId::new(format!("op-{i}"))
+    }
+
+    /// Row `i` of `tenant-a`, numbered `i`, with an empty log.
+    fn test_row(i: usize) -> Row {
+        Row {
             created_seq: i as u64,
             record: new_operation("tenant-a", &format!("op-{i}"), &format!("intent-{i}"))
                 .into_prepared(),
             evidence: smallvec::SmallVec::new(),
-        };
-        let id = |i: usize| OperationId::new(format!("op-{i}"));
-        let tenant = Tenant::new("tenant-a");
+        }
+    }
+
+    /// Slots freed by a purge are reused, and every row is still found under its own key
+    /// afterwards, with its own content (the chunks and the table agree).
+    #[test]
+    fn operations_reuse_purged_slots_and_keep_every_key() {
+        let (tenant, id, row) = (Tenant::new("tenant-a"), test_id, test_row);
         let mut ops = Operations::default();
         for i in 0..100 {
             ops.insert_new(Hashing::get().operation(&tenant, &id(i)), row(i));
@@ -1154,21 +1172,11 @@ mod tests {
     /// the last chunk is used, and is what the next chunk is made of. Rows stay where they are.
     #[test]
     fn operations_grow_by_chunks_made_outside_the_lock() {
-        let tenant = Tenant::new("tenant-a");
-        let id = |i: usize| OperationId::new(format!("op-{i}"));
+        let (tenant, id) = (Tenant::new("tenant-a"), test_id);
         let mut ops = Operations::default();
         let (mut asked, mut given) = (Vec::new(), Vec::new());
         for i in 0..3 * CHUNK + 1 {
-            let record = new_operation("tenant-a", &format!("op-{i}"), &format!("intent-{i}"))
-                .into_prepared();
-            ops.insert_new(
-                Hashing::get().operation(&tenant, &id(i)),
-                Row {
-                    created_seq: i as u64,
-                    record,
-                    evidence: smallvec::SmallVec::new(),
-                },
-            );
+            ops.insert_new(Hashing::get().operation(&tenant, &id(i)), test_row(i));
             if ops.wants_spare() {
                 asked.push(i);
                 assert!(!ops.wants_spare(), "asked of one caller at a time");
