@@ -70,7 +70,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Extensions;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use reqwest_middleware::{Middleware, Next};
 use reqwest_retry::{Retryable, RetryableStrategy};
 
@@ -228,10 +228,7 @@ async fn to_reqwest(res: http::Response<Full<Bytes>>, url: reqwest::Url) -> reqw
 /// The bytes of a buffered body: a `Full<Bytes>`, or a reqwest body whose `as_bytes` is
 /// `Some`. Ready at once, moved out without a copy; it cannot fail.
 async fn into_bytes<B: http_body::Body<Data = Bytes>>(body: B) -> Bytes {
-    body.collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default()
+    crate::core::collect(body).await.unwrap_or_default()
 }
 
 /// Unwraps the chain's error into what the contract classifies: the transport error itself, or

@@ -2,7 +2,7 @@
 
 use std::cell::OnceCell;
 use std::error::Error as StdError;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use http::{HeaderMap, StatusCode};
 use serde_json::Value;
@@ -108,17 +108,24 @@ pub(super) fn response(
     now: SystemTime,
 ) -> Evidence {
     let body = Body::new(body);
-    let hint = retry_after::retry_after_from_headers(headers, now);
     let evidence = match contract
         .rules
         .iter()
         .enumerate()
         .find(|(_, rule)| rule_matches(rule, status, headers, &body))
     {
-        Some((index, rule)) => from_rule(contract, index, rule, status, &body, hint),
-        None => default(contract, status, &body, hint),
+        Some((index, rule)) => from_rule(contract, index, rule, status, &body),
+        None => default(contract, status, &body),
     };
-    require_remote_ref(contract, evidence, hint)
+    let mut evidence = require_remote_ref(contract, evidence);
+    // The server's hint, read only for the evidence that carries one (not for a success).
+    if let Evidence::Processing { retry_after }
+    | Evidence::NotExecuted { retry_after, .. }
+    | Evidence::Unknown { retry_after, .. } = &mut evidence
+    {
+        *retry_after = retry_after::retry_after_from_headers(headers, now);
+    }
+    evidence
 }
 
 fn rule_matches(rule: &Rule, status: StatusCode, headers: &HeaderMap, body: &Body<'_>) -> bool {
@@ -180,7 +187,6 @@ fn from_rule(
     rule: &Rule,
     status: StatusCode,
     body: &Body<'_>,
-    hint: Option<Duration>,
 ) -> Evidence {
     let text = || {
         let base = describe(status, body);
@@ -195,15 +201,15 @@ fn from_rule(
         EvidenceClass::Succeeded => Evidence::Succeeded {
             remote_ref: remote_ref(contract, body),
         },
-        EvidenceClass::Processing => Evidence::Processing { retry_after: hint },
+        EvidenceClass::Processing => Evidence::Processing { retry_after: None },
         EvidenceClass::Rejected => Evidence::Rejected { reason: text() },
         EvidenceClass::NotExecuted => Evidence::NotExecuted {
             why: text(),
-            retry_after: hint,
+            retry_after: None,
         },
         EvidenceClass::Unknown => Evidence::Unknown {
             why: text(),
-            retry_after: hint,
+            retry_after: None,
         },
         EvidenceClass::ConflictMismatch => Evidence::Conflict {
             conflict: ConflictKind::Mismatch,
@@ -214,23 +220,19 @@ fn from_rule(
     }
 }
 
-/// The conservative defaults (DESIGN.md, "Classification").
-fn default(
-    contract: &Contract,
-    status: StatusCode,
-    body: &Body<'_>,
-    hint: Option<Duration>,
-) -> Evidence {
+/// The conservative defaults (DESIGN.md, "Classification"). The server's retry hint is filled
+/// in by [`response`].
+fn default(contract: &Contract, status: StatusCode, body: &Body<'_>) -> Evidence {
     let unknown = |note: &str| Evidence::Unknown {
         why: if note.is_empty() {
             describe(status, body)
         } else {
             format!("{}: {note}", describe(status, body))
         },
-        retry_after: hint,
+        retry_after: None,
     };
     match status.as_u16() {
-        202 => Evidence::Processing { retry_after: hint },
+        202 => Evidence::Processing { retry_after: None },
         200..=299 => Evidence::Succeeded {
             remote_ref: remote_ref(contract, body),
         },
@@ -335,12 +337,12 @@ fn top_level_member(raw: &[u8], pointer: &str) -> Option<Option<String>> {
     })
 }
 
-fn require_remote_ref(contract: &Contract, evidence: Evidence, hint: Option<Duration>) -> Evidence {
+fn require_remote_ref(contract: &Contract, evidence: Evidence) -> Evidence {
     let required = contract.remote_ref.as_ref().is_some_and(|r| r.required);
     match evidence {
         Evidence::Succeeded { remote_ref: None } if required => Evidence::Unknown {
             why: "success response without a remote reference".to_owned(),
-            retry_after: hint,
+            retry_after: None,
         },
         other => other,
     }

@@ -400,15 +400,20 @@ async fn read_by<F: Future>(deadline: tokio::time::Instant, read: F) -> Result<F
 }
 
 /// The data of `body`, at most `limit` bytes (`Limited`'s errors beyond, as with
-/// `Limited::new(body, limit).collect().await?.to_bytes()`; trailers are ignored). A body of
-/// one data frame, the common case, is returned as that frame, without a copy or a frame queue.
+/// `Limited::new(body, limit).collect().await?.to_bytes()`; trailers are ignored).
 async fn collect_limited<B>(body: B, limit: usize) -> Result<Bytes, BoxError>
 where
     B: Body,
     B::Error: Into<BoxError>,
 {
+    collect(Limited::new(body, limit)).await
+}
+
+/// The data of `body`, trailers ignored. A body of one data frame, the common case, is returned
+/// as that frame, without a copy or a frame queue (`BodyExt::collect` allocates one).
+pub(crate) async fn collect<B: Body>(body: B) -> Result<Bytes, B::Error> {
     use bytes::{Buf, BufMut, BytesMut};
-    let mut body = std::pin::pin!(Limited::new(body, limit));
+    let mut body = std::pin::pin!(body);
     let mut first: Option<Bytes> = None;
     let mut more: Option<BytesMut> = None;
     while let Some(frame) = body.frame().await {
