@@ -16,7 +16,7 @@
 //! With the `reqwest` feature, the two reqwest rows of `overhead` are counted too, and what this
 //! crate's middleware adds to reqwest + reqwest-retry is printed after the table.
 //! `cargo bench -p recoverable-write-benches --bench allocs -- NAME` counts only the
-//! configurations whose name contains `NAME` (to run one under `valgrind --tool=callgrind`).
+//! configuration named `NAME` (to run one under `valgrind --tool=callgrind`).
 //! Not a timing benchmark: the counting itself costs an atomic increment per call.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -137,7 +137,7 @@ fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     let mut per_config = std::collections::BTreeMap::new();
     for (name, svc) in &configs {
-        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+        if filter.as_deref().is_some_and(|f| f != *name) {
             continue;
         }
         rt.block_on(send(svc, &url, WARM_UP));
