@@ -38,27 +38,29 @@ pub const DEFAULT_MAX_RESPONSE_BODY: usize = 4 * 1024 * 1024;
 /// Default limit on the response body kept in the ledger for callers that ask again: 64 KiB.
 pub const DEFAULT_STORED_BODY: usize = 64 * 1024;
 
-/// Headers of a vendor response that are never stored. As `HeaderName`s: most are standard
-/// headers, which compare by their tag, not byte by byte.
-const UNSTORED_RESPONSE_HEADERS: [http::HeaderName; 8] = [
-    http::header::SET_COOKIE,
-    http::header::AUTHORIZATION,
-    http::header::PROXY_AUTHENTICATE,
-    http::header::WWW_AUTHENTICATE,
-    http::header::CONNECTION,
-    http::header::TRANSFER_ENCODING,
-    http::header::CONTENT_LENGTH,
-    http::HeaderName::from_static("keep-alive"),
-];
+/// Whether a vendor response header is never stored.
+fn unstored_response_header(name: &http::HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "set-cookie"
+            | "authorization"
+            | "proxy-authenticate"
+            | "www-authenticate"
+            | "connection"
+            | "transfer-encoding"
+            | "content-length"
+            | "keep-alive"
+    )
+}
 
-/// The headers of a vendor response that are kept with it: all but
-/// [`UNSTORED_RESPONSE_HEADERS`], and only values of visible ASCII. The buffer is sized once,
-/// so this allocates once (not at all when nothing is kept).
+/// The headers of a vendor response that are kept with it: all but those
+/// [`unstored_response_header`] names, and only values of visible ASCII. The buffer is sized
+/// once, so this allocates once (not at all when nothing is kept).
 fn stored_headers(headers: &http::HeaderMap) -> StoredHeaders {
     StoredHeaders::sized(|| {
         headers
             .iter()
-            .filter(|(k, _)| !UNSTORED_RESPONSE_HEADERS.contains(k))
+            .filter(|(k, _)| !unstored_response_header(k))
             .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
     })
 }
