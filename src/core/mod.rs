@@ -404,7 +404,7 @@ async fn read_by<F: Future>(deadline: tokio::time::Instant, read: F) -> Result<F
 
 /// The data of `body`, at most `limit` bytes (`Limited`'s errors beyond, as with
 /// `Limited::new(body, limit).collect().await?.to_bytes()`; trailers are ignored).
-async fn collect_limited<B>(body: B, limit: usize) -> Result<Bytes, BoxError>
+pub(crate) async fn collect_limited<B>(body: B, limit: usize) -> Result<Bytes, BoxError>
 where
     B: Body,
     B::Error: Into<BoxError>,

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use tower_service::Service;
 
 use super::Reconciler;
@@ -262,7 +262,7 @@ where
             .map_err(Into::into)?;
         let res = client.call(req).await.map_err(Into::into)?;
         let (parts, body) = res.into_parts();
-        let body = Limited::new(body, max_body).collect().await?.to_bytes();
+        let body = crate::core::collect_limited(body, max_body).await?;
         Ok::<_, BoxError>((parts, body))
     };
     match tokio::time::timeout(timeout, call).await {
