@@ -148,17 +148,10 @@ pub fn late_evidence(pkg: &HandoffPackage) -> Vec<&EvidenceSummary> {
         .collect()
 }
 
-/// The latest claim, if it is still the one holding the operation (no resolution after it).
+/// The claim that holds the operation now, if any ([`claim_holder`](crate::review::claim_holder):
+/// the latest claim or take-over that put it in review, until a resolution).
 pub fn current_claim(pkg: &HandoffPackage) -> Option<AuditEntry> {
-    if pkg.state != State::ManualReview {
-        return None;
-    }
-    let trail = audit_trail(pkg);
-    let last_claim = trail.iter().rposition(|a| a.action == "claimed")?;
-    let resolved_after = trail[last_claim + 1..]
-        .iter()
-        .any(|a| a.to_version.is_some());
-    (!resolved_after).then(|| trail[last_claim].clone())
+    crate::review::claim_holder(pkg.state, &pkg.evidence).and_then(AuditEntry::parse)
 }
 
 /// The plain-language summary of one operation. See [`explain`].
@@ -555,11 +548,15 @@ mod tests {
                     evidence: Some(Evidence::unknown("HTTP 404 Not Found")),
                     ..entry(14, "lookup", "")
                 },
-                entry(
-                    20,
-                    "review_claimed",
-                    &crate::review::audit_note("claimed by bob", 8, Some(9), Some("on it")),
-                ),
+                EvidenceSummary {
+                    // A claim moves the operation into review (as the reviews API records it).
+                    transition: Some((Some(State::Unknown), Some(State::ManualReview))),
+                    ..entry(
+                        20,
+                        "review_claimed",
+                        &crate::review::audit_note("claimed by bob", 8, Some(9), Some("on it")),
+                    )
+                },
                 EvidenceSummary {
                     evidence: Some(Evidence::Succeeded {
                         remote_ref: Some("W731".into()),

@@ -59,6 +59,16 @@ pub enum ReviewError {
         /// The version now.
         current: u64,
     },
+    /// Another reviewer holds the operation (their claim is the latest and nothing resolved it
+    /// since): their claim is exclusive. Take it over explicitly with [`Reviews::take_over`],
+    /// an audited action that names both of you.
+    #[error("{operation} is claimed by {holder}: take it over explicitly to act on it")]
+    ClaimedByOther {
+        /// The operation.
+        operation: OperationId,
+        /// The reviewer who holds it.
+        holder: String,
+    },
     /// The state machine does not allow this in the operation's state.
     #[error(transparent)]
     Refused(#[from] Refused),
@@ -176,6 +186,23 @@ pub struct EvidenceSummary {
     pub note: Option<String>,
 }
 
+impl EvidenceSummary {
+    /// The summary of one stored entry.
+    pub fn of(e: &crate::ledger::EvidenceEntry) -> Self {
+        Self {
+            seq: e.seq,
+            at_ms: e.entry.at_ms,
+            kind: e.entry.kind.to_string(),
+            transition: (e.entry.from_state.is_some() || e.entry.to_state.is_some())
+                .then_some((e.entry.from_state, e.entry.to_state)),
+            attempt_id: e.entry.attempt_id.map(|a| a.to_string()),
+            generation: e.entry.generation.0,
+            evidence: e.entry.evidence.clone(),
+            note: e.entry.note.clone(),
+        }
+    }
+}
+
 /// Budget consumption.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BudgetUsed {
@@ -266,20 +293,7 @@ impl Reviews {
                 _ => {}
             }
         }
-        let evidence = log
-            .iter()
-            .map(|e| EvidenceSummary {
-                seq: e.seq,
-                at_ms: e.entry.at_ms,
-                kind: e.entry.kind.to_string(),
-                transition: (e.entry.from_state.is_some() || e.entry.to_state.is_some())
-                    .then_some((e.entry.from_state, e.entry.to_state)),
-                attempt_id: e.entry.attempt_id.map(|a| a.to_string()),
-                generation: e.entry.generation.0,
-                evidence: e.entry.evidence.clone(),
-                note: e.entry.note.clone(),
-            })
-            .collect();
+        let evidence = log.iter().map(EvidenceSummary::of).collect();
         let authorization = AuthorizationState {
             write_denied: self
                 .shared
@@ -364,6 +378,49 @@ impl Reviews {
             .await
     }
 
+    /// Takes over an operation another reviewer holds, if it is still at `expected_version`:
+    /// their claim ends and the operation is yours, as after [`claim`](Self::claim). The audit
+    /// entry names both: `taken over from {holder} by {reviewer}; version {n} -> {n+1};
+    /// reason: {reason}`. On an operation nobody else holds it is a plain claim.
+    ///
+    /// # Errors
+    ///
+    /// [`ReviewError::ReasonRequired`] if `reason` is blank (a take-over must say why);
+    /// otherwise as [`claim`](Self::claim).
+    pub async fn take_over(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+        reviewer: &str,
+        reason: &str,
+        expected_version: u64,
+    ) -> Result<OperationRecord, ReviewError> {
+        let reason = required(reason)?;
+        let (row, holder) = self.read_with_holder(tenant, op).await?;
+        let reviewer = clean(reviewer);
+        let action = match holder {
+            Some(holder) if holder != reviewer => {
+                format!("taken over from {holder} by {reviewer}")
+            }
+            _ => format!("claimed by {reviewer}"),
+        };
+        self.apply(
+            &row,
+            expected_version,
+            Event::ReviewClaim {
+                reviewer: reviewer.clone(),
+            },
+            "review_claimed",
+            audit_note(
+                &action,
+                expected_version,
+                Some(expected_version + 1),
+                Some(&reason),
+            ),
+        )
+        .await
+    }
+
     async fn claim_inner(
         &self,
         tenant: &Tenant,
@@ -372,8 +429,10 @@ impl Reviews {
         reason: Option<&str>,
         expected_version: u64,
     ) -> Result<OperationRecord, ReviewError> {
-        let row = self.read(tenant, op).await?;
+        let (row, holder) = self.read_with_holder(tenant, op).await?;
         let reviewer = clean(reviewer);
+        check_version(&row, expected_version)?;
+        check_holder(&row, holder.as_deref(), &reviewer)?;
         self.apply(
             &row,
             expected_version,
@@ -391,7 +450,34 @@ impl Reviews {
         .await
     }
 
-    /// Resolves a `MANUAL_REVIEW` operation. `KeepPending` appends a note and changes nothing.
+    /// The operation and the reviewer who holds it now, if anyone does (see [`claim_holder`]).
+    async fn read_with_holder(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+    ) -> Result<(OperationRecord, Option<String>), ReviewError> {
+        let row = self.read(tenant, op).await?;
+        if row.state != State::ManualReview {
+            return Ok((row, None));
+        }
+        let log: Vec<EvidenceSummary> = self
+            .shared
+            .ledger
+            .evidence(tenant, op)
+            .await?
+            .iter()
+            .map(EvidenceSummary::of)
+            .collect();
+        let holder = claim_holder(row.state, &log).and_then(reviewer_of);
+        Ok((row, holder))
+    }
+
+    /// Resolves a `MANUAL_REVIEW` operation. `KeepPending` appends a note and changes nothing but
+    /// the version (forms read before the note are then stale).
+    ///
+    /// Fenced twice: the operation must still be at `expected_version` (evidence appended since,
+    /// such as a late success, advanced it), and no other reviewer may hold it
+    /// ([`ReviewError::ClaimedByOther`]).
     ///
     /// The audit entry (evidence kind `review`) records who, when, the decision and the version
     /// transition, but no reason: prefer [`resolve_with_reason`](Self::resolve_with_reason).
@@ -409,8 +495,8 @@ impl Reviews {
 
     /// [`resolve`](Self::resolve), with the reviewer's reason recorded in the audit entry, e.g.
     /// `confirmed succeeded (W731) by {reviewer}; version {n} -> {n+1}; reason: {reason}`
-    /// (evidence kind `review`; a kept-pending operation keeps its version:
-    /// `version {n} (unchanged)`). See [`audit_note`].
+    /// (evidence kind `review`; a kept-pending note also advances the version, so every form
+    /// read before it is stale). See [`audit_note`].
     ///
     /// # Errors
     ///
@@ -446,10 +532,11 @@ impl Reviews {
         expected_version: u64,
         decision: ReviewDecision,
     ) -> Result<OperationRecord, ReviewError> {
-        let row = self.read(tenant, op).await?;
+        let (row, holder) = self.read_with_holder(tenant, op).await?;
         let reviewer = clean(reviewer);
+        check_version(&row, expected_version)?;
+        check_holder(&row, holder.as_deref(), &reviewer)?;
         if decision == ReviewDecision::KeepPending {
-            check_version(&row, expected_version)?;
             if row.state != State::ManualReview {
                 return Err(ReviewError::Refused(Refused {
                     from: row.state,
@@ -472,14 +559,16 @@ impl Reviews {
                         note: Some(audit_note(
                             &format!("kept pending by {reviewer}"),
                             expected_version,
-                            None,
+                            Some(expected_version + 1),
                             reason,
                         )),
                         at_ms: self.shared.clock.now_ms(),
                     },
                 )
                 .await?;
-            return Ok(row);
+            // The note advanced the version: every form read before it is now stale, so no one
+            // acts without having seen it.
+            return self.read(tenant, op).await;
         }
         let action = match &decision {
             ReviewDecision::ConfirmedSucceeded { remote_ref } => format!(
@@ -588,6 +677,86 @@ fn required(reason: &str) -> Result<String, ReviewError> {
         Ok(format!("{}…", first_chars(&one_line, MAX_REASON_CHARS)))
     } else {
         Ok(one_line)
+    }
+}
+
+/// The entry of the claim that holds an operation in `state` now, given its log: the latest
+/// entry that put the operation in (or kept it in) `MANUAL_REVIEW`, if that was a reviewer's
+/// claim or take-over. `None` when the operation is not in review, or the engine escalated it
+/// and nobody has claimed it since. A resolution moves the operation out of review, which
+/// ends the claim; a kept-pending note does not.
+pub fn claim_holder(state: State, log: &[EvidenceSummary]) -> Option<&EvidenceSummary> {
+    if state != State::ManualReview {
+        return None;
+    }
+    log.iter()
+        .rev()
+        .find(|e| matches!(e.transition, Some((_, Some(State::ManualReview)))))
+        .filter(|e| e.kind == "review_claimed")
+}
+
+/// The vendor's evidence recorded after the decision the operation's state rests on (the
+/// latest entry that changed its state: the escalation into review, the lookup or the
+/// reviewer's decision that made it sendable, ...), oldest first. The state did not take it
+/// into account: a person deciding must see it first, and a replay must not go out on a
+/// decision it contradicts (see [`says_may_have_applied`]). Entries that carry no observation
+/// (claims, notes, deferrals) are left out.
+pub fn evidence_since_decision(log: &[EvidenceSummary]) -> Vec<&EvidenceSummary> {
+    let decided = log
+        .iter()
+        .rposition(|e| matches!(e.transition, Some((from, Some(to))) if from != Some(to)))
+        .map_or(0, |i| i + 1);
+    log[decided..]
+        .iter()
+        .filter(|e| e.evidence.is_some())
+        .collect()
+}
+
+/// Whether an entry says the write may have been applied at the vendor: a success, an
+/// accepted write still processing, the vendor busy with the same key, or the unknown outcome
+/// of an attempt (its bytes may have arrived). A lookup that found nothing, or a note about
+/// the engine's own bookkeeping, says nothing either way.
+pub fn says_may_have_applied(e: &EvidenceSummary) -> bool {
+    match &e.evidence {
+        Some(Evidence::Succeeded { .. } | Evidence::Processing { .. }) => true,
+        Some(Evidence::Conflict { conflict }) => {
+            *conflict == crate::evidence::ConflictKind::InFlight
+        }
+        Some(Evidence::Unknown { .. }) => e.attempt_id.is_some(),
+        _ => false,
+    }
+}
+
+/// The latest conclusive success that arrived when it could no longer change the operation
+/// (kind `late_evidence`: a verified callback, a response or a lookup answer after the
+/// operation went to review or was made sendable), if any. On an operation in review it is
+/// shown first and offered to the reviewer as the resolution.
+pub fn late_success(log: &[EvidenceSummary]) -> Option<&EvidenceSummary> {
+    log.iter().rev().find(|e| {
+        e.kind == "late_evidence" && matches!(e.evidence, Some(Evidence::Succeeded { .. }))
+    })
+}
+
+/// The reviewer named by a claim's audit note ([`audit_note`]: `claimed by {reviewer}; …` or
+/// `taken over from {holder} by {reviewer}; …`).
+fn reviewer_of(claim: &EvidenceSummary) -> Option<String> {
+    let note = claim.note.as_deref()?;
+    let head = note.split_once("; version ").map_or(note, |(h, _)| h);
+    head.rsplit_once(" by ").map(|(_, who)| who.to_owned())
+}
+
+/// A claim is exclusive: only its holder acts on the operation, or someone who takes it over.
+fn check_holder(
+    row: &OperationRecord,
+    holder: Option<&str>,
+    reviewer: &str,
+) -> Result<(), ReviewError> {
+    match holder {
+        Some(holder) if holder != reviewer => Err(ReviewError::ClaimedByOther {
+            operation: row.operation_id.clone(),
+            holder: holder.to_owned(),
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -618,7 +618,8 @@ async fn late_evidence_after_a_claim_is_shown_first_and_refusals_have_exit_codes
         .await;
     assert!(
         kept.ok().starts_with(&format!(
-            "kept pending: {id} is now MANUAL_REVIEW (version {v}, unchanged)"
+            "kept pending: {id} is now MANUAL_REVIEW (version {v} -> {})",
+            row.version + 1
         )),
         "{}",
         kept.stdout
@@ -628,7 +629,8 @@ async fn late_evidence_after_a_claim_is_shown_first_and_refusals_have_exit_codes
         last.entry.note.as_deref(),
         Some(
             format!(
-                "kept pending by bob; version {v} (unchanged); reason: asking the vendor's support"
+                "kept pending by bob; version {v} -> {}; reason: asking the vendor's support",
+                row.version + 1
             )
             .as_str()
         )
@@ -641,7 +643,8 @@ async fn late_evidence_after_a_claim_is_shown_first_and_refusals_have_exit_codes
             op.id(),
             "bob",
             "the late success names the ticket",
-            row.version,
+            // The kept-pending note advanced the version: forms read before it are stale.
+            row.version + 1,
             ReviewDecision::ConfirmedSucceeded {
                 remote_ref: world.vendor.tickets().first().map(|t| t.id.clone()),
             },

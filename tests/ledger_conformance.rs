@@ -191,6 +191,12 @@ async fn sqlite_data_survives_reopening_the_file() {
             .append_evidence(&r.tenant, &r.operation_id, evidence_entry("note", T0 + 2))
             .await
             .unwrap();
+        // The appended entry advanced the version (the fencing rule): read the row as stored.
+        let r = ledger
+            .get(&r.tenant, &r.operation_id)
+            .await
+            .unwrap()
+            .unwrap();
         let log = ledger.evidence(&r.tenant, &r.operation_id).await.unwrap();
         (r, log)
         // The ledger is dropped here without `close`, as a crashing process would.

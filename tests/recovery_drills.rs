@@ -886,18 +886,27 @@ async fn d27_a_reviewer_resolving_not_executed_while_the_attempt_is_on_the_wire_
     let _ = call.await.unwrap();
     assert_eq!(drill.record(op.id()).await.state, State::RetryReady);
 
-    // Once the lease is over, the re-approved send goes out with the same key, and the vendor's
-    // deduplication answers with the ticket the first attempt created.
+    // Once the lease is over, the re-approved send would go out; but the first attempt's
+    // success was recorded after the decision that made it sendable (issue 27, the fencing
+    // rule): the replay is not sent, and the operation goes back to a person with the late
+    // success offered as the resolution.
     let row = drill
-        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .recover_until(op.id(), |r| r.state != State::RetryReady)
         .await;
-    let requests = drill.vendor.requests();
-    assert_eq!(requests.len(), 2);
-    assert_eq!(requests[0].idempotency_key, requests[1].idempotency_key);
-    assert_eq!(drill.vendor.tickets_created(), 1, "one ticket, never two");
+    assert_eq!(row.state, State::ManualReview, "{:?}", row.reason);
     assert_eq!(
-        row.remote_ref.as_deref(),
-        Some(drill.vendor.tickets()[0].id.as_str())
+        drill.vendor.requests().len(),
+        1,
+        "no replay after the success"
+    );
+    assert_eq!(drill.vendor.tickets_created(), 1, "one ticket, never two");
+    let pkg = reviews.handoff(op.tenant(), op.id()).await.unwrap();
+    let offered = recoverable_write::review::late_success(&pkg.evidence).expect("offered");
+    assert_eq!(
+        offered.evidence,
+        Some(Evidence::Succeeded {
+            remote_ref: Some(drill.vendor.tickets()[0].id.clone())
+        })
     );
 }
 

@@ -681,7 +681,15 @@ async fn resolving_needs_a_reason_a_decision_and_for_not_executed_a_reapproval()
     assert!(a.body.contains("Already done"));
     let row = drill.record(op.id()).await;
     assert_eq!(row.state, State::ManualReview);
-    assert_eq!(row.version.to_string(), version);
+    // The note advanced the version: a form read before it is stale (issue 27).
+    assert_eq!(row.version, version.parse::<u64>().unwrap() + 1);
+    let (version, csrf) = form_of(&app, "alice", &op).await;
+    let base = [("version", version.as_str()), ("csrf", csrf.as_str())];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut f: Vec<(&str, &str)> = base.to_vec();
+        f.extend_from_slice(extra);
+        f
+    };
 
     // Not executed, re-approved: back to RETRY_READY under a fresh budget, nothing sent yet.
     let posts = drill.vendor.posts_received();

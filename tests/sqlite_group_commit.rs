@@ -696,6 +696,14 @@ async fn mixed_concurrent_requests_keep_their_own_semantics() {
                 .append_evidence(&r.tenant, &r.operation_id, evidence_entry("note", T0 + 2))
                 .await
                 .unwrap();
+            // The note advanced the version (the fencing rule): the result names the row as
+            // it is now.
+            let r = ledger
+                .get(&r.tenant, &r.operation_id)
+                .await
+                .unwrap()
+                .expect("row");
+            assert_eq!(r.version, 2);
             let done = ledger
                 .apply(update_of(
                     &r,
@@ -705,7 +713,7 @@ async fn mixed_concurrent_requests_keep_their_own_semantics() {
                 .await
                 .unwrap()
                 .expect("recorded");
-            assert_eq!(done.version, 2);
+            assert_eq!(done.version, 3);
             // Every lease still runs (until T0 + 15 001) and nothing is in recovery: the sweeper
             // and the claimer, batched with the other tasks' writes, find nothing.
             assert!(ledger.sweep_expired(T0 + 2).await.unwrap().is_empty());

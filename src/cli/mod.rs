@@ -244,6 +244,10 @@ pub struct ClaimArgs {
     /// The version `show` printed: the claim is refused if the operation changed since.
     #[arg(long)]
     pub version: u64,
+    /// Take the operation over from the reviewer who holds it (a claim is exclusive; the
+    /// audit trail names you both).
+    #[arg(long)]
+    pub take_over: bool,
 }
 
 /// A reviewer's decision.
@@ -948,10 +952,15 @@ impl Ctx {
     async fn claim(&self, a: ClaimArgs) -> Result<String, CliError> {
         let (tenant, op) = self.locate(&a.op).await?;
         let reviewer = reviewer(&a.reviewer)?;
-        let result = self
-            .reviews
-            .claim_with_reason(&tenant, &op, &reviewer, &a.reason, a.version)
-            .await;
+        let result = if a.take_over {
+            self.reviews
+                .take_over(&tenant, &op, &reviewer, &a.reason, a.version)
+                .await
+        } else {
+            self.reviews
+                .claim_with_reason(&tenant, &op, &reviewer, &a.reason, a.version)
+                .await
+        };
         self.acted(&tenant, &op, "claimed", a.version, result).await
     }
 
@@ -1210,6 +1219,14 @@ fn review_error(e: ReviewError, now: Option<&OperationRecord>) -> CliError {
         ReviewError::Refused(r) => CliError::new(
             exit::REFUSED,
             format!("refused: {r}; nothing was changed.{state_now}"),
+        ),
+        ReviewError::ClaimedByOther { operation, holder } => CliError::new(
+            exit::REFUSED,
+            format!(
+                "refused: {operation} is claimed by {holder}; nothing was changed.{state_now} \
+                 A claim is exclusive: ask {holder}, or take it over with `claim --take-over` \
+                 (the audit trail names you both)."
+            ),
         ),
         ReviewError::ReasonRequired => {
             CliError::usage("--reason must say why: it goes into the operation's audit trail")

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::Row;
+use crate::evidence::Evidence;
 use crate::operation::OperationId;
 use crate::operator::{
     AuditEntry, Explanation, describe_evidence, format_age, format_time, state_meaning,
@@ -119,8 +120,32 @@ pub(super) fn show(
         pkg.state, pkg.version, pkg.generation
     );
     let _ = writeln!(o, "           {}", state_meaning(pkg.state));
+    let late_success = crate::review::late_success(&pkg.evidence);
     if let Some(r) = &pkg.remote_ref {
         let _ = writeln!(o, "vendor ref {r}");
+    } else if let Some(Evidence::Succeeded {
+        remote_ref: Some(r),
+    }) = late_success.and_then(|l| l.evidence.as_ref())
+    {
+        let _ = writeln!(o, "vendor ref {r} (reported late; not confirmed yet)");
+    }
+    // A late success settles the question: it comes first, with the resolution it offers.
+    if let Some(l) = late_success
+        && pkg.state == State::ManualReview
+    {
+        let reference = match &l.evidence {
+            Some(Evidence::Succeeded {
+                remote_ref: Some(r),
+            }) => format!(" --remote-ref {r}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "\n!! the vendor reported success after the escalation (entry #{}): resolve it as \
+             succeeded after checking the reference:\n   recoverable-write resolve {} \
+             succeeded{reference} --version {} --reviewer YOU --reason \"…\"",
+            l.seq, pkg.operation_id, pkg.version
+        );
     }
     let _ = writeln!(o, "\n{}", e.headline);
     if !e.warnings.is_empty() {

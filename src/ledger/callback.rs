@@ -40,7 +40,8 @@ pub enum CallbackEffect {
     /// machine: [`OperationRecord::update_on`]). It must name the delivery's operation.
     Apply(Update),
     /// Cannot move it (a `processing` after `SUCCEEDED`, anything in `MANUAL_REVIEW`): appends
-    /// the entry as late evidence, changes nothing else.
+    /// the entry as late evidence and advances the version (as
+    /// [`Ledger::append_evidence`](super::Ledger::append_evidence)), changes nothing else.
     Append(NewEvidence),
 }
 

@@ -101,7 +101,7 @@ macro_rules! ledger_conformance_tests {
                 rejected_is_allowed_when_nothing_may_have_applied,
                 may_have_applied_is_sticky_unless_reset,
                 evidence_is_appended_in_order_with_all_fields,
-                append_evidence_leaves_the_row_unchanged,
+                append_evidence_advances_only_the_version,
                 append_evidence_for_an_unknown_operation_stores_nothing,
                 evidence_is_kept_per_tenant_and_operation,
                 claim_due_picks_only_due_unleased_recovery_rows,
@@ -1003,8 +1003,10 @@ pub async fn evidence_is_appended_in_order_with_all_fields<L: Ledger>(ledger: L)
     }
 }
 
-/// `append_evidence` never changes the row, not even its version.
-pub async fn append_evidence_leaves_the_row_unchanged<L: Ledger>(ledger: L) {
+/// `append_evidence` changes nothing in the row but its version, which advances: a decision
+/// made on the row as it was before the entry (a reviewer's resolve, a replay's claim) names the
+/// old version and is refused as stale (the fencing rule).
+pub async fn append_evidence_advances_only_the_version<L: Ledger>(ledger: L) {
     let r = create(&ledger, new_operation("tenant-a", "op-1", "intent-1")).await;
     let r = apply_ok(
         &ledger,
@@ -1026,11 +1028,32 @@ pub async fn append_evidence_leaves_the_row_unchanged<L: Ledger>(ledger: L) {
             .await,
         "append_evidence",
     );
-    assert_eq!(get(&ledger, &r).await, r);
+    let after = get(&ledger, &r).await;
+    assert_eq!(
+        after.version,
+        r.version + 1,
+        "the append advances the version"
+    );
+    assert_eq!(
+        OperationRecord {
+            version: r.version,
+            ..after
+        },
+        r,
+        "and changes nothing else"
+    );
     assert_eq!(
         kinds(&log(&ledger, &r).await),
         ["created", "escalated", "late_evidence"]
     );
+    // A decision computed on the row as read before the entry is refused, and changes nothing.
+    let stale = update_of(&r, keep(&r, State::RetryReady, T0 + 10), "review");
+    assert_eq!(
+        must(ledger.apply(stale).await, "apply"),
+        None,
+        "a decision on the view before the evidence is stale"
+    );
+    assert_eq!(get(&ledger, &r).await.state, State::ManualReview);
 }
 
 /// Evidence for an operation that does not exist (an unknown id, or another tenant's) is not
@@ -1751,8 +1774,17 @@ pub async fn record_detached_is_seen_by_every_later_call<L: Ledger>(ledger: L) {
         ledger.record_detached(stale, late(), settled(&tx)),
         "record_detached",
     );
-    // Read at once: the read waits for the result queued before it.
-    assert_eq!(get(&ledger, &claimed).await, claimed);
+    // Read at once: the read waits for the result queued before it. The refused result was
+    // appended as late evidence, which advances the version and nothing else.
+    let after_late = get(&ledger, &claimed).await;
+    assert_eq!(
+        after_late,
+        OperationRecord {
+            version: claimed.version + 1,
+            ..claimed.clone()
+        }
+    );
+    let claimed = after_late;
     assert_eq!(
         kinds(&log(&ledger, &claimed).await),
         ["created", "attempt_registered", "late_evidence"]
@@ -3065,7 +3097,20 @@ pub async fn callback_appends_late_evidence_once<L: Ledger>(ledger: L) {
         );
         assert_eq!(got, expected);
     }
-    assert_eq!(get(&ledger, &r).await, r, "late evidence changes no column");
+    let after = get(&ledger, &r).await;
+    assert_eq!(
+        after.version,
+        r.version + 1,
+        "late evidence advances the version once (the redelivery changes nothing)"
+    );
+    assert_eq!(
+        OperationRecord {
+            version: r.version,
+            ..after
+        },
+        r,
+        "late evidence changes no other column"
+    );
     let log = log(&ledger, &r).await;
     assert_eq!(count_kind(&log, "late_evidence"), 1, "{:?}", kinds(&log));
     assert_eq!(log.last().expect("entry").entry.evidence, entry.evidence);

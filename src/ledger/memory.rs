@@ -373,7 +373,7 @@ impl MemoryLedger {
         let mut guard = self.tables()?;
         let t = &mut *guard;
         if let Some(row) = t.operations.get_mut(tenant, id) {
-            row.log(&mut t.next_seq, entry);
+            row.append(&mut t.next_seq, entry);
         }
         Ok(())
     }
@@ -852,6 +852,13 @@ impl Row {
 
     /// Appends `entry` to this operation's log under the next number of the ledger-wide
     /// evidence sequence.
+    /// Appends evidence that changes nothing else: the version advances, so that every decision
+    /// made on the row as it was before this entry is refused as stale (the fencing rule).
+    fn append(&mut self, next_seq: &mut i64, entry: NewEvidence) {
+        self.record.version += 1;
+        self.log(next_seq, entry);
+    }
+
     fn log(&mut self, next_seq: &mut i64, entry: NewEvidence) {
         *next_seq += 1;
         self.evidence.push(EvidenceEntry {
@@ -1013,7 +1020,7 @@ impl Ledger for MemoryLedger {
                     None => return Ok(CallbackApplied::Stale),
                 },
                 CallbackEffect::Append(entry) => {
-                    row.log(&mut t.next_seq, entry);
+                    row.append(&mut t.next_seq, entry);
                     CallbackApplied::Appended
                 }
             };

@@ -5,6 +5,18 @@
 //! the expected state, at the expected generation and version. A decision computed from a stale
 //! read is refused by the store, never by a read-compare-write in Rust.
 //!
+//! # The fencing rule
+//!
+//! Every decision about an operation (a reviewer's claim or resolution, a replay's claim of
+//! send rights, a callback's effect, an escalation) is made on a view of the row and names that
+//! view: its `version`. The version advances at every change **and at every evidence entry
+//! appended on its own** ([`Ledger::append_evidence`], the late entry of
+//! [`Ledger::record_detached`], [`CallbackEffect::Append`]). So a decision made on a view older
+//! than any evidence is refused as stale, whatever the evidence's source, and the decider reads
+//! again. A replay also reads the evidence recorded since the decision that made the row
+//! sendable and is not sent if any of it says the write may have applied
+//! ([`review::says_may_have_applied`](crate::review::says_may_have_applied)).
+//!
 //! Backends:
 //! - [`MemoryLedger`]: tests and examples.
 //! - [`SqliteLedger`] (feature `sqlite`, default): the embedded durable default.
@@ -140,7 +152,8 @@ pub struct OperationRecord {
     pub last_result: Option<State>,
     /// The fence: incremented at every claim.
     pub generation: Generation,
-    /// Incremented at every change; the compare-and-swap token for reviewers and the engine.
+    /// Incremented at every change and at every evidence entry appended on its own: the
+    /// compare-and-swap token every decision names (see [the fencing rule](self#the-fencing-rule)).
     pub version: u64,
     /// Write attempts used, including the first.
     pub attempts_used: u32,
@@ -383,8 +396,9 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// second send.
     ///
     /// If the precondition fails (the operation was taken over meanwhile), nothing changes but
-    /// the log: `late` (the same observation, as a `late_evidence` entry) is appended in the
-    /// same transaction, and `settled` gets [`Recorded::Stale`].
+    /// the log and the version: `late` (the same observation, as a `late_evidence` entry) is
+    /// appended in the same transaction, as [`append_evidence`](Self::append_evidence) does,
+    /// and `settled` gets [`Recorded::Stale`].
     ///
     /// A store that implements it must keep the order: every later call about this operation
     /// on this ledger (and its clones), read or write, sees the update as applied or refused,
@@ -471,10 +485,12 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         Box::pin(async { Ok(Vec::new()) })
     }
 
-    /// Appends an evidence entry without changing the row (late responses, reviewer notes).
-    /// Evidence for an operation that does not exist (another tenant's, or an unknown id) is
-    /// not stored: nothing changes and `Ok(())` is returned; callers that must tell the two
-    /// apart read the operation first.
+    /// Appends an evidence entry (late responses, late callbacks, reviewer notes) and advances
+    /// the row's version in the same transaction, changing nothing else: every decision made
+    /// on the row as it was before the entry is then refused as stale ([the fencing
+    /// rule](self#the-fencing-rule)). Evidence for an operation that does not exist (another
+    /// tenant's, or an unknown id) is not stored: nothing changes and `Ok(())` is returned;
+    /// callers that must tell the two apart read the operation first.
     fn append_evidence<'a>(
         &'a self,
         tenant: &'a Tenant,

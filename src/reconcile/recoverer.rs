@@ -30,6 +30,7 @@ use crate::ledger::{
     Ledger, LedgerError, OldestPerState, OperationRecord, StateCounts, TenantScope, WATCHED_STATES,
 };
 use crate::operation::AttemptId;
+use crate::review::{self, EvidenceSummary};
 use crate::state::{Event, State, Transition, transition};
 
 /// The service replays are sent through: the stack below the layer (guard, client).
@@ -602,6 +603,14 @@ impl Recoverer {
                 )
                 .await;
         }
+        // The fencing rule: the decision that made the row sendable (a lookup's "not executed",
+        // a reviewer's re-approval, a safe same-key replay) was made on a view of the
+        // operation. Evidence recorded since (a verified success callback, a late response) that
+        // says the write may have applied stops the replay; and the claim below names the
+        // version this read saw, so evidence landing after it makes the claim stale.
+        if let Some(why) = self.contradicted(&row).await? {
+            return self.escalate(&row, why).await;
+        }
         // The exact request, key placed, before send rights are claimed: one that cannot be
         // built leaves nothing claimed.
         let request = match outgoing::build(
@@ -678,6 +687,29 @@ impl Recoverer {
         self.ledger()
             .get(&claimed.tenant, &claimed.operation_id)
             .await
+    }
+
+    /// Why the decision that made `row` sendable no longer holds, if evidence recorded after it
+    /// says the write may have applied ([`review::says_may_have_applied`]).
+    async fn contradicted(&self, row: &OperationRecord) -> Result<Option<String>, LedgerError> {
+        let log: Vec<EvidenceSummary> = self
+            .ledger()
+            .evidence(&row.tenant, &row.operation_id)
+            .await?
+            .iter()
+            .map(EvidenceSummary::of)
+            .collect();
+        Ok(review::evidence_since_decision(&log)
+            .into_iter()
+            .find(|e| review::says_may_have_applied(e))
+            .map(|e| {
+                format!(
+                    "not sent: evidence recorded after the decision that made it sendable says                      the write may have applied ({}, {} entry #{})",
+                    e.evidence.as_ref().map_or("evidence", |ev| ev.label()),
+                    e.kind,
+                    e.seq
+                )
+            }))
     }
 
     /// A resend that cannot go now waits for the next pass, or hands over once the window can

@@ -807,6 +807,11 @@ struct FormView {
     can_claim: bool,
     can_resolve: bool,
     claimed_by_me: bool,
+    /// Another reviewer holds it: claiming means taking it over (audited, names both).
+    claimed_by: String,
+    /// A conclusive success recorded after the escalation: offered as the resolution.
+    suggest_success: bool,
+    suggested_ref: String,
 }
 
 #[derive(Template)]
@@ -822,7 +827,9 @@ struct OperationPage {
     facts: Vec<String>,
     advice: Vec<String>,
     late: Vec<LateView>,
-    late_claimer: String,
+    late_heading: String,
+    /// The late evidence holds a conclusive success, offered below as the resolution.
+    late_success: bool,
     form: Option<FormView>,
     read_only_note: bool,
     terminal: bool,
@@ -969,6 +976,13 @@ fn operation_view(
     let op_path = format!("{base}/op/{}", encode_component(p.operation_id.as_str()));
     let claim = words::last_claim(p);
     let terminal = p.state.is_terminal();
+    // A success the vendor reported after the escalation (a verified callback, a late
+    // response or lookup answer): shown first, and offered as the resolution.
+    let late_success = crate::review::late_success(&p.evidence);
+    let late_ref = late_success.and_then(|e| match &e.evidence {
+        Some(crate::evidence::Evidence::Succeeded { remote_ref }) => remote_ref.clone(),
+        _ => None,
+    });
     let form = (who.may_resolve && !terminal).then(|| FormView {
         claim_action: format!("{op_path}/claim"),
         resolve_action: format!("{op_path}/resolve"),
@@ -984,8 +998,15 @@ fn operation_view(
         can_claim: true,
         can_resolve: p.state == State::ManualReview,
         claimed_by_me: claim.as_ref().is_some_and(|(w, _, _)| *w == who.name),
+        claimed_by: claim
+            .as_ref()
+            .filter(|(w, _, _)| *w != who.name)
+            .map(|(w, _, _)| w.clone())
+            .unwrap_or_default(),
+        suggest_success: p.state == State::ManualReview && late_success.is_some(),
+        suggested_ref: late_ref.clone().unwrap_or_default(),
     });
-    let late = words::late_after_claim(p)
+    let late = words::late_evidence(p)
         .into_iter()
         .map(|e| LateView {
             at: format!(
@@ -1014,7 +1035,11 @@ fn operation_view(
     }
     fields.push((
         "Vendor reference",
-        p.remote_ref.clone().unwrap_or_else(|| "none yet".into()),
+        match (&p.remote_ref, &late_ref) {
+            (Some(r), _) => r.clone(),
+            (None, Some(r)) => format!("{r} (reported after the escalation; not confirmed yet)"),
+            (None, None) => "none yet".into(),
+        },
     ));
     if let Some(c) = created {
         fields.push(("Created", ts(c)));
@@ -1092,7 +1117,7 @@ fn operation_view(
                 .map_or_else(|| "no answer recorded".into(), words::evidence),
         })
         .collect();
-    let claim_seq = claim.as_ref().map(|(_, _, s)| *s);
+    let late_seqs: Vec<i64> = words::late_evidence(p).iter().map(|e| e.seq).collect();
     let timeline = p
         .evidence
         .iter()
@@ -1128,9 +1153,7 @@ fn operation_view(
                         .is_some_and(|ev| words::evidence(ev).contains(n.as_str()))
                 })
                 .unwrap_or_default(),
-            class: if claim_seq.is_some_and(|c| e.seq > c)
-                && (e.kind == "late_evidence" || e.evidence.is_some())
-            {
+            class: if late_seqs.contains(&e.seq) {
                 "late"
             } else if e.kind.starts_with("review") {
                 "reviewer"
@@ -1156,7 +1179,12 @@ fn operation_view(
         facts: s.facts,
         advice: s.advice,
         late,
-        late_claimer: claim.map(|(w, _, _)| w).unwrap_or_default(),
+        late_heading: match (&claim, p.state) {
+            (Some((w, _, _)), _) => format!("Late evidence after {w} claimed it"),
+            (None, State::ManualReview) => "Late evidence after it went to review".to_owned(),
+            _ => "Evidence recorded after the last decision".to_owned(),
+        },
+        late_success: late_success.is_some() && p.state == State::ManualReview,
         read_only_note: !who.may_resolve && !terminal,
         terminal,
         form,
@@ -1192,9 +1220,7 @@ impl Action {
             Action::Resolve(ReviewDecision::ConfirmedNotExecuted) => {
                 format!("confirmed not executed and re-approved by {who}")
             }
-            Action::Resolve(ReviewDecision::KeepPending) => {
-                return format!("kept pending by {who}; version {version} (unchanged)");
-            }
+            Action::Resolve(ReviewDecision::KeepPending) => format!("kept pending by {who}"),
         };
         format!("{what}; version {version} -> ")
     }
@@ -1402,6 +1428,11 @@ async fn act(
     // The reviews API records the audit entry with the action: who, when, why, from which
     // version to which.
     let result = match &action {
+        Action::Claim if field(form, "take_over").is_some_and(|v| !v.is_empty()) => {
+            cfg.reviews
+                .take_over(&tenant, &id, &who.name, &post.reason, post.version)
+                .await
+        }
         Action::Claim => {
             cfg.reviews
                 .claim_with_reason(&tenant, &id, &who.name, &post.reason, post.version)
@@ -1447,6 +1478,20 @@ async fn act(
         }
         Err(ReviewError::NotFound { .. }) => {
             return lookup_failed(who, base, &id, Lookup::NotFound);
+        }
+        Err(ReviewError::ClaimedByOther { holder, .. }) => {
+            return message(
+                StatusCode::CONFLICT,
+                Some(who),
+                base,
+                "Claimed by another reviewer",
+                vec![format!(
+                    "{holder} holds this operation: a claim is exclusive. Nothing was changed. \
+                     Ask {holder}, or take it over on the operation's page (the audit trail \
+                     names you both)."
+                )],
+                Some((current_view(&before, now_ms()), href)),
+            );
         }
         Err(ReviewError::ReasonRequired) => {
             return message(

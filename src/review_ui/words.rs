@@ -113,35 +113,22 @@ fn is_lookup(e: &EvidenceSummary) -> bool {
     e.kind.contains("lookup") || e.kind.contains("query") || e.kind.contains("reconcil")
 }
 
-/// The last claim by a reviewer: (who, when, sequence).
+/// The claim that holds the operation now (see [`crate::review::claim_holder`]): (who, when,
+/// sequence). A resolution ends a claim; a later escalation by the engine is not a claim.
 pub(super) fn last_claim(p: &HandoffPackage) -> Option<(String, i64, i64)> {
-    p.evidence
-        .iter()
-        .rev()
-        .find(|e| e.kind == CLAIM_KIND)
-        .map(|e| {
-            let who = e
-                .note
-                .as_deref()
-                .and_then(|n| n.strip_prefix("claimed by "))
-                // The reviews API's audit note: `claimed by {who}; version …; reason: …`.
-                .map(|n| n.split(';').next().unwrap_or(n))
-                .unwrap_or("a reviewer")
-                .to_owned();
-            (who, e.at_ms, e.seq)
-        })
+    crate::operator::current_claim(p).map(|c| {
+        (
+            c.who.unwrap_or_else(|| "a reviewer".to_owned()),
+            c.at_ms,
+            c.seq,
+        )
+    })
 }
 
-/// Evidence that arrived after the last claim and says something about the vendor's side:
-/// a person deciding must see it first.
-pub(super) fn late_after_claim(p: &HandoffPackage) -> Vec<&EvidenceSummary> {
-    let Some((_, _, seq)) = last_claim(p) else {
-        return Vec::new();
-    };
-    p.evidence
-        .iter()
-        .filter(|e| e.seq > seq && (e.kind == "late_evidence" || e.evidence.is_some()))
-        .collect()
+/// Evidence that arrived when it could no longer change the operation
+/// ([`crate::operator::late_evidence`]), claimed or not: a person deciding must see it first.
+pub(super) fn late_evidence(p: &HandoffPackage) -> Vec<&EvidenceSummary> {
+    crate::operator::late_evidence(p)
 }
 
 /// What a person needs to decide, in a few sentences: a headline and the facts behind it.

@@ -257,12 +257,20 @@ LIMIT $1"
 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
                      $7::text[], $8::text[], $9::text[], $10::bigint[])"
         );
+        // An entry appended on its own advances the operation's version in the same statement:
+        // every decision made on the row as it was before the entry is refused as stale (the
+        // fencing rule). No operation, no entry.
         let append_evidence = format!(
-            "INSERT INTO {ev} ({ev_columns})
+            "WITH bumped AS (
+    UPDATE {ops} SET version = version + 1
+    WHERE tenant = $2::text AND operation_id = $3::text
+    RETURNING 1
+)
+INSERT INTO {ev} ({ev_columns})
 SELECT $2::text, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text,
        $10::text,
        COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
-WHERE EXISTS (SELECT 1 FROM {ops} WHERE tenant = $2::text AND operation_id = $3::text)"
+FROM bumped"
         );
         let select_evidence = format!(
             "SELECT id, {ev_columns} FROM {ev} WHERE tenant = $1 AND operation_id = $2 ORDER BY id"

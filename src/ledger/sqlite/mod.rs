@@ -805,7 +805,7 @@ impl Ledger for SqliteLedger {
                 // Appended only if the row still exists (it may have been purged meanwhile):
                 // a late observation of a gone operation changes nothing.
                 let columns = EvidenceColumns::encode(late.clone(), SQLITE)?;
-                evidence(APPEND_EVIDENCE, &tenant, &id, columns).execute(conn)?;
+                Append::new(&tenant, &id, columns).execute(conn)?;
                 Ok(Finish::Commit(Recorded::Stale))
             }
             done => Ok(done),
@@ -931,7 +931,7 @@ impl Ledger for SqliteLedger {
     ) -> BoxFuture<'a, Result<(), LedgerError>> {
         Box::pin(async move {
             let entry = EvidenceColumns::encode(entry, SQLITE)?;
-            let append = evidence(APPEND_EVIDENCE, tenant, id, entry);
+            let append = Append::new(tenant, id, entry);
             self.write(move |conn| {
                 append.execute(conn)?;
                 Ok(Finish::Commit(()))
@@ -1003,7 +1003,7 @@ impl Ledger for SqliteLedger {
             };
             enum Change {
                 Apply(Statement, Statement),
-                Append(Statement),
+                Append(Append),
             }
             let change = match effect {
                 CallbackEffect::Apply(update) => {
@@ -1013,12 +1013,7 @@ impl Ledger for SqliteLedger {
                 }
                 CallbackEffect::Append(entry) => {
                     let entry = EvidenceColumns::encode(entry, SQLITE)?;
-                    Change::Append(evidence(
-                        APPEND_EVIDENCE,
-                        &delivery.tenant,
-                        &delivery.operation_id,
-                        entry,
-                    ))
+                    Change::Append(Append::new(&delivery.tenant, &delivery.operation_id, entry))
                 }
             };
             self.write(move |conn| {

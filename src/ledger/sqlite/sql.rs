@@ -162,6 +162,39 @@ SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10
 WHERE EXISTS (SELECT 1 FROM rw_operations WHERE tenant = ?1 AND operation_id = ?2)"
 );
 
+/// Advances the version of an operation that an entry is appended to on its own: every decision
+/// made on the row as it was before the entry is then refused as stale (the fencing rule).
+pub(super) const BUMP_VERSION: &str =
+    "UPDATE rw_operations SET version = version + 1 WHERE tenant = ?1 AND operation_id = ?2";
+
+/// An evidence entry appended on its own (late evidence, callbacks, reviewers' notes): the
+/// operation's version advances and the entry is inserted, in the caller's transaction.
+#[derive(Debug)]
+pub(super) struct Append {
+    bump: Statement,
+    insert: Statement,
+}
+
+impl Append {
+    /// The entry `e` for operation (`tenant`, `id`).
+    pub(super) fn new(tenant: &Tenant, id: &OperationId, e: EvidenceColumns) -> Self {
+        Self {
+            bump: Statement::new(BUMP_VERSION, |a| {
+                a.push(tenant.as_str()).push(id.as_str());
+            }),
+            insert: evidence(APPEND_EVIDENCE, tenant, id, e),
+        }
+    }
+
+    /// Runs it; the number of entries appended (0: no such operation, nothing changed).
+    pub(super) fn execute(&self, conn: &Conn) -> Result<usize, LedgerError> {
+        if self.bump.execute(conn)? == 0 {
+            return Ok(0);
+        }
+        self.insert.execute(conn)
+    }
+}
+
 pub(super) const SELECT_EVIDENCE: &str = concat!(
     "SELECT id, ",
     evidence_columns!(),
