@@ -989,6 +989,9 @@ async fn purge_needs_the_applications_contracts_shows_its_plan_and_deletes_only_
     // Nothing is due any more: nothing to confirm.
     let again = run(args(true, &["purge"])).await;
     assert!(again.ok().contains("would purge"), "{}", again.stdout);
+    let again = run(args(true, &["--json", "purge"])).await.json();
+    assert_eq!(again["dry_run"], false, "{again}");
+    assert_eq!(again["report"]["identity"]["rows"], 0);
     // The explicit flag: the library's clocks, said out loud.
     let defaults = run(args(false, &["purge", "--default-retention", "--dry-run"])).await;
     assert!(

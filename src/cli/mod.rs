@@ -812,8 +812,11 @@ impl Ctx {
             return Err(CliError::usage("retention is off"));
         }
         let plan = self.purger.plan().await.map_err(retention_error)?;
+        // The plan is a preview, unless nothing is due: then it is the purge's (empty) result,
+        // with nothing to confirm.
+        let preview = a.dry_run || !plan.total.is_empty();
         let shown = if self.json {
-            to_json(&serde_json::json!({ "dry_run": true, "report": plan.total, "plan": plan }))?
+            to_json(&serde_json::json!({ "dry_run": preview, "report": plan.total, "plan": plan }))?
         } else {
             render::purge_plan(&plan, &source)
         };
