@@ -107,6 +107,8 @@ pub mod retention;
 pub mod review;
 #[cfg(feature = "review-ui")]
 pub mod review_ui;
+#[cfg(any(feature = "callbacks", feature = "review-ui"))]
+mod secret;
 pub mod state;
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -128,6 +130,8 @@ pub use notify::{Notice, Notifier};
 pub use operation::{AttemptId, Generation, IdempotencyKey, Operation, OperationId, Tenant};
 pub use reconcile::{HttpLookup, ListLookup, Reconciler, Recoverer};
 pub use review::{HandoffPackage, Reviews};
+#[cfg(any(feature = "callbacks", feature = "review-ui"))]
+pub use secret::{KeyError, Secret};
 pub use state::State;
 
 /// A type-erased error, as used across the tower ecosystem.

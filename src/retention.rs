@@ -32,8 +32,10 @@
 //! Purging runs in bounded batches through partial indexes (see
 //! [`Ledger::purge`](crate::Ledger::purge)): the [`Recoverer`](crate::Recoverer) runs it every
 //! [`Retention::interval`] (default 10 minutes) in a task of its own, and [`Purger::run`] runs
-//! it on demand; [`Purger::preview`] counts what a run would drop. [`Purger::erase_tenant`] and
-//! [`Purger::erase_details`] are the right-to-erasure path.
+//! it on demand; [`Purger::preview`] counts what a run would drop. [`Purger::plan`] counts it
+//! contract by contract with the clocks each one gets, for a person to read before
+//! [`Purger::run_plan`] drops what was due at the plan's time (the command line's `purge`).
+//! [`Purger::erase_tenant`] and [`Purger::erase_details`] are the right-to-erasure path.
 //!
 //! ```
 //! use std::time::Duration;
@@ -382,6 +384,43 @@ impl PurgeReport {
     }
 }
 
+/// What a purge would drop, contract by contract, with the clocks it applies: what a person
+/// reads before confirming (from [`Purger::plan`]; [`Purger::run_plan`] then drops what was due
+/// at [`as_of_ms`](Self::as_of_ms) and nothing that became due after it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct PurgePlan {
+    /// When the plan was made (ms since the Unix epoch): every cutoff is counted from it.
+    pub as_of_ms: i64,
+    /// One line per contract the ledger has finished operations of.
+    pub contracts: Vec<ContractPlan>,
+    /// How long callback dedupe records are kept, in ms.
+    pub keep_callback_deliveries_ms: u64,
+    /// How long quarantined callback events are kept, in ms (`None`: until erased).
+    pub keep_quarantined_callbacks_ms: Option<u64>,
+    /// Every line added up (callback records included): what [`Purger::preview`] answers.
+    pub total: PurgeReport,
+}
+
+/// One contract's line of a [`PurgePlan`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ContractPlan {
+    /// The contract name frozen on the operations.
+    pub contract: String,
+    /// Whether the configuration knows the contract. When it does not (another contracts file
+    /// than the application's?), the ledger-wide clocks apply.
+    pub configured: bool,
+    /// How long after it finished an operation keeps its details, in ms.
+    pub keep_details_ms: u64,
+    /// How long after it finished an operation keeps its row, in ms.
+    pub keep_identity_ms: u64,
+    /// Operations whose details would be dropped (those kept; not those deleted).
+    pub details: PurgedCount,
+    /// Operations that would be deleted.
+    pub identity: PurgedCount,
+}
+
 /// Why a retention action failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -486,7 +525,7 @@ impl Purger {
     ///
     /// [`RetentionError::Ledger`]: the batches before the failure are committed.
     pub async fn run(&self) -> Result<PurgeReport, RetentionError> {
-        self.pass(false).await
+        self.pass(false, self.shared.clock.now_ms(), None).await
     }
 
     /// What [`run`](Self::run) would drop now, counted; nothing changes.
@@ -495,41 +534,100 @@ impl Purger {
     ///
     /// [`RetentionError::Ledger`].
     pub async fn preview(&self) -> Result<PurgeReport, RetentionError> {
-        self.pass(true).await
+        self.pass(true, self.shared.clock.now_ms(), None).await
     }
 
-    async fn pass(&self, dry_run: bool) -> Result<PurgeReport, RetentionError> {
+    /// What [`run`](Self::run) would drop now, contract by contract, with the clocks each
+    /// contract gets; nothing changes. Show it to the person who confirms a purge, then
+    /// [`run_plan`](Self::run_plan) it.
+    ///
+    /// # Errors
+    ///
+    /// [`RetentionError::Ledger`].
+    pub async fn plan(&self) -> Result<PurgePlan, RetentionError> {
+        let now = self.shared.clock.now_ms();
+        let mut contracts = Vec::new();
+        let total = self.pass(true, now, Some(&mut contracts)).await?;
+        let settings = &self.shared.retention;
+        Ok(PurgePlan {
+            as_of_ms: now,
+            contracts,
+            keep_callback_deliveries_ms: millis(settings.callback_deliveries),
+            keep_quarantined_callbacks_ms: settings.quarantined_callbacks.map(millis),
+            total,
+        })
+    }
+
+    /// Purges what was due when `plan` (made by this purger) was made: what it showed, and
+    /// nothing that became due while a person read it (a row another purge took meanwhile is
+    /// simply not found again). Like [`run`](Self::run) otherwise.
+    ///
+    /// # Errors
+    ///
+    /// [`RetentionError::Ledger`]: the batches before the failure are committed.
+    pub async fn run_plan(&self, plan: &PurgePlan) -> Result<PurgeReport, RetentionError> {
+        self.pass(false, plan.as_of_ms, None).await
+    }
+
+    /// One pass over every stage with the cutoffs of `now`; `lines` collects each contract's
+    /// counts and clocks.
+    async fn pass(
+        &self,
+        dry_run: bool,
+        now: i64,
+        mut lines: Option<&mut Vec<ContractPlan>>,
+    ) -> Result<PurgeReport, RetentionError> {
         let mut report = PurgeReport::default();
         let settings = &self.shared.retention;
         if !settings.enabled {
             return Ok(report);
         }
-        let now = self.shared.clock.now_ms();
         let before =
             |d: Duration| now.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let ledger = &*self.shared.ledger;
         for contract in ledger.finished_contracts().await? {
             let clocks = self.clocks(&contract);
+            let batch = |stage, keep| PurgeBatch {
+                stage,
+                scope: PurgeScope::FinishedBefore {
+                    contract: contract.clone(),
+                    before_ms: before(keep),
+                },
+                limit: settings.batch,
+                dry_run,
+                now_ms: now,
+            };
             // Identity first: a row due for deletion need not be slimmed on the way.
-            for (stage, keep) in [
-                (PurgeStage::Identity, clocks.identity),
-                (PurgeStage::Details, clocks.details),
-            ] {
-                let batch = PurgeBatch {
-                    stage,
-                    scope: PurgeScope::FinishedBefore {
-                        contract: contract.clone(),
-                        before_ms: before(keep),
-                    },
-                    limit: settings.batch,
-                    dry_run,
-                    now_ms: now,
+            let deleted = self
+                .drain(batch(PurgeStage::Identity, clocks.identity))
+                .await?;
+            let mut slimmed = self
+                .drain(batch(PurgeStage::Details, clocks.details))
+                .await?;
+            if dry_run && deleted.rows > 0 {
+                // Counted, not done: the rows the identity stage deletes are still there and
+                // were counted again as details due (the identity clock is never the shorter).
+                let again = self
+                    .drain(batch(PurgeStage::Details, clocks.identity))
+                    .await?;
+                slimmed = Purged::new(
+                    slimmed.rows.saturating_sub(again.rows),
+                    slimmed.bytes.saturating_sub(again.bytes),
+                );
+            }
+            report.identity.add(deleted);
+            report.details.add(slimmed);
+            if let Some(lines) = lines.as_deref_mut() {
+                let mut line = ContractPlan {
+                    configured: self.shared.contracts.get(&contract).is_some(),
+                    keep_details_ms: millis(clocks.details),
+                    keep_identity_ms: millis(clocks.identity),
+                    contract,
+                    ..ContractPlan::default()
                 };
-                let done = self.drain(batch).await?;
-                match stage {
-                    PurgeStage::Identity => report.identity.add(done),
-                    _ => report.details.add(done),
-                }
+                line.details.add(slimmed);
+                line.identity.add(deleted);
+                lines.push(line);
             }
         }
         for (records, keep) in [
@@ -716,6 +814,10 @@ async fn drain<'a>(
         tokio::task::yield_now().await;
     }
     Ok(total)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The retention counters.

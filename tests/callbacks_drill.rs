@@ -23,7 +23,7 @@ use recoverable_write::{
 };
 use tower::ServiceBuilder;
 
-const SECRET: &str = "whsec_drill";
+const SECRET: &str = "whsec_drill_endpoint_secret";
 
 struct Setup {
     vendor: FakeVendor,
@@ -45,14 +45,14 @@ async fn setup(ledger: impl Ledger) -> Setup {
     let receiver = CallbackReceiver::new(
         &rw,
         ticket_mapping(),
-        StripeSignature::new(Secret::new(SECRET)),
+        StripeSignature::new(Secret::new(SECRET).unwrap()),
         accounts,
     );
     Setup {
         vendor,
         rw,
         receiver,
-        signer: Signer::stripe(Secret::new(SECRET)),
+        signer: Signer::stripe(Secret::new(SECRET).unwrap()),
     }
 }
 
@@ -240,8 +240,8 @@ async fn a_forged_signature_changes_nothing_and_a_genuine_one_still_applies() {
     let op = lost_write(&s, "intent-forged").await;
     let ticket = ticket_of(&s, &op);
     let event = ticket_event("evt_g", "ticket.created", &ticket);
-    let forged =
-        Signer::stripe(Secret::new("whsec_attacker")).sign("evt_g", &event, SystemTime::now());
+    let attacker = Secret::new("whsec_attacker_secret").unwrap();
+    let forged = Signer::stripe(attacker).sign("evt_g", &event, SystemTime::now());
 
     let receipt = deliver(&s, &forged).await;
     assert_eq!(receipt.status, http::StatusCode::UNAUTHORIZED);

@@ -5,13 +5,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use recoverable_write::callbacks::{
-    AdyenHmac, Encoding, HmacHeader, PayPalUnsupported, Secret, SquareSignature, StripeSignature,
-    Verifier, VerifyError,
+    AdyenHmac, Encoding, HmacHeader, KeyError, PayPalUnsupported, Secret, SquareSignature,
+    StripeSignature, Verifier, VerifyError,
 };
 use serde_json::json;
 
 const SECRET: &str = "whsec_test_secret_4c0ffee";
 const OTHER: &str = "whsec_rotated_secret_b00b5";
+/// A Square signature key's shape (22 characters).
+const SQUARE_KEY: &str = "sq0wbs-4Kx9dVb2Tm7QeW1";
+/// An Adyen HMAC key as its Customer Area shows it: 64 hex digits, 32 bytes.
+const ADYEN_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
 const BODY: &[u8] = br#"{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_3MtwBwLkdIwHu7ix28a3tqPa","metadata":{"operation_id":"op-7"}}}}"#;
 
 // Stripe's documented example header shape (docs.stripe.com/webhooks#verify-manually), with the
@@ -31,16 +35,21 @@ fn headers(name: &str, value: &str) -> HeaderMap {
     h
 }
 
-fn stripe_header(secret: &str, t: i64, body: &[u8]) -> String {
-    StripeSignature::sign(&Secret::new(secret), t, body)
+/// A key the tests know to be long enough.
+fn secret(key: &str) -> Secret {
+    Secret::new(key).expect("a test key of at least 16 bytes")
+}
+
+fn stripe_header(key: &str, t: i64, body: &[u8]) -> String {
+    StripeSignature::sign(&secret(key), t, body)
 }
 
 /// Hex of HMAC-SHA256, computed independently of the crate through the documented recipe
 /// `HMAC(secret, "{t}.{body}")` by signing through the generic scheme with an explicit prefix.
-fn v1_of(secret: &str, t: i64, body: &[u8]) -> String {
-    let scheme = HmacHeader::new(HeaderName::from_static("x"), Encoding::Hex, secret)
+fn v1_of(key: &str, t: i64, body: &[u8]) -> String {
+    let scheme = HmacHeader::new(HeaderName::from_static("x"), Encoding::Hex, secret(key))
         .signed_prefix(format!("{t}.").into_bytes());
-    scheme.sign(&Secret::new(secret), None, body)
+    scheme.sign(&secret(key), None, body)
 }
 
 #[test]
@@ -56,7 +65,7 @@ fn stripe_documented_format_is_accepted() {
         "t={DOC_T},v1={},v1={v1},v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39",
         v1_of("whsec_someone_else", DOC_T, BODY)
     );
-    let delivery = StripeSignature::new(SECRET)
+    let delivery = StripeSignature::new(secret(SECRET))
         .verify(&headers("Stripe-Signature", &header), BODY, at(DOC_T + 10))
         .unwrap();
     assert_eq!(delivery.body(), BODY);
@@ -66,23 +75,23 @@ fn stripe_documented_format_is_accepted() {
 
 #[test]
 fn stripe_rotation_accepts_the_second_secret() {
-    let verifier = StripeSignature::new(SECRET).secret(OTHER);
+    let verifier = StripeSignature::new(secret(SECRET)).secret(secret(OTHER));
     let h = headers("stripe-signature", &stripe_header(OTHER, DOC_T, BODY));
     assert!(verifier.verify(&h, BODY, at(DOC_T)).is_ok());
     // Without the rotated secret the same delivery is refused.
     assert!(matches!(
-        StripeSignature::new(SECRET).verify(&h, BODY, at(DOC_T)),
+        StripeSignature::new(secret(SECRET)).verify(&h, BODY, at(DOC_T)),
         Err(VerifyError::NoMatchingSignature { .. })
     ));
 }
 
 #[test]
 fn stripe_forged_signature_is_refused() {
-    let verifier = StripeSignature::new(SECRET);
+    let verifier = StripeSignature::new(secret(SECRET));
     // Signed with a secret we do not hold.
     let h = headers(
         "stripe-signature",
-        &stripe_header("whsec_attacker", DOC_T, BODY),
+        &stripe_header("whsec_attacker_secret", DOC_T, BODY),
     );
     assert!(matches!(
         verifier.verify(&h, BODY, at(DOC_T)),
@@ -105,7 +114,7 @@ fn stripe_forged_signature_is_refused() {
 
 #[test]
 fn stripe_replayed_old_timestamp_is_refused() {
-    let verifier = StripeSignature::new(SECRET);
+    let verifier = StripeSignature::new(secret(SECRET));
     let h = headers("stripe-signature", &stripe_header(SECRET, DOC_T, BODY));
     assert!(verifier.verify(&h, BODY, at(DOC_T + 300)).is_ok());
     assert_eq!(
@@ -116,13 +125,13 @@ fn stripe_replayed_old_timestamp_is_refused() {
         }
     );
     // A wider tolerance is configurable.
-    let lenient = StripeSignature::new(SECRET).tolerance(Duration::from_secs(3600));
+    let lenient = StripeSignature::new(secret(SECRET)).tolerance(Duration::from_secs(3600));
     assert!(lenient.verify(&h, BODY, at(DOC_T + 301)).is_ok());
 }
 
 #[test]
 fn stripe_future_timestamp_beyond_tolerance_is_refused() {
-    let verifier = StripeSignature::new(SECRET);
+    let verifier = StripeSignature::new(secret(SECRET));
     let h = headers("stripe-signature", &stripe_header(SECRET, DOC_T, BODY));
     assert!(verifier.verify(&h, BODY, at(DOC_T - 300)).is_ok());
     assert_eq!(
@@ -136,7 +145,7 @@ fn stripe_future_timestamp_beyond_tolerance_is_refused() {
 
 #[test]
 fn stripe_malformed_headers_are_typed_errors() {
-    let verifier = StripeSignature::new(SECRET);
+    let verifier = StripeSignature::new(secret(SECRET));
     let now = at(DOC_T);
     assert_eq!(
         verifier.verify(&HeaderMap::new(), BODY, now).unwrap_err(),
@@ -185,7 +194,7 @@ fn stripe_malformed_headers_are_typed_errors() {
 
 #[test]
 fn the_secret_never_appears_in_errors_or_debug() {
-    let stripe = StripeSignature::new(SECRET).secret(OTHER);
+    let stripe = StripeSignature::new(secret(SECRET)).secret(secret(OTHER));
     let body_marker = "pi_3MtwBwLkdIwHu7ix28a3tqPa";
     let now = at(DOC_T);
     let v1 = v1_of(SECRET, DOC_T, BODY);
@@ -193,14 +202,17 @@ fn the_secret_never_appears_in_errors_or_debug() {
         HeaderMap::new(),
         headers("stripe-signature", "garbage"),
         headers("stripe-signature", &format!("t={DOC_T}")),
-        headers("stripe-signature", &stripe_header("whsec_x", DOC_T, BODY)),
+        headers(
+            "stripe-signature",
+            &stripe_header("whsec_unknown_secret", DOC_T, BODY),
+        ),
         headers("stripe-signature", &format!("t={},v1={v1}", DOC_T - 10_000)),
     ];
     let mut errors: Vec<VerifyError> = cases
         .iter()
         .map(|h| stripe.verify(h, BODY, now).unwrap_err())
         .collect();
-    let square = SquareSignature::new("https://example.com/cb", SECRET);
+    let square = SquareSignature::new("https://example.com/cb", secret(SECRET));
     errors.push(square.verify(&HeaderMap::new(), BODY, now).unwrap_err());
     errors.push(
         square
@@ -219,15 +231,15 @@ fn the_secret_never_appears_in_errors_or_debug() {
         assert!(!text.contains(SECRET) && !text.contains(OTHER), "{text}");
         assert!(text.contains("***"), "{text}");
     }
-    assert_eq!(format!("{:?}", Secret::new(SECRET)), "***");
+    assert_eq!(format!("{:?}", secret(SECRET)), "***");
 }
 
 #[test]
 fn generic_hmac_header_github_style() {
-    let secret = "It's a Secret to Everybody";
+    let key = "It's a Secret to Everybody";
     let body = b"Hello, World!";
-    let verifier = HmacHeader::github(secret).secret("older");
-    let mac = verifier.sign(&Secret::new(secret), None, body);
+    let verifier = HmacHeader::github(secret(key)).secret(secret("the older github secret"));
+    let mac = verifier.sign(&secret(key), None, body);
     // GitHub's documented test vector (docs.github.com, "Validating webhook deliveries").
     assert_eq!(
         mac,
@@ -244,7 +256,8 @@ fn generic_hmac_header_github_style() {
         ),
         Err(VerifyError::Malformed { .. })
     ));
-    let forged = HmacHeader::github("nope").sign(&Secret::new("nope"), None, body);
+    let nope = secret("nope, not our secret");
+    let forged = HmacHeader::github(nope.clone()).sign(&nope, None, body);
     assert!(matches!(
         verifier.verify(
             &headers("x-hub-signature-256", &format!("sha256={forged}")),
@@ -261,10 +274,10 @@ fn generic_hmac_header_base64_with_timestamp() {
     let verifier = HmacHeader::new(
         HeaderName::from_static("x-webhook-signature"),
         Encoding::Base64,
-        "k1",
+        secret("k1-of-the-base64-scheme"),
     )
     .timestamp_header(ts, ".", Duration::from_secs(60));
-    let mac = verifier.sign(&Secret::new("k1"), Some("1700000000"), BODY);
+    let mac = verifier.sign(&secret("k1-of-the-base64-scheme"), Some("1700000000"), BODY);
     let mut h = headers("x-webhook-signature", &mac);
     h.insert(
         "x-webhook-timestamp",
@@ -296,8 +309,8 @@ fn generic_hmac_header_base64_with_timestamp() {
 #[test]
 fn square_signs_the_notification_url_and_the_body() {
     let url = "https://example.com/webhooks/square";
-    let verifier = SquareSignature::new(url, "sq_sig_key");
-    let sig = verifier.sign(&Secret::new("sq_sig_key"), BODY);
+    let verifier = SquareSignature::new(url, secret(SQUARE_KEY));
+    let sig = verifier.sign(&secret(SQUARE_KEY), BODY);
     // Base64 of a 32-byte MAC.
     assert_eq!(sig.len(), 44);
     let h = headers("x-square-hmacsha256-signature", &sig);
@@ -309,7 +322,7 @@ fn square_signs_the_notification_url_and_the_body() {
         "square"
     );
     // The same signature for another URL is refused (the URL is signed).
-    let elsewhere = SquareSignature::new("https://example.com/other", "sq_sig_key");
+    let elsewhere = SquareSignature::new("https://example.com/other", secret(SQUARE_KEY));
     assert!(matches!(
         elsewhere.verify(&h, BODY, SystemTime::now()),
         Err(VerifyError::NoMatchingSignature { .. })
@@ -335,7 +348,7 @@ fn adyen_item(psp: &str, success: &str, key: &Secret) -> serde_json::Value {
 
 #[test]
 fn adyen_hmac_verifies_every_item_of_a_batch() {
-    let hex_key = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+    let hex_key = ADYEN_KEY;
     let key = Secret::from_hex(hex_key).unwrap();
     let item = adyen_item("7914073381342284", "true", &key);
     assert_eq!(
@@ -354,7 +367,7 @@ fn adyen_hmac_verifies_every_item_of_a_batch() {
             .is_ok()
     );
     // One item signed with another key refuses the whole batch.
-    let other = Secret::from_hex("00ff").unwrap();
+    let other = Secret::from_hex(&"00ff".repeat(16)).unwrap();
     let body = json!({
         "live": "false",
         "notificationItems": [adyen_item("7914073381342284", "true", &key),
@@ -365,10 +378,7 @@ fn adyen_hmac_verifies_every_item_of_a_batch() {
         verifier.verify(&HeaderMap::new(), body.as_bytes(), SystemTime::now()),
         Err(VerifyError::NoMatchingSignature { .. })
     ));
-    assert!(matches!(
-        AdyenHmac::new("not hex"),
-        Err(VerifyError::BadSecret { .. })
-    ));
+    assert_eq!(AdyenHmac::new("not hex").unwrap_err(), KeyError::NotHex);
 }
 
 #[test]
@@ -384,9 +394,9 @@ fn paypal_is_unsupported_offline() {
 #[test]
 fn verifiers_are_object_safe() {
     let verifiers: Vec<Box<dyn Verifier>> = vec![
-        Box::new(StripeSignature::new(SECRET)),
-        Box::new(HmacHeader::github(SECRET)),
-        Box::new(SquareSignature::new("https://x", SECRET)),
+        Box::new(StripeSignature::new(secret(SECRET))),
+        Box::new(HmacHeader::github(secret(SECRET))),
+        Box::new(SquareSignature::new("https://x", secret(SECRET))),
         Box::new(PayPalUnsupported),
     ];
     for v in &verifiers {
@@ -417,7 +427,7 @@ fn adyen_hmac_matches_adyens_own_library_vector() {
     signed["additionalData"] =
         json!({"hmacSignature": "Ny9gS2veKo5E4w8/OL6xz1/wvT/hYkAXy1xNc/QvO4I="});
     let body = json!({"live": "false", "notificationItems": [{"NotificationRequestItem": signed}]});
-    let verifier = AdyenHmac::new("00").unwrap().key(key).unwrap();
+    let verifier = AdyenHmac::new(ADYEN_KEY).unwrap().key(key).unwrap();
     assert!(
         verifier
             .verify(
@@ -427,4 +437,45 @@ fn adyen_hmac_matches_adyens_own_library_vector() {
             )
             .is_ok()
     );
+}
+
+/// Issue 27 item 9: a verifier cannot be made with an empty or short key. An unset variable read
+/// with `unwrap_or_default()` gave `""`, every verifier took it, and anyone could sign with it.
+#[test]
+fn empty_and_short_keys_are_refused_when_a_verifier_is_made() {
+    let stripe = |k: &str| Secret::new(k).map(StripeSignature::new);
+    let github = |k: &str| Secret::new(k).map(HmacHeader::github);
+    let hmac = |k: &str| {
+        Secret::new(k).map(|s| HmacHeader::new(HeaderName::from_static("x-sig"), Encoding::Hex, s))
+    };
+    let square =
+        |k: &str| Secret::new(k).map(|s| SquareSignature::new("https://example.com/cb", s));
+    let short = |len| KeyError::TooShort { len, min: 16 };
+    for (key, refused) in [
+        ("", KeyError::Empty),
+        ("whsec_", short(6)),
+        ("fifteen bytes!!", short(15)),
+    ] {
+        assert_eq!(stripe(key).unwrap_err(), refused, "stripe {key:?}");
+        assert_eq!(github(key).unwrap_err(), refused, "github {key:?}");
+        assert_eq!(hmac(key).unwrap_err(), refused, "hmac header {key:?}");
+        assert_eq!(square(key).unwrap_err(), refused, "square {key:?}");
+        // Rotation takes a Secret too: no way to add the empty key as a second secret.
+        assert_eq!(Secret::new(key).unwrap_err(), refused);
+    }
+    // Adyen's hex keys: empty, decoding to 2 and to 15 bytes, and as a rotated key.
+    assert_eq!(AdyenHmac::new("").unwrap_err(), KeyError::Empty);
+    assert_eq!(AdyenHmac::new("00ff").unwrap_err(), short(2));
+    assert_eq!(AdyenHmac::new(&"ab".repeat(15)).unwrap_err(), short(15));
+    let adyen = AdyenHmac::new(ADYEN_KEY).unwrap();
+    assert_eq!(adyen.clone().key("").unwrap_err(), KeyError::Empty);
+    assert_eq!(adyen.key("00ff").unwrap_err(), short(2));
+    // Sixteen bytes is the floor.
+    assert!(stripe("sixteen bytes!!!").is_ok());
+    assert!(AdyenHmac::new(&"ab".repeat(16)).is_ok());
+    // The refusal names the problem, never the key.
+    let e = square("sq0wbs-short").unwrap_err();
+    for text in [e.to_string(), format!("{e:?}")] {
+        assert!(!text.contains("sq0wbs-short"), "{text}");
+    }
 }

@@ -754,6 +754,7 @@ async fn purge_and_erase_with_the_cli() {
             "--json",
             "purge",
             "--dry-run",
+            "--default-retention",
         ]))
         .await;
     assert_eq!(dry.code, 0, "{}", dry.stderr);
@@ -766,7 +767,15 @@ async fn purge_and_erase_with_the_cli() {
         before,
         "a dry run changes nothing"
     );
-    let done = cli.raw(&all(&["--keep-details", "10ms", "purge"])).await;
+    let done = cli
+        .raw(&all(&[
+            "--keep-details",
+            "10ms",
+            "purge",
+            "--default-retention",
+            "--yes",
+        ]))
+        .await;
     assert_eq!(done.code, 0, "{}", done.stderr);
     assert!(done.stdout.contains("operation details"), "{}", done.stdout);
     let after = ledger.get(fine.tenant(), fine.id()).await.unwrap().unwrap();
@@ -829,6 +838,170 @@ async fn purge_and_erase_with_the_cli() {
         .await;
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(bad.stderr.contains("retention.identity"), "{}", bad.stderr);
+    assert_eq!(world.vendor.posts_received(), 2, "the CLI sends nothing");
+    cli.assert_nothing_leaked();
+}
+
+/// Issue 27 item 10: a purge deletes by the application's own retention, shows what it will
+/// delete, and deletes only when told to. Without a contracts file it is refused (the library's
+/// 35 days can be shorter than the application's clocks and a vendor's key retention) unless
+/// `--default-retention` says so; without `--yes` (no terminal here, as in CI) it prints its
+/// plan and deletes nothing; with `--yes` it deletes what the plan listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_needs_the_applications_contracts_shows_its_plan_and_deletes_only_with_yes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let world = World::new(ledger.clone()).await;
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    let (stuck, fine) = world.lost_response_to_review("intent-purge-plan").await;
+    let finished = ledger.get(fine.tenant(), fine.id()).await.unwrap().unwrap();
+    let in_review = ledger
+        .get(stuck.tenant(), stuck.id())
+        .await
+        .unwrap()
+        .unwrap();
+    let contract = finished.contract.name.to_string();
+    // The application's contracts file: the drill's contract is its default.
+    let contracts = dir.path().join("contracts.toml");
+    std::fs::write(&contracts, "[default]\nextends = \"conservative\"\n").unwrap();
+    let contracts = contracts.display().to_string();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // Clocks of 10 and 20 ms: the finished write is due for deletion, the one in review never.
+    let args = |with_contracts: bool, tail: &[&'static str]| {
+        let mut full = vec![
+            "--ledger".to_owned(),
+            cli.ledger.clone(),
+            "--all-tenants".to_owned(),
+            "--keep-details".to_owned(),
+            "10ms".to_owned(),
+            "--keep-identity".to_owned(),
+            "20ms".to_owned(),
+        ];
+        if with_contracts {
+            full.extend(["--contracts".to_owned(), contracts.clone()]);
+        }
+        full.extend(tail.iter().map(|a| (*a).to_owned()));
+        full
+    };
+    let run = |full: Vec<String>| {
+        let cli = &cli;
+        async move {
+            let full: Vec<&str> = full.iter().map(String::as_str).collect();
+            cli.raw(&full).await
+        }
+    };
+    let unchanged = || async {
+        assert_eq!(
+            ledger.get(fine.tenant(), fine.id()).await.unwrap().as_ref(),
+            Some(&finished),
+            "the finished operation is untouched"
+        );
+        assert_eq!(
+            ledger
+                .get(stuck.tenant(), stuck.id())
+                .await
+                .unwrap()
+                .as_ref(),
+            Some(&in_review),
+            "the operation in review is untouched"
+        );
+    };
+
+    // No contracts file: refused, whatever else is said, naming both ways out.
+    for tail in [
+        &["purge"][..],
+        &["purge", "--yes"],
+        &["purge", "--dry-run"],
+        &["--json", "purge", "--yes"],
+    ] {
+        let refused = run(args(false, tail)).await;
+        assert_eq!(refused.code, 2, "{tail:?}: {}", refused.stderr);
+        assert!(
+            refused.stderr.contains("--contracts")
+                && refused.stderr.contains("--default-retention"),
+            "{tail:?}: {}",
+            refused.stderr
+        );
+        assert!(
+            refused.stderr.contains("Nothing was deleted"),
+            "{}",
+            refused.stderr
+        );
+        assert!(refused.stdout.is_empty(), "{}", refused.stdout);
+    }
+    unchanged().await;
+    // Both at once is ambiguous.
+    let both = run(args(true, &["purge", "--default-retention", "--yes"])).await;
+    assert_eq!(both.code, 2, "{}", both.stderr);
+    unchanged().await;
+
+    // The contracts, no --yes and no terminal: the plan, exit 2, nothing deleted.
+    let unconfirmed = run(args(true, &["purge"])).await;
+    assert_eq!(unconfirmed.code, 2, "{}", unconfirmed.stderr);
+    assert!(
+        unconfirmed.stderr.contains("nothing was deleted") && unconfirmed.stderr.contains("--yes"),
+        "{}",
+        unconfirmed.stderr
+    );
+    let plan = &unconfirmed.stdout;
+    assert!(
+        plan.contains("purge plan: retention from the contracts in"),
+        "{plan}"
+    );
+    assert!(plan.contains("operations to delete"), "{plan}");
+    let line = plan
+        .lines()
+        .find(|l| l.starts_with(&contract))
+        .unwrap_or_else(|| panic!("no line for {contract}:\n{plan}"));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cells[cells.len() - 2..], ["0", "1"], "{line}");
+    unchanged().await;
+    let unconfirmed = run(args(true, &["--json", "purge"])).await;
+    assert_eq!(unconfirmed.code, 2, "{}", unconfirmed.stderr);
+    let shown: Value = serde_json::from_str(&unconfirmed.stdout).unwrap();
+    let line = &shown["plan"]["contracts"][0];
+    assert_eq!(line["contract"], contract.as_str());
+    assert_eq!(line["configured"], true);
+    assert_eq!(line["keep_identity_ms"], 20);
+    assert_eq!(line["identity"]["rows"], 1, "{shown}");
+    assert_eq!(
+        line["details"]["rows"], 0,
+        "a row deleted is not slimmed too"
+    );
+    assert_eq!(shown["plan"]["total"]["identity"]["rows"], 1);
+    unchanged().await;
+
+    // --yes: what the plan listed, and nothing else.
+    let done = run(args(true, &["--json", "purge", "--yes"])).await;
+    let done = done.json();
+    assert_eq!(done["dry_run"], false);
+    assert_eq!(done["plan"]["total"]["identity"]["rows"], 1);
+    assert_eq!(done["report"]["identity"]["rows"], 1, "{done}");
+    assert_eq!(done["report"]["details"]["rows"], 0);
+    assert_eq!(ledger.get(fine.tenant(), fine.id()).await.unwrap(), None);
+    assert_eq!(
+        ledger
+            .get(stuck.tenant(), stuck.id())
+            .await
+            .unwrap()
+            .as_ref(),
+        Some(&in_review),
+        "never an operation that is not finished"
+    );
+    // Nothing is due any more: nothing to confirm.
+    let again = run(args(true, &["purge"])).await;
+    assert!(again.ok().contains("would purge"), "{}", again.stdout);
+    let again = run(args(true, &["--json", "purge"])).await.json();
+    assert_eq!(again["dry_run"], false, "{again}");
+    assert_eq!(again["report"]["identity"]["rows"], 0);
+    // The explicit flag: the library's clocks, said out loud.
+    let defaults = run(args(false, &["purge", "--default-retention", "--dry-run"])).await;
+    assert!(
+        defaults.ok().contains("the library's default clocks"),
+        "{}",
+        defaults.stdout
+    );
     assert_eq!(world.vendor.posts_received(), 2, "the CLI sends nothing");
     cli.assert_nothing_leaked();
 }

@@ -223,6 +223,77 @@ async fn after_the_details_stage_a_repeat_sends_nothing_and_another_payload_conf
     }
 }
 
+/// Issue 27 item 10: the plan a person confirms counts each operation once, per contract with
+/// the clocks it gets, and running it drops what it listed, not what became due while it was
+/// read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_counts_each_operation_once_and_running_it_drops_only_what_it_listed() {
+    for (name, ledger, _guard) in backends().await {
+        let vendor = FakeVendor::start().await;
+        let clock = TestClock::new();
+        let config = ConfigBuilder::new(ledger.clone())
+            .budget(fast_policy())
+            .clock(clock.clone())
+            .retention(short_retention())
+            .build()
+            .unwrap();
+        let mut svc = writer(&config);
+        let old = new_op("intent-plan-old");
+        let res = send(&mut svc, ticket_request(&vendor, &old, "E17")).await;
+        assert_eq!(res.unwrap().status(), 201, "{name}");
+        clock.advance(DAY + DAY / 2);
+        let newer = new_op("intent-plan-newer");
+        let res = send(&mut svc, ticket_request(&vendor, &newer, "E18")).await;
+        assert_eq!(res.unwrap().status(), 201, "{name}");
+        // `old` is past both clocks (2.5 days), `newer` past the details clock only (1 day).
+        clock.advance(DAY + Duration::from_secs(60));
+
+        let purger = config.retention();
+        let plan = purger.plan().await.unwrap();
+        assert_eq!(plan.as_of_ms, clock.now_ms());
+        let [line] = &plan.contracts[..] else {
+            panic!("{name}: one contract: {plan:?}")
+        };
+        assert!(line.configured, "{name}");
+        assert_eq!(line.keep_details_ms, DAY.as_millis() as u64);
+        assert_eq!(line.keep_identity_ms, 2 * DAY.as_millis() as u64);
+        assert_eq!(line.identity.rows, 1, "{name}: old is deleted");
+        assert_eq!(
+            line.details.rows, 1,
+            "{name}: only newer is slimmed; old, deleted, is not counted twice"
+        );
+        assert_eq!(plan.total.identity, line.identity);
+        assert_eq!(plan.total.details, line.details);
+        assert_eq!(purger.preview().await.unwrap(), plan.total, "{name}");
+
+        // A person reads it for a day: `newer` becomes due for deletion meanwhile.
+        clock.advance(DAY);
+        let done = purger.run_plan(&plan).await.unwrap();
+        assert_eq!(done.identity, plan.total.identity, "{name}");
+        assert_eq!(done.details, plan.total.details, "{name}");
+        assert!(
+            ledger.get(old.tenant(), old.id()).await.unwrap().is_none(),
+            "{name}"
+        );
+        let kept = ledger
+            .get(newer.tenant(), newer.id())
+            .await
+            .unwrap()
+            .expect("not in the plan's deletions");
+        assert!(kept.details_removed_ms.is_some(), "{name}");
+        // A run now takes what became due since.
+        assert_eq!(purger.run().await.unwrap().identity.rows, 1, "{name}");
+        assert!(
+            ledger
+                .get(newer.tenant(), newer.id())
+                .await
+                .unwrap()
+                .is_none(),
+            "{name}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn retention_shorter_than_it_must_be_is_refused_by_name() {
     let build = |retention: Retention, contracts: Contracts| {

@@ -18,7 +18,7 @@ use http_body_util::BodyExt;
 use recoverable_write::ledger::TenantScope;
 use recoverable_write::review_ui::{self, ReviewUiConfig, ReviewerIdentity};
 use recoverable_write::testing::FakeVendor;
-use recoverable_write::{Operation, State, Tenant};
+use recoverable_write::{KeyError, Operation, Secret, State, Tenant};
 use tower::ServiceExt;
 
 /// The application's authentication, for the tests: `x-test-user: alice` may resolve,
@@ -39,10 +39,13 @@ async fn test_auth(mut req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// The CSRF key of the tests' page.
+const CSRF_KEY: &[u8] = b"review-ui test key: 32 bytes ok!";
+
 fn config(drill: &Drill) -> ReviewUiConfig {
     ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
         .reviews(drill.layer.reviews())
-        .csrf_key(b"review-ui test key: 32 bytes ok!")
+        .csrf_key(Secret::new(CSRF_KEY).unwrap())
 }
 
 fn app(config: ReviewUiConfig) -> Router {
@@ -450,6 +453,78 @@ async fn a_missing_or_forged_csrf_token_is_403() {
     );
 }
 
+/// A CSRF token computed outside the page, as an attacker who knows (or guesses) the key would:
+/// HMAC-SHA256 over the domain, the length-prefixed person, tenant and operation, and the
+/// version (`review_ui/csrf.rs`).
+fn offline_token(key: &[u8], who: &str, tenant: &str, op: &str, version: u64) -> String {
+    use hmac::{Hmac, Mac};
+    let mut m = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    m.update(b"recoverable-write/review-ui/csrf/v1");
+    for part in [who, tenant, op] {
+        m.update(&(part.len() as u64).to_be_bytes());
+        m.update(part.as_bytes());
+    }
+    m.update(&version.to_be_bytes());
+    m.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Issue 27 item 9: the README's `.csrf_key(std::env::var("REVIEW_CSRF_KEY").unwrap_or_default())`
+/// ran the page with an empty key when the variable was unset, and a token computed offline
+/// with that key claimed an operation (303). An empty or short key is now refused where the
+/// key is made, so no page holds one, and the forged token is refused.
+#[tokio::test]
+async fn an_empty_or_short_csrf_key_is_refused_and_a_token_forged_with_one_claims_nothing() {
+    let unset = std::env::var("RW_TEST_CSRF_KEY_NEVER_SET").unwrap_or_default();
+    assert_eq!(Secret::new(unset).unwrap_err(), KeyError::Empty);
+    assert_eq!(
+        Secret::new(b"short csrf key").unwrap_err(),
+        KeyError::TooShort { len: 14, min: 16 }
+    );
+
+    let (drill, op) = drill_in_review().await;
+    let (id, tenant) = (op.id().as_str(), TENANT);
+    let keyed = app(config(&drill));
+    let (version, shown) = form_of(&keyed, "alice", &op).await;
+    let v: u64 = version.parse().unwrap();
+    // The forger is faithful: with the page's own key it makes the very token the page shows.
+    assert_eq!(offline_token(CSRF_KEY, "alice", tenant, id, v), shown);
+
+    let forged = offline_token(b"", "alice", tenant, id, v);
+    let default_key = app(
+        ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+            .reviews(drill.layer.reviews()),
+    );
+    for (page, router) in [("configured key", &keyed), ("default key", &default_key)] {
+        let a = post(
+            router,
+            Some("alice"),
+            &format!("{}/claim", op_path(&op)),
+            &[
+                ("version", &version),
+                ("csrf", &forged),
+                ("reason", "forged"),
+            ],
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "{page}: {}", a.body);
+    }
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.version, v, "nothing changed");
+    assert_eq!(row.state, State::ManualReview);
+    assert!(
+        !drill
+            .evidence(op.id())
+            .await
+            .iter()
+            .any(|e| e.entry.kind.starts_with("review")),
+        "no review action recorded"
+    );
+}
+
 #[tokio::test]
 async fn a_stale_version_is_409_with_the_current_state_and_a_double_submit_says_already_done() {
     let (drill, op) = drill_in_review().await;
@@ -768,7 +843,7 @@ async fn an_all_tenants_router_finds_the_tenant_and_a_scoped_one_stays_in_its_te
     let all = app(
         ReviewUiConfig::scoped(drill.ledger.clone(), TenantScope::AllTenants)
             .reviews(drill.layer.reviews())
-            .csrf_key(b"another key for every tenant...."),
+            .csrf_key(Secret::new(b"another key for every tenant....").unwrap()),
     );
     let q = get(&all, Some("ops-lead"), "/ops").await;
     assert!(q.body.contains("all tenants"));

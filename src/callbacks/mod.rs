@@ -29,7 +29,7 @@
 //! use std::time::{Duration, SystemTime, UNIX_EPOCH};
 //! use recoverable_write::callbacks::{parse, CallbackMapping, Secret, StripeSignature, Verifier};
 //!
-//! let secret = Secret::new("whsec_test");
+//! let secret = Secret::new("whsec_example_not_a_real_secret")?;
 //! let verifier = StripeSignature::new(secret.clone());
 //! let body = br#"{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1"}}}"#;
 //! let now = SystemTime::now();
@@ -40,6 +40,7 @@
 //! let delivery = verifier.verify(&headers, body, now).unwrap();
 //! let events = parse(&CallbackMapping::stripe(), &delivery).unwrap();
 //! assert_eq!(events[0].event_id, "evt_1");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::collections::HashMap;
@@ -54,13 +55,14 @@ mod mapping;
 mod receiver;
 mod verify;
 
+pub use crate::secret::{KeyError, Secret};
 pub use mapping::{
     CallbackMapping, EventRule, MatchBy, MatchField, Matcher, ParseError, ParsedEvent, StatusRule,
     parse,
 };
 pub use receiver::{CALLBACK_KIND, CallbackReceiver, Receipt};
 pub use verify::{
-    AdyenHmac, DEFAULT_TOLERANCE, Encoding, HmacHeader, PayPalUnsupported, Secret, SquareSignature,
+    AdyenHmac, DEFAULT_TOLERANCE, Encoding, HmacHeader, PayPalUnsupported, SquareSignature,
     StripeSignature, VerifiedDelivery, Verifier, VerifyError,
 };
 

@@ -60,19 +60,22 @@ pub const CALLBACK_KIND: &str = "callback";
 ///
 /// ```no_run
 /// # #[cfg(feature = "axum")]
-/// # async fn run(rw: recoverable_write::Config) {
+/// # async fn run(rw: recoverable_write::Config) -> Result<(), Box<dyn std::error::Error>> {
 /// use recoverable_write::callbacks::{
 ///     AccountTenants, CallbackMapping, CallbackReceiver, Secret, StripeSignature,
 /// };
 ///
+/// // An unset variable, or an empty or short secret, stops the start here.
+/// let secret = Secret::new(std::env::var("STRIPE_WEBHOOK_SECRET")?)?;
 /// let stripe = CallbackReceiver::new(
 ///     &rw,
 ///     CallbackMapping::stripe(),
-///     StripeSignature::new(Secret::new(std::env::var("STRIPE_WEBHOOK_SECRET").unwrap())),
+///     StripeSignature::new(secret),
 ///     AccountTenants::default().default_tenant("acme"),
 /// );
 /// let app: axum::Router = axum::Router::new().nest("/webhooks/stripe", stripe.router());
 /// # let _ = app;
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Clone, Debug)]

@@ -4,6 +4,10 @@
 //! several secrets (rotation: old and new secret both valid while the vendor switches), and
 //! returns typed [`VerifyError`]s that name the header and the failure, never the secret, the
 //! signature or the body.
+//!
+//! Every verifier is made from [`Secret`]s (or, for Adyen, hex keys checked the same way), so
+//! none can be built with an empty or short key: that is a [`KeyError`] where the endpoint is
+//! configured, never a signature anyone can forge.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -16,52 +20,22 @@ use http::{HeaderMap, HeaderName};
 use sha2::Sha256;
 
 use crate::operation::hex;
+use crate::secret::{KeyError, Secret, decode_hex};
 
 type HmacSha256 = Hmac<Sha256>;
 
 /// The default tolerance on a signed timestamp, in both directions (Stripe's libraries use 300 s).
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
-/// A signing secret. Its `Debug` prints `***`, so it cannot leak through logs or error chains.
-#[derive(Clone)]
-pub struct Secret(Box<[u8]>);
-
-impl Secret {
-    /// A secret used as its UTF-8 bytes (Stripe's `whsec_...`, Square's signature key).
-    pub fn new(secret: impl AsRef<[u8]>) -> Self {
-        Self(secret.as_ref().into())
-    }
-
-    /// A secret given as hex digits and used as the decoded bytes (Adyen's HMAC key).
-    pub fn from_hex(hex: &str) -> Result<Self, VerifyError> {
-        decode_hex(hex)
-            .map(|b| Self(b.into()))
-            .ok_or(VerifyError::BadSecret {
-                why: "not an even number of hex digits",
-            })
-    }
-
-    fn mac(&self) -> HmacSha256 {
-        // HMAC takes keys of any length; the error branch cannot happen for Hmac<Sha256>.
-        HmacSha256::new_from_slice(&self.0).unwrap_or_else(|_| unreachable_mac())
-    }
+// The HMAC of a (validated) secret.
+fn hmac_with(secret: &Secret) -> HmacSha256 {
+    // HMAC takes keys of any length; the error branch cannot happen for Hmac<Sha256>.
+    HmacSha256::new_from_slice(secret.bytes()).unwrap_or_else(|_| unreachable_mac())
 }
 
 #[allow(clippy::panic)]
 fn unreachable_mac() -> HmacSha256 {
     panic!("HMAC-SHA256 accepts keys of every length")
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl<S: AsRef<str>> From<S> for Secret {
-    fn from(s: S) -> Self {
-        Self::new(s.as_ref())
-    }
 }
 
 /// A delivery whose signature was checked: only this is handed to [`parse`](super::parse).
@@ -141,12 +115,6 @@ pub enum VerifyError {
     /// The verifier holds no secret, so it can accept nothing.
     #[error("the verifier has no secret configured")]
     NoSecret,
-    /// A configured secret is unusable.
-    #[error("a configured secret is unusable: {why}")]
-    BadSecret {
-        /// What is wrong with it (never the secret itself).
-        why: &'static str,
-    },
     /// The scheme cannot be verified offline by this crate (PayPal's certificate signatures).
     #[error("signature scheme `{scheme}` is not supported offline")]
     Unsupported {
@@ -187,16 +155,16 @@ impl StripeSignature {
     pub const HEADER: &'static str = "stripe-signature";
 
     /// A verifier with one secret and the default tolerance of 300 s.
-    pub fn new(secret: impl Into<Secret>) -> Self {
+    pub fn new(secret: Secret) -> Self {
         Self {
-            secrets: vec![secret.into()],
+            secrets: vec![secret],
             tolerance: DEFAULT_TOLERANCE,
         }
     }
 
     /// Adds a secret that is also accepted (rotation).
-    pub fn secret(mut self, secret: impl Into<Secret>) -> Self {
-        self.secrets.push(secret.into());
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.secrets.push(secret);
         self
     }
 
@@ -208,7 +176,7 @@ impl StripeSignature {
 
     /// The header value Stripe would send for `body` at `timestamp` (tests and the fake vendor).
     pub fn sign(secret: &Secret, timestamp: i64, body: &[u8]) -> String {
-        let mut mac = secret.mac();
+        let mut mac = hmac_with(secret);
         mac.update(timestamp.to_string().as_bytes());
         mac.update(b".");
         mac.update(body);
@@ -259,7 +227,7 @@ impl Verifier for StripeSignature {
         // Entries that are not 32 bytes of hex simply cannot match.
         let decoded: Vec<Vec<u8>> = signatures.iter().filter_map(|s| decode_hex(s)).collect();
         let matched = self.secrets.iter().any(|secret| {
-            let mut mac = secret.mac();
+            let mut mac = hmac_with(secret);
             mac.update(t_str.as_bytes());
             mac.update(b".");
             mac.update(body);
@@ -307,10 +275,10 @@ pub struct HmacHeader {
 
 impl HmacHeader {
     /// HMAC-SHA256 of the body in `header`, in `encoding`, with one secret.
-    pub fn new(header: HeaderName, encoding: Encoding, secret: impl Into<Secret>) -> Self {
+    pub fn new(header: HeaderName, encoding: Encoding, secret: Secret) -> Self {
         Self {
             header,
-            secrets: vec![secret.into()],
+            secrets: vec![secret],
             encoding,
             value_prefix: None,
             signed_prefix: None,
@@ -320,7 +288,7 @@ impl HmacHeader {
     }
 
     /// GitHub's scheme: `X-Hub-Signature-256: sha256=<hex>` over the body.
-    pub fn github(secret: impl Into<Secret>) -> Self {
+    pub fn github(secret: Secret) -> Self {
         Self::new(
             HeaderName::from_static("x-hub-signature-256"),
             Encoding::Hex,
@@ -330,8 +298,8 @@ impl HmacHeader {
     }
 
     /// Adds a secret that is also accepted (rotation).
-    pub fn secret(mut self, secret: impl Into<Secret>) -> Self {
-        self.secrets.push(secret.into());
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.secrets.push(secret);
         self
     }
 
@@ -379,7 +347,7 @@ impl HmacHeader {
     }
 
     fn mac_over(&self, secret: &Secret, timestamp: Option<&str>, body: &[u8]) -> HmacSha256 {
-        let mut mac = secret.mac();
+        let mut mac = hmac_with(secret);
         if let Some(p) = &self.signed_prefix {
             mac.update(p);
         }
@@ -485,7 +453,7 @@ impl SquareSignature {
     pub const HEADER: &'static str = "x-square-hmacsha256-signature";
 
     /// A verifier for deliveries to `notification_url` signed with `signature_key`.
-    pub fn new(notification_url: impl Into<String>, signature_key: impl Into<Secret>) -> Self {
+    pub fn new(notification_url: impl Into<String>, signature_key: Secret) -> Self {
         let mut inner = HmacHeader::new(
             HeaderName::from_static(Self::HEADER),
             Encoding::Base64,
@@ -497,7 +465,7 @@ impl SquareSignature {
     }
 
     /// Adds a signature key that is also accepted (rotation).
-    pub fn secret(self, secret: impl Into<Secret>) -> Self {
+    pub fn secret(self, secret: Secret) -> Self {
         Self(self.0.secret(secret))
     }
 
@@ -555,15 +523,25 @@ pub struct AdyenHmac {
 }
 
 impl AdyenHmac {
-    /// A verifier with one HMAC key (hex digits, as Adyen's Customer Area shows it).
-    pub fn new(hex_key: &str) -> Result<Self, VerifyError> {
+    /// A verifier with one HMAC key (hex digits, as Adyen's Customer Area shows it: 64 of
+    /// them, 32 bytes).
+    ///
+    /// # Errors
+    ///
+    /// A [`KeyError`] when the key is not hex digits or decodes to fewer than
+    /// [`Secret::MIN_LEN`] bytes (see [`Secret::from_hex`]).
+    pub fn new(hex_key: &str) -> Result<Self, KeyError> {
         Ok(Self {
             secrets: vec![Secret::from_hex(hex_key)?],
         })
     }
 
     /// Adds a key that is also accepted (rotation).
-    pub fn key(mut self, hex_key: &str) -> Result<Self, VerifyError> {
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn key(mut self, hex_key: &str) -> Result<Self, KeyError> {
         self.secrets.push(Secret::from_hex(hex_key)?);
         Ok(self)
     }
@@ -591,7 +569,7 @@ impl AdyenHmac {
 
     /// The `hmacSignature` Adyen would put in `item` (tests and the fake vendor).
     pub fn sign(secret: &Secret, item: &serde_json::Value) -> String {
-        let mut mac = secret.mac();
+        let mut mac = hmac_with(secret);
         mac.update(Self::signing_string(item).as_bytes());
         BASE64.encode(mac.finalize().into_bytes())
     }
@@ -634,7 +612,7 @@ impl Verifier for AdyenHmac {
                 .map_err(|_| malformed("the signature is not base64"))?;
             let signing = Self::signing_string(item);
             let ok = self.secrets.iter().any(|secret| {
-                let mut mac = secret.mac();
+                let mut mac = hmac_with(secret);
                 mac.update(signing.as_bytes());
                 mac.verify_slice(&sig).is_ok()
             });
@@ -674,16 +652,4 @@ fn unix_to_time(t: i64) -> SystemTime {
     } else {
         UNIX_EPOCH - Duration::from_secs(t.unsigned_abs())
     }
-}
-
-// The inverse of `crate::operation::hex`; signatures may also arrive in upper case.
-fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    s.as_bytes()
-        .chunks(2)
-        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
-        .collect()
 }

@@ -9,6 +9,7 @@
 //!     --remote-ref W731 --version 8 --reviewer alice --reason "ticket W731 in the console"
 //! recoverable-write --ledger postgres://ops@db/ops --all-tenants stats
 //! recoverable-write --ledger sqlite:ops.db --all-tenants --contracts contracts.toml purge --dry-run
+//! recoverable-write --ledger sqlite:ops.db --all-tenants --contracts contracts.toml purge --yes
 //! recoverable-write --ledger sqlite:ops.db --tenant acme erase op-5d1f…     # one operation's details
 //! recoverable-write --ledger sqlite:ops.db --tenant acme erase --all-finished --yes
 //! ```
@@ -18,6 +19,15 @@
 //! `keep_identity_secs`) and the ledger-wide clocks (`--keep-details`, `--keep-identity`,
 //! `--keep-callback-deliveries`, `--keep-quarantined-callbacks`; the library's defaults when
 //! not given). See [`crate::retention`].
+//!
+//! `purge` deletes, so it asks twice. Without a contracts file it refuses (exit 2): the
+//! library's default clocks (rows kept 35 days) can be shorter than the application's and than
+//! a vendor's key retention (PayPal Payments: 45 days), and a row deleted too early lets a
+//! repeated intent be sent again; `--default-retention` says to purge by the defaults anyway.
+//! Then it prints its plan (per contract: the clocks applied, how many operations would lose
+//! their details or be deleted; callback records) and deletes only what that plan listed, with
+//! `--yes` or when a person answers `yes` on the terminal. Otherwise (a script, CI: no
+//! terminal) it deletes nothing and exits 2 after the plan. `--dry-run` prints the plan only.
 //!
 //! The ledger is `--ledger` or `RECOVERABLE_WRITE_LEDGER`: `sqlite:PATH`, `sqlite://PATH`, or
 //! a `postgres://` / `postgresql://` URL (`--schema`, default `public`). The ledger URL is never
@@ -29,14 +39,15 @@
 //! [`HandoffPackage`](crate::HandoffPackage) and listing columns.
 //!
 //! Exit codes ([`exit`]): 0 ok, 1 operational error (ledger unreachable, store failure),
-//! 2 usage (bad arguments, bad ledger URL, ambiguous id, empty reason), 3 operation not found,
+//! 2 usage (bad arguments, bad ledger URL, ambiguous id, empty reason, a deletion not
+//! confirmed or without the application's retention), 3 operation not found,
 //! 4 stale version (the operation changed since it was read: show it again), 5 refused by the
 //! state machine (e.g. resolving an operation that is not in `MANUAL_REVIEW`).
 
 mod render;
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -62,7 +73,8 @@ pub mod exit {
     /// command unless it says so.
     pub const OPERATIONAL: u8 = 1;
     /// Usage: bad arguments, an unsupported ledger URL, an ambiguous operation id, a blank
-    /// reason.
+    /// reason; a deletion not confirmed (`--yes`), or a purge without the application's
+    /// contracts. Nothing changed.
     pub const USAGE: u8 = 2;
     /// No such operation (in the tenant scope).
     pub const NOT_FOUND: u8 = 3;
@@ -75,7 +87,8 @@ pub mod exit {
 
 const EXIT_CODES_HELP: &str = "\
 Exit codes: 0 ok, 1 operational error (ledger unreachable or failing), 2 usage (bad arguments, \
-bad ledger URL, ambiguous id, blank reason), 3 operation not found, 4 stale version (changed \
+bad ledger URL, ambiguous id, blank reason, a deletion not confirmed or without the \
+application's contracts), 3 operation not found, 4 stale version (changed \
 since it was read: show it again), 5 refused in the operation's state.
 
 Never create a write again by hand while it is UNKNOWN, PROCESSING or IN_FLIGHT: the vendor may \
@@ -149,8 +162,10 @@ pub enum Command {
     /// could not decode.
     Quarantine(QuarantineArgs),
     /// Purge what retention says is due now (finished operations' details, then their rows;
-    /// callback records), in bounded batches. Ledger-wide: needs --all-tenants. Operations that
-    /// are not finished are never purged.
+    /// callback records), in bounded batches. Ledger-wide: needs --all-tenants, and the
+    /// application's contracts (--contracts) or --default-retention. Prints the plan first and
+    /// deletes only with --yes or a yes on the terminal. Operations that are not finished are
+    /// never purged.
     Purge(PurgeArgs),
     /// The right to erasure: one finished operation's details (its identity stays, so a repeat
     /// still sends nothing), or every finished operation of the tenant with --all-finished.
@@ -161,9 +176,19 @@ pub enum Command {
 /// `purge`.
 #[derive(Debug, Args)]
 pub struct PurgeArgs {
-    /// Count what would be purged; change nothing.
+    /// Print the plan (what would be purged, per contract); change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Delete what the plan lists without asking (scripts and CI, where no one can answer).
+    #[arg(long, conflicts_with = "dry_run")]
+    pub yes: bool,
+    /// Purge by the library's default clocks, as no contracts file is given: details kept 7
+    /// days and rows 35 days after an operation finished. They can be shorter than the
+    /// application's own clocks and than a vendor's key retention (PayPal Payments keeps keys
+    /// 45 days), and a row deleted too early lets a repeated intent be sent again: prefer
+    /// --contracts with the file the application loads.
+    #[arg(long)]
+    pub default_retention: bool,
 }
 
 /// `erase`.
@@ -305,6 +330,9 @@ pub struct CliError {
     pub code: u8,
     /// What went wrong and what to do.
     pub message: String,
+    /// What to print on stdout before the message, usually nothing (the plan of a purge that
+    /// was not confirmed).
+    pub output: String,
 }
 
 impl CliError {
@@ -312,7 +340,13 @@ impl CliError {
         Self {
             code,
             message: message.into(),
+            output: String::new(),
         }
+    }
+
+    fn with_output(mut self, output: String) -> Self {
+        self.output = output;
+        self
     }
 
     fn usage(message: impl Into<String>) -> Self {
@@ -354,6 +388,7 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
+            let _ = std::io::stdout().lock().write_all(e.output.as_bytes());
             eprintln!("error: {}", e.message);
             ExitCode::from(e.code)
         }
@@ -411,6 +446,7 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
     let ctx = Ctx {
         ledger: ledger.clone(),
         purger: config.retention(),
+        contracts_file: cli.contracts.as_ref().map(|p| p.display().to_string()),
         reviews: Reviews::new(ledger),
         scope,
         json: cli.json,
@@ -523,6 +559,34 @@ fn redact_url(url: &str) -> String {
     }
 }
 
+/// Why `purge` refuses to run without a contracts file.
+const NO_CONTRACTS: &str = "purge deletes by the application's retention, and no contracts \
+file was given: pass the one the application loads (--contracts FILE or \
+RECOVERABLE_WRITE_CONTRACTS), with its ledger-wide clocks (--keep-details, --keep-identity, ...) \
+if it sets them. The library's defaults (rows kept 35 days) can be shorter than the \
+application's clocks and than a vendor's key retention (PayPal Payments: 45 days), and a row \
+deleted too early lets a repeated intent be sent again; to purge by them anyway, pass \
+--default-retention. Nothing was deleted.";
+
+/// Shows `plan` on stdout and asks on the terminal; only an explicit yes confirms.
+async fn confirm_on_terminal(plan: String) -> bool {
+    tokio::task::spawn_blocking(move || {
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(plan.as_bytes());
+        let _ = stdout.flush();
+        drop(stdout);
+        eprint!("Delete what the plan lists? This cannot be undone. Type yes to go on: ");
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer).is_ok() && is_yes(&answer)
+    })
+    .await
+    .unwrap_or(false)
+}
+
+fn is_yes(answer: &str) -> bool {
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
 /// A retention refusal as its exit code.
 fn retention_error(e: crate::retention::RetentionError) -> CliError {
     use crate::retention::RetentionError as E;
@@ -619,6 +683,8 @@ impl Row {
 struct Ctx {
     ledger: Arc<dyn Ledger>,
     purger: crate::retention::Purger,
+    /// The contracts file given (`--contracts`), as printed.
+    contracts_file: Option<String>,
     reviews: Reviews,
     scope: TenantScope,
     json: bool,
@@ -735,19 +801,55 @@ impl Ctx {
                 "purge is ledger-wide: pass --all-tenants (to erase one tenant, use erase --all-finished)",
             ));
         }
+        let source = match (&self.contracts_file, a.default_retention) {
+            (None, false) => return Err(CliError::usage(NO_CONTRACTS)),
+            (Some(_), true) => {
+                return Err(CliError::usage(
+                    "--default-retention is for a purge without a contracts file, and one is given \
+                     (--contracts or RECOVERABLE_WRITE_CONTRACTS): drop one of the two",
+                ));
+            }
+            (Some(file), false) => format!("the contracts in {file}"),
+            (None, true) => "the library's default clocks (--default-retention)".to_owned(),
+        };
         if !self.purger.settings().is_enabled() {
             return Err(CliError::usage("retention is off"));
         }
-        let report = if a.dry_run {
-            self.purger.preview().await
+        let plan = self.purger.plan().await.map_err(retention_error)?;
+        // The plan is a preview, unless nothing is due: then it is the purge's (empty) result,
+        // with nothing to confirm.
+        let preview = a.dry_run || !plan.total.is_empty();
+        let shown = if self.json {
+            to_json(&serde_json::json!({ "dry_run": preview, "report": plan.total, "plan": plan }))?
         } else {
-            self.purger.run().await
+            render::purge_plan(&plan, &source)
+        };
+        if a.dry_run || plan.total.is_empty() {
+            return Ok(shown);
         }
-        .map_err(retention_error)?;
+        // Deleting cannot be undone: only what the plan listed, and only once someone said so.
+        let mut out = shown;
+        if !a.yes {
+            let asked = !self.json && std::io::stdin().is_terminal();
+            if !asked {
+                return Err(CliError::usage(
+                    "nothing was deleted: pass --yes to delete what the plan above lists",
+                )
+                .with_output(out));
+            }
+            if !confirm_on_terminal(out).await {
+                return Err(CliError::usage("nothing was deleted: not confirmed"));
+            }
+            out = String::new();
+        }
+        let report = self.purger.run_plan(&plan).await.map_err(retention_error)?;
         if self.json {
-            return to_json(&serde_json::json!({ "dry_run": a.dry_run, "report": report }));
+            return to_json(
+                &serde_json::json!({ "dry_run": false, "report": report, "plan": plan }),
+            );
         }
-        Ok(render::purge(&report, a.dry_run))
+        out.push_str(&render::purge(&report, false));
+        Ok(out)
     }
 
     async fn erase(&self, a: EraseArgs) -> Result<String, CliError> {
@@ -1286,5 +1388,32 @@ mod tests {
         };
         assert_eq!(a.state, vec!["manual_review", "unknown"]);
         assert_eq!(a.older_than, Some(std::time::Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn purge_asks_before_deleting() {
+        let purge = |args: &[&str]| {
+            let mut full = vec!["recoverable-write", "--all-tenants", "purge"];
+            full.extend(args);
+            Cli::try_parse_from(full).map(|cli| match cli.command {
+                Command::Purge(a) => (a.dry_run, a.yes, a.default_retention),
+                _ => panic!("purge"),
+            })
+        };
+        assert_eq!(purge(&[]).unwrap(), (false, false, false));
+        assert_eq!(
+            purge(&["--yes", "--default-retention"]).unwrap(),
+            (false, true, true)
+        );
+        assert!(
+            purge(&["--dry-run", "--yes"]).is_err(),
+            "a dry run deletes nothing"
+        );
+        for yes in ["yes", "YES\n", " y \r\n"] {
+            assert!(is_yes(yes), "{yes:?}");
+        }
+        for no in ["", "\n", "no", "n", "yes please", "sure"] {
+            assert!(!is_yes(no), "{no:?}");
+        }
     }
 }

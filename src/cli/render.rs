@@ -591,3 +591,57 @@ pub(super) fn purge(r: &crate::retention::PurgeReport, dry_run: bool) -> String 
     }
     out
 }
+
+/// The plan `purge` prints before it deletes anything: per contract, the clocks it applies and
+/// what would go; the callback records' clocks; the totals.
+pub(super) fn purge_plan(plan: &crate::retention::PurgePlan, source: &str) -> String {
+    let ms = |v: u64| format_age(i64::try_from(v).unwrap_or(i64::MAX));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "purge plan: retention from {source}, as of {}",
+        format_time(plan.as_of_ms)
+    );
+    if plan.contracts.is_empty() {
+        out.push_str("no finished operations\n");
+    } else {
+        let rows: Vec<Vec<String>> = plan
+            .contracts
+            .iter()
+            .map(|c| {
+                let name = if c.configured {
+                    c.contract.clone()
+                } else {
+                    format!("{} (not in the contracts: ledger-wide clocks)", c.contract)
+                };
+                vec![
+                    name,
+                    ms(c.keep_details_ms),
+                    ms(c.keep_identity_ms),
+                    c.details.rows.to_string(),
+                    c.identity.rows.to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "contract",
+                "details kept",
+                "rows kept",
+                "details to drop",
+                "operations to delete",
+            ],
+            &rows,
+        ));
+    }
+    let quarantine = plan
+        .keep_quarantined_callbacks_ms
+        .map_or_else(|| "until erased".to_owned(), ms);
+    let _ = writeln!(
+        out,
+        "callback dedupe records kept {}; quarantined callbacks kept {quarantine}",
+        ms(plan.keep_callback_deliveries_ms)
+    );
+    out.push_str(&purge(&plan.total, true));
+    out
+}

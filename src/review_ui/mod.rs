@@ -66,6 +66,7 @@ use crate::ledger::{
 };
 use crate::operation::{OperationId, Tenant};
 use crate::review::{HandoffPackage, ReviewError, Reviews};
+use crate::secret::Secret;
 use crate::state::{ReviewDecision, State};
 
 /// Who is using the page, as the application's authentication established it. Insert it into
@@ -103,7 +104,7 @@ pub struct ReviewUiConfig {
     ledger: Arc<dyn Ledger>,
     reviews: Reviews,
     scope: TenantScope,
-    csrf_key: Arc<[u8]>,
+    csrf_key: Secret,
     page_size: u32,
     retention: Option<crate::retention::Purger>,
 }
@@ -132,12 +133,11 @@ impl ReviewUiConfig {
 
     /// The page over `scope`. The CSRF key is 32 random bytes (see [`csrf_key`](Self::csrf_key)).
     pub fn scoped(ledger: Arc<dyn Ledger>, scope: TenantScope) -> Self {
-        let key: [u8; 32] = rand::random();
         Self {
             reviews: Reviews::new(ledger.clone()),
             ledger,
             scope,
-            csrf_key: Arc::from(&key[..]),
+            csrf_key: Secret::random(),
             page_size: 50,
             retention: None,
         }
@@ -158,9 +158,24 @@ impl ReviewUiConfig {
     }
 
     /// The key CSRF tokens are made with. Give every replica behind one load balancer the same
-    /// key (at least 32 random bytes, kept secret); by default each router makes its own.
-    pub fn csrf_key(mut self, key: impl AsRef<[u8]>) -> Self {
-        self.csrf_key = Arc::from(key.as_ref());
+    /// key (32 random bytes, kept secret); by default each router makes its own.
+    ///
+    /// A [`Secret`] is at least [`Secret::MIN_LEN`] bytes, so the page cannot be built with an
+    /// empty key (anyone could compute its tokens): read it so that a missing variable stops
+    /// the start.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use recoverable_write::review_ui::ReviewUiConfig;
+    /// # use recoverable_write::{Ledger, Secret, Tenant};
+    /// # fn demo(ledger: Arc<dyn Ledger>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = ReviewUiConfig::for_tenant(ledger, Tenant::new("acme"))
+    ///     .csrf_key(Secret::new(std::env::var("REVIEW_CSRF_KEY")?)?);
+    /// # let _ = config;
+    /// # Ok(()) }
+    /// ```
+    pub fn csrf_key(mut self, key: Secret) -> Self {
+        self.csrf_key = key;
         self
     }
 
@@ -989,7 +1004,7 @@ fn operation_view(
         tenant: p.tenant.to_string(),
         version: p.version,
         csrf: csrf::token(
-            &cfg.csrf_key,
+            cfg.csrf_key.bytes(),
             &who.name,
             p.tenant.as_str(),
             p.operation_id.as_str(),
@@ -1399,7 +1414,7 @@ async fn act(
         Err(l) => return lookup_failed(who, base, &id, l),
     };
     if !csrf::verify(
-        &cfg.csrf_key,
+        cfg.csrf_key.bytes(),
         &who.name,
         tenant.as_str(),
         id.as_str(),

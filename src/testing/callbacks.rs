@@ -11,13 +11,14 @@
 //! use recoverable_write::callbacks::Secret;
 //! use recoverable_write::testing::callbacks::{stripe_event, CallbackSender, Schedule, Signer};
 //!
-//! # async fn run(ticket: recoverable_write::testing::Ticket) {
-//! let signer = Signer::stripe(Secret::new("whsec_test"));
+//! # async fn run(ticket: recoverable_write::testing::Ticket) -> Result<(), Box<dyn std::error::Error>> {
+//! let signer = Signer::stripe(Secret::new("whsec_test_not_a_real_secret")?);
 //! let body = stripe_event("evt_1", "payment_intent.succeeded", &ticket);
 //! let delivery = signer.sign("evt_1", &body, SystemTime::now());
 //! let statuses = CallbackSender::new()
 //!     .send_all("http://127.0.0.1:3000/callbacks/stripe", vec![delivery], &Schedule::new().duplicate(1))
 //!     .await;
+//! # Ok(())
 //! # }
 //! ```
 
@@ -317,7 +318,7 @@ mod tests {
 
     #[test]
     fn stripe_signer_is_accepted_and_a_forgery_refused() {
-        let secret = Secret::new("whsec_fake");
+        let secret = Secret::new("whsec_fake_vendor_secret").unwrap();
         let now = SystemTime::now();
         let d = Signer::stripe(secret.clone()).sign(
             "evt_1",
@@ -326,7 +327,7 @@ mod tests {
         );
         let verifier = StripeSignature::new(secret);
         assert!(verifier.verify(&d.headers, &d.body, now).is_ok());
-        let forged = Signer::stripe(Secret::new("whsec_other")).sign(
+        let forged = Signer::stripe(Secret::new("whsec_someone_elses_secret").unwrap()).sign(
             "evt_1",
             &stripe_event("evt_1", "payment_intent.succeeded", &ticket()),
             now,
@@ -342,7 +343,7 @@ mod tests {
 
     #[test]
     fn hmac_signer_is_accepted() {
-        let secret = Secret::new("s3");
+        let secret = Secret::new("github-webhook-secret-3").unwrap();
         let scheme = HmacHeader::github(secret.clone()).timestamp_header(
             http::HeaderName::from_static("x-timestamp"),
             ".",
@@ -351,18 +352,19 @@ mod tests {
         let now = SystemTime::now();
         let d = Signer::Hmac(scheme.clone(), secret).sign("e", &json!({"id": "e"}), now);
         assert!(scheme.verify(&d.headers, &d.body, now).is_ok());
+        let key = Secret::new("base64-scheme-secret-k").unwrap();
         let b64 = HmacHeader::new(
             http::HeaderName::from_static("x-sig"),
             Encoding::Base64,
-            "k",
+            key.clone(),
         );
-        let d = Signer::Hmac(b64.clone(), Secret::new("k")).sign("e", &json!({}), now);
+        let d = Signer::Hmac(b64.clone(), key).sign("e", &json!({}), now);
         assert!(b64.verify(&d.headers, &d.body, now).is_ok());
     }
 
     #[test]
     fn ticket_events_parse_with_the_ticket_mapping() {
-        let secret = Secret::new("fake-vendor-secret");
+        let secret = Secret::new("fake-vendor-secret").unwrap();
         let scheme = HmacHeader::new(
             http::HeaderName::from_static("x-vendor-signature"),
             Encoding::Hex,
@@ -396,7 +398,7 @@ mod tests {
 
     #[test]
     fn schedule_duplicates_and_reorders() {
-        let secret = Secret::new("x");
+        let secret = Secret::new("whsec_schedule_secret").unwrap();
         let now = SystemTime::now();
         let a = Signer::stripe(secret.clone()).sign("a", &json!({"id": "a"}), now);
         let b = Signer::stripe(secret).sign("b", &json!({"id": "b"}), now);
@@ -433,7 +435,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-        let secret = Secret::new("whsec_wire");
+        let secret = Secret::new("whsec_over_the_wire").unwrap();
         let now = SystemTime::now();
         let d = Signer::stripe(secret.clone()).sign(
             "evt_9",
