@@ -72,7 +72,7 @@ async fn setup(retention_secs: u64, vendor: FakeVendor) -> Fence {
     let receiver = CallbackReceiver::new(
         &rw,
         ticket_mapping(),
-        StripeSignature::new(Secret::new(SECRET)),
+        StripeSignature::new(Secret::new(SECRET).expect("a 16-byte secret")),
         AccountTenants::default().account(TENANT, TENANT),
     );
     let recoverer = recoverer(
@@ -87,7 +87,7 @@ async fn setup(retention_secs: u64, vendor: FakeVendor) -> Fence {
         _dir: dir,
         rw,
         receiver,
-        signer: Signer::stripe(Secret::new(SECRET)),
+        signer: Signer::stripe(Secret::new(SECRET).expect("a 16-byte secret")),
         recoverer,
         hold_replays,
     }
