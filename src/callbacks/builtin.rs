@@ -43,9 +43,10 @@ impl CallbackMapping {
     /// Confirmed (docs.stripe.com/api/events, /webhooks): the event id is `id` (`evt_...`), the
     /// type `type`, the object `data.object`; Connect events carry `account`; Stripe may deliver
     /// an event more than once and in any order. The matcher prefers
-    /// `data.object.metadata.operation_id` (the crate attaches it when the contract says so),
-    /// then the PaymentIntent id (`data.object.payment_intent` on a charge, `data.object.id` on a
-    /// PaymentIntent), then the charge id (legacy Charges API).
+    /// `data.object.metadata.operation_id` (the write carries it: `metadata[operation_id]` on
+    /// the PaymentIntent, see the callbacks guide), then the PaymentIntent id
+    /// (`data.object.payment_intent` on a charge, `data.object.id` on a PaymentIntent), then the
+    /// charge id (legacy Charges API).
     ///
     /// Conservative readings:
     /// - `payment_intent.succeeded` and `charge.succeeded` mean succeeded (both mean money moved);
