@@ -180,6 +180,14 @@ impl ConfigBuilder {
         self
     }
 
+    /// What becomes of an operation whose first send the authorizer refuses (see
+    /// [`DeniedFirstSend`](crate::DeniedFirstSend)): closed as `REJECTED` (the default), or
+    /// queued for the recoverer. The caller's [`Error::Denied`](crate::Error::Denied) says which.
+    pub fn denied_first_sends(mut self, fate: crate::DeniedFirstSend) -> Self {
+        self.shared.denied_first_sends = fate;
+        self
+    }
+
     /// Largest request body a write may have (default 1 MiB).
     pub fn max_request_body(mut self, bytes: usize) -> Self {
         self.shared.max_request_body = bytes;

@@ -200,17 +200,35 @@ pub enum Error {
         /// The existing operation.
         operation: OperationId,
     },
-    /// The [`Authorizer`](crate::Authorizer) refused the write. Nothing was sent.
-    #[error("{operation}: write not authorized; nothing was sent")]
+    /// The [`Authorizer`](crate::Authorizer) refused the write's first send. Nothing was sent;
+    /// `fate` says what happens to the operation now ([`DeniedFirstSend`]): closed as
+    /// `REJECTED` and never sent (the default), or kept `PREPARED` for the recoverer to send
+    /// once the authorizer allows it.
+    #[error("{operation}: write not authorized; nothing was sent{}", fate.sentence())]
     Denied {
-        /// The operation (left `PREPARED`).
+        /// The operation.
         operation: OperationId,
+        /// What happens to it now.
+        fate: DeniedFirstSend,
         /// The refusal.
         #[source]
         source: crate::authorize::Denied,
     },
-    /// The ledger could not be reached or failed. Nothing was sent.
-    #[error("ledger unavailable; nothing was sent")]
+    /// The ledger could not be reached or failed. Nothing was sent by this call. When
+    /// `operation` is set, its row may have been recorded before the failure, and the
+    /// recoverer sends a recorded row that nobody sent
+    /// ([`Recoverer::send_prepared_after`](crate::Recoverer::send_prepared_after)): repeat this
+    /// same intent to learn its fate, never create it under a new one.
+    #[error(
+        "ledger unavailable; nothing was sent by this call{}",
+        if operation.is_some() {
+            "; the operation may have been recorded, and the recoverer sends a recorded \
+             operation nobody sent: repeat this same intent to learn its fate, never create it \
+             under a new one"
+        } else {
+            ""
+        }
+    )]
     Ledger {
         /// The operation, when it was identified before the failure.
         operation: Option<OperationId>,
@@ -275,6 +293,40 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+}
+
+/// What becomes of an operation whose first send the [`Authorizer`](crate::Authorizer)
+/// refused (nothing was sent). Set with
+/// [`ConfigBuilder::denied_first_sends`](crate::ConfigBuilder::denied_first_sends) or
+/// [`RecoverableWriteLayer::denied_first_sends`](crate::RecoverableWriteLayer::denied_first_sends).
+///
+/// The caller's answer ([`Error::Denied`]) says which: a caller that gives up, or tries again
+/// under a new intent, must not find its first write sent later behind its back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DeniedFirstSend {
+    /// Closed at once as `REJECTED` ("first send not authorized"), never sent: the answer is
+    /// final, and a repeat of the intent gets the same rejection. The default.
+    #[default]
+    Close,
+    /// Kept `PREPARED`: the recoverer sends it once the authorizer allows it (after
+    /// [`Recoverer::send_prepared_after`](crate::Recoverer::send_prepared_after)), or hands it to
+    /// a person if the refusal stands. For approval flows where "not yet" is normal.
+    Queue,
+}
+
+impl DeniedFirstSend {
+    /// The end of [`Error::Denied`]'s message: what happens to the operation.
+    fn sentence(&self) -> &'static str {
+        match self {
+            DeniedFirstSend::Close => ", and it never will be: the operation is closed as REJECTED",
+            DeniedFirstSend::Queue => {
+                "; the operation stays queued and the recoverer sends it once the write is \
+                 authorized: do not create it again"
+            }
+        }
+    }
 }
 
 impl Error {
@@ -348,5 +400,45 @@ impl fmt::Display for Short<'_> {
             Some((i, _)) => write!(f, "{}…", &s[..i]),
             None => f.write_str(s),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 27 item 4: the answer says exactly what happens to the operation.
+    #[test]
+    fn refusals_say_what_happens_to_the_operation() {
+        let op = OperationId::new("op-1");
+        let denied = |fate| Error::Denied {
+            operation: op.clone(),
+            fate,
+            source: crate::authorize::Denied::new(crate::Access::Write, "approval pending"),
+        };
+        let closed = denied(DeniedFirstSend::Close).to_string();
+        assert!(closed.contains("nothing was sent"), "{closed}");
+        assert!(closed.contains("never will be"), "{closed}");
+        let queued = denied(DeniedFirstSend::Queue).to_string();
+        assert!(queued.contains("stays queued"), "{queued}");
+        assert!(queued.contains("do not create it again"), "{queued}");
+
+        let store = || LedgerError::Unavailable("disk full".into());
+        let recorded = Error::Ledger {
+            operation: Some(op.clone()),
+            source: store(),
+        }
+        .to_string();
+        assert!(
+            recorded.contains("nothing was sent by this call"),
+            "{recorded}"
+        );
+        assert!(recorded.contains("repeat this same intent"), "{recorded}");
+        let unrecorded = Error::Ledger {
+            operation: None,
+            source: store(),
+        }
+        .to_string();
+        assert!(!unrecorded.contains("repeat"), "{unrecorded}");
     }
 }

@@ -123,7 +123,7 @@ pub use authorize::{Access, Authorizer, Denied};
 pub use budget::{BudgetBound, BudgetError, BudgetPolicy, ReplayLimiter};
 pub use builder::{BuildError, Config, ConfigBuilder};
 pub use contract::{Contract, Contracts};
-pub use error::{Error, Outcome};
+pub use error::{DeniedFirstSend, Error, Outcome};
 pub use evidence::{ConflictKind, Evidence};
 pub use guard::{SendOnceGuard, SendOnceGuardLayer};
 pub use layer::{RecoverableWrite, RecoverableWriteLayer, ResponseBody};

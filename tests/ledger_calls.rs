@@ -15,7 +15,8 @@ use recoverable_write::authorize::{Access, Denied};
 use recoverable_write::ledger::{BoxFuture, Ledger, LedgerError, OperationRecord};
 use recoverable_write::testing::{FakeVendor, ForwardingLedger, LedgerCall};
 use recoverable_write::{
-    Error, MemoryLedger, Operation, RecoverableWriteLayer, SendOnceGuardLayer, State,
+    DeniedFirstSend, Error, MemoryLedger, Operation, RecoverableWriteLayer, SendOnceGuardLayer,
+    State,
 };
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -135,7 +136,7 @@ async fn with_an_authorizer_the_claim_waits_for_the_check() {
         .budget(fast_policy())
         .expect("a valid budget")
         .authorizer(|op: &OperationRecord, access: Access| {
-            if &*op.intent_ref == "intent-denied" {
+            if op.intent_ref.starts_with("intent-denied") {
                 Err(Denied::new(access, "not this one"))
             } else {
                 Ok(())
@@ -149,17 +150,48 @@ async fn with_an_authorizer_the_claim_waits_for_the_check() {
     assert_eq!(ledger.counts(), [1, 0, 2, 0]);
     assert_eq!(row(&ledger, "intent-allowed").await.state, State::Succeeded);
 
-    // A refusal leaves the operation PREPARED, never sent.
+    // A refusal closes the operation (the default, `DeniedFirstSend::Close`): one more ledger
+    // write, REJECTED, never sent, and the caller is told it never will be.
     let err = write(&layer, &vendor, "intent-denied")
         .await
         .expect_err("denied");
-    assert!(matches!(err, Error::Denied { .. }), "{err:?}");
-    assert_eq!(ledger.counts(), [2, 0, 2, 0]);
+    assert!(
+        matches!(
+            err,
+            Error::Denied {
+                fate: DeniedFirstSend::Close,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("it never will be"), "{err}");
+    assert_eq!(ledger.counts(), [2, 0, 3, 0]);
     let denied = row(&ledger, "intent-denied").await;
-    assert_eq!(denied.state, State::Prepared);
+    assert_eq!(denied.state, State::Rejected);
     assert_eq!(denied.attempts_used, 0);
     assert_eq!(vendor.posts_received(), 1);
     assert_eq!(vendor.tickets_created(), 1);
+
+    // Queued by configuration: left PREPARED for the recoverer, and the caller is told so.
+    let queued = layer.clone().denied_first_sends(DeniedFirstSend::Queue);
+    let err = write(&queued, &vendor, "intent-denied-queued")
+        .await
+        .expect_err("denied");
+    assert!(
+        matches!(
+            err,
+            Error::Denied {
+                fate: DeniedFirstSend::Queue,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("stays queued"), "{err}");
+    let queued_row = row(&ledger, "intent-denied-queued").await;
+    assert_eq!(queued_row.state, State::Prepared);
+    assert_eq!(vendor.posts_received(), 1);
 }
 
 #[tokio::test]

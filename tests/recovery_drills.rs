@@ -13,7 +13,9 @@ use http::{Method, StatusCode};
 use recoverable_write::ledger::OperationRecord;
 use recoverable_write::state::ReviewDecision;
 use recoverable_write::testing::{FakeVendor, Rejection};
-use recoverable_write::{Access, BudgetPolicy, Denied, Error, Evidence, Notice, State};
+use recoverable_write::{
+    Access, BudgetPolicy, Denied, DeniedFirstSend, Error, Evidence, Notice, State,
+};
 
 /// Every POST the vendor saw for this operation carried the ledger's key and frozen bytes.
 fn assert_same_key_and_bytes(drill: &Drill, row: &OperationRecord) -> usize {
@@ -578,7 +580,8 @@ async fn d25_write_permission_revoked_during_unknown_queries_go_on_nothing_is_se
         .expect_err("denied");
     assert!(matches!(err, Error::Denied { .. }), "{err:?}");
     assert!(err.nothing_sent());
-    assert_eq!(drill.record(op2.id()).await.state, State::Prepared);
+    // Closed (the default): never sent, and nothing sends it later.
+    assert_eq!(drill.record(op2.id()).await.state, State::Rejected);
     assert_eq!(drill.vendor.posts_received(), 1);
 
     // Queries still resolve the unknown one.
@@ -1188,12 +1191,32 @@ async fn a_prepared_row_whose_first_send_is_refused_goes_to_a_human() {
         ..DrillOptions::default()
     })
     .await;
-    let mut svc = drill.writer();
+    // Queued by configuration: the row stays PREPARED for the recoverer.
+    let mut svc = collected(
+        tower::ServiceBuilder::new()
+            .layer(
+                drill
+                    .layer
+                    .clone()
+                    .denied_first_sends(DeniedFirstSend::Queue),
+            )
+            .layer(drill.guard.clone())
+            .service(authed_client(drill.credential.clone())),
+    );
     let op = new_op("intent-orphan-denied");
     let err = send(&mut svc, drill.ticket_request(&op, "E17"))
         .await
         .expect_err("denied");
-    assert!(matches!(err, Error::Denied { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::Denied {
+                fate: DeniedFirstSend::Queue,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let recoverer = drill
         .recoverer
         .clone()
@@ -1245,4 +1268,73 @@ async fn the_queue_gauges_count_open_states_and_find_the_oldest_in_review() {
     );
     assert!(oldest.get(State::Processing).is_none());
     assert_eq!(drill.vendor.tickets_created(), 2);
+}
+
+/// Issue 27 item 4: a first send the authorizer refuses is closed (the default): the caller is
+/// told it will never be sent, and it is not, even once the authorizer allows writes again and
+/// the recoverer sends every `PREPARED` row nobody sent. A repeat of the intent gets the same
+/// answer, not a send.
+#[tokio::test]
+async fn a_refused_first_send_is_closed_and_never_sent_later() {
+    let deny = Arc::new(AtomicBool::new(true));
+    let flag = deny.clone();
+    let drill = Drill::with_options(DrillOptions {
+        authorizer: Some(Arc::new(move |_op: &OperationRecord, access: Access| {
+            if access == Access::Write && flag.load(Ordering::SeqCst) {
+                Err(Denied::new(access, "approval pending"))
+            } else {
+                Ok(())
+            }
+        })),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-denied-closed");
+    let err = send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect_err("denied");
+    assert!(
+        matches!(
+            err,
+            Error::Denied {
+                fate: DeniedFirstSend::Close,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("it never will be"), "{err}");
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::Rejected);
+    assert!(
+        row.reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("approval pending"),
+        "{:?}",
+        row.reason
+    );
+
+    // Writes are allowed again; the recoverer sends PREPARED rows at once: not this one.
+    deny.store(false, Ordering::SeqCst);
+    let recoverer = drill
+        .recoverer
+        .clone()
+        .send_prepared_after(Some(Duration::ZERO));
+    for _ in 0..3 {
+        let report = recoverer.run_once().await.unwrap();
+        assert_eq!(report.claimed_prepared, 0);
+    }
+    assert_eq!(drill.vendor.posts_received(), 0);
+
+    // The caller repeats the intent: the same answer from the ledger, nothing sent.
+    let again = send(&mut svc, drill.ticket_request(&op, "E17")).await;
+    assert!(
+        again.is_err() || again.as_ref().is_ok_and(|r| !r.status().is_success()),
+        "{again:?}"
+    );
+    assert_eq!(drill.record(op.id()).await.state, State::Rejected);
+    assert_eq!(drill.vendor.posts_received(), 0);
+    assert_eq!(drill.vendor.tickets_created(), 0);
 }

@@ -77,6 +77,7 @@ pub(crate) struct Shared {
     pub(crate) notifier: Notifier,
     pub(crate) wait: Option<Duration>,
     pub(crate) track_all_writes: bool,
+    pub(crate) denied_first_sends: crate::error::DeniedFirstSend,
     pub(crate) clock: SharedClock,
     pub(crate) retention: crate::retention::Retention,
 }
@@ -131,6 +132,7 @@ impl Shared {
             notifier: Notifier::default(),
             wait: None,
             track_all_writes: false,
+            denied_first_sends: crate::error::DeniedFirstSend::default(),
             clock: SharedClock::default(),
             retention: crate::retention::Retention::default(),
         }
@@ -149,6 +151,7 @@ impl std::fmt::Debug for Shared {
             .field("authorizer", &self.authorizer)
             .field("wait", &self.wait)
             .field("track_all_writes", &self.track_all_writes)
+            .field("denied_first_sends", &self.denied_first_sends)
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
@@ -345,11 +348,7 @@ where
         if record.state == State::Prepared
             && let Err(denied) = shared.authorizer.check(&record, Access::Write).await
         {
-            tracing::warn!(operation = %record.operation_id, %denied, "write not authorized; nothing sent");
-            return Err(Error::Denied {
-                operation: record.operation_id,
-                source: denied,
-            });
+            return Err(Box::pin(deny_first_send(&shared, record, denied)).await);
         }
         match Box::pin(claim_send(&shared, record, attempt)).await? {
             Ok(record) => record,
@@ -379,6 +378,54 @@ where
             deadline: tokio::time::Instant::now() + timeout,
         },
     ))
+}
+
+/// The answer to a first send the authorizer refused, after doing what the configuration says
+/// with the never-sent row ([`DeniedFirstSend`](crate::DeniedFirstSend)): closed as `REJECTED`
+/// through the state machine (so nothing sends it later), or left `PREPARED` for the recoverer.
+async fn deny_first_send(
+    shared: &Shared,
+    record: OperationRecord,
+    denied: crate::authorize::Denied,
+) -> Error {
+    use crate::error::DeniedFirstSend;
+    let mut fate = shared.denied_first_sends;
+    if fate == DeniedFirstSend::Close {
+        let reason = format!("first send not authorized: {}", denied.reason);
+        match engine::apply_event(
+            shared,
+            &record,
+            Event::Withdraw { reason },
+            "withdrawn",
+            engine::Extras::default(),
+        )
+        .await
+        {
+            Ok(engine::Applied::Done(_)) => {}
+            Ok(_) => {
+                // The row moved meanwhile (another caller, the recoverer): it is no longer
+                // this call's to close, and a later repeat of the intent tells its fate.
+                fate = DeniedFirstSend::Queue;
+            }
+            Err(source) => {
+                return Error::Ledger {
+                    operation: Some(record.operation_id),
+                    source,
+                };
+            }
+        }
+    }
+    tracing::warn!(
+        operation = %record.operation_id,
+        %denied,
+        ?fate,
+        "write not authorized; nothing sent"
+    );
+    Error::Denied {
+        operation: record.operation_id,
+        fate,
+        source: denied,
+    }
 }
 
 /// `read`'s output, or `Err(())` if `deadline` passes first. Unlike `timeout_at`, no timer

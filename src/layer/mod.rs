@@ -121,6 +121,13 @@ impl RecoverableWriteLayer {
         self.edit(|s| s.authorizer = a)
     }
 
+    /// What becomes of an operation whose first send the authorizer refuses (see
+    /// [`DeniedFirstSend`](crate::DeniedFirstSend)): closed as `REJECTED` (the default), or
+    /// queued for the recoverer. The caller's [`Error::Denied`] says which.
+    pub fn denied_first_sends(self, fate: crate::DeniedFirstSend) -> Self {
+        self.edit(|s| s.denied_first_sends = fate)
+    }
+
     /// The notification channel shared with the recoverer (one is made by default).
     pub fn notifier(self, notifier: Notifier) -> Self {
         self.edit(|s| s.notifier = notifier)

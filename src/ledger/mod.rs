@@ -346,7 +346,10 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     ///
     /// Only the claim must be durable before a byte is sent. If a recorded result is lost in a
     /// crash, the row is still `IN_FLIGHT` under its lease; the sweeper moves it to `UNKNOWN`
-    /// and the recovery engine asks the vendor: the loss costs a lookup, never a duplicate.
+    /// and it is recovered as any write whose answer was lost: a lookup, or a same-key replay
+    /// where the contract makes one safe (a second request, deduplicated by the vendor), or a
+    /// person. No side effect twice, but not free, and a caller that was already answered finds
+    /// it `UNKNOWN` meanwhile.
     /// `PostgresLedger` commits these without waiting for the WAL flush
     /// (`synchronous_commit = off` for that transaction); `SqliteLedger` commits a batch of
     /// them without an fsync (`synchronous = NORMAL` in WAL mode); the provided implementation,
@@ -392,8 +395,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// The layer records what an attempt produced this way when the store takes it: only the
     /// claim must be durable before a byte is sent, so the caller gets the vendor's answer
     /// without waiting for its result to be written. A result that never lands (a crash, a
-    /// failed batch) leaves the row `IN_FLIGHT` under its lease, which costs a lookup, never a
-    /// second send.
+    /// failed batch) leaves the row `IN_FLIGHT` under its lease, then `UNKNOWN`: recovered as
+    /// any lost answer (see [`record`](Self::record)).
     ///
     /// If the precondition fails (the operation was taken over meanwhile), nothing changes but
     /// the log and the version: `late` (the same observation, as a `late_evidence` entry) is

@@ -156,6 +156,13 @@ pub enum Event {
         /// Who claimed it.
         reviewer: String,
     },
+    /// The first send was refused before any byte left (the authorizer said no) and the
+    /// configuration closes such an operation: `PREPARED` → `REJECTED`, never sent, so nothing
+    /// sends it later behind its caller's back.
+    Withdraw {
+        /// Why, for the caller and the log.
+        reason: String,
+    },
 }
 
 impl Event {
@@ -171,6 +178,7 @@ impl Event {
             Event::Review(_) => "review",
             Event::ReplaySafe { .. } => "replay_safe",
             Event::ReviewClaim { .. } => "review_claim",
+            Event::Withdraw { .. } => "withdraw",
         }
     }
 }
@@ -582,6 +590,14 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 ..escalate(format!("claimed by reviewer {reviewer}"), State::Unknown)
             })
         }
+        // Never sent: closing it rests on the operation itself, not on an attempt.
+        (State::Prepared, Event::Withdraw { reason }) if !s.may_have_applied => Ok(Transition {
+            to: State::Rejected,
+            last_result: Some(State::Rejected),
+            reason: Some(reason.clone()),
+            operation_level: true,
+            ..stay()
+        }),
         (from, ev) => Err(Refused::new(from, ev)),
     }
 }

@@ -235,6 +235,9 @@ fn all_events() -> Vec<Event> {
         Event::ReviewClaim {
             reviewer: "alice".into(),
         },
+        Event::Withdraw {
+            reason: "first send not authorized".into(),
+        },
     ];
     v.extend(all_evidence().into_iter().map(attempt));
     v.extend(all_evidence().into_iter().map(lookup));
@@ -261,7 +264,29 @@ fn allowed(state: State, event: &Event) -> bool {
         Event::ReplaySafe { .. } => state == Unknown,
         // A reviewer can take over anything that is not terminal.
         Event::ReviewClaim { .. } => !state.is_terminal(),
+        // "PREPARED ── never sent ──▶ REJECTED": a first send refused before any byte left.
+        Event::Withdraw { .. } => state == Prepared,
     }
+}
+
+#[test]
+fn withdraw_closes_a_never_sent_operation_as_rejected_about_the_operation() {
+    let t = ok(
+        Row::prepared(),
+        &Event::Withdraw {
+            reason: "first send not authorized: approval pending".into(),
+        },
+        T0,
+    );
+    assert_eq!(t.to, State::Rejected);
+    assert_eq!(t.last_result, Some(State::Rejected));
+    assert!(
+        t.operation_level,
+        "nothing was sent: it is about the operation"
+    );
+    assert!(!t.bump_generation, "no send rights are handed out");
+    assert!(!t.may_have_applied);
+    assert_eq!(t.attempts_used, 0);
 }
 
 // ── sending ──────────────────────────────────────────────────────────────────────────────────
@@ -842,9 +867,9 @@ fn every_pair_outside_the_diagram_is_refused() {
         }
     }
     // 2 claim_send + 8 from IN_FLIGHT + 16 recovery + 5 escalate + 2 reviews + 1 replay_safe
-    // + 6 review claims.
-    assert_eq!(allowed_pairs, 40);
-    assert_eq!(refused_pairs, 8 * all_events().len() - 40);
+    // + 6 review claims + 1 withdraw.
+    assert_eq!(allowed_pairs, 41);
+    assert_eq!(refused_pairs, 8 * all_events().len() - 41);
 }
 
 #[test]

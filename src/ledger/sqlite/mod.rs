@@ -106,9 +106,12 @@
 //! results queued before the call are written, so a normal exit loses none. The window this
 //! opens is the one above: a process that dies (or exits without dropping the ledger, with
 //! `std::process::exit`) after answering its caller and before the commit leaves the row
-//! `IN_FLIGHT`, which costs a lookup, never a second send (the second
-//! SIGKILL test of `tests/sqlite_group_commit.rs`); for a contract without a lookup, a same-key
-//! replay where the contract allows one, or a human. If the result cannot be written (a full
+//! `IN_FLIGHT` although its caller was told the vendor's answer (the second SIGKILL test of
+//! `tests/sqlite_group_commit.rs`). Recovery then runs as for any lost answer: a lookup where
+//! the contract has one; for a contract that makes a same-key replay safe (`stripe-v1`), a
+//! second request with the same key, answered from the vendor's stored first response; with
+//! neither, a human, with no evidence of the success. Until then a repeat of the intent is
+//! answered "unknown: being verified". If the result cannot be written (a full
 //! disk), the same: the caller already has the vendor's answer, and the row stays `IN_FLIGHT`
 //! for recovery. Another process that opens the same file sees the result once it is
 //! committed, a batch later.
@@ -295,7 +298,9 @@ pub struct SqliteLedgerOptions {
     /// ([`Ledger::record_detached`]): the caller gets the vendor's answer as soon as it is
     /// read, and the result is committed with the next batch. Default `true`. Only the claim
     /// must be durable before a send; a result that never lands leaves the row `IN_FLIGHT`
-    /// under its lease, and costs a lookup, never a second send. A read of an operation
+    /// under its lease, then `UNKNOWN`: recovered by a lookup, a same-key replay where the
+    /// contract makes one safe (a second request, deduplicated by the vendor), or a person,
+    /// although the caller was already answered. A read of an operation
     /// through this ledger waits for that operation's results queued before it.
     ///
     /// Dropping the last handle of the ledger (waiting at most 10 s) or [`SqliteLedger::close`]
