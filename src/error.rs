@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::BoxError;
 use crate::contract::ContractError;
 use crate::ledger::{LedgerError, OperationRecord};
 use crate::operation::{AttemptId, OperationId, Tenant};
 use crate::state::State;
+use tower::BoxError;
 
 /// Where an operation stands, as told to the caller.
 ///

@@ -54,8 +54,8 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::BoxError;
 use crate::operation::{AttemptId, OperationId};
+use tower::BoxError;
 
 /// Marks one attempt of one operation. Cloning the request's extensions clones the token, and all
 /// clones share one "already sent" flag.

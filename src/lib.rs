@@ -140,8 +140,9 @@ pub use review::{HandoffPackage, Reviews};
 pub use secret::{KeyError, Secret};
 pub use state::State;
 
-/// A type-erased error, as used across the tower ecosystem.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// A type-erased error, as used across the tower ecosystem: `tower::BoxError`, re-exported so
+/// that signatures read the same here and in tower.
+pub use tower::BoxError;
 
 /// The README's code blocks, compiled as doctests so the quick starts stay true. They are
 /// complete programs (no hidden lines, so they read the same on GitHub and crates.io), and the

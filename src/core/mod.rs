@@ -17,7 +17,6 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full, Limited};
 
 use self::engine::{Applied, Extras};
-use crate::BoxError;
 use crate::authorize::{Access, SharedAuthorizer};
 use crate::budget::BudgetPolicy;
 use crate::clock::SharedClock;
@@ -30,6 +29,7 @@ use crate::ledger::{
 use crate::notify::Notifier;
 use crate::operation::{AttemptId, FrozenRequest, IdempotencyKey, Operation, PayloadHash};
 use crate::state::{Event, State};
+use tower::BoxError;
 
 /// Default limit on a write's request body: 1 MiB.
 pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;

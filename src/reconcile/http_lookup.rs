@@ -10,12 +10,12 @@ use http_body_util::Full;
 use tower_service::Service;
 
 use super::Reconciler;
-use crate::BoxError;
 use crate::contract::parse_retry_after;
 use crate::encoding::encode_component;
 use crate::evidence::Evidence;
 use crate::ledger::{BoxFuture, OperationRecord};
 use crate::operation::redact_body;
+use tower::BoxError;
 
 /// Which values of the lookup's status field mean what (compared case-insensitively).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,9 +13,9 @@ use super::Reconciler;
 use super::http_lookup::{
     AnswerReader, LookupStatuses, fetch, fill, kept_answer, retry_after, scalar, scoped_request,
 };
-use crate::BoxError;
 use crate::evidence::Evidence;
 use crate::ledger::{BoxFuture, OperationRecord};
+use tower::BoxError;
 
 /// Looks an operation up in a list or search the vendor filters by a reference the client
 /// attached to the write: Stripe's metadata search, a `GET /tickets?operation_id=...`, EC2's

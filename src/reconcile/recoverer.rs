@@ -17,7 +17,6 @@ use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
 use super::Reconciler;
-use crate::BoxError;
 use crate::authorize::Access;
 use crate::budget::ReplayLimiter;
 use crate::contract::Contract;
@@ -32,6 +31,7 @@ use crate::ledger::{
 use crate::operation::AttemptId;
 use crate::review::{self, EvidenceSummary};
 use crate::state::{Event, State, Transition, transition};
+use tower::BoxError;
 
 /// The service replays are sent through: the stack below the layer (guard, client).
 pub(crate) type ReplayService =
