@@ -314,7 +314,7 @@ pub struct RetentionDates {
 impl RetentionDates {
     /// One line for operators: when the details and the row go (UTC).
     pub fn describe(&self) -> String {
-        let at = crate::operator::format_time;
+        let at = crate::text::format_time;
         let details = if self.details_removed {
             format!(
                 "request, response and evidence details erased {}",

@@ -10,22 +10,8 @@ pub(super) const CLAIM_KIND: &str = "review_claimed";
 /// The evidence kind of a reviewer's decision (with its audit note).
 pub(super) const DECISION_KIND: &str = "review";
 
-/// "45 s", "12 min", "3 h 5 min", "2 d 4 h".
-pub(super) fn age(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86_400 => match (s % 3600) / 60 {
-            0 => format!("{} h", s / 3600),
-            m => format!("{} h {m} min", s / 3600),
-        },
-        _ => match (s % 86_400) / 3600 {
-            0 => format!("{} d", s / 86_400),
-            h => format!("{} d {h} h", s / 86_400),
-        },
-    }
-}
+/// An age as the command line writes it too (`12m 34s`): one formatter for every face.
+pub(super) use crate::text::format_age as age;
 
 /// `2026-11-30 23:10:04 UTC`.
 pub(super) fn utc(ms: i64) -> String {
@@ -293,12 +279,13 @@ mod tests {
 
     #[test]
     fn ages_and_times_read_like_a_person_writes_them() {
-        assert_eq!(age(45_000), "45 s");
-        assert_eq!(age(12 * 60_000 + 5_000), "12 min");
-        assert_eq!(age(3 * 3_600_000), "3 h");
-        assert_eq!(age(3 * 3_600_000 + 5 * 60_000), "3 h 5 min");
-        assert_eq!(age(2 * 86_400_000 + 4 * 3_600_000), "2 d 4 h");
-        assert_eq!(age(-5), "0 s");
+        // The command line's formatter (`crate::text::format_age`), not a second one.
+        assert_eq!(age(45_000), "45s");
+        assert_eq!(age(12 * 60_000 + 5_000), "12m 5s");
+        assert_eq!(age(3 * 3_600_000), "3h 0m");
+        assert_eq!(age(3 * 3_600_000 + 5 * 60_000), "3h 5m");
+        assert_eq!(age(2 * 86_400_000 + 4 * 3_600_000), "2d 4h");
+        assert_eq!(age(-5), "0ms");
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(1_796_080_204_000), "2026-11-30 23:10:04 UTC");
         assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
