@@ -118,6 +118,7 @@ mod secret;
 pub mod state;
 #[cfg(feature = "test-util")]
 pub mod testing;
+mod xml;
 
 pub use authorize::{Access, Authorizer, Denied};
 pub use budget::{BudgetBound, BudgetError, BudgetPolicy, ReplayLimiter};
