@@ -105,6 +105,7 @@ pub mod notify;
 pub mod operation;
 pub mod operator;
 pub mod reconcile;
+mod redact;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 #[cfg(feature = "axum")]

@@ -533,6 +533,118 @@ fn ec2_lookup_is_eventually_consistent_and_retention_unconfirmed() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Secrets in answers and in URLs (issue 27 item 8).
+
+/// Stripe's profiles keep the credentials Stripe puts in its answers out of the ledger.
+#[test]
+fn built_in_profiles_name_the_secret_fields_of_their_vendors_answers() {
+    for c in [profiles::stripe_v1(), profiles::stripe_v2()] {
+        for field in profiles::STRIPE_SECRET_RESPONSE_FIELDS {
+            assert!(
+                c.secret_response_fields.iter().any(|f| f == field),
+                "{}: {field}",
+                c.name
+            );
+        }
+        c.validate().unwrap();
+    }
+    assert!(
+        profiles::stripe_v2()
+            .secret_response_fields
+            .contains(&"signing_secret".to_owned())
+    );
+    // No other profile has a secret to drop from its answers: none named.
+    for name in [
+        "adyen",
+        "square",
+        "google-aip155",
+        "ietf-draft",
+        "github",
+        "conservative",
+    ] {
+        let c = profiles::by_name(name).unwrap();
+        assert!(c.secret_response_fields.is_empty(), "{name}");
+        assert!(c.secret_path_segments.is_empty(), "{name}");
+    }
+}
+
+/// The new keys of a contract table: secrets add to the inherited ones (an override cannot
+/// store a secret again), malformed ones are refused naming the key.
+#[test]
+fn secret_response_fields_and_path_segments_load_from_toml_and_only_accumulate() {
+    let contracts = Contracts::from_toml_str(
+        r#"
+        [[route]]
+        host = "api.stripe.test"
+        contract = "pay2"
+
+        [contracts.pay]
+        extends = "stripe-v1"
+        secret_response_fields = ["/next_action/redirect_to_url/url", "client_secret"]
+        secret_path_segments = ["/hooks/*/{secret}"]
+        replay_supplies_path_secrets = true
+
+        [contracts.pay2]
+        extends = "pay"
+        secret_response_fields = ["ephemeral"]
+        "#,
+        "c.toml",
+    )
+    .unwrap();
+    let pay2 = contracts.get("pay2").expect("pay2");
+    assert_eq!(
+        pay2.secret_response_fields,
+        [
+            "client_secret",
+            "secret",
+            "/next_action/redirect_to_url/url",
+            "ephemeral"
+        ]
+    );
+    assert_eq!(pay2.secret_path_segments, ["/hooks/*/{secret}"]);
+    assert!(pay2.replay_supplies_path_secrets);
+    // In the canonical form (and so the hash) only when set.
+    assert!(
+        !Contract::conservative()
+            .canonical_json()
+            .contains("secret_")
+    );
+
+    for (toml, key, needle) in [
+        (
+            "secret_response_fields = [\"a/b\"]",
+            "contracts.c.secret_response_fields[0]",
+            "neither a JSON pointer",
+        ),
+        (
+            "secret_response_fields = [\"\"]",
+            "contracts.c.secret_response_fields[0]",
+            "neither a JSON pointer",
+        ),
+        (
+            "secret_path_segments = [\"/hooks/x\"]",
+            "contracts.c.secret_path_segments[0]",
+            "not a path template",
+        ),
+        (
+            "secret_path_segments = [\"hooks/{secret}\"]",
+            "contracts.c.secret_path_segments[0]",
+            "not a path template",
+        ),
+        (
+            "secret_path_segments = [\"/hooks/t{secret}\"]",
+            "contracts.c.secret_path_segments[0]",
+            "not a path template",
+        ),
+    ] {
+        let err =
+            Contracts::from_toml_str(&format!("[contracts.c]\n{toml}"), "c.toml").expect_err(toml);
+        assert_eq!(err.key(), key, "{err}");
+        assert!(err.to_string().contains(needle), "{err}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Google AIP-155.
 
 #[test]
@@ -1248,7 +1360,7 @@ fn every_config_error_names_origin_key_and_problem() {
         "[contracts.c]\nretenton_secs = 5",
         "contracts.c.retenton_secs",
         unknown(
-            "extends, name, key, max_key_len, retention_secs, replay, rules, extra_rules, remote_ref, secret_headers, secret_query_params, secret_body_fields, replay_supplies_body_secrets, digest, lookup, settle_secs, keep_details_secs, keep_identity_secs",
+            "extends, name, key, max_key_len, retention_secs, replay, rules, extra_rules, remote_ref, secret_headers, secret_query_params, secret_body_fields, replay_supplies_body_secrets, secret_response_fields, secret_path_segments, replay_supplies_path_secrets, digest, lookup, settle_secs, keep_details_secs, keep_identity_secs",
         ),
     );
     config_error(

@@ -159,12 +159,20 @@ pub fn conservative() -> Contract {
 /// - The official SDKs retry connection errors, 409 and 5xx with jittered backoff (0.5–5 s) and
 ///   do not read `Retry-After`; here the recovery engine is the only retry owner, so switch
 ///   SDK retries off.
+/// - Secret response fields ([`STRIPE_SECRET_RESPONSE_FIELDS`]): `client_secret` (PaymentIntent,
+///   SetupIntent, Checkout Session: "It should not be stored, logged, or exposed to anyone
+///   other than the customer") and `secret` (a webhook endpoint's signing secret, "only
+///   returned at creation"; an ephemeral key's secret), wherever they appear in an answer. The
+///   stored first response and the kept lookup answers carry `[redacted]` instead: read a
+///   `client_secret` from the first answer, or retrieve the object again.
 ///
 /// Sources: docs.stripe.com/api/idempotent_requests; docs.stripe.com/error-low-level;
-/// docs.stripe.com/api/errors; stripe-node `src/RequestSender.ts`; stripe-python
-/// `_api_requestor.py`. Checked 2026-11-30.
+/// docs.stripe.com/api/errors; docs.stripe.com/api/payment_intents/object (`client_secret`);
+/// docs.stripe.com/api/webhook_endpoints/object (`secret`); stripe-node
+/// `src/RequestSender.ts`; stripe-python `_api_requestor.py`. Checked 2026-11-30 (secret
+/// fields 2026-12-02).
 pub fn stripe_v1() -> Contract {
-    Contract::new("stripe-v1", KeyPlacement::header("Idempotency-Key"))
+    let c = Contract::new("stripe-v1", KeyPlacement::header("Idempotency-Key"))
         .max_key_len(255)
         .retention_secs(DAY)
         .replay(Replay::StoredFirstResponse)
@@ -199,8 +207,13 @@ pub fn stripe_v1() -> Contract {
                 .reason("authentication failed; nothing was stored"),
         )
         .remote_ref(RemoteRef::required("/id"))
-        .lookup(Lookup::SameKeyReplay)
+        .lookup(Lookup::SameKeyReplay);
+    with_secret_response_fields(c, STRIPE_SECRET_RESPONSE_FIELDS)
 }
+
+/// The fields of Stripe's answers that are credentials, kept out of the ledger by the Stripe
+/// profiles (see [`stripe_v1`]; [`stripe_v2`] adds `signing_secret`).
+pub const STRIPE_SECRET_RESPONSE_FIELDS: &[&str] = &["client_secret", "secret"];
 
 /// Stripe, API v2. Name: `stripe-v2`.
 ///
@@ -221,15 +234,26 @@ pub fn stripe_v1() -> Contract {
 ///   state). Lists are eventually consistent by default and their lag is UNCONFIRMED: if you
 ///   configure a list lookup instead, also set a generous `settle_secs` (minutes), so that an
 ///   empty list right after the write is not taken as evidence.
+/// - Secret response fields: those of [`stripe_v1`] ([`STRIPE_SECRET_RESPONSE_FIELDS`]), and
+///   `signing_secret` (a v2 event destination's webhook endpoint signing secret, "only
+///   includable on creation").
 ///
 /// Sources: docs.stripe.com/api-v2-overview; docs.stripe.com/api/idempotent_requests (2026
-/// preview). Checked 2026-11-30.
+/// preview); docs.stripe.com/api/v2/core/event_destinations (`webhook_endpoint.signing_secret`).
+/// Checked 2026-11-30 (secret fields 2026-12-02).
 pub fn stripe_v2() -> Contract {
-    Contract::new("stripe-v2", KeyPlacement::header("Idempotency-Key"))
+    let c = Contract::new("stripe-v2", KeyPlacement::header("Idempotency-Key"))
         .retention_secs(30 * DAY)
         .replay(Replay::CurrentState)
         .remote_ref(RemoteRef::required("/id"))
-        .lookup(Lookup::SameKeyReplay)
+        .lookup(Lookup::SameKeyReplay);
+    with_secret_response_fields(c, STRIPE_SECRET_RESPONSE_FIELDS)
+        .secret_response_field("signing_secret")
+}
+
+/// `c` with `fields` marked secret in its answers.
+fn with_secret_response_fields(c: Contract, fields: &[&str]) -> Contract {
+    fields.iter().fold(c, |c, f| c.secret_response_field(*f))
 }
 
 /// Adyen. Name: `adyen`.
