@@ -532,10 +532,76 @@ fn ec2_lookup_is_eventually_consistent_and_retention_unconfirmed() {
     assert_eq!(reference, "{idempotency_key}");
 }
 
+/// "Evidence a built-in profile promises": EC2 answers `DescribeInstances` in XML, so the
+/// profile's lookup reads XML, by element paths (the answer itself is read in the lookup tests
+/// against a recorded `DescribeInstances` answer).
+#[test]
+fn ec2_lookup_reads_describe_instances_xml_by_element_paths() {
+    use recoverable_write::contract::AnswerFormat;
+    let c = profiles::aws_ec2();
+    let Some(Lookup::ListByReference {
+        items_pointer,
+        reference_pointer,
+        answer,
+        ..
+    }) = &c.lookup
+    else {
+        panic!("{:?}", c.lookup)
+    };
+    assert_eq!(answer.format, AnswerFormat::Xml);
+    assert_eq!(
+        items_pointer.as_deref(),
+        Some("/DescribeInstancesResponse/reservationSet/item")
+    );
+    assert_eq!(
+        reference_pointer.as_deref(),
+        Some("/instancesSet/item/clientToken")
+    );
+    assert_eq!(
+        answer.status.as_deref(),
+        Some("/instancesSet/item/instanceState/name")
+    );
+    assert_eq!(
+        answer.remote_ref.as_deref(),
+        Some("/instancesSet/item/instanceId")
+    );
+    assert_eq!(
+        answer.succeeded.as_deref(),
+        Some(
+            &profiles::EC2_LAUNCHED_STATES
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect::<Vec<_>>()[..]
+        )
+    );
+    // An XML path is element names: a step that is no name is refused, naming the key.
+    let err = Contracts::from_toml_str(
+        r#"
+        [contracts.ec2]
+        extends = "aws-ec2"
+        lookup = { kind = "list_by_reference", url_template = "?Action=DescribeInstances", items_pointer = "/a//item", answer = { format = "xml" } }
+        "#,
+        "ec2.toml",
+    )
+    .unwrap_err();
+    assert_eq!(err.key(), "contracts.ec2.lookup.items_pointer", "{err}");
+    assert!(matches!(
+        err.kind(),
+        ConfigErrorKind::Contract(ContractErrorKind::InvalidXmlElement(_))
+    ));
+    let err = Contracts::from_toml_str(
+        "[contracts.x]\nlookup = { kind = \"http_get\", url_template = \"/o\", answer = { format = \"yaml\" } }",
+        "x.toml",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("yaml"), "{err}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Secrets in answers and in URLs (issue 27 item 8).
 
-/// Stripe's profiles keep the credentials Stripe puts in its answers out of the ledger.
+/// Stripe's profiles keep the credentials Stripe puts in its answers out of the ledger;
+/// `aws-ec2` keeps a `CreateKeyPair` private key out.
 #[test]
 fn built_in_profiles_name_the_secret_fields_of_their_vendors_answers() {
     for c in [profiles::stripe_v1(), profiles::stripe_v2()] {
@@ -553,6 +619,7 @@ fn built_in_profiles_name_the_secret_fields_of_their_vendors_answers() {
             .secret_response_fields
             .contains(&"signing_secret".to_owned())
     );
+    assert_eq!(profiles::aws_ec2().secret_response_fields, ["keyMaterial"]);
     // No other profile has a secret to drop from its answers: none named.
     for name in [
         "adyen",

@@ -14,7 +14,7 @@
 //! | `adyen` | Adyen | header `Idempotency-Key` (≤ 64) | 31 days | stored first response | webhooks |
 //! | `paypal-orders-v2`, `paypal-payments-v2`, `paypal-payouts`, `paypal-subscriptions` | PayPal | header `PayPal-Request-Id` | 6 h, 45 days, 30 days, 72 h | current state (201, then 200) | same-key replay |
 //! | `square` | Square | JSON body `/idempotency_key` (≤ 45) | not published | first successful response | webhooks |
-//! | `aws-ec2` | AWS EC2 | form field `ClientToken` (≤ 64 ASCII) | UNCONFIRMED | current state | `DescribeInstances` by `client-token`, settles in 5 min |
+//! | `aws-ec2` | AWS EC2 | form field `ClientToken` (≤ 64 ASCII) | UNCONFIRMED | current state | `DescribeInstances` by `client-token` (XML answer), settles in 5 min |
 //! | `google-aip155` | Google Cloud | query `requestId` (UUID) | 60 min | current state | same-key replay |
 //! | `ietf-draft` | IETF draft | header `Idempotency-Key`, quoted | published per resource | stored first response | same-key replay |
 //! | `no-idempotency` | Twilio-like | none | none | unsafe: never replayed | none: review |
@@ -40,7 +40,9 @@
 //!    Twilio has no outbound idempotency at all ([`no_idempotency`], [`github`]).
 
 use super::rules::{EvidenceClass, Rule, StatusMatch};
-use super::{Contract, KeyFormat, KeyPlacement, Lookup, RemoteRef, Replay};
+use super::{
+    AnswerFormat, Contract, KeyFormat, KeyPlacement, Lookup, LookupAnswer, RemoteRef, Replay,
+};
 use crate::operation::PayloadDigest;
 
 /// The date the built-in profiles were last checked against their sources.
@@ -464,14 +466,29 @@ pub fn square() -> Contract {
 ///   the window.
 /// - Replay: [`Replay::CurrentState`]: the same response, instance state possibly updated.
 /// - Lookup: `DescribeInstances` filtered by `client-token` = the key, on the same regional
-///   endpoint ([`Lookup::ListByReference`]). It is eventually consistent: an empty answer or
-///   `InvalidInstanceID.NotFound` right after the launch proves nothing. `settle_secs` is 300:
-///   "poll with backoff for minutes", the exact time is not given (the conservative choice).
-/// - Remote reference: the XML answer carries the reservation and instance ids, not JSON: none
-///   is required.
+///   endpoint ([`Lookup::ListByReference`]), its XML answer read by element paths
+///   ([`AnswerFormat::Xml`]): the items are the reservations
+///   (`/DescribeInstancesResponse/reservationSet/item`, one per launch); the one whose first
+///   instance carries the token (`/instancesSet/item/clientToken`) is the launch, whatever its
+///   instance's state (`/instancesSet/item/instanceState/name`: `pending`, `running`,
+///   `stopping`, `stopped`, `shutting-down`, `terminated`: each means the launch ran), and its
+///   first instance's id (`/instancesSet/item/instanceId`) is the remote reference. It is
+///   eventually consistent: an empty `reservationSet` or `InvalidInstanceID.NotFound` right
+///   after the launch proves nothing. `settle_secs` is 300: "poll with backoff for minutes",
+///   the exact time is not given (the conservative choice). After it, an empty answer is weak
+///   evidence (the operation stays unknown), never proof that nothing was launched.
+/// - Remote reference of the first answer: the XML `RunInstances` answer is not read for one
+///   (a remote reference is a JSON pointer), so none is required.
+/// - Secret response fields: `keyMaterial`, the unencrypted private key a `CreateKeyPair`
+///   answer carries, in case this profile is routed to it.
 ///
 /// Sources: docs.aws.amazon.com/ec2/latest/devguide/ec2-api-idempotency.html;
-/// docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html. Checked 2026-11-30.
+/// docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html;
+/// docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstances.html (the answer's
+/// `reservationSet`, `instancesSet`, `clientToken`, `instanceState`);
+/// docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateKeyPair.html (`keyMaterial`: "an
+/// unencrypted PEM encoded RSA or ED25519 private key"). Checked 2026-11-30 (lookup answer and
+/// secret fields 2026-12-02).
 pub fn aws_ec2() -> Contract {
     Contract::new("aws-ec2", KeyPlacement::form_body("ClientToken"))
         .max_key_len(64)
@@ -486,13 +503,35 @@ pub fn aws_ec2() -> Contract {
         )
         .lookup(Lookup::ListByReference {
             url_template: "?Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=client-token&Filter.1.Value.1={idempotency_key}".to_owned(),
-            items_pointer: None,
-            reference_pointer: None,
+            items_pointer: Some("/DescribeInstancesResponse/reservationSet/item".to_owned()),
+            reference_pointer: Some("/instancesSet/item/clientToken".to_owned()),
             reference: "{idempotency_key}".to_owned(),
-            answer: Default::default(),
+            answer: LookupAnswer {
+                format: AnswerFormat::Xml,
+                status: Some("/instancesSet/item/instanceState/name".to_owned()),
+                remote_ref: Some("/instancesSet/item/instanceId".to_owned()),
+                succeeded: Some(
+                    EC2_LAUNCHED_STATES.iter().map(|s| (*s).to_owned()).collect(),
+                ),
+                // `pending` is a launch that ran, not one still being decided.
+                processing: Some(Vec::new()),
+                ..LookupAnswer::default()
+            },
         })
         .settle_secs(300)
+        .secret_response_field("keyMaterial")
 }
+
+/// The states of an EC2 instance that a launch found by `DescribeInstances` can be in: each
+/// means the launch ran (read as success by the [`aws_ec2`] lookup).
+pub const EC2_LAUNCHED_STATES: &[&str] = &[
+    "pending",
+    "running",
+    "stopping",
+    "stopped",
+    "shutting-down",
+    "terminated",
+];
 
 /// Google Cloud APIs following AIP-155. Name: `google-aip155`.
 ///

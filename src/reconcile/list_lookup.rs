@@ -461,6 +461,105 @@ mod tests {
         assert!(why(&evidence).contains("2 items"), "{evidence:?}");
     }
 
+    /// The `aws-ec2` profile's lookup, as the builder makes it from the contract.
+    fn ec2_lookup() -> ListLookup<()> {
+        let contract = crate::contract::profiles::aws_ec2();
+        let Some(crate::contract::Lookup::ListByReference {
+            url_template,
+            items_pointer,
+            reference_pointer,
+            reference,
+            answer,
+        }) = contract.lookup
+        else {
+            panic!("aws-ec2 looks operations up in a list")
+        };
+        ListLookup::new((), url_template)
+            .format(answer.format)
+            .items_pointer(items_pointer.as_deref())
+            .reference_pointer(reference_pointer.as_deref())
+            .reference(reference)
+            .status_pointer(answer.status.as_deref().unwrap())
+            .remote_ref_pointer(answer.remote_ref.as_deref().unwrap())
+            .statuses(LookupStatuses {
+                succeeded: answer.succeeded.unwrap(),
+                processing: answer.processing.unwrap(),
+                ..LookupStatuses::default()
+            })
+            .secret_response_fields(contract.secret_response_fields)
+    }
+
+    const DESCRIBE: &str = include_str!("../../tests/fixtures/ec2_describe_instances.xml");
+    const DESCRIBE_EMPTY: &str =
+        include_str!("../../tests/fixtures/ec2_describe_instances_empty.xml");
+    const TOKEN: &str = "xMcwG14507example";
+
+    /// "Evidence a built-in profile promises": EC2 answers XML, and the profile's lookup reads
+    /// it. A recorded `DescribeInstances` answer names the launch by its client token.
+    #[tokio::test]
+    async fn the_ec2_lookup_reads_a_recorded_describe_instances_answer() {
+        let op = row("op-ec2").await;
+        let lookup = ec2_lookup();
+        let (ok, headers) = (StatusCode::OK, http::HeaderMap::new());
+        let (evidence, kept) = lookup.judge(&op, TOKEN, ok, &headers, DESCRIBE.as_bytes());
+        assert_eq!(
+            evidence,
+            Evidence::Succeeded {
+                remote_ref: Some("i-1234567890abcdef0".into())
+            }
+        );
+        let kept = kept.expect("the reservation is kept");
+        assert!(kept.starts_with("lookup answer: <item>"), "{kept}");
+        assert!(kept.contains("<reservationId>r-1234567890abcdef0</reservationId>"));
+        assert!(kept.len() <= ListLookup::<()>::MAX_KEPT_ANSWER + 40);
+        // Every state an instance of a launch can be in means the launch ran.
+        for state in ["pending", "stopped", "terminated"] {
+            let answer = DESCRIBE.replace("<name>running</name>", &format!("<name>{state}</name>"));
+            let (evidence, _) = lookup.judge(&op, TOKEN, ok, &headers, answer.as_bytes());
+            assert!(matches!(evidence, Evidence::Succeeded { .. }), "{state}");
+        }
+        // Another launch's token: not this operation's.
+        let (evidence, kept) = lookup.judge(&op, "other-token", ok, &headers, DESCRIBE.as_bytes());
+        assert!(why(&evidence).contains("no item carrying"), "{evidence:?}");
+        assert!(kept.is_none());
+        // An empty reservation set: nothing proven (weak evidence, never "not executed").
+        let (evidence, _) = lookup.judge(&op, TOKEN, ok, &headers, DESCRIBE_EMPTY.as_bytes());
+        assert!(
+            why(&evidence).contains("not proof of non-execution"),
+            "{evidence:?}"
+        );
+        // Two reservations carrying the token: none is picked.
+        let reservation = &DESCRIBE
+            [DESCRIBE.find("<item>").unwrap()..DESCRIBE.rfind("</reservationSet>").unwrap()];
+        let two = DESCRIBE.replace(reservation, &format!("{reservation}{reservation}"));
+        let (evidence, _) = lookup.judge(&op, TOKEN, ok, &headers, two.as_bytes());
+        assert!(why(&evidence).contains("2 items"), "{evidence:?}");
+        // Malformed XML, a JSON answer, a DTD, nothing: unknown, never a panic.
+        for bad in [
+            &DESCRIBE[..DESCRIBE.len() / 2],
+            r#"{"Reservations":[]}"#,
+            "<!DOCTYPE x [<!ENTITY a \"b\">]><DescribeInstancesResponse/>",
+            "",
+            "<DescribeInstancesResponse><reservationSet><item></reservationSet>",
+        ] {
+            let (evidence, kept) = lookup.judge(&op, TOKEN, ok, &headers, bad.as_bytes());
+            assert!(
+                why(&evidence).contains("well-formed XML"),
+                "{bad}: {evidence:?}"
+            );
+            assert!(kept.is_none());
+        }
+        // An EC2 error answer is not read at all.
+        let (evidence, _) = lookup.judge(
+            &op,
+            TOKEN,
+            StatusCode::SERVICE_UNAVAILABLE,
+            &headers,
+            b"<Response/>",
+        );
+        assert!(why(&evidence).contains("503"), "{evidence:?}");
+    }
+
     #[tokio::test]
     async fn a_reference_the_operation_has_no_value_for_makes_no_lookup() {
         let vendor = FakeVendor::start().await;
