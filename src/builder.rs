@@ -200,7 +200,9 @@ impl ConfigBuilder {
         self
     }
 
-    /// How much of an authoritative answer is kept for callers that ask again (default 64 KiB).
+    /// How much of an authoritative answer is kept for callers that ask again (default 64 KiB),
+    /// after the contract's secret answer fields are replaced by `[redacted]` (see
+    /// [`Contract::secret_response_fields`](crate::Contract::secret_response_fields)).
     pub fn stored_body_limit(mut self, bytes: usize) -> Self {
         self.shared.stored_body = bytes;
         self
@@ -347,6 +349,8 @@ fn lookup_for(
         } => {
             let mut lookup = HttpLookup::new(transport.clone(), url_template.clone())
                 .timeout(timeout)
+                .format(answer.format)
+                .secret_response_fields(contract.secret_response_fields.clone())
                 .secret_body_fields(contract.secret_body_fields.clone())
                 .statuses(statuses(answer))
                 // Validated with the contract: an unknown value never gets here.
@@ -398,6 +402,8 @@ fn lookup_for(
                 .id_pointer(answer.operation_id.as_deref())
                 .statuses(statuses(answer))
                 .timeout(timeout)
+                .format(answer.format)
+                .secret_response_fields(contract.secret_response_fields.clone())
                 .secret_body_fields(contract.secret_body_fields.clone());
             if let Some(p) = &answer.status {
                 lookup = lookup.status_pointer(p);

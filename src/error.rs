@@ -268,11 +268,11 @@ pub enum Error {
         /// The name of the contract frozen on it.
         contract: String,
     },
-    /// The operation's contract keeps secret body fields out of the ledger, and this call's body
-    /// is not the request frozen on the operation (with its secrets): the secrets cannot be
-    /// put back. Nothing was sent.
+    /// The operation's contract keeps secret body fields or path segments out of the ledger,
+    /// and this call's request is not the one frozen on the operation (with its secrets): the
+    /// secrets cannot be put back. Nothing was sent.
     #[error(
-        "{operation}: this call's body is not the stored request, and its secret fields are not stored; nothing was sent"
+        "{operation}: this call's request is not the stored one, and its secret body fields or path segments are not stored; nothing was sent"
     )]
     SecretsUnavailable {
         /// The operation (left `PREPARED`).

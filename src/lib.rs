@@ -105,6 +105,7 @@ pub mod notify;
 pub mod operation;
 pub mod operator;
 pub mod reconcile;
+mod redact;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 #[cfg(feature = "axum")]
@@ -119,6 +120,7 @@ pub mod state;
 #[cfg(feature = "test-util")]
 pub mod testing;
 mod text;
+mod xml;
 
 pub use authorize::{Access, Authorizer, Denied};
 pub use budget::{BudgetBound, BudgetError, BudgetPolicy, ReplayLimiter};

@@ -29,6 +29,7 @@ use crate::encoding::decode_component_str;
 use crate::inline_str::InlineStr;
 
 mod headers;
+pub use crate::redact::REDACTED;
 pub use headers::{FrozenHeaders, FrozenHeadersIter, HeaderBytes};
 
 /// The tenant an operation belongs to.
@@ -458,7 +459,7 @@ pub struct FrozenRequest {
     /// HTTP method (a standard one is stored without a heap allocation).
     pub method: Method,
     /// The URL the write was sent to, without credentials: no userinfo, no secret query
-    /// parameter.
+    /// parameter, and each secret path segment replaced by [`REDACTED`].
     pub url: String,
     /// Non-secret headers in order (names lower-cased, values as their exact bytes), `Host`
     /// included when the request carried one; all in one buffer.
@@ -470,8 +471,10 @@ pub struct FrozenRequest {
 impl FrozenRequest {
     /// Freezes a request: drops credentials (`secrets.headers` on top of
     /// [`DEFAULT_SECRET_HEADERS`]; userinfo and `secrets.query_params` on top of
-    /// [`DEFAULT_SECRET_QUERY_PARAMS`] from the URL; `secrets.body_fields` from the body) and
-    /// connection headers. Every other header value is kept byte for byte, in one allocation.
+    /// [`DEFAULT_SECRET_QUERY_PARAMS`] from the URL, and the path segments
+    /// `secrets.path_segments` mark, replaced by [`REDACTED`]; `secrets.body_fields` from the
+    /// body) and connection headers. Every other header value is kept byte for byte, in one
+    /// allocation.
     pub fn freeze(
         method: &Method,
         uri: &Uri,
@@ -487,7 +490,7 @@ impl FrozenRequest {
         });
         Self {
             method: method.clone(),
-            url: uri_string(&redacted_uri(uri, secrets.query_params)),
+            url: uri_string(&redacted_uri(uri, secrets)),
             headers,
             body: redact_body(&body, secrets.body_fields),
         }
@@ -528,6 +531,57 @@ pub struct SecretNames<'a> {
     /// Body fields: JSON pointers (`/client_secret`) for JSON bodies, field names
     /// (`client_secret`) for form bodies.
     pub body_fields: &'a [String],
+    /// Path templates whose `{secret}` segments are stored as [`REDACTED`]
+    /// ([`Contract::secret_path_segments`](crate::Contract::secret_path_segments)).
+    pub path_segments: &'a [String],
+}
+
+/// `path` with the segments a template of `templates` marks `{secret}` replaced by
+/// [`REDACTED`], or `None` when no template applies (see
+/// [`Contract::secret_path_segments`](crate::Contract::secret_path_segments)). A template
+/// applies to a path that starts with as many segments as it has, each equal to the template's
+/// literal, or anything for `*` and `{secret}`.
+pub(crate) fn redacted_path(path: &str, templates: &[String]) -> Option<String> {
+    if templates.is_empty() {
+        return None;
+    }
+    let mut segments: Vec<&str> = path.split('/').skip(1).collect();
+    let mut changed = false;
+    for template in templates {
+        let steps: Vec<&str> = template.split('/').skip(1).collect();
+        if steps.len() > segments.len() {
+            continue;
+        }
+        let applies = steps
+            .iter()
+            .zip(&segments)
+            .all(|(t, p)| matches!(*t, "*" | SECRET_SEGMENT) || t == p);
+        if !applies {
+            continue;
+        }
+        for (t, p) in steps.iter().zip(segments.iter_mut()) {
+            if *t == SECRET_SEGMENT && *p != REDACTED {
+                *p = REDACTED;
+                changed = true;
+            }
+        }
+    }
+    changed.then(|| {
+        let mut out = String::with_capacity(path.len());
+        for s in &segments {
+            out.push('/');
+            out.push_str(s);
+        }
+        out
+    })
+}
+
+/// The template segment that marks a secret path segment.
+pub(crate) const SECRET_SEGMENT: &str = "{secret}";
+
+/// Whether `path` holds a segment stored as [`REDACTED`].
+pub(crate) fn has_redacted_segment(path: &str) -> bool {
+    path.split('/').any(|s| s == REDACTED)
 }
 
 /// `body` without the secret `fields` (see [`SecretNames::body_fields`]); the same bytes when
@@ -602,17 +656,20 @@ pub(crate) fn is_secret_param(pair: &str, extra: &[String]) -> bool {
         || extra.iter().any(|s| s.eq_ignore_ascii_case(&name))
 }
 
-/// `uri` without its credentials: userinfo and secret query parameters removed. Borrowed (no
-/// allocation) when there is nothing to remove, the common case.
+/// `uri` without its credentials: userinfo and secret query parameters removed, secret path
+/// segments replaced by [`REDACTED`]. Borrowed (no allocation) when there is nothing to remove,
+/// the common case.
 pub(crate) fn redacted_uri<'a>(
     uri: &'a Uri,
-    secret_params: &[String],
+    secrets: SecretNames<'_>,
 ) -> std::borrow::Cow<'a, Uri> {
+    let secret_params = secrets.query_params;
     let userinfo = uri.authority().is_some_and(|a| a.as_str().contains('@'));
     let secret_query = uri
         .query()
         .is_some_and(|q| q.split('&').any(|p| is_secret_param(p, secret_params)));
-    if !userinfo && !secret_query {
+    let path = redacted_path(uri.path(), secrets.path_segments);
+    if !userinfo && !secret_query && path.is_none() {
         return std::borrow::Cow::Borrowed(uri);
     }
     let mut parts = uri.clone().into_parts();
@@ -622,21 +679,28 @@ pub(crate) fn redacted_uri<'a>(
     {
         parts.authority = Some(a);
     }
-    if secret_query && let Some(pq) = &parts.path_and_query {
+    if (secret_query || path.is_some())
+        && let Some(pq) = &parts.path_and_query
+    {
         let kept: Vec<&str> = pq
             .query()
             .unwrap_or("")
             .split('&')
             .filter(|p| !is_secret_param(p, secret_params))
             .collect();
-        let rebuilt = if kept.is_empty() {
-            pq.path().to_owned()
-        } else {
-            format!("{}?{}", pq.path(), kept.join("&"))
+        let path = path.as_deref().unwrap_or(pq.path());
+        let rebuilt = match (kept.is_empty(), pq.query()) {
+            // Only the path changed: the query as it was (an empty `?` included).
+            (_, Some(q)) if !secret_query => format!("{path}?{q}"),
+            (true, _) => path.to_owned(),
+            (false, _) => format!("{path}?{}", kept.join("&")),
         };
-        if let Ok(pq) = rebuilt.parse() {
-            parts.path_and_query = Some(pq);
-        }
+        // Cannot fail for parts taken from a valid URI; never keep the credentials.
+        parts.path_and_query = Some(
+            rebuilt
+                .parse()
+                .unwrap_or_else(|_| http::uri::PathAndQuery::from_static("/")),
+        );
     }
     match Uri::from_parts(parts) {
         Ok(u) => std::borrow::Cow::Owned(u),
@@ -1204,12 +1268,64 @@ mod tests {
         );
         assert_eq!(f.url, "https://vendor.test/v1/t?a=1&b=2");
         let only: Uri = "http://v.test/p?sig=abc".parse().unwrap();
-        assert_eq!(redacted_uri(&only, &[]).to_string(), "http://v.test/p");
+        let none = SecretNames::default();
+        assert_eq!(redacted_uri(&only, none).to_string(), "http://v.test/p");
         let clean: Uri = "http://v.test/p?q=1".parse().unwrap();
         assert!(matches!(
-            redacted_uri(&clean, &[]),
+            redacted_uri(&clean, none),
             std::borrow::Cow::Borrowed(_)
         ));
+    }
+
+    /// Issue 27 item 8: a credential in the URL's path (a webhook URL's token) is stored as
+    /// the marker; the rest of the URL, its query included, is kept as it is.
+    #[test]
+    fn freezing_marks_secret_path_segments() {
+        let templates = [
+            "/services/*/*/{secret}".to_owned(),
+            "/api/webhooks/*/{secret}".to_owned(),
+        ];
+        let secrets = SecretNames {
+            path_segments: &templates,
+            ..SecretNames::default()
+        };
+        let freeze = |url: &str| {
+            FrozenRequest::freeze(
+                &Method::POST,
+                &url.parse().unwrap(),
+                &HeaderMap::new(),
+                Bytes::new(),
+                secrets,
+            )
+            .url
+        };
+        assert_eq!(
+            freeze("https://hooks.slack.test/services/T0/B0/XOXSECRET1?a=1&&b"),
+            "https://hooks.slack.test/services/T0/B0/[redacted]?a=1&&b"
+        );
+        assert_eq!(
+            freeze("https://discord.test/api/webhooks/42/TOKEN2/slack?wait=true&token=T"),
+            "https://discord.test/api/webhooks/42/[redacted]/slack?wait=true"
+        );
+        // A path the templates do not describe is kept.
+        for kept in [
+            "https://discord.test/api/webhooks/42",
+            "https://discord.test/api/other/42/x",
+            "https://hooks.slack.test/",
+        ] {
+            assert_eq!(freeze(kept), kept);
+        }
+        let uri: Uri = "https://discord.test/api/other/42/x".parse().unwrap();
+        assert!(matches!(
+            redacted_uri(&uri, secrets),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            redacted_path("/a/[redacted]", &["/a/{secret}".into()]),
+            None
+        );
+        assert!(has_redacted_segment("/a/[redacted]/b"));
+        assert!(!has_redacted_segment("/a/x[redacted]"));
     }
 }
 

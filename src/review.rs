@@ -82,7 +82,10 @@ pub enum ReviewError {
 }
 
 /// Everything a reviewer needs, assembled from the ledger. Serializable for tickets and
-/// dashboards; it contains no credentials and no body values.
+/// dashboards. It contains no credentials, and no body value but one: the answer of a lookup
+/// that resolved the operation, kept as its evidence entry's note with the contract's secret
+/// answer fields replaced by `[redacted]` (see
+/// [`Contract::secret_response_fields`](crate::Contract::secret_response_fields)).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HandoffPackage {
     /// Tenant.
@@ -138,7 +141,8 @@ pub struct HandoffPackage {
 pub struct ParameterSummary {
     /// HTTP method.
     pub method: String,
-    /// URL with query values replaced by `…`.
+    /// URL with query values replaced by `…` (and secret path segments stored as
+    /// `[redacted]`).
     pub url: String,
     /// Names of the stored (non-secret) headers.
     pub header_names: Vec<String>,
@@ -182,7 +186,9 @@ pub struct EvidenceSummary {
     pub generation: u64,
     /// The classified observation.
     pub evidence: Option<Evidence>,
-    /// Notes (never a body or a credential).
+    /// Notes: the engine's, a reviewer's reason, or the answer of a lookup that resolved the
+    /// operation (`lookup answer: …`, at most 16 KiB, secret answer fields `[redacted]`). Never
+    /// a credential.
     pub note: Option<String>,
 }
 

@@ -532,6 +532,185 @@ fn ec2_lookup_is_eventually_consistent_and_retention_unconfirmed() {
     assert_eq!(reference, "{idempotency_key}");
 }
 
+/// "Evidence a built-in profile promises": EC2 answers `DescribeInstances` in XML, so the
+/// profile's lookup reads XML, by element paths (the answer itself is read in the lookup tests
+/// against a recorded `DescribeInstances` answer).
+#[test]
+fn ec2_lookup_reads_describe_instances_xml_by_element_paths() {
+    use recoverable_write::contract::AnswerFormat;
+    let c = profiles::aws_ec2();
+    let Some(Lookup::ListByReference {
+        items_pointer,
+        reference_pointer,
+        answer,
+        ..
+    }) = &c.lookup
+    else {
+        panic!("{:?}", c.lookup)
+    };
+    assert_eq!(answer.format, AnswerFormat::Xml);
+    assert_eq!(
+        items_pointer.as_deref(),
+        Some("/DescribeInstancesResponse/reservationSet/item")
+    );
+    assert_eq!(
+        reference_pointer.as_deref(),
+        Some("/instancesSet/item/clientToken")
+    );
+    assert_eq!(
+        answer.status.as_deref(),
+        Some("/instancesSet/item/instanceState/name")
+    );
+    assert_eq!(
+        answer.remote_ref.as_deref(),
+        Some("/instancesSet/item/instanceId")
+    );
+    assert_eq!(
+        answer.succeeded.as_deref(),
+        Some(
+            &profiles::EC2_LAUNCHED_STATES
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect::<Vec<_>>()[..]
+        )
+    );
+    // An XML path is element names: a step that is no name is refused, naming the key.
+    let err = Contracts::from_toml_str(
+        r#"
+        [contracts.ec2]
+        extends = "aws-ec2"
+        lookup = { kind = "list_by_reference", url_template = "?Action=DescribeInstances", items_pointer = "/a//item", answer = { format = "xml" } }
+        "#,
+        "ec2.toml",
+    )
+    .unwrap_err();
+    assert_eq!(err.key(), "contracts.ec2.lookup.items_pointer", "{err}");
+    assert!(matches!(
+        err.kind(),
+        ConfigErrorKind::Contract(ContractErrorKind::InvalidXmlElement(_))
+    ));
+    let err = Contracts::from_toml_str(
+        "[contracts.x]\nlookup = { kind = \"http_get\", url_template = \"/o\", answer = { format = \"yaml\" } }",
+        "x.toml",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("yaml"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets in answers and in URLs (issue 27 item 8).
+
+/// Stripe's profiles keep the credentials Stripe puts in its answers out of the ledger;
+/// `aws-ec2` keeps a `CreateKeyPair` private key out.
+#[test]
+fn built_in_profiles_name_the_secret_fields_of_their_vendors_answers() {
+    for c in [profiles::stripe_v1(), profiles::stripe_v2()] {
+        for field in profiles::STRIPE_SECRET_RESPONSE_FIELDS {
+            assert!(
+                c.secret_response_fields.iter().any(|f| f == field),
+                "{}: {field}",
+                c.name
+            );
+        }
+        c.validate().unwrap();
+    }
+    assert!(
+        profiles::stripe_v2()
+            .secret_response_fields
+            .contains(&"signing_secret".to_owned())
+    );
+    assert_eq!(profiles::aws_ec2().secret_response_fields, ["keyMaterial"]);
+    // No other profile has a secret to drop from its answers: none named.
+    for name in [
+        "adyen",
+        "square",
+        "google-aip155",
+        "ietf-draft",
+        "github",
+        "conservative",
+    ] {
+        let c = profiles::by_name(name).unwrap();
+        assert!(c.secret_response_fields.is_empty(), "{name}");
+        assert!(c.secret_path_segments.is_empty(), "{name}");
+    }
+}
+
+/// The new keys of a contract table: secrets add to the inherited ones (an override cannot
+/// store a secret again), malformed ones are refused naming the key.
+#[test]
+fn secret_response_fields_and_path_segments_load_from_toml_and_only_accumulate() {
+    let contracts = Contracts::from_toml_str(
+        r#"
+        [[route]]
+        host = "api.stripe.test"
+        contract = "pay2"
+
+        [contracts.pay]
+        extends = "stripe-v1"
+        secret_response_fields = ["/next_action/redirect_to_url/url", "client_secret"]
+        secret_path_segments = ["/hooks/*/{secret}"]
+        replay_supplies_path_secrets = true
+
+        [contracts.pay2]
+        extends = "pay"
+        secret_response_fields = ["ephemeral"]
+        "#,
+        "c.toml",
+    )
+    .unwrap();
+    let pay2 = contracts.get("pay2").expect("pay2");
+    assert_eq!(
+        pay2.secret_response_fields,
+        [
+            "client_secret",
+            "secret",
+            "/next_action/redirect_to_url/url",
+            "ephemeral"
+        ]
+    );
+    assert_eq!(pay2.secret_path_segments, ["/hooks/*/{secret}"]);
+    assert!(pay2.replay_supplies_path_secrets);
+    // In the canonical form (and so the hash) only when set.
+    assert!(
+        !Contract::conservative()
+            .canonical_json()
+            .contains("secret_")
+    );
+
+    for (toml, key, needle) in [
+        (
+            "secret_response_fields = [\"a/b\"]",
+            "contracts.c.secret_response_fields[0]",
+            "neither a JSON pointer",
+        ),
+        (
+            "secret_response_fields = [\"\"]",
+            "contracts.c.secret_response_fields[0]",
+            "neither a JSON pointer",
+        ),
+        (
+            "secret_path_segments = [\"/hooks/x\"]",
+            "contracts.c.secret_path_segments[0]",
+            "not a path template",
+        ),
+        (
+            "secret_path_segments = [\"hooks/{secret}\"]",
+            "contracts.c.secret_path_segments[0]",
+            "not a path template",
+        ),
+        (
+            "secret_path_segments = [\"/hooks/t{secret}\"]",
+            "contracts.c.secret_path_segments[0]",
+            "not a path template",
+        ),
+    ] {
+        let err =
+            Contracts::from_toml_str(&format!("[contracts.c]\n{toml}"), "c.toml").expect_err(toml);
+        assert_eq!(err.key(), key, "{err}");
+        assert!(err.to_string().contains(needle), "{err}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Google AIP-155.
 
@@ -1248,7 +1427,7 @@ fn every_config_error_names_origin_key_and_problem() {
         "[contracts.c]\nretenton_secs = 5",
         "contracts.c.retenton_secs",
         unknown(
-            "extends, name, key, max_key_len, retention_secs, replay, rules, extra_rules, remote_ref, secret_headers, secret_query_params, secret_body_fields, replay_supplies_body_secrets, digest, lookup, settle_secs, keep_details_secs, keep_identity_secs",
+            "extends, name, key, max_key_len, retention_secs, replay, rules, extra_rules, remote_ref, secret_headers, secret_query_params, secret_body_fields, replay_supplies_body_secrets, secret_response_fields, secret_path_segments, replay_supplies_path_secrets, digest, lookup, settle_secs, keep_details_secs, keep_identity_secs",
         ),
     );
     config_error(

@@ -27,6 +27,8 @@ const MODULES: &[(&str, &str)] = &[
     ("inline_str", "leaf"),
     ("length_prefixed", "leaf"),
     ("secret", "leaf"),
+    ("xml", "leaf"),
+    ("redact", "leaf"),
     ("operation", "domain"),
     ("guard", "domain"),
     ("contract", "domain"),

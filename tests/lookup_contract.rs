@@ -268,7 +268,11 @@ lookup = {{ kind = "http_get", url_template = "{lookup_base}/by-op/{{operation_i
     assert!(note.starts_with("lookup answer: "), "{note}");
     let kept: serde_json::Value =
         serde_json::from_str(note.trim_start_matches("lookup answer: ")).unwrap();
-    assert_eq!(kept, serde_json::json!({"id": "W731", "status": "open"}));
+    // A secret body field is secret in an answer too: its value is replaced, its name kept.
+    assert_eq!(
+        kept,
+        serde_json::json!({"id": "W731", "status": "open", "client_secret": "[redacted]"})
+    );
     assert!(!note.contains("cs_live"), "{note}");
 }
 
@@ -626,6 +630,294 @@ fn what_a_404_means_is_validated_and_named_by_its_key() {
         !json.contains("not_found") && !json.contains("answer"),
         "{json}"
     );
+    // A profile's own answer settings are in its hash; the defaults it leaves are not.
     let ec2 = recoverable_write::contract::profiles::aws_ec2().canonical_json();
-    assert!(!ec2.contains("answer"), "{ec2}");
+    assert!(ec2.contains(r#""format":"xml""#), "{ec2}");
+    assert!(
+        !ec2.contains("not_found") && !ec2.contains("operation_id\""),
+        "{ec2}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 27, "Evidence a built-in profile promises": the `aws-ec2` profile looks a launch up with
+// `DescribeInstances` filtered by `client-token`, and EC2 answers XML. The lookup reads it.
+// ---------------------------------------------------------------------------------------------
+
+/// A recorded `DescribeInstances` answer (one reservation, one running instance) and the same
+/// call's answer when the filter matches nothing.
+const DESCRIBE: &str = include_str!("fixtures/ec2_describe_instances.xml");
+const DESCRIBE_EMPTY: &str = include_str!("fixtures/ec2_describe_instances_empty.xml");
+/// The client token in the recorded answer, replaced by the launch's own.
+const RECORDED_TOKEN: &str = "xMcwG14507example";
+
+/// What the in-process EC2 endpoint does.
+#[derive(Clone, Copy, PartialEq)]
+enum Ec2Launch {
+    /// `RunInstances` launches, and its answer is lost (a reset after the launch).
+    LaunchedAnswerLost,
+    /// The connection resets before anything is launched: nothing to find.
+    NeverLaunched,
+}
+
+/// An EC2 regional endpoint in process: `RunInstances` (form body) and `DescribeInstances`
+/// filtered by `client-token` (query), answering the recorded XML. Records every request.
+#[derive(Clone)]
+struct Ec2 {
+    launch: Ec2Launch,
+    /// Answer `DescribeInstances` with this text instead (a malformed document).
+    describe_as: Option<&'static str>,
+    tokens: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    received: std::sync::Arc<std::sync::Mutex<Vec<(http::Method, String)>>>,
+}
+
+type Ec2Service = tower::util::BoxCloneSyncService<
+    http::Request<http_body_util::Full<bytes::Bytes>>,
+    http::Response<http_body_util::Full<bytes::Bytes>>,
+    tower::BoxError,
+>;
+
+impl Ec2 {
+    fn new(launch: Ec2Launch) -> Self {
+        Self {
+            launch,
+            describe_as: None,
+            tokens: Default::default(),
+            received: Default::default(),
+        }
+    }
+
+    fn service(&self) -> Ec2Service {
+        use http_body_util::BodyExt;
+        let ec2 = self.clone();
+        tower::util::BoxCloneSyncService::new(tower::service_fn(
+            move |req: http::Request<http_body_util::Full<bytes::Bytes>>| {
+                let ec2 = ec2.clone();
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let body = body.collect().await?.to_bytes();
+                    ec2.handle(&parts.method, &parts.uri, &body)
+                }
+            },
+        ))
+    }
+
+    fn handle(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        body: &[u8],
+    ) -> Result<http::Response<http_body_util::Full<bytes::Bytes>>, tower::BoxError> {
+        self.received
+            .lock()
+            .unwrap()
+            .push((method.clone(), uri.to_string()));
+        let param = |list: &str, name: &str| {
+            list.split('&')
+                .find_map(|p| p.strip_prefix(&format!("{name}=")).map(str::to_owned))
+        };
+        if method == http::Method::POST {
+            let form = std::str::from_utf8(body).unwrap();
+            assert_eq!(param(form, "Action").as_deref(), Some("RunInstances"));
+            let token = param(form, "ClientToken").expect("the ClientToken is sent");
+            if self.launch == Ec2Launch::LaunchedAnswerLost {
+                self.tokens.lock().unwrap().push(token);
+            }
+            return Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into());
+        }
+        let query = uri.query().unwrap_or("");
+        assert_eq!(param(query, "Action").as_deref(), Some("DescribeInstances"));
+        assert_eq!(
+            param(query, "Filter.1.Name").as_deref(),
+            Some("client-token")
+        );
+        let token = param(query, "Filter.1.Value.1").unwrap_or_default();
+        let xml = match self.describe_as {
+            Some(text) => text.to_owned(),
+            None if self.tokens.lock().unwrap().contains(&token) => {
+                DESCRIBE.replace(RECORDED_TOKEN, &token)
+            }
+            None => DESCRIBE_EMPTY.to_owned(),
+        };
+        Ok(http::Response::builder()
+            .header("content-type", "text/xml;charset=UTF-8")
+            .body(http_body_util::Full::new(bytes::Bytes::from(xml)))?)
+    }
+
+    fn requests(&self, method: http::Method) -> Vec<String> {
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, _)| *m == method)
+            .map(|(_, u)| u.clone())
+            .collect()
+    }
+}
+
+/// The built-in `aws-ec2` profile (with `more` settings) on the EC2 endpoint in process, and the
+/// writer over it.
+fn ec2_configured(
+    ec2: &Ec2,
+    more: &str,
+) -> (
+    recoverable_write::Config,
+    RecoverableWriteService<recoverable_write::SendOnceGuard<Ec2Service>>,
+) {
+    let contracts = Contracts::from_toml_str(
+        &format!(
+            "[[route]]\nhost = \"ec2.eu-west-1.amazonaws.com\"\ncontract = \"ec2\"\n\n[contracts.ec2]\nextends = \"aws-ec2\"\n{more}\n"
+        ),
+        "contracts.toml",
+    )
+    .expect("valid contracts");
+    let below = ServiceBuilder::new()
+        .layer(SendOnceGuardLayer::new())
+        .service(ec2.service());
+    let rw = RecoverableWrite::builder(MemoryLedger::new())
+        .contracts(contracts)
+        .budget(fast_policy())
+        .transport(below.clone())
+        .lookup_timeout(Duration::from_millis(500))
+        .recovery_lease(Duration::from_secs(2))
+        .build()
+        .expect("valid configuration");
+    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
+    (rw, svc)
+}
+
+fn run_instances(
+    op: &recoverable_write::Operation,
+) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    let mut req = http::Request::post("https://ec2.eu-west-1.amazonaws.com/")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+            b"Action=RunInstances&ImageId=ami-0abc&InstanceType=t3.micro&MinCount=1&MaxCount=1&Placement.AvailabilityZone=eu-west-1a&Version=2016-11-15",
+        )))
+        .unwrap();
+    req.extensions_mut().insert(op.clone());
+    req
+}
+
+#[tokio::test]
+async fn an_ec2_launch_whose_answer_was_lost_is_found_by_its_client_token_in_xml() {
+    let ec2 = Ec2::new(Ec2Launch::LaunchedAnswerLost);
+    // The profile as it is: its 300 s settle time does not delay a lookup that finds the launch.
+    let (rw, svc) = ec2_configured(&ec2, "");
+    let op = new_op("intent-ec2-found");
+    let err = tower::ServiceExt::oneshot(svc, run_instances(&op))
+        .await
+        .expect_err("the answer is lost");
+    assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+
+    let row = recover_until(&rw, &op, |r| r.state == State::Succeeded).await;
+    assert_eq!(row.remote_ref.as_deref(), Some("i-1234567890abcdef0"));
+    // One launch; the lookup asked for exactly this launch's client token.
+    assert_eq!(ec2.requests(http::Method::POST).len(), 1);
+    let describe = ec2.requests(http::Method::GET);
+    assert!(!describe.is_empty());
+    assert!(
+        describe[0].ends_with(&format!(
+            "&Filter.1.Value.1={}",
+            row.idempotency_key.as_str()
+        )),
+        "{describe:?}"
+    );
+    assert_eq!(
+        *ec2.tokens.lock().unwrap(),
+        [row.idempotency_key.as_str().to_owned()]
+    );
+    // The reservation that resolved it is kept as evidence.
+    let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    let note = log
+        .iter()
+        .find(|e| e.entry.kind == "lookup" && e.entry.to_state == Some(State::Succeeded))
+        .and_then(|e| e.entry.note.clone())
+        .unwrap_or_else(|| panic!("no resolving lookup: {log:?}"));
+    assert!(
+        note.contains("<instanceId>i-1234567890abcdef0</instanceId>"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
+async fn an_empty_reservation_set_is_no_evidence_before_settle_and_weak_evidence_after() {
+    let ec2 = Ec2::new(Ec2Launch::NeverLaunched);
+    let (rw, svc) = ec2_configured(&ec2, "settle_secs = 1");
+    let op = new_op("intent-ec2-empty");
+    let _ = tower::ServiceExt::oneshot(svc, run_instances(&op)).await;
+
+    // Before the settle time: the miss is no evidence and uses no query.
+    let recoverer = rw.recoverer();
+    let mut deferred = false;
+    for _ in 0..40 {
+        recoverer.run_once().await.expect("pass");
+        let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+        if log.iter().any(|e| {
+            e.entry.kind == "deferred" && e.entry.note.as_deref().unwrap_or("").contains("settle")
+        }) {
+            deferred = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(deferred, "the early miss was deferred");
+    let row = row_of(&rw, &op).await;
+    assert_eq!((row.state, row.queries_used), (State::Unknown, 0));
+    assert!(
+        !ec2.requests(http::Method::GET).is_empty(),
+        "DescribeInstances was asked"
+    );
+
+    // After it: an empty reservation set is weak evidence; the operation stays unknown.
+    let row = recover_until(&rw, &op, |r| r.queries_used >= 1).await;
+    assert_eq!(
+        row.state,
+        State::Unknown,
+        "nothing found is not NOT_EXECUTED"
+    );
+    let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    assert!(
+        log.iter().any(|e| e.entry.kind == "lookup"
+            && matches!(&e.entry.evidence, Some(Evidence::Unknown { why, .. })
+                if why.contains("no item carrying the reference"))),
+        "{log:?}"
+    );
+    assert!(
+        !log.iter().any(|e| matches!(
+            e.entry.evidence,
+            Some(Evidence::NotExecuted { .. } | Evidence::Succeeded { .. })
+        )),
+        "{log:?}"
+    );
+    assert_eq!(
+        ec2.requests(http::Method::POST).len(),
+        1,
+        "nothing launched again"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_describe_instances_answer_is_unknown_not_a_panic() {
+    let mut ec2 = Ec2::new(Ec2Launch::LaunchedAnswerLost);
+    ec2.describe_as = Some(&DESCRIBE[..1200]);
+    let (rw, svc) = ec2_configured(&ec2, "settle_secs = 0");
+    let op = new_op("intent-ec2-malformed");
+    let _ = tower::ServiceExt::oneshot(svc, run_instances(&op)).await;
+
+    let row = recover_until(&rw, &op, |r| r.queries_used >= 2).await;
+    assert_eq!(row.state, State::Unknown);
+    assert_eq!(row.remote_ref, None);
+    let log = rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    assert!(
+        log.iter().any(|e| e.entry.kind == "lookup"
+            && matches!(&e.entry.evidence, Some(Evidence::Unknown { why, .. })
+                if why.contains("well-formed XML"))),
+        "{log:?}"
+    );
+    assert_eq!(
+        ec2.requests(http::Method::POST).len(),
+        1,
+        "nothing launched again"
+    );
 }

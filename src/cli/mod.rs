@@ -35,8 +35,9 @@
 //! `--all-tenants` is the explicit operator capability to see them all.
 //!
 //! Output is a table or plain text by default, JSON with `--json`. Nothing printed holds a
-//! credential or a body value: operations are shown through their redacted
-//! [`HandoffPackage`](crate::HandoffPackage) and listing columns.
+//! credential: operations are shown through their redacted
+//! [`HandoffPackage`](crate::HandoffPackage) and listing columns (the one body value there is
+//! the answer of a lookup that resolved the operation, its secret fields `[redacted]`).
 //!
 //! Exit codes ([`exit`]): 0 ok, 1 operational error (ledger unreachable, store failure),
 //! 2 usage (bad arguments, bad ledger URL, ambiguous id, empty reason, a deletion not

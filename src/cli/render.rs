@@ -1,5 +1,6 @@
 //! Text output of the command line. Every value shown comes from a listing row's columns or a
-//! redacted [`HandoffPackage`]: no credential, no body value.
+//! redacted [`HandoffPackage`]: no credential, and no body value but a resolving lookup's
+//! answer with its secret fields `[redacted]`.
 
 use std::fmt::Write as _;
 

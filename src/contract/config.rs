@@ -33,13 +33,14 @@
 //!
 //! A contract starts from the contract it `extends` (from [`conservative`] when it names none)
 //! and each key it sets replaces the inherited value as a whole: `key`, `remote_ref`, `digest`
-//! and `lookup` are not merged field by field, and `rules` replaces the inherited rules. Two keys
+//! and `lookup` are not merged field by field, and `rules` replaces the inherited rules. Some keys
 //! add instead of replacing:
 //!
 //! - `extra_rules` are put *before* the rules (inherited or given), so they are tried first and
 //!   override the profile for the responses they match;
-//! - `secret_headers` are added to the inherited ones: an override can never turn a secret
-//!   header back into a stored one.
+//! - the secrets (`secret_headers`, `secret_query_params`, `secret_body_fields`,
+//!   `secret_response_fields`, `secret_path_segments`) are added to the inherited ones: an
+//!   override can never turn a secret back into a stored value.
 //!
 //! The contract's `name` (frozen on every operation row) is the table's key unless `name` is
 //! given. `extends` names a contract of the file first, then a built-in profile
@@ -423,6 +424,11 @@ struct ContractSpec {
     #[serde(default)]
     secret_body_fields: Vec<String>,
     replay_supplies_body_secrets: Option<bool>,
+    #[serde(default)]
+    secret_response_fields: Vec<String>,
+    #[serde(default)]
+    secret_path_segments: Vec<String>,
+    replay_supplies_path_secrets: Option<bool>,
     #[serde(default, deserialize_with = "digest")]
     digest: Option<PayloadDigest>,
     lookup: Option<Lookup>,
@@ -883,6 +889,9 @@ impl<'a> Loader<'a> {
         if let Some(v) = table.replay_supplies_body_secrets {
             c.replay_supplies_body_secrets = v;
         }
+        if let Some(v) = table.replay_supplies_path_secrets {
+            c.replay_supplies_path_secrets = v;
+        }
         if let Some(v) = &table.digest {
             c.digest = v.clone();
         }
@@ -915,9 +924,15 @@ impl<'a> Loader<'a> {
                 }
             }
         }
-        for f in &table.secret_body_fields {
-            if !c.secret_body_fields.contains(f) {
-                c.secret_body_fields.push(f.clone());
+        for (dst, add) in [
+            (&mut c.secret_body_fields, &table.secret_body_fields),
+            (&mut c.secret_response_fields, &table.secret_response_fields),
+            (&mut c.secret_path_segments, &table.secret_path_segments),
+        ] {
+            for f in add {
+                if !dst.contains(f) {
+                    dst.push(f.clone());
+                }
             }
         }
         // Each rule's own checks first, so an error names the rule and the key that set it.

@@ -141,6 +141,16 @@ pub enum ContractErrorKind {
     /// Not a plain XML element name.
     #[error("`{0}` is not an XML element name (letters, digits, `_`, `-`, `.`, `:`)")]
     InvalidXmlElement(String),
+    /// A secret answer field that is neither a JSON pointer nor a bare name.
+    #[error(
+        "`{0}` is neither a JSON pointer (`/client_secret`, starting with `/`) nor a field name (`client_secret`, without `/`)"
+    )]
+    InvalidSecretField(String),
+    /// A secret path template that is malformed.
+    #[error(
+        "`{0}` is not a path template: it must start with `/`, mark at least one segment `{{secret}}`, and hold only literal segments, `*` and `{{secret}}` (no query)"
+    )]
+    InvalidPathTemplate(String),
 }
 
 /// ` (365 days)` for a bound in seconds that is a whole number of days.

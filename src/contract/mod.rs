@@ -7,7 +7,9 @@
 //! - how long the vendor keeps keys and what a same-key replay returns ([`Replay`]);
 //! - how responses map to [`Evidence`] ([`Rule`]s, then conservative defaults);
 //! - where the created object's id sits ([`RemoteRef`]) and whether success needs it;
-//! - which extra headers are secret, and which body fields define the payload;
+//! - which headers, query parameters, body fields and path segments of a request are secret
+//!   (never stored), which fields of the vendor's answers are (stored as `[redacted]`), and
+//!   which body fields define the payload;
 //! - how an operation can be looked up at the vendor ([`Lookup`]), and how long an eventually
 //!   consistent lookup needs before "not found" means anything (`settle_secs`).
 //!
@@ -199,6 +201,32 @@ pub struct Contract {
     /// (default `false`: such replays are refused).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replay_supplies_body_secrets: bool,
+    /// Fields of the vendor's answers never stored: a bare name (`client_secret`: every member
+    /// of that name, at any depth) or a JSON pointer (`/client_secret`: that place only). In
+    /// the first response kept for callers that ask again, and in a lookup's answer kept as
+    /// evidence (and shown to reviewers), each value becomes the string
+    /// [`REDACTED`](crate::operation::REDACTED); the caller's own first response is never
+    /// changed. An XML answer is read the same way (a path of element names, or an element
+    /// name). An answer that may hold such a field but is neither JSON nor XML is not stored
+    /// (a caller asking again gets the synthesized answer). The
+    /// [`secret_body_fields`](Self::secret_body_fields) are secret in answers too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_response_fields: Vec<String>,
+    /// Segments of the request URL's path never stored, as path templates: `/services/*/*/{secret}`
+    /// (Slack's webhook URLs), `/api/webhooks/*/{secret}` (Discord's). Each segment of a
+    /// template is a literal, `*` (any one segment, kept) or `{secret}` (any one segment,
+    /// stored as [`REDACTED`](crate::operation::REDACTED)); a template applies to a path that
+    /// starts with its segments. The first send carries the caller's URL; a replay has only
+    /// the stored one, so a contract that names any refuses replays (the operation goes to a
+    /// human) unless [`replay_supplies_path_secrets`](Self::replay_supplies_path_secrets)
+    /// says the replay stack puts them back. The payload hash is over the stored URL.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_path_segments: Vec<String>,
+    /// The stack replays are sent through replaces each path segment
+    /// [`REDACTED`](crate::operation::REDACTED) with the secret it stands for (default
+    /// `false`: such replays are refused).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replay_supplies_path_secrets: bool,
     /// Which parts of the body define the payload (for the payload hash).
     #[serde(default)]
     pub digest: PayloadDigest,
@@ -411,13 +439,15 @@ pub enum Lookup {
     /// EC2's `client-token` filter) and find the item carrying it. Only an item that carries the
     /// reference identifies the operation; an empty list proves nothing, and nothing at all
     /// before `settle_secs` when the list is eventually consistent. Several items carrying the
-    /// reference prove nothing either (none is picked). The answer must be JSON. Built as a
+    /// reference prove nothing either (none is picked). The answer is JSON, or XML with
+    /// `answer.format = "xml"` (EC2's `DescribeInstances`). Built as a
     /// [`ListLookup`](crate::reconcile::ListLookup).
     ListByReference {
         /// The list URL template (the filter, if the vendor has one, goes in the query).
         url_template: String,
-        /// Where the items are in a JSON answer (e.g. `/data`); `None` when the answer is not
-        /// JSON or the filter in the URL already selects the operation's items.
+        /// Where the items are in the answer (e.g. `/data`; in XML, a path such as
+        /// `/DescribeInstancesResponse/reservationSet/item`); `None`: the answer is the array
+        /// of items (in XML, the root element's children are).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         items_pointer: Option<String>,
         /// Where an item carries the reference (e.g. `/metadata/operation_id`); `None` when
@@ -454,6 +484,7 @@ pub enum Lookup {
 ///
 /// | field | default | meaning |
 /// |---|---|---|
+/// | `format` | `json` | how the answer is parsed: `json` or `xml` (see below) |
 /// | `status` | `/status` | JSON pointer to the status |
 /// | `remote_ref` | `/resource_id` | JSON pointer to the created object's reference |
 /// | `operation_id` | none when the URL template holds `{operation_id}` or `{idempotency_key}` (the URL identifies the operation), else `/operation_id` | JSON pointer where the answer must repeat the operation id for it to count |
@@ -477,9 +508,20 @@ pub enum Lookup {
 ///
 /// For a [`Lookup::ListByReference`] the pointers are relative to the item carrying the
 /// reference, and `operation_id` has no default (the reference identifies the item).
+///
+/// `format = "xml"` reads an XML answer (the AWS Query APIs): every pointer of the lookup is
+/// then a path of element names, written like a pointer. From the answer it starts at the root
+/// element (`/DescribeInstancesResponse/reservationSet/item`); from an item, at the item's
+/// children (`/instancesSet/item/instanceId`). Names are compared without their namespace, a
+/// step takes every element of its name (a list's items), and a value is the trimmed text of the
+/// first element the path selects. An answer that is not well-formed XML (or holds a DTD) proves
+/// nothing: [`Evidence::Unknown`](crate::Evidence).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LookupAnswer {
+    /// How the answer is parsed: `json` (the default) or `xml`.
+    #[serde(default, skip_serializing_if = "AnswerFormat::is_json")]
+    pub format: AnswerFormat,
     /// JSON pointer to the status (default `/status`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
@@ -506,6 +548,25 @@ pub struct LookupAnswer {
     /// Any other value is refused by [`Contract::validate`], naming `lookup.answer.not_found`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_found: Option<String>,
+}
+
+/// How a lookup's answer is parsed ([`LookupAnswer::format`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AnswerFormat {
+    /// A JSON document; pointers are RFC 6901 JSON pointers.
+    #[default]
+    Json,
+    /// An XML document; pointers are paths of element names (see [`LookupAnswer`]).
+    Xml,
+}
+
+impl AnswerFormat {
+    /// Whether it is the default, JSON (left out of the contract's serialization).
+    pub fn is_json(&self) -> bool {
+        *self == Self::Json
+    }
 }
 
 impl LookupAnswer {
@@ -612,6 +673,9 @@ impl Contract {
             secret_query_params: Vec::new(),
             secret_body_fields: Vec::new(),
             replay_supplies_body_secrets: false,
+            secret_response_fields: Vec::new(),
+            secret_path_segments: Vec::new(),
+            replay_supplies_path_secrets: false,
             digest: PayloadDigest::Full,
             lookup: None,
             settle_secs: None,
@@ -695,6 +759,27 @@ impl Contract {
         self
     }
 
+    /// Marks one more field of the vendor's answers as secret (a bare name, or a JSON pointer;
+    /// see [`secret_response_fields`](Self::secret_response_fields)).
+    pub fn secret_response_field(mut self, field: impl Into<String>) -> Self {
+        self.secret_response_fields.push(field.into());
+        self
+    }
+
+    /// Marks the `{secret}` segments of one more path template as secret (see
+    /// [`secret_path_segments`](Self::secret_path_segments)).
+    pub fn secret_path_segment(mut self, template: impl Into<String>) -> Self {
+        self.secret_path_segments.push(template.into());
+        self
+    }
+
+    /// Says the replay stack puts the secret path segments back (see
+    /// [`replay_supplies_path_secrets`](Self::replay_supplies_path_secrets)).
+    pub fn replay_supplied_path_secrets(mut self, supplied: bool) -> Self {
+        self.replay_supplies_path_secrets = supplied;
+        self
+    }
+
     /// The names of the credentials this contract never stores, for
     /// [`FrozenRequest::freeze`](crate::operation::FrozenRequest::freeze).
     pub fn secrets(&self) -> crate::operation::SecretNames<'_> {
@@ -702,7 +787,14 @@ impl Contract {
             headers: &self.secret_headers,
             query_params: &self.secret_query_params,
             body_fields: &self.secret_body_fields,
+            path_segments: &self.secret_path_segments,
         }
+    }
+
+    /// The fields kept out of every stored answer: the secret response fields, then the secret
+    /// body fields (secret in an answer too).
+    pub(crate) fn answer_secrets(&self) -> [&[String]; 2] {
+        [&self.secret_response_fields, &self.secret_body_fields]
     }
 
     /// Sets which parts of the body define the payload.

@@ -14,7 +14,7 @@
 //! | `adyen` | Adyen | header `Idempotency-Key` (≤ 64) | 31 days | stored first response | webhooks |
 //! | `paypal-orders-v2`, `paypal-payments-v2`, `paypal-payouts`, `paypal-subscriptions` | PayPal | header `PayPal-Request-Id` | 6 h, 45 days, 30 days, 72 h | current state (201, then 200) | same-key replay |
 //! | `square` | Square | JSON body `/idempotency_key` (≤ 45) | not published | first successful response | webhooks |
-//! | `aws-ec2` | AWS EC2 | form field `ClientToken` (≤ 64 ASCII) | UNCONFIRMED | current state | `DescribeInstances` by `client-token`, settles in 5 min |
+//! | `aws-ec2` | AWS EC2 | form field `ClientToken` (≤ 64 ASCII) | UNCONFIRMED | current state | `DescribeInstances` by `client-token` (XML answer), settles in 5 min |
 //! | `google-aip155` | Google Cloud | query `requestId` (UUID) | 60 min | current state | same-key replay |
 //! | `ietf-draft` | IETF draft | header `Idempotency-Key`, quoted | published per resource | stored first response | same-key replay |
 //! | `no-idempotency` | Twilio-like | none | none | unsafe: never replayed | none: review |
@@ -40,7 +40,9 @@
 //!    Twilio has no outbound idempotency at all ([`no_idempotency`], [`github`]).
 
 use super::rules::{EvidenceClass, Rule, StatusMatch};
-use super::{Contract, KeyFormat, KeyPlacement, Lookup, RemoteRef, Replay};
+use super::{
+    AnswerFormat, Contract, KeyFormat, KeyPlacement, Lookup, LookupAnswer, RemoteRef, Replay,
+};
 use crate::operation::PayloadDigest;
 
 /// The date the built-in profiles were last checked against their sources.
@@ -159,12 +161,20 @@ pub fn conservative() -> Contract {
 /// - The official SDKs retry connection errors, 409 and 5xx with jittered backoff (0.5–5 s) and
 ///   do not read `Retry-After`; here the recovery engine is the only retry owner, so switch
 ///   SDK retries off.
+/// - Secret response fields ([`STRIPE_SECRET_RESPONSE_FIELDS`]): `client_secret` (PaymentIntent,
+///   SetupIntent, Checkout Session: "It should not be stored, logged, or exposed to anyone
+///   other than the customer") and `secret` (a webhook endpoint's signing secret, "only
+///   returned at creation"; an ephemeral key's secret), wherever they appear in an answer. The
+///   stored first response and the kept lookup answers carry `[redacted]` instead: read a
+///   `client_secret` from the first answer, or retrieve the object again.
 ///
 /// Sources: docs.stripe.com/api/idempotent_requests; docs.stripe.com/error-low-level;
-/// docs.stripe.com/api/errors; stripe-node `src/RequestSender.ts`; stripe-python
-/// `_api_requestor.py`. Checked 2026-11-30.
+/// docs.stripe.com/api/errors; docs.stripe.com/api/payment_intents/object (`client_secret`);
+/// docs.stripe.com/api/webhook_endpoints/object (`secret`); stripe-node
+/// `src/RequestSender.ts`; stripe-python `_api_requestor.py`. Checked 2026-11-30 (secret
+/// fields 2026-12-02).
 pub fn stripe_v1() -> Contract {
-    Contract::new("stripe-v1", KeyPlacement::header("Idempotency-Key"))
+    let c = Contract::new("stripe-v1", KeyPlacement::header("Idempotency-Key"))
         .max_key_len(255)
         .retention_secs(DAY)
         .replay(Replay::StoredFirstResponse)
@@ -199,8 +209,13 @@ pub fn stripe_v1() -> Contract {
                 .reason("authentication failed; nothing was stored"),
         )
         .remote_ref(RemoteRef::required("/id"))
-        .lookup(Lookup::SameKeyReplay)
+        .lookup(Lookup::SameKeyReplay);
+    with_secret_response_fields(c, STRIPE_SECRET_RESPONSE_FIELDS)
 }
+
+/// The fields of Stripe's answers that are credentials, kept out of the ledger by the Stripe
+/// profiles (see [`stripe_v1`]; [`stripe_v2`] adds `signing_secret`).
+pub const STRIPE_SECRET_RESPONSE_FIELDS: &[&str] = &["client_secret", "secret"];
 
 /// Stripe, API v2. Name: `stripe-v2`.
 ///
@@ -221,15 +236,26 @@ pub fn stripe_v1() -> Contract {
 ///   state). Lists are eventually consistent by default and their lag is UNCONFIRMED: if you
 ///   configure a list lookup instead, also set a generous `settle_secs` (minutes), so that an
 ///   empty list right after the write is not taken as evidence.
+/// - Secret response fields: those of [`stripe_v1`] ([`STRIPE_SECRET_RESPONSE_FIELDS`]), and
+///   `signing_secret` (a v2 event destination's webhook endpoint signing secret, "only
+///   includable on creation").
 ///
 /// Sources: docs.stripe.com/api-v2-overview; docs.stripe.com/api/idempotent_requests (2026
-/// preview). Checked 2026-11-30.
+/// preview); docs.stripe.com/api/v2/core/event_destinations (`webhook_endpoint.signing_secret`).
+/// Checked 2026-11-30 (secret fields 2026-12-02).
 pub fn stripe_v2() -> Contract {
-    Contract::new("stripe-v2", KeyPlacement::header("Idempotency-Key"))
+    let c = Contract::new("stripe-v2", KeyPlacement::header("Idempotency-Key"))
         .retention_secs(30 * DAY)
         .replay(Replay::CurrentState)
         .remote_ref(RemoteRef::required("/id"))
-        .lookup(Lookup::SameKeyReplay)
+        .lookup(Lookup::SameKeyReplay);
+    with_secret_response_fields(c, STRIPE_SECRET_RESPONSE_FIELDS)
+        .secret_response_field("signing_secret")
+}
+
+/// `c` with `fields` marked secret in its answers.
+fn with_secret_response_fields(c: Contract, fields: &[&str]) -> Contract {
+    fields.iter().fold(c, |c, f| c.secret_response_field(*f))
 }
 
 /// Adyen. Name: `adyen`.
@@ -440,14 +466,29 @@ pub fn square() -> Contract {
 ///   the window.
 /// - Replay: [`Replay::CurrentState`]: the same response, instance state possibly updated.
 /// - Lookup: `DescribeInstances` filtered by `client-token` = the key, on the same regional
-///   endpoint ([`Lookup::ListByReference`]). It is eventually consistent: an empty answer or
-///   `InvalidInstanceID.NotFound` right after the launch proves nothing. `settle_secs` is 300:
-///   "poll with backoff for minutes", the exact time is not given (the conservative choice).
-/// - Remote reference: the XML answer carries the reservation and instance ids, not JSON: none
-///   is required.
+///   endpoint ([`Lookup::ListByReference`]), its XML answer read by element paths
+///   ([`AnswerFormat::Xml`]): the items are the reservations
+///   (`/DescribeInstancesResponse/reservationSet/item`, one per launch); the one whose first
+///   instance carries the token (`/instancesSet/item/clientToken`) is the launch, whatever its
+///   instance's state (`/instancesSet/item/instanceState/name`: `pending`, `running`,
+///   `stopping`, `stopped`, `shutting-down`, `terminated`: each means the launch ran), and its
+///   first instance's id (`/instancesSet/item/instanceId`) is the remote reference. It is
+///   eventually consistent: an empty `reservationSet` or `InvalidInstanceID.NotFound` right
+///   after the launch proves nothing. `settle_secs` is 300: "poll with backoff for minutes",
+///   the exact time is not given (the conservative choice). After it, an empty answer is weak
+///   evidence (the operation stays unknown), never proof that nothing was launched.
+/// - Remote reference of the first answer: the XML `RunInstances` answer is not read for one
+///   (a remote reference is a JSON pointer), so none is required.
+/// - Secret response fields: `keyMaterial`, the unencrypted private key a `CreateKeyPair`
+///   answer carries, in case this profile is routed to it.
 ///
 /// Sources: docs.aws.amazon.com/ec2/latest/devguide/ec2-api-idempotency.html;
-/// docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html. Checked 2026-11-30.
+/// docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html;
+/// docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstances.html (the answer's
+/// `reservationSet`, `instancesSet`, `clientToken`, `instanceState`);
+/// docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateKeyPair.html (`keyMaterial`: "an
+/// unencrypted PEM encoded RSA or ED25519 private key"). Checked 2026-11-30 (lookup answer and
+/// secret fields 2026-12-02).
 pub fn aws_ec2() -> Contract {
     Contract::new("aws-ec2", KeyPlacement::form_body("ClientToken"))
         .max_key_len(64)
@@ -462,13 +503,35 @@ pub fn aws_ec2() -> Contract {
         )
         .lookup(Lookup::ListByReference {
             url_template: "?Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=client-token&Filter.1.Value.1={idempotency_key}".to_owned(),
-            items_pointer: None,
-            reference_pointer: None,
+            items_pointer: Some("/DescribeInstancesResponse/reservationSet/item".to_owned()),
+            reference_pointer: Some("/instancesSet/item/clientToken".to_owned()),
             reference: "{idempotency_key}".to_owned(),
-            answer: Default::default(),
+            answer: LookupAnswer {
+                format: AnswerFormat::Xml,
+                status: Some("/instancesSet/item/instanceState/name".to_owned()),
+                remote_ref: Some("/instancesSet/item/instanceId".to_owned()),
+                succeeded: Some(
+                    EC2_LAUNCHED_STATES.iter().map(|s| (*s).to_owned()).collect(),
+                ),
+                // `pending` is a launch that ran, not one still being decided.
+                processing: Some(Vec::new()),
+                ..LookupAnswer::default()
+            },
         })
         .settle_secs(300)
+        .secret_response_field("keyMaterial")
 }
+
+/// The states of an EC2 instance that a launch found by `DescribeInstances` can be in: each
+/// means the launch ran (read as success by the [`aws_ec2`] lookup).
+pub const EC2_LAUNCHED_STATES: &[&str] = &[
+    "pending",
+    "running",
+    "stopping",
+    "stopped",
+    "shutting-down",
+    "terminated",
+];
 
 /// Google Cloud APIs following AIP-155. Name: `google-aip155`.
 ///

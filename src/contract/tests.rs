@@ -1846,7 +1846,7 @@ fn config_errors_inside_nested_tables_name_the_key() {
             "[default]\nextends = \"github\"\nretention = 5",
             "default.retention",
             ConfigErrorKind::UnknownKey {
-                expected: "extends, name, key, max_key_len, retention_secs, replay, rules, extra_rules, remote_ref, secret_headers, secret_query_params, secret_body_fields, replay_supplies_body_secrets, digest, lookup, settle_secs, keep_details_secs, keep_identity_secs".into(),
+                expected: "extends, name, key, max_key_len, retention_secs, replay, rules, extra_rules, remote_ref, secret_headers, secret_query_params, secret_body_fields, replay_supplies_body_secrets, secret_response_fields, secret_path_segments, replay_supplies_path_secrets, digest, lookup, settle_secs, keep_details_secs, keep_identity_secs".into(),
             },
         ),
         (

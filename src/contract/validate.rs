@@ -5,10 +5,10 @@ use http::HeaderName;
 use super::error::{ContractError, ContractErrorKind as Kind};
 use super::key::pointer_tokens;
 use super::{
-    Contract, GENERATED_KEY_LEN, KeyPlacement, Lookup, LookupAnswer, MAX_KEEP_SECS,
+    AnswerFormat, Contract, GENERATED_KEY_LEN, KeyPlacement, Lookup, LookupAnswer, MAX_KEEP_SECS,
     MAX_KEY_LEN_LIMIT, MAX_RETENTION_SECS, MAX_SETTLE_SECS,
 };
-use crate::operation::PayloadDigest;
+use crate::operation::{PayloadDigest, SECRET_SEGMENT};
 use crate::reconcile::NotFound;
 
 pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
@@ -146,6 +146,26 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
     for (i, name) in c.secret_headers.iter().enumerate() {
         header_name(name).map_err(|k| err(format!("secret_headers[{i}]"), k))?;
     }
+    for (i, field) in c.secret_response_fields.iter().enumerate() {
+        let ok = match field.strip_prefix('/') {
+            Some(_) => pointer_tokens(field).is_some(),
+            None => !field.is_empty() && !field.contains('/'),
+        };
+        if !ok {
+            return Err(err(
+                format!("secret_response_fields[{i}]"),
+                Kind::InvalidSecretField(field.clone()),
+            ));
+        }
+    }
+    for (i, template) in c.secret_path_segments.iter().enumerate() {
+        if !path_template_ok(template) {
+            return Err(err(
+                format!("secret_path_segments[{i}]"),
+                Kind::InvalidPathTemplate(template.clone()),
+            ));
+        }
+    }
     if let PayloadDigest::Fields(pointers) = &c.digest {
         for (i, p) in pointers.iter().enumerate() {
             pointer_ok(p).map_err(|k| err(format!("digest.pointers[{i}]"), k))?;
@@ -184,11 +204,13 @@ pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
                     ),
                 ));
             }
-            if let Some(p) = items_pointer {
-                pointer_ok(p).map_err(|k| err("lookup.items_pointer".into(), k))?;
-            }
-            if let Some(p) = reference_pointer {
-                pointer_ok(p).map_err(|k| err("lookup.reference_pointer".into(), k))?;
+            for (field, p) in [
+                ("lookup.items_pointer", items_pointer),
+                ("lookup.reference_pointer", reference_pointer),
+            ] {
+                if let Some(p) = p {
+                    answer_path(answer.format, p).map_err(|k| err(field.into(), k))?;
+                }
             }
             if reference.is_empty() {
                 return Err(err("lookup.reference".into(), Kind::Empty));
@@ -222,7 +244,7 @@ fn lookup_answer(answer: &LookupAnswer) -> Result<(), (&'static str, Kind)> {
         ("operation_id", &answer.operation_id),
     ] {
         if let Some(p) = p {
-            pointer_ok(p).map_err(|k| (name, k))?;
+            answer_path(answer.format, p).map_err(|k| (name, k))?;
         }
     }
     if let Some(v) = &answer.not_found
@@ -297,6 +319,40 @@ fn header_name(name: &str) -> Result<(), Kind> {
     HeaderName::from_bytes(name.as_bytes())
         .map(drop)
         .map_err(|_| Kind::InvalidHeaderName(name.to_owned()))
+}
+
+/// A pointer into a lookup's answer: a JSON pointer, or for an XML answer a path of element
+/// names (each step a plain name: no empty step, no escape).
+fn answer_path(format: AnswerFormat, path: &str) -> Result<(), Kind> {
+    pointer_ok(path)?;
+    if format == AnswerFormat::Xml {
+        for step in path.split('/').skip(1) {
+            let ok = !step.is_empty()
+                && step
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+            if !ok {
+                return Err(Kind::InvalidXmlElement(step.to_owned()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A secret path template: `/`-separated literal segments, `*` and at least one `{secret}`,
+/// without a query or fragment.
+fn path_template_ok(template: &str) -> bool {
+    let Some(rest) = template.strip_prefix('/') else {
+        return false;
+    };
+    let steps: Vec<&str> = rest.split('/').collect();
+    steps.contains(&SECRET_SEGMENT)
+        && steps.iter().all(|s| {
+            *s == SECRET_SEGMENT
+                || (!s.is_empty()
+                    && !s.contains(['{', '}', '?', '#'])
+                    && !s.contains(char::is_whitespace))
+        })
 }
 
 fn pointer_ok(pointer: &str) -> Result<(), Kind> {

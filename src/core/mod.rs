@@ -54,14 +54,37 @@ fn unstored_response_header(name: &http::HeaderName) -> bool {
 }
 
 /// The headers of a vendor response that are kept with it: all but those
-/// [`unstored_response_header`] names, and only values of visible ASCII. The buffer is sized
-/// once, so this allocates once (not at all when nothing is kept).
-fn stored_headers(headers: &http::HeaderMap) -> StoredHeaders {
+/// [`unstored_response_header`] names and the credential headers (the defaults and the
+/// contract's `secret_headers`), and only values of visible ASCII. The buffer is sized once, so
+/// this allocates once (not at all when nothing is kept).
+fn stored_headers(headers: &http::HeaderMap, secret: &[String]) -> StoredHeaders {
     StoredHeaders::sized(|| {
         headers
             .iter()
             .filter(|(k, _)| !unstored_response_header(k))
+            .filter(|(k, _)| !crate::operation::is_secret(k, secret))
             .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
+    })
+}
+
+/// The vendor's authoritative response as kept for callers that ask again: its status, the
+/// headers [`stored_headers`] keeps, and at most `limit` bytes of its body with the contract's
+/// secret answer fields replaced (see [`crate::redact`]). The one place a response is made
+/// ready for the ledger. `None` when the body may hold a secret field and cannot be read: it is
+/// not stored, and a caller asking again gets the synthesized answer.
+fn stored_response(
+    res: &Response<Bytes>,
+    contract: &Contract,
+    limit: usize,
+) -> Option<StoredResponse> {
+    // Redacted whole, then cut: a cut JSON body could not be read any more.
+    let body = crate::redact::answer(res.body(), &contract.answer_secrets())?;
+    Some(StoredResponse {
+        status: res.status().as_u16(),
+        headers: stored_headers(res.headers(), &contract.secret_headers),
+        // A copy, not a slice: a slice would pin the client's whole read buffer for as long as
+        // the ledger keeps the row.
+        body: Bytes::copy_from_slice(&body[..body.len().min(limit)]),
     })
 }
 
@@ -96,9 +119,9 @@ impl Shared {
     ) -> (NewOperation, Arc<Contract>) {
         let (contract, contract_ref) = self.contracts.select_with_reference(method, uri);
         let frozen = FrozenRequest::freeze(method, uri, headers, body, contract.secrets());
-        // Over the URL without credentials: rotating an API key in the query is not another
-        // payload.
-        let redacted = crate::operation::redacted_uri(uri, &contract.secret_query_params);
+        // Over the URL without credentials: rotating an API key in the query (or a token in
+        // the path) is not another payload.
+        let redacted = crate::operation::redacted_uri(uri, contract.secrets());
         let payload_hash =
             PayloadHash::compute_for(method, &redacted, &frozen.body, &contract.digest);
         let (tenant, operation_id, action, intent_ref) = op.into_parts();
@@ -494,7 +517,7 @@ pub(crate) async fn collect<B: Body>(body: B) -> Result<Bytes, B::Error> {
 fn build_error(operation: &crate::OperationId, e: outgoing::BuildError) -> Error {
     match e {
         outgoing::BuildError::Key(source) => Error::KeyPlacement { source },
-        outgoing::BuildError::Secrets => Error::SecretsUnavailable {
+        outgoing::BuildError::Secrets(_) => Error::SecretsUnavailable {
             operation: operation.clone(),
         },
         outgoing::BuildError::Frozen(detail) => Error::Ledger {
@@ -746,13 +769,7 @@ where
         crate::evidence::Evidence::Succeeded { .. } | crate::evidence::Evidence::Rejected { .. }
     );
     let stored = match (&response, authoritative) {
-        (Some(res), true) => Some(StoredResponse {
-            status: res.status().as_u16(),
-            headers: stored_headers(res.headers()),
-            // A copy, not a slice: a slice would pin the client's whole read buffer for as long
-            // as the ledger keeps the row.
-            body: Bytes::copy_from_slice(&res.body()[..res.body().len().min(shared.stored_body)]),
-        }),
+        (Some(res), true) => stored_response(res, &contract, shared.stored_body),
         _ => None,
     };
 
@@ -942,7 +959,9 @@ mod tests {
             "x-latin1",
             http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
         );
-        let stored = stored_headers(&map);
+        map.append("x-api-key", "key-secret".parse().unwrap());
+        map.append("x-vendor-token", "token-secret".parse().unwrap());
+        let stored = stored_headers(&map, &["X-Vendor-Token".to_owned()]);
         let pairs: Vec<_> = stored.iter().collect();
         assert_eq!(
             pairs,
@@ -953,7 +972,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            stored_headers(&http::HeaderMap::new()),
+            stored_headers(&http::HeaderMap::new(), &[]),
             StoredHeaders::new()
         );
     }

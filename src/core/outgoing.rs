@@ -8,8 +8,10 @@
 //! are claimed, so a request that cannot be built leaves nothing claimed.
 //!
 //! What the ledger never stores (credentials: secret headers, URL userinfo, secret query
-//! parameters) comes back from the caller's own request on a first send ([`Carried`]); a replay
-//! gets it from the stack it is sent through.
+//! parameters, secret body fields, secret path segments) comes back from the caller's own
+//! request on a first send ([`Carried`]); a replay gets headers, userinfo and query parameters
+//! from the stack it is sent through, and is refused when the contract keeps body fields or path
+//! segments out of the ledger and does not say that stack supplies them too.
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -18,8 +20,8 @@ use http::{Extensions, HeaderName, HeaderValue, Request, Uri, Version};
 
 use crate::contract::{Contract, ContractError, KeyPlacement, key_header};
 use crate::operation::{
-    FrozenRequest, IdempotencyKey, is_secret, is_secret_param, is_unfrozen, redact_body,
-    redacted_uri,
+    FrozenRequest, IdempotencyKey, has_redacted_segment, is_secret, is_secret_param, is_unfrozen,
+    redact_body, redacted_path, redacted_uri,
 };
 
 /// What the caller's request carries that the ledger never stores, put back on its first send.
@@ -28,6 +30,8 @@ pub(crate) struct Carried {
     headers: Vec<(HeaderName, HeaderValue)>,
     userinfo: Option<String>,
     query: Vec<String>,
+    /// The caller's own path, when the contract stores some of its segments as the marker.
+    path: Option<String>,
     extensions: Extensions,
     version: Version,
     body: Option<Bytes>,
@@ -62,10 +66,13 @@ impl Carried {
                     .collect()
             })
             .unwrap_or_default();
+        let path = redacted_path(parts.uri.path(), &contract.secret_path_segments)
+            .map(|_| parts.uri.path().to_owned());
         Self {
             headers,
             userinfo,
             query,
+            path,
             extensions: std::mem::take(&mut parts.extensions),
             version: parts.version,
             body: None,
@@ -89,10 +96,33 @@ pub(crate) enum BuildError {
     Key(ContractError),
     /// The frozen request does not make a valid request (a corrupt row).
     Frozen(String),
-    /// The contract keeps secret body fields out of the ledger, and no body that holds them
-    /// for this very request is at hand (a replay whose stack does not supply them, or a caller
-    /// whose bytes are not the ones frozen).
-    Secrets,
+    /// The contract keeps secret body fields or path segments out of the ledger, and no
+    /// request that holds them for this very operation is at hand (a replay whose stack does not
+    /// supply them, or a caller whose bytes or URL are not the ones frozen).
+    Secrets(Unstored),
+}
+
+/// Which secrets the ledger does not keep, for [`BuildError::Secrets`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unstored {
+    /// The contract's `secret_body_fields`.
+    BodyFields,
+    /// The contract's `secret_path_segments`.
+    PathSegments,
+}
+
+impl Unstored {
+    /// Why a replay cannot be sent, for the operation's reason.
+    pub(crate) fn why_not_replayed(self) -> &'static str {
+        match self {
+            Self::BodyFields => {
+                "the contract keeps secret body fields out of the ledger and the replay stack does not supply them"
+            }
+            Self::PathSegments => {
+                "the contract keeps secret path segments out of the ledger and the replay stack does not supply them"
+            }
+        }
+    }
 }
 
 /// The request an attempt of the operation frozen as `frozen` sends under `contract` with `key`.
@@ -106,8 +136,26 @@ pub(crate) fn build(
         .to_request()
         .map_err(|e| BuildError::Frozen(e.to_string()))?
         .into_parts();
-    parts.uri = with_credentials(&parts.uri, carried.userinfo.as_deref(), &carried.query)
-        .map_err(BuildError::Frozen)?;
+    // Secret path segments: the caller's own path, if it is the frozen one with its secrets;
+    // a replay sends the stored path (the marker in place) only when its stack puts them back.
+    let path = match carried.path {
+        _ if !has_redacted_segment(parts.uri.path()) => None,
+        Some(caller)
+            if redacted_path(&caller, &contract.secret_path_segments).as_deref()
+                == Some(parts.uri.path()) =>
+        {
+            Some(caller)
+        }
+        None if contract.replay_supplies_path_secrets => None,
+        _ => return Err(BuildError::Secrets(Unstored::PathSegments)),
+    };
+    parts.uri = with_credentials(
+        &parts.uri,
+        carried.userinfo.as_deref(),
+        &carried.query,
+        path.as_deref(),
+    )
+    .map_err(BuildError::Frozen)?;
     for (name, value) in carried.headers {
         parts.headers.append(name, value);
     }
@@ -119,7 +167,7 @@ pub(crate) fn build(
         _ if contract.secret_body_fields.is_empty() => body,
         Some(caller) if redact_body(&caller, &contract.secret_body_fields) == frozen.body => caller,
         None if contract.replay_supplies_body_secrets => body,
-        _ => return Err(BuildError::Secrets),
+        _ => return Err(BuildError::Secrets(Unstored::BodyFields)),
     };
     let body = contract
         .attach_key(&mut parts, body, key)
@@ -209,7 +257,7 @@ fn sent_as_frozen(
             .keys()
             .any(|n| is_secret(n, &contract.secret_headers) || is_unfrozen(n))
         || matches!(
-            redacted_uri(&parts.uri, &contract.secret_query_params),
+            redacted_uri(&parts.uri, contract.secrets()),
             std::borrow::Cow::Owned(_)
         )
     {
@@ -240,10 +288,15 @@ fn displays_as(uri: &Uri, text: &str) -> bool {
     write!(rest, "{uri}").is_ok() && rest.0.is_empty()
 }
 
-/// `uri` with the caller's userinfo and secret query pairs put back (appended after the stored
-/// pairs).
-fn with_credentials(uri: &Uri, userinfo: Option<&str>, query: &[String]) -> Result<Uri, String> {
-    if userinfo.is_none() && query.is_empty() {
+/// `uri` with the caller's userinfo, secret query pairs (appended after the stored pairs) and
+/// own path (in place of the stored one, which has markers for its secret segments) put back.
+fn with_credentials(
+    uri: &Uri,
+    userinfo: Option<&str>,
+    query: &[String],
+    path: Option<&str>,
+) -> Result<Uri, String> {
+    if userinfo.is_none() && query.is_empty() && path.is_none() {
         return Ok(uri.clone());
     }
     let mut parts = uri.clone().into_parts();
@@ -253,14 +306,23 @@ fn with_credentials(uri: &Uri, userinfo: Option<&str>, query: &[String]) -> Resu
             .map_err(|e: http::uri::InvalidUri| e.to_string())?;
         parts.authority = Some(a);
     }
-    if !query.is_empty() {
-        let (path, stored) = parts
+    if !query.is_empty() || path.is_some() {
+        let (stored_path, stored) = parts
             .path_and_query
             .as_ref()
             .map_or(("/", None), |pq| (pq.path(), pq.query()));
-        let mut q: Vec<&str> = stored.into_iter().filter(|s| !s.is_empty()).collect();
-        q.extend(query.iter().map(String::as_str));
-        let pq: PathAndQuery = format!("{path}?{}", q.join("&"))
+        let path = path.unwrap_or(stored_path);
+        let rebuilt = if query.is_empty() {
+            match stored {
+                Some(q) => format!("{path}?{q}"),
+                None => path.to_owned(),
+            }
+        } else {
+            let mut q: Vec<&str> = stored.into_iter().filter(|s| !s.is_empty()).collect();
+            q.extend(query.iter().map(String::as_str));
+            format!("{path}?{}", q.join("&"))
+        };
+        let pq: PathAndQuery = rebuilt
             .parse()
             .map_err(|e: http::uri::InvalidUri| e.to_string())?;
         parts.path_and_query = Some(pq);
@@ -455,6 +517,67 @@ mod tests {
         .unwrap();
         assert_eq!(req.uri().to_string(), "https://vendor.test/v1/t?a=1");
         assert!(req.headers().get("authorization").is_none());
+    }
+
+    /// Issue 27 item 8: a secret path segment is sent on the first send (the caller's URL) and
+    /// never on a replay, which is refused unless the contract says its stack puts it back.
+    #[test]
+    fn a_secret_path_segment_comes_from_the_caller_or_the_replay_is_refused() {
+        let contract = Contract::conservative().secret_path_segment("/hooks/{secret}");
+        let caller = || {
+            Request::post("https://hooks.vendor.test/hooks/TOKEN7/send?x=1&api_key=K")
+                .body(())
+                .unwrap()
+                .into_parts()
+                .0
+        };
+        let parts = caller();
+        let frozen = FrozenRequest::freeze(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            Bytes::from_static(b"{}"),
+            contract.secrets(),
+        );
+        assert_eq!(
+            frozen.url,
+            "https://hooks.vendor.test/hooks/[redacted]/send?x=1"
+        );
+        let key = IdempotencyKey::from_stored("k");
+        let (first, _) = build_first(
+            caller(),
+            Bytes::from_static(b"{}"),
+            &frozen,
+            &contract,
+            &key,
+        )
+        .unwrap();
+        assert_eq!(
+            first.uri().to_string(),
+            "https://hooks.vendor.test/hooks/TOKEN7/send?x=1&api_key=K"
+        );
+        // A caller whose path is not the frozen one with its secret cannot send it.
+        let mut other = caller();
+        other.uri = "https://hooks.vendor.test/elsewhere/TOKEN7/send?x=1"
+            .parse()
+            .unwrap();
+        let carried = Carried::take(&mut other, &contract);
+        assert!(matches!(
+            build(&frozen, &contract, &key, carried),
+            Err(BuildError::Secrets(Unstored::PathSegments))
+        ));
+        // A replay: refused, or sent with the marker for the stack to replace.
+        let err = build(&frozen, &contract, &key, Carried::nothing()).unwrap_err();
+        assert!(
+            matches!(err, BuildError::Secrets(Unstored::PathSegments)),
+            "{err:?}"
+        );
+        let supplied = contract.clone().replay_supplied_path_secrets(true);
+        let replay = build(&frozen, &supplied, &key, Carried::nothing()).unwrap();
+        assert_eq!(
+            replay.uri().to_string(),
+            "https://hooks.vendor.test/hooks/[redacted]/send?x=1"
+        );
     }
 
     #[test]

@@ -233,7 +233,8 @@ impl RecoverableWriteLayer {
     }
 
     /// How much of an authoritative response body is kept for callers that ask again
-    /// (default 64 KiB).
+    /// (default 64 KiB), after the contract's secret answer fields are replaced by `[redacted]`
+    /// (see [`Contract::secret_response_fields`](crate::Contract::secret_response_fields)).
     pub fn stored_body_limit(self, bytes: usize) -> Self {
         self.edit(|s| s.stored_body = bytes)
     }

@@ -95,7 +95,8 @@ pub struct StoredResponse {
     pub status: u16,
     /// Selected non-secret headers, in the vendor's order (one buffer for all of them).
     pub headers: StoredHeaders,
-    /// The body, truncated to the layer's stored-body limit.
+    /// The body, with the contract's secret answer fields replaced by `[redacted]`, then
+    /// truncated to the layer's stored-body limit.
     pub body: Bytes,
 }
 

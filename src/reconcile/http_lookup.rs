@@ -10,11 +10,12 @@ use http_body_util::Full;
 use tower_service::Service;
 
 use super::Reconciler;
-use crate::contract::parse_retry_after;
+use super::answer::{Doc, Secrets, unreadable};
+use crate::contract::{AnswerFormat, parse_retry_after};
 use crate::encoding::encode_component;
 use crate::evidence::Evidence;
 use crate::ledger::{BoxFuture, OperationRecord};
-use crate::operation::redact_body;
+use crate::operation::has_redacted_segment;
 use tower::BoxError;
 
 /// Which values of the lookup's status field mean what (compared case-insensitively).
@@ -106,28 +107,29 @@ impl AnswerReader {
         }
     }
 
-    /// The evidence a JSON document (an answer, or one item of a list) gives about `op`.
+    /// The evidence a document (an answer, or one item of a list) gives about `op`.
     pub(super) fn read(
         &self,
         op: &OperationRecord,
-        doc: &serde_json::Value,
+        doc: Doc<'_, '_>,
         retry_after: Option<Duration>,
     ) -> Evidence {
         if let Some(p) = &self.id_pointer {
-            let named = doc.pointer(p).and_then(|v| v.as_str());
-            if named != Some(op.operation_id.as_str()) {
+            let named = doc.str_at(p);
+            if named.as_deref() != Some(op.operation_id.as_str()) {
                 return Evidence::unknown("lookup answer does not name this operation");
             }
         }
-        let Some(state) = doc.pointer(&self.status_pointer).and_then(|v| v.as_str()) else {
+        let Some(state) = doc.str_at(&self.status_pointer) else {
             return Evidence::unknown("lookup answer has no status");
         };
+        let state = state.as_ref();
         let is = |set: &[String]| set.iter().any(|s| s.eq_ignore_ascii_case(state));
         if is(&self.statuses.succeeded) {
             let remote_ref = self
                 .remote_ref_pointer
                 .as_deref()
-                .and_then(|p| doc.pointer(p).and_then(scalar));
+                .and_then(|p| doc.scalar_at(p));
             Evidence::Succeeded { remote_ref }
         } else if is(&self.statuses.processing) {
             Evidence::Processing { retry_after }
@@ -146,15 +148,6 @@ impl AnswerReader {
                 truncate(state)
             ))
         }
-    }
-}
-
-/// A string, or a number written as a string; anything else is no value.
-pub(super) fn scalar(v: &serde_json::Value) -> Option<String> {
-    match v {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Number(n) => Some(n.to_string()),
-        _ => None,
     }
 }
 
@@ -208,6 +201,13 @@ pub(super) fn scoped_request(
     // write's own URL.
     if url.starts_with('/') || url.starts_with('?') {
         let own = op.request.url.parse::<http::Uri>().ok();
+        // The write's own path holds a segment the ledger does not keep (the contract's
+        // `secret_path_segments`): asking it would send the marker, not the secret.
+        if url.starts_with('?') && own.as_ref().is_some_and(|u| has_redacted_segment(u.path())) {
+            return Err(
+                "the URL template is relative to the operation's URL, whose path holds a secret segment the ledger does not keep".into(),
+            );
+        }
         let origin = own
             .as_ref()
             .and_then(|u| Some(format!("{}://{}", u.scheme_str()?, u.authority()?)))
@@ -272,19 +272,6 @@ where
     }
 }
 
-/// The answer body as kept in the evidence log: without the secret fields, at most `max` bytes
-/// (cut at a character boundary).
-pub(super) fn kept_answer(body: &Bytes, secret_body_fields: &[String], max: usize) -> String {
-    let redacted = redact_body(body, secret_body_fields);
-    let text = String::from_utf8_lossy(&redacted);
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let cut = if end < text.len() { " [cut]" } else { "" };
-    format!("lookup answer: {}{cut}", &text[..end])
-}
-
 /// Looks an operation up with `GET` on a URL template, e.g.
 /// `http://vendor.test/operations/{operation_id}`. A template that is a path
 /// (`/operations/{operation_id}`) is asked of the scheme and host the write was sent to.
@@ -303,16 +290,18 @@ pub(super) fn kept_answer(body: &Bytes, secret_body_fields: &[String], max: usiz
 /// executed".
 ///
 /// The answer's body is read (at most 1 MiB) to classify it. When it resolves the operation
-/// ([`Evidence::Succeeded`] or [`Evidence::Rejected`]), its first
-/// [`MAX_KEPT_ANSWER`](Self::MAX_KEPT_ANSWER) bytes, without the
-/// [secret body fields](Self::secret_body_fields), are kept as the note of the `lookup` entry of
-/// the operation's evidence log (see [`Reconciler::reconcile_with_answer`]): what the vendor
-/// said, for the reviewer and the caller who asks again.
+/// ([`Evidence::Succeeded`] or [`Evidence::Rejected`]), it is kept as the note of the `lookup`
+/// entry of the operation's evidence log (see [`Reconciler::reconcile_with_answer`]), and shown
+/// on the review page and by the CLI's `show`: what the vendor said, for the reviewer. Before it
+/// is kept, the value of every [secret response field](Self::secret_response_fields) and
+/// [secret body field](Self::secret_body_fields) becomes `[redacted]`, then it is cut to
+/// [`MAX_KEPT_ANSWER`](Self::MAX_KEPT_ANSWER) bytes; an answer that may hold such a field but is
+/// neither JSON nor XML is not kept.
 ///
-/// The answer counts as [`Evidence::Succeeded`] only when it is a 2xx JSON document that names
-/// this operation at the identity pointer (default `/operation_id`) and has a succeeded status at
-/// the status pointer (default `/status`); the remote reference is read at `/resource_id` by
-/// default. A 404 or 410 is weak evidence ([`Evidence::Unknown`]) unless
+/// The answer counts as [`Evidence::Succeeded`] only when it is a 2xx document (JSON, or XML
+/// with [`format`](Self::format)) that names this operation at the identity pointer (default
+/// `/operation_id`) and has a succeeded status at the status pointer (default `/status`); the
+/// remote reference is read at `/resource_id` by default. A 404 or 410 is weak evidence ([`Evidence::Unknown`]) unless
 /// [`not_found`](Self::not_found) says the vendor guarantees otherwise. Credentials are applied
 /// by the client stack (`client`), never stored in the ledger.
 ///
@@ -340,7 +329,8 @@ pub struct HttpLookup<S> {
     not_found: NotFound,
     timeout: Duration,
     max_body: usize,
-    secret_body_fields: Vec<String>,
+    format: AnswerFormat,
+    secrets: Secrets,
 }
 
 impl<S> fmt::Debug for HttpLookup<S> {
@@ -352,6 +342,7 @@ impl<S> fmt::Debug for HttpLookup<S> {
             .field("status_pointer", &self.reader.status_pointer)
             .field("remote_ref_pointer", &self.reader.remote_ref_pointer)
             .field("not_found", &self.not_found)
+            .field("format", &self.format)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
@@ -368,20 +359,39 @@ impl<S> HttpLookup<S> {
             not_found: NotFound::Unknown,
             timeout: Duration::from_secs(10),
             max_body: 1024 * 1024,
-            secret_body_fields: Vec::new(),
+            format: AnswerFormat::Json,
+            secrets: Secrets::default(),
         }
     }
 
     /// How much of a resolving answer's body is kept in the evidence log (16 KiB).
     pub const MAX_KEPT_ANSWER: usize = 16 * 1024;
 
-    /// Body fields left out of the answer kept in the evidence log: JSON pointers
-    /// (`/client_secret`), as the contract's [`secret_body_fields`]. The builder passes the
-    /// contract's own.
+    /// Fields whose values become `[redacted]` in the answer kept in the evidence log: bare
+    /// names (every member of that name) or JSON pointers, as the contract's
+    /// [`secret_response_fields`]. The builder passes the contract's own.
+    ///
+    /// [`secret_response_fields`]: crate::Contract::secret_response_fields
+    pub fn secret_response_fields(mut self, fields: Vec<String>) -> Self {
+        self.secrets.response_fields = fields;
+        self
+    }
+
+    /// The contract's [`secret_body_fields`], secret in an answer too: redacted in the kept
+    /// answer like the [secret response fields](Self::secret_response_fields). The builder
+    /// passes the contract's own.
     ///
     /// [`secret_body_fields`]: crate::Contract::secret_body_fields
     pub fn secret_body_fields(mut self, fields: Vec<String>) -> Self {
-        self.secret_body_fields = fields;
+        self.secrets.body_fields = fields;
+        self
+    }
+
+    /// How the answer is parsed (default [`AnswerFormat::Json`]). With [`AnswerFormat::Xml`]
+    /// the pointers are paths of element names (see
+    /// [`LookupAnswer`](crate::contract::LookupAnswer)).
+    pub fn format(mut self, format: AnswerFormat) -> Self {
+        self.format = format;
         self
     }
 
@@ -459,16 +469,22 @@ impl<S> HttpLookup<S> {
                 retry_after,
             };
         }
+        if self.format == AnswerFormat::Xml {
+            let Some(doc) = crate::xml::parse_bytes(body) else {
+                return Evidence::unknown(unreadable(self.format, "lookup"));
+            };
+            return self.reader.read(op, Doc::Xml(doc.root()), retry_after);
+        }
         let Ok(doc) = serde_json::from_slice::<serde_json::Value>(body) else {
-            return Evidence::unknown("lookup answered 2xx without a JSON document");
+            return Evidence::unknown(unreadable(self.format, "lookup"));
         };
-        self.reader.read(op, &doc, retry_after)
+        self.reader.read(op, Doc::Json(&doc), retry_after)
     }
 
-    /// The answer body as kept in the evidence log: without the secret fields, at most
+    /// The answer body as kept in the evidence log: secret fields redacted, at most
     /// [`MAX_KEPT_ANSWER`](Self::MAX_KEPT_ANSWER) bytes (cut at a character boundary).
     fn kept_answer(&self, body: &Bytes) -> String {
-        kept_answer(body, &self.secret_body_fields, Self::MAX_KEPT_ANSWER)
+        self.secrets.kept_body(body, Self::MAX_KEPT_ANSWER)
     }
 }
 
@@ -614,14 +630,44 @@ mod tests {
         assert!(vendor.requests().is_empty(), "nothing was sent");
     }
 
+    /// Issue 27 item 8: a write whose URL path holds a secret segment is stored with the
+    /// marker; a lookup relative to that URL would send the marker, so it is not made.
+    #[tokio::test]
+    async fn a_lookup_relative_to_a_url_with_a_secret_segment_is_not_made() {
+        let vendor = FakeVendor::start().await;
+        let mut op = row(&vendor, "tenant-a", "op-hook").await;
+        let mut frozen = (*op.request).clone();
+        frozen.url = vendor.url("/hooks/[redacted]/tickets");
+        op.request = std::sync::Arc::new(frozen);
+        let relative = HttpLookup::new(http_client(), "?operation_id={operation_id}");
+        let why = unknown_why(&relative.reconcile(&op).await).to_owned();
+        assert!(
+            why.contains("not made") && why.contains("secret segment"),
+            "{why}"
+        );
+        assert!(vendor.requests().is_empty(), "nothing was sent");
+        // A path template asks the write's host only: it is made.
+        let by_path = HttpLookup::new(http_client(), "/operations/{operation_id}");
+        let _ = by_path.reconcile(&op).await;
+        assert_eq!(vendor.lookups_received(), 1);
+    }
+
     #[test]
     fn the_kept_answer_is_bounded_and_without_secrets() {
         let lookup = HttpLookup::new((), "/o/{operation_id}")
-            .secret_body_fields(vec!["/client_secret".into()]);
+            .secret_body_fields(vec!["/client_secret".into()])
+            .secret_response_fields(vec!["token".into()]);
         let kept = lookup.kept_answer(&Bytes::from_static(
-            br#"{"id":"W1","client_secret":"cs_live_x"}"#,
+            br#"{"id":"W1","client_secret":"cs_live_x","deep":[{"token":"t_live_y"}]}"#,
         ));
-        assert_eq!(kept, r#"lookup answer: {"id":"W1"}"#);
+        assert_eq!(
+            kept,
+            r#"lookup answer: {"client_secret":"[redacted]","deep":[{"token":"[redacted]"}],"id":"W1"}"#
+        );
+        // An answer that names a secret field but cannot be read is not kept at all.
+        let kept = lookup.kept_answer(&Bytes::from_static(b"token=t_live_y&id=W1"));
+        assert!(!kept.contains("t_live_y"), "{kept}");
+        assert!(kept.contains("not kept"), "{kept}");
         // Multi-byte characters across the bound: cut at a character boundary, and marked.
         let big = "é".repeat(HttpLookup::<()>::MAX_KEPT_ANSWER);
         let kept = lookup.kept_answer(&Bytes::from(big));

@@ -10,9 +10,9 @@ use http_body_util::Full;
 use tower_service::Service;
 
 use super::Reconciler;
-use super::http_lookup::{
-    AnswerReader, LookupStatuses, fetch, fill, kept_answer, retry_after, scalar, scoped_request,
-};
+use super::answer::{Doc, Secrets, unreadable};
+use super::http_lookup::{AnswerReader, LookupStatuses, fetch, fill, retry_after, scoped_request};
+use crate::contract::AnswerFormat;
 use crate::evidence::Evidence;
 use crate::ledger::{BoxFuture, OperationRecord};
 use tower::BoxError;
@@ -24,8 +24,10 @@ use tower::BoxError;
 ///
 /// The list URL takes the placeholders of [`HttpLookup`](super::HttpLookup) (`{operation_id}`,
 /// `{idempotency_key}`, `{tenant}`, `{remote_ref}`, values percent-encoded; a path or a query is
-/// relative to the write's own URL). The answer must be a JSON document; the items are the array
-/// at [`items_pointer`](Self::items_pointer) (default: the document itself is the array).
+/// relative to the write's own URL). The answer is a JSON document, or an XML one with
+/// [`format`](Self::format); the items are the array at [`items_pointer`](Self::items_pointer)
+/// (default: the document itself is the array), or in XML the elements that path selects
+/// (default: the root element's children).
 ///
 /// An item carries the operation's reference when the value at
 /// [`reference_pointer`](Self::reference_pointer) (a string, or a number) equals the
@@ -49,8 +51,9 @@ use tower::BoxError;
 ///
 /// Like [`HttpLookup`](super::HttpLookup), the lookup fails closed (a tenant the header cannot
 /// carry, a placeholder the operation has no value for: no request, [`Evidence::Unknown`]), and
-/// an answer that resolves the operation is kept, bounded and without the
-/// [secret body fields](Self::secret_body_fields), in the evidence log (the item, not the list).
+/// an answer that resolves the operation is kept in the evidence log (the item, not the list),
+/// bounded and with the [secret response fields](Self::secret_response_fields) and
+/// [secret body fields](Self::secret_body_fields) replaced by `[redacted]`.
 ///
 /// ```
 /// use recoverable_write::ListLookup;
@@ -72,7 +75,8 @@ pub struct ListLookup<S> {
     reader: AnswerReader,
     timeout: Duration,
     max_body: usize,
-    secret_body_fields: Vec<String>,
+    format: AnswerFormat,
+    secrets: Secrets,
 }
 
 impl<S> fmt::Debug for ListLookup<S> {
@@ -85,6 +89,7 @@ impl<S> fmt::Debug for ListLookup<S> {
             .field("tenant_header", &self.tenant_header)
             .field("status_pointer", &self.reader.status_pointer)
             .field("remote_ref_pointer", &self.reader.remote_ref_pointer)
+            .field("format", &self.format)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
@@ -110,7 +115,8 @@ impl<S> ListLookup<S> {
             reader,
             timeout: Duration::from_secs(10),
             max_body: 1024 * 1024,
-            secret_body_fields: Vec::new(),
+            format: AnswerFormat::Json,
+            secrets: Secrets::default(),
         }
     }
 
@@ -170,10 +176,26 @@ impl<S> ListLookup<S> {
         self
     }
 
-    /// Body fields left out of the item kept in the evidence log: JSON pointers relative to the
-    /// item, as the contract's [`secret_body_fields`](crate::Contract::secret_body_fields).
+    /// Fields whose values become `[redacted]` in the item kept in the evidence log: bare names
+    /// (at any depth) or pointers relative to the item, as the contract's
+    /// [`secret_response_fields`](crate::Contract::secret_response_fields).
+    pub fn secret_response_fields(mut self, fields: Vec<String>) -> Self {
+        self.secrets.response_fields = fields;
+        self
+    }
+
+    /// The contract's [`secret_body_fields`](crate::Contract::secret_body_fields), redacted in
+    /// the kept item too.
     pub fn secret_body_fields(mut self, fields: Vec<String>) -> Self {
-        self.secret_body_fields = fields;
+        self.secrets.body_fields = fields;
+        self
+    }
+
+    /// How the answer is parsed (default [`AnswerFormat::Json`]). With [`AnswerFormat::Xml`]
+    /// the items pointer, the reference pointer and the answer's pointers are paths of element
+    /// names (see [`LookupAnswer`](crate::contract::LookupAnswer)).
+    pub fn format(mut self, format: AnswerFormat) -> Self {
+        self.format = format;
         self
     }
 
@@ -183,7 +205,8 @@ impl<S> ListLookup<S> {
         self
     }
 
-    /// The evidence the answer gives about `op`, and the item that resolved it.
+    /// The evidence the answer gives about `op`, and the item that resolved it as kept in the
+    /// evidence log (see [`Secrets`]).
     fn judge(
         &self,
         op: &OperationRecord,
@@ -191,7 +214,7 @@ impl<S> ListLookup<S> {
         status: StatusCode,
         headers: &http::HeaderMap,
         body: &[u8],
-    ) -> (Evidence, Option<serde_json::Value>) {
+    ) -> (Evidence, Option<String>) {
         let retry_after = retry_after(headers);
         if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
             let why = format!("list lookup: {status} (not found is not proof of non-execution)");
@@ -201,11 +224,34 @@ impl<S> ListLookup<S> {
             let why = format!("list lookup answered {status}");
             return (Evidence::Unknown { why, retry_after }, None);
         }
+        let unreadable = || {
+            let why = unreadable(self.format, "list lookup");
+            (Evidence::unknown(why), None)
+        };
+        let max = Self::MAX_KEPT_ANSWER;
+        if self.format == AnswerFormat::Xml {
+            let Some(doc) = crate::xml::parse_bytes(body) else {
+                return unreadable();
+            };
+            let items = match &self.items_pointer {
+                Some(p) => crate::xml::select(doc.root(), p),
+                None => doc
+                    .root_element()
+                    .children()
+                    .filter(|n| n.is_element())
+                    .collect(),
+            };
+            let found = self.the_one(op, reference, items, |n| Doc::Xml(*n), retry_after);
+            return match found {
+                Ok((evidence, item)) => {
+                    let kept = resolves(&evidence).then(|| self.secrets.kept_xml(&doc, item, max));
+                    (evidence, kept)
+                }
+                Err(evidence) => (evidence, None),
+            };
+        }
         let Ok(mut doc) = serde_json::from_slice::<serde_json::Value>(body) else {
-            return (
-                Evidence::unknown("list lookup answered 2xx without a JSON document"),
-                None,
-            );
+            return unreadable();
         };
         let items = match &self.items_pointer {
             Some(p) => doc.pointer_mut(p).map(serde_json::Value::take),
@@ -217,39 +263,60 @@ impl<S> ListLookup<S> {
                 None,
             );
         };
-        let mut carrying: Vec<serde_json::Value> = items
+        match self.the_one(op, reference, items, |v| Doc::Json(v), retry_after) {
+            Ok((evidence, item)) => {
+                let kept = resolves(&evidence).then(|| self.secrets.kept_json(item, max));
+                (evidence, kept)
+            }
+            Err(evidence) => (evidence, None),
+        }
+    }
+
+    /// The one item of `items` carrying the reference and the evidence it gives, or the
+    /// evidence when there is none or several.
+    fn the_one<T>(
+        &self,
+        op: &OperationRecord,
+        reference: &str,
+        items: Vec<T>,
+        doc: impl Fn(&T) -> Doc<'_, '_>,
+        retry_after: Option<Duration>,
+    ) -> Result<(Evidence, T), Evidence> {
+        let mut carrying: Vec<T> = items
             .into_iter()
             .filter(|item| match &self.reference_pointer {
-                Some(p) => item.pointer(p).and_then(scalar).as_deref() == Some(reference),
+                Some(p) => doc(item).scalar_at(p).as_deref() == Some(reference),
                 None => true,
             })
             .collect();
         match carrying.len() {
             1 => {
                 let item = carrying.remove(0);
-                (self.reader.read(op, &item, retry_after), Some(item))
+                Ok((self.reader.read(op, doc(&item), retry_after), item))
             }
-            0 => (
-                Evidence::unknown(
-                    "list lookup found no item carrying the reference (an empty list is not proof of non-execution)",
-                ),
-                None,
-            ),
+            0 => Err(Evidence::unknown(
+                "list lookup found no item carrying the reference (an empty list is not proof of non-execution)",
+            )),
             n => {
                 tracing::warn!(
                     operation = %op.operation_id,
                     items = n,
                     "list lookup found several items carrying the operation's reference: none is picked"
                 );
-                (
-                    Evidence::unknown(format!(
-                        "list lookup found {n} items carrying the reference: none is picked"
-                    )),
-                    None,
-                )
+                Err(Evidence::unknown(format!(
+                    "list lookup found {n} items carrying the reference: none is picked"
+                )))
             }
         }
     }
+}
+
+/// Whether the evidence resolves the operation (its answer is then kept).
+fn resolves(evidence: &Evidence) -> bool {
+    matches!(
+        evidence,
+        Evidence::Succeeded { .. } | Evidence::Rejected { .. }
+    )
 }
 
 impl<S, RB> Reconciler for ListLookup<S>
@@ -285,17 +352,7 @@ where
             };
             match fetch(&self.client, req, self.timeout, self.max_body).await {
                 Ok((parts, body)) => {
-                    let (evidence, item) =
-                        self.judge(op, &reference, parts.status, &parts.headers, &body);
-                    let resolves = matches!(
-                        evidence,
-                        Evidence::Succeeded { .. } | Evidence::Rejected { .. }
-                    );
-                    let kept = item.filter(|_| resolves).map(|item| {
-                        let item = Bytes::from(serde_json::to_vec(&item).unwrap_or_default());
-                        kept_answer(&item, &self.secret_body_fields, Self::MAX_KEPT_ANSWER)
-                    });
-                    (evidence, kept)
+                    self.judge(op, &reference, parts.status, &parts.headers, &body)
                 }
                 Err(why) => (Evidence::unknown(why), None),
             }
@@ -352,7 +409,7 @@ mod tests {
                 remote_ref: Some("W2".into())
             }
         );
-        assert_eq!(item.expect("the item")["id"], "W2");
+        assert!(item.expect("the item").contains(r#""id":"W2""#));
         // A number carries the reference as its decimal text.
         let (evidence, _) = lookup.judge(
             &op,
@@ -402,6 +459,105 @@ mod tests {
         );
         let (evidence, _) = filtered.judge(&op, "op-7", ok, &headers, br#"[{}, {}]"#);
         assert!(why(&evidence).contains("2 items"), "{evidence:?}");
+    }
+
+    /// The `aws-ec2` profile's lookup, as the builder makes it from the contract.
+    fn ec2_lookup() -> ListLookup<()> {
+        let contract = crate::contract::profiles::aws_ec2();
+        let Some(crate::contract::Lookup::ListByReference {
+            url_template,
+            items_pointer,
+            reference_pointer,
+            reference,
+            answer,
+        }) = contract.lookup
+        else {
+            panic!("aws-ec2 looks operations up in a list")
+        };
+        ListLookup::new((), url_template)
+            .format(answer.format)
+            .items_pointer(items_pointer.as_deref())
+            .reference_pointer(reference_pointer.as_deref())
+            .reference(reference)
+            .status_pointer(answer.status.as_deref().unwrap())
+            .remote_ref_pointer(answer.remote_ref.as_deref().unwrap())
+            .statuses(LookupStatuses {
+                succeeded: answer.succeeded.unwrap(),
+                processing: answer.processing.unwrap(),
+                ..LookupStatuses::default()
+            })
+            .secret_response_fields(contract.secret_response_fields)
+    }
+
+    const DESCRIBE: &str = include_str!("../../tests/fixtures/ec2_describe_instances.xml");
+    const DESCRIBE_EMPTY: &str =
+        include_str!("../../tests/fixtures/ec2_describe_instances_empty.xml");
+    const TOKEN: &str = "xMcwG14507example";
+
+    /// "Evidence a built-in profile promises": EC2 answers XML, and the profile's lookup reads
+    /// it. A recorded `DescribeInstances` answer names the launch by its client token.
+    #[tokio::test]
+    async fn the_ec2_lookup_reads_a_recorded_describe_instances_answer() {
+        let op = row("op-ec2").await;
+        let lookup = ec2_lookup();
+        let (ok, headers) = (StatusCode::OK, http::HeaderMap::new());
+        let (evidence, kept) = lookup.judge(&op, TOKEN, ok, &headers, DESCRIBE.as_bytes());
+        assert_eq!(
+            evidence,
+            Evidence::Succeeded {
+                remote_ref: Some("i-1234567890abcdef0".into())
+            }
+        );
+        let kept = kept.expect("the reservation is kept");
+        assert!(kept.starts_with("lookup answer: <item>"), "{kept}");
+        assert!(kept.contains("<reservationId>r-1234567890abcdef0</reservationId>"));
+        assert!(kept.len() <= ListLookup::<()>::MAX_KEPT_ANSWER + 40);
+        // Every state an instance of a launch can be in means the launch ran.
+        for state in ["pending", "stopped", "terminated"] {
+            let answer = DESCRIBE.replace("<name>running</name>", &format!("<name>{state}</name>"));
+            let (evidence, _) = lookup.judge(&op, TOKEN, ok, &headers, answer.as_bytes());
+            assert!(matches!(evidence, Evidence::Succeeded { .. }), "{state}");
+        }
+        // Another launch's token: not this operation's.
+        let (evidence, kept) = lookup.judge(&op, "other-token", ok, &headers, DESCRIBE.as_bytes());
+        assert!(why(&evidence).contains("no item carrying"), "{evidence:?}");
+        assert!(kept.is_none());
+        // An empty reservation set: nothing proven (weak evidence, never "not executed").
+        let (evidence, _) = lookup.judge(&op, TOKEN, ok, &headers, DESCRIBE_EMPTY.as_bytes());
+        assert!(
+            why(&evidence).contains("not proof of non-execution"),
+            "{evidence:?}"
+        );
+        // Two reservations carrying the token: none is picked.
+        let reservation = &DESCRIBE
+            [DESCRIBE.find("<item>").unwrap()..DESCRIBE.rfind("</reservationSet>").unwrap()];
+        let two = DESCRIBE.replace(reservation, &format!("{reservation}{reservation}"));
+        let (evidence, _) = lookup.judge(&op, TOKEN, ok, &headers, two.as_bytes());
+        assert!(why(&evidence).contains("2 items"), "{evidence:?}");
+        // Malformed XML, a JSON answer, a DTD, nothing: unknown, never a panic.
+        for bad in [
+            &DESCRIBE[..DESCRIBE.len() / 2],
+            r#"{"Reservations":[]}"#,
+            "<!DOCTYPE x [<!ENTITY a \"b\">]><DescribeInstancesResponse/>",
+            "",
+            "<DescribeInstancesResponse><reservationSet><item></reservationSet>",
+        ] {
+            let (evidence, kept) = lookup.judge(&op, TOKEN, ok, &headers, bad.as_bytes());
+            assert!(
+                why(&evidence).contains("well-formed XML"),
+                "{bad}: {evidence:?}"
+            );
+            assert!(kept.is_none());
+        }
+        // An EC2 error answer is not read at all.
+        let (evidence, _) = lookup.judge(
+            &op,
+            TOKEN,
+            StatusCode::SERVICE_UNAVAILABLE,
+            &headers,
+            b"<Response/>",
+        );
+        assert!(why(&evidence).contains("503"), "{evidence:?}");
     }
 
     #[tokio::test]

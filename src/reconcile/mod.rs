@@ -11,6 +11,7 @@
 //! `https://vendor.example/tickets?operation_id={operation_id}`. A contract's `lookup` builds
 //! either (see [`ConfigBuilder`](crate::ConfigBuilder)).
 
+mod answer;
 mod http_lookup;
 mod list_lookup;
 mod recoverer;
@@ -57,10 +58,12 @@ pub trait Reconciler: Send + Sync + std::fmt::Debug + 'static {
     fn reconcile<'a>(&'a self, op: &'a OperationRecord) -> BoxFuture<'a, Evidence>;
 
     /// [`reconcile`](Self::reconcile), with the vendor's answer for the evidence log: the
-    /// recovery engine stores it as the note of the `lookup` entry. Only for an answer that
-    /// resolves the operation, bounded and without secrets ([`HttpLookup`] keeps at most
-    /// [`HttpLookup::MAX_KEPT_ANSWER`] bytes of the body, without the contract's secret body
-    /// fields). Provided: no answer kept.
+    /// recovery engine stores it as the note of the `lookup` entry, and the review page and the
+    /// CLI's `show` display it. Only for an answer that resolves the operation, bounded and
+    /// without secrets: the built-in lookups keep at most [`HttpLookup::MAX_KEPT_ANSWER`] bytes,
+    /// with the values of the contract's secret response fields and secret body fields replaced
+    /// by `[redacted]`; an implementation of your own must redact what it returns itself.
+    /// Provided: no answer kept.
     fn reconcile_with_answer<'a>(
         &'a self,
         op: &'a OperationRecord,

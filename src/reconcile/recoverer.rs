@@ -626,9 +626,7 @@ impl Recoverer {
                     outgoing::BuildError::Frozen(e) => {
                         format!("the frozen request does not rebuild: {e}")
                     }
-                    outgoing::BuildError::Secrets => "the contract keeps secret body fields out \
-                        of the ledger and the replay stack does not supply them"
-                        .to_owned(),
+                    outgoing::BuildError::Secrets(which) => which.why_not_replayed().to_owned(),
                 };
                 return self
                     .escalate(&row, format!("{why}; nothing was sent"))

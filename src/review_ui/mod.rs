@@ -21,7 +21,9 @@
 //!
 //! The page is server-rendered HTML ([askama](https://docs.rs/askama) templates compiled into
 //! the crate, a small embedded style sheet, no JavaScript), and shows nothing beyond the
-//! redacted handoff package: no credential, no body value.
+//! redacted handoff package: no credential, and no body value but the answer of a lookup that
+//! resolved the operation, with the contract's secret answer fields `[redacted]` (see
+//! [`HandoffPackage`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
