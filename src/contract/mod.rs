@@ -478,6 +478,48 @@ pub enum Lookup {
     Unavailable,
 }
 
+/// What a 404 or 410 from a lookup means (the contract's `answer.not_found`).
+///
+/// The default, [`NotFound::Unknown`], is the only safe reading for most vendors: a lookup that
+/// is eventually consistent, scoped by tenant, or whose record is written after the side effect
+/// answers 404 for a write that happened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotFound {
+    /// Weak evidence: the operation stays unknown (`unknown`).
+    #[default]
+    Unknown,
+    /// The vendor guarantees that a 404 means the write was never registered (`not_executed`).
+    ///
+    /// **Dangerous**: the operation becomes `RETRY_READY` and is replayed with the same key. If
+    /// the vendor did execute the write (a lagging replica, a record cleaned up early, another
+    /// tenant scope), the replay executes it a second time. Only for a lookup endpoint whose
+    /// record is written atomically with the side effect and read from the primary.
+    NotExecuted,
+}
+
+impl NotFound {
+    /// The values a contract may give, as an error names them.
+    pub const EXPECTED: &'static str = "unknown, not_executed";
+
+    /// Reads the contract's value (`unknown` or `not_executed`, exactly).
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "unknown" => Some(Self::Unknown),
+            "not_executed" => Some(Self::NotExecuted),
+            _ => None,
+        }
+    }
+
+    /// The contract's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::NotExecuted => "not_executed",
+        }
+    }
+}
+
 /// How the answer of an [`Lookup::HttpGet`] (or the item of a [`Lookup::ListByReference`]) is
 /// read. Every field is optional; in TOML:
 /// `answer = { status = "/state", remote_ref = "/ticket/id", succeeded = ["OPEN", "CLOSED"] }`.
@@ -544,7 +586,7 @@ pub struct LookupAnswer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_executed: Option<Vec<String>>,
     /// What a 404 or 410 means: `unknown` (the default: weak evidence) or `not_executed`
-    /// (see the danger above; parsed by [`NotFound::parse`](crate::reconcile::NotFound::parse)).
+    /// (see the danger above; parsed by [`NotFound::parse`]).
     /// Any other value is refused by [`Contract::validate`], naming `lookup.answer.not_found`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_found: Option<String>,

@@ -2,6 +2,7 @@
 
 use http::HeaderName;
 
+use super::NotFound;
 use super::error::{ContractError, ContractErrorKind as Kind};
 use super::key::pointer_tokens;
 use super::{
@@ -9,7 +10,6 @@ use super::{
     MAX_KEY_LEN_LIMIT, MAX_RETENTION_SECS, MAX_SETTLE_SECS,
 };
 use crate::operation::{PayloadDigest, SECRET_SEGMENT};
-use crate::reconcile::NotFound;
 
 pub(super) fn contract(c: &Contract) -> Result<(), ContractError> {
     let err = |field: String, kind| ContractError::new(&c.name, field, kind);

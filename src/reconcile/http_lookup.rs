@@ -11,6 +11,7 @@ use tower_service::Service;
 
 use super::Reconciler;
 use super::answer::{Doc, Secrets, unreadable};
+use crate::contract::NotFound;
 use crate::contract::{AnswerFormat, parse_retry_after};
 use crate::encoding::encode_component;
 use crate::evidence::Evidence;
@@ -39,48 +40,6 @@ impl Default for LookupStatuses {
             processing: v(&["PROCESSING", "PENDING", "IN_PROGRESS", "RUNNING"]),
             rejected: v(&["REJECTED", "FAILED", "DECLINED"]),
             not_executed: v(&["NOT_EXECUTED"]),
-        }
-    }
-}
-
-/// What a 404 or 410 from a lookup means (the contract's `answer.not_found`).
-///
-/// The default, [`NotFound::Unknown`], is the only safe reading for most vendors: a lookup that
-/// is eventually consistent, scoped by tenant, or whose record is written after the side effect
-/// answers 404 for a write that happened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum NotFound {
-    /// Weak evidence: the operation stays unknown (`unknown`).
-    #[default]
-    Unknown,
-    /// The vendor guarantees that a 404 means the write was never registered (`not_executed`).
-    ///
-    /// **Dangerous**: the operation becomes `RETRY_READY` and is replayed with the same key. If
-    /// the vendor did execute the write (a lagging replica, a record cleaned up early, another
-    /// tenant scope), the replay executes it a second time. Only for a lookup endpoint whose
-    /// record is written atomically with the side effect and read from the primary.
-    NotExecuted,
-}
-
-impl NotFound {
-    /// The values a contract may give, as an error names them.
-    pub const EXPECTED: &'static str = "unknown, not_executed";
-
-    /// Reads the contract's value (`unknown` or `not_executed`, exactly).
-    pub fn parse(value: &str) -> Option<Self> {
-        match value {
-            "unknown" => Some(Self::Unknown),
-            "not_executed" => Some(Self::NotExecuted),
-            _ => None,
-        }
-    }
-
-    /// The contract's name for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Unknown => "unknown",
-            Self::NotExecuted => "not_executed",
         }
     }
 }

@@ -16,9 +16,10 @@ mod http_lookup;
 mod list_lookup;
 mod recoverer;
 
-pub use self::http_lookup::{HttpLookup, LookupStatuses, NotFound};
+pub use self::http_lookup::{HttpLookup, LookupStatuses};
 pub use self::list_lookup::ListLookup;
 pub use self::recoverer::{Recoverer, RecovererHandle, RecoveryReport};
+pub use crate::contract::NotFound;
 /// The stack lookups and replays go through, boxed.
 pub(crate) type Transport = self::recoverer::ReplayService;
 pub(crate) use self::recoverer::boxed_transport;
