@@ -67,6 +67,7 @@ pub use memory::MemoryLedger;
 mod quarantine;
 mod query;
 mod retention;
+pub(crate) use quarantine::split_column as split_decode_error;
 pub use quarantine::{QUARANTINE_RELEASED, RawColumns, Released};
 pub use query::{
     Cursor, DEFAULT_LIMIT, MAX_LIMIT, OPEN_STATES, OldestPerState, OldestRow, OperationQuery,
