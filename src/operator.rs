@@ -427,7 +427,12 @@ pub fn explain_quarantine(pkg: &crate::review::QuarantinePackage, now_ms: i64) -
         || "the version shown".to_owned(),
         |v| format!("version {v}"),
     );
-    let next = if pkg.readable {
+    let next = if pkg.quarantined_ms.is_none() {
+        "This version cannot claim, resolve or recover it. It was probably written by a newer \
+         version (a rolling deploy) or changed by hand: upgrade to a version that can read it. \
+         A recovery pass that meets it first quarantines it; release it then, once it reads."
+            .to_owned()
+    } else if pkg.readable {
         format!(
             "Nothing until it is released: no lookup, no send, no sweep. This version reads it: \
              release it at {version}, and the engine's next pass picks it up where it stopped."

@@ -1202,3 +1202,45 @@ async fn a_quarantined_operation_is_counted_listed_opened_and_released_on_the_pa
     assert_eq!(drill.vendor.tickets_created(), 1, "never created twice");
     assert_eq!(drill.vendor.posts_received(), 1);
 }
+
+/// A row that went bad while it waits for a person (no recovery pass claims a row in review, so
+/// none quarantines it) opens as the same raw view, not a 503, and stays in the queue with what
+/// is wrong. There is nothing to release: no form.
+#[tokio::test]
+async fn an_unreadable_operation_in_review_opens_as_a_raw_view_and_stays_listed() {
+    let (drill, op) = drill_in_review().await;
+    let raw = rusqlite::Connection::open(drill.dir.path().join("ledger.db")).unwrap();
+    raw.busy_timeout(Duration::from_secs(5)).unwrap();
+    let changed = raw
+        .execute(
+            "UPDATE rw_operations SET request_headers = 'not json' WHERE operation_id = ?1",
+            [op.id().as_str()],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let app = app(config(&drill));
+    let page = get(&app, Some("alice"), &op_path(&op)).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let b = &page.body;
+    assert!(
+        b.contains(r#"<span class="badge b-quarantined">Unreadable</span>"#),
+        "{b}"
+    );
+    assert!(b.contains("column request_headers"), "{b}");
+    assert!(b.contains("State as stored</dt><dd>MANUAL_REVIEW"), "{b}");
+    assert!(
+        b.contains("the next recovery pass that meets it will quarantine it"),
+        "{b}"
+    );
+    assert!(!b.contains("name=\"csrf\""), "nothing to release: {b}");
+    assert!(!b.contains("E17") && !b.contains("sk_test_secret"), "{b}");
+    let queue = get(&app, Some("alice"), "/ops").await;
+    assert_eq!(queue.status, StatusCode::OK);
+    assert!(queue.body.contains(op.id().as_str()), "{}", queue.body);
+    assert!(
+        queue
+            .body
+            .contains("stored state MANUAL_REVIEW; column request_headers")
+    );
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}

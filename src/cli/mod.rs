@@ -10,6 +10,9 @@
 //! recoverable-write --ledger postgres://ops@db/ops --all-tenants stats
 //! recoverable-write --ledger sqlite:ops.db --all-tenants --contracts contracts.toml purge --dry-run
 //! recoverable-write --ledger sqlite:ops.db --all-tenants --contracts contracts.toml purge --yes
+//! recoverable-write --ledger sqlite:ops.db --tenant acme list --state quarantined
+//! recoverable-write --ledger sqlite:ops.db --tenant acme quarantine release op-5d1f… --version 9 \
+//!     --reviewer alice --reason "every worker runs 0.4"
 //! recoverable-write --ledger sqlite:ops.db --tenant acme erase op-5d1f…     # one operation's details
 //! recoverable-write --ledger sqlite:ops.db --tenant acme erase --all-finished --yes
 //! ```
@@ -42,7 +45,13 @@
 //! 2 usage (bad arguments, bad ledger URL, ambiguous id, empty reason, a deletion not
 //! confirmed or without the application's retention), 3 operation not found,
 //! 4 stale version (the operation changed since it was read: show it again), 5 refused by the
-//! state machine (e.g. resolving an operation that is not in `MANUAL_REVIEW`).
+//! state machine (e.g. resolving an operation that is not in `MANUAL_REVIEW`; releasing a row
+//! that is not quarantined, or that this version still cannot decode).
+//!
+//! A row this version cannot decode is quarantined by the recovery pass that meets it; `stats`
+//! counts it on its own `QUARANTINED` line, `list` shows it (with the decode error) under the
+//! open queue or alone with `--state quarantined`, `show` prints the columns it can read, and
+//! `quarantine release` gives it back to recovery once a version that reads it runs.
 
 mod render;
 

@@ -185,7 +185,9 @@ impl Reviews {
     /// be decoded; `None` if there is no such operation or it is neither (read it with
     /// [`handoff`](Self::handoff)). The evidence log comes with it when it can be read.
     ///
-    /// One listing read (the operation's id, quarantined rows included), then the log.
+    /// Cheap for every operation: a read of the few quarantined rows (their partial index), and
+    /// if it is not among them, one read by key; only a row that cannot be decoded and is not
+    /// quarantined yet costs a listing of the tenant's rows by id.
     pub async fn quarantine_package(
         &self,
         tenant: &Tenant,
@@ -194,16 +196,28 @@ impl Reviews {
         if op.as_str().contains('\0') {
             return Ok(None);
         }
-        let q = OperationQuery::tenant(tenant.clone())
-            .text(TextMatch::Exact(op.as_str().to_owned()))
-            .include_quarantined(true)
-            .limit(10);
-        let page = self.shared.ledger.list(&q).await?;
+        let by_id = || {
+            OperationQuery::tenant(tenant.clone())
+                .text(TextMatch::Exact(op.as_str().to_owned()))
+                .limit(10)
+        };
+        let ledger = &self.shared.ledger;
+        let mut page = ledger.list(&by_id().quarantined_only()).await?;
+        if !page.skipped.iter().any(|s| s.operation_id == *op) {
+            match ledger.get(tenant, op).await {
+                // Gone bad since its last claim: not quarantined yet, but unreadable all the same.
+                Err(crate::ledger::LedgerError::Corrupt { .. }) => {
+                    page = ledger.list(&by_id().include_quarantined(true)).await?;
+                }
+                Err(e) => return Err(e.into()),
+                Ok(_) => return Ok(None),
+            }
+        }
         let Some(row) = page.skipped.iter().find(|s| s.operation_id == *op) else {
             return Ok(None);
         };
         let mut pkg = QuarantinePackage::of(row);
-        match self.shared.ledger.evidence(tenant, op).await {
+        match ledger.evidence(tenant, op).await {
             Ok(log) => pkg.evidence = log.iter().map(EvidenceSummary::of).collect(),
             Err(e) => pkg.evidence_error = Some(e.to_string()),
         }

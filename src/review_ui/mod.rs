@@ -8,6 +8,11 @@
 //! - `GET /op/{id}`: one operation: what a person needs to decide in plain language, late
 //!   evidence that arrived after a claim, the redacted [`HandoffPackage`] (parameters, attempts,
 //!   evidence timeline, budget, authorization) and the forms.
+//! - Quarantined operations (rows this version cannot decode, skipped by recovery) are counted
+//!   in the header, listed above the open queue (alone with `state=quarantined`) with the decode
+//!   error, and open as a raw, redacted view of the columns this version can read: never a 503.
+//!   `POST /op/{id}/release` (a required `reason`, the version and CSRF token like the other
+//!   forms) gives one back to recovery once this version reads it; 409 while it cannot.
 //! - `POST /op/{id}/claim` and `POST /op/{id}/resolve` (`decision` = `succeeded` with an
 //!   optional `remote_ref`, `not_executed` with `reapprove`, or `keep_pending`), each with a
 //!   required `reason`. Every form carries the version it was shown at (a compare-and-swap: a
