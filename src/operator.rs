@@ -76,8 +76,9 @@ pub fn describe_evidence(e: &Evidence) -> String {
     }
 }
 
-/// One review action read back from the evidence log (kinds `review_claimed` and `review`,
-/// written by [`Reviews`](crate::Reviews) with [`audit_note`](crate::review::audit_note)).
+/// One review action read back from the evidence log (kinds `review_claimed`, `review` and
+/// `quarantine_released`, written by [`Reviews`](crate::Reviews) with
+/// [`audit_note`](crate::review::audit_note)).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AuditEntry {
     /// Position in the evidence log.
@@ -99,7 +100,10 @@ pub struct AuditEntry {
 impl AuditEntry {
     /// The audit entry of an evidence entry, if it is a review action.
     pub fn parse(e: &EvidenceSummary) -> Option<Self> {
-        if e.kind != "review_claimed" && e.kind != "review" {
+        if e.kind != "review_claimed"
+            && e.kind != "review"
+            && e.kind != crate::ledger::QUARANTINE_RELEASED
+        {
             return None;
         }
         let note = e.note.as_deref().unwrap_or_default();
@@ -372,6 +376,80 @@ pub fn explain(pkg: &HandoffPackage, now_ms: i64) -> Explanation {
     if let Some(denied) = &pkg.authorization.query_denied {
         warnings.push(format!("lookups are denied now: {denied}"));
     }
+    Explanation {
+        headline,
+        why,
+        next,
+        warnings,
+    }
+}
+
+/// Explains a quarantined operation ([`QuarantinePackage`](crate::review::QuarantinePackage))
+/// at `now_ms`: what was set aside and why, and what to do (upgrade to a version that can read
+/// it, then release it).
+pub fn explain_quarantine(pkg: &crate::review::QuarantinePackage, now_ms: i64) -> Explanation {
+    let action = pkg
+        .action
+        .as_deref()
+        .map_or_else(|| "write".to_owned(), |a| format!("write ({a})"));
+    let problem = crate::review::quarantine_problem(pkg);
+    let headline = match (pkg.quarantined_ms, pkg.readable) {
+        (Some(_), false) => format!(
+            "Quarantined: this version cannot read this {action} ({problem}); the engine skips \
+             it."
+        ),
+        (Some(_), true) => format!(
+            "Quarantined, and readable now: this {action} was set aside ({problem}) and this \
+             version reads it; release it to give it back to recovery."
+        ),
+        (None, _) => format!(
+            "This version cannot read this {action} ({problem}); the next recovery pass that \
+             meets it will quarantine it."
+        ),
+    };
+    let mut why = Vec::new();
+    if let Some(at) = pkg.quarantined_ms {
+        why.push(format!(
+            "quarantined {} ago ({})",
+            format_age(now_ms - at),
+            format_time(at)
+        ));
+    }
+    why.push(format!("state as stored: {}", pkg.state));
+    if let Some(r) = &pkg.last_result {
+        why.push(format!("last result as stored: {r}"));
+    }
+    why.push(format!(
+        "created {} ago, last changed {} ago",
+        format_age(now_ms - pkg.created_ms),
+        format_age(now_ms - pkg.updated_ms)
+    ));
+    let version = pkg.version.map_or_else(
+        || "the version shown".to_owned(),
+        |v| format!("version {v}"),
+    );
+    let next = if pkg.quarantined_ms.is_none() {
+        "This version cannot claim, resolve or recover it. It was probably written by a newer \
+         version (a rolling deploy) or changed by hand: upgrade to a version that can read it. \
+         A recovery pass that meets it first quarantines it; release it then, once it reads."
+            .to_owned()
+    } else if pkg.readable {
+        format!(
+            "Nothing until it is released: no lookup, no send, no sweep. This version reads it: \
+             release it at {version}, and the engine's next pass picks it up where it stopped."
+        )
+    } else {
+        format!(
+            "Nothing: no lookup, no send, no sweep, until it is released. It was probably \
+             written by a newer version (a rolling deploy) or changed by hand: upgrade to a \
+             version that can read it, then release it at {version}. Releasing re-reads it \
+             first; while it cannot be read it stays quarantined."
+        )
+    };
+    let warnings = vec![format!(
+        "Do not create this {action} again by hand: its outcome is not known here, and the \
+         vendor may already have it."
+    )];
     Explanation {
         headline,
         why,

@@ -19,6 +19,11 @@
 //! reason ([`audit_note`]); [`operator::audit_trail`](crate::operator::audit_trail) reads them
 //! back.
 //!
+//! A row this version cannot decode is quarantined by the recovery engine and skipped until a
+//! person looks: [`Reviews::quarantine_package`] shows it by its raw columns (redacted like the
+//! handoff package), and [`Reviews::release_quarantined`] gives it back to recovery once a
+//! version that can read it runs (audited as `quarantine_released`).
+//!
 //! Late responses and reconciler answers after the claim are appended as evidence and published
 //! as [`Notice::LateEvidence`](crate::Notice::LateEvidence); they never restore automatic sends.
 //! Seed 000: a reviewer must not take `MANUAL_REVIEW` as proof that the old request was
@@ -36,6 +41,9 @@ use crate::evidence::Evidence;
 use crate::ledger::{Ledger, LedgerError, NewEvidence, OperationRecord};
 use crate::operation::{OperationId, Tenant};
 use crate::state::{Event, Refused, ReviewDecision, State};
+
+pub(crate) mod quarantine;
+pub use quarantine::{QuarantinePackage, RawParameters, UnreadableColumn, quarantine_problem};
 
 /// Why a review action failed. Nothing changed.
 #[derive(Debug, thiserror::Error)]
@@ -72,8 +80,31 @@ pub enum ReviewError {
     /// The state machine does not allow this in the operation's state.
     #[error(transparent)]
     Refused(#[from] Refused),
+    /// [`Reviews::release_quarantined`] of an operation that is not quarantined (never was, or
+    /// was released already). Nothing changed.
+    #[error("{operation} is not quarantined: there is nothing to release")]
+    NotQuarantined {
+        /// The operation.
+        operation: OperationId,
+    },
+    /// [`Reviews::release_quarantined`] of a row this version still cannot decode: it stays
+    /// quarantined and nothing changed. Upgrade to a version that can read it, then release it.
+    #[error(
+        "{operation} still cannot be read by this version ({}): it stays quarantined; upgrade \
+         to a version that can read it, then release it",
+        quarantine::what_is_wrong(.column.as_deref(), .detail)
+    )]
+    StillUndecodable {
+        /// The operation.
+        operation: OperationId,
+        /// The column that cannot be read.
+        column: Option<String>,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A review action asked for a reason ([`Reviews::claim_with_reason`],
-    /// [`Reviews::resolve_with_reason`]) and got an empty one. Nothing changed.
+    /// [`Reviews::resolve_with_reason`], [`Reviews::release_quarantined`]) and got an empty
+    /// one. Nothing changed.
     #[error("a reason is required: say why, it goes into the operation's audit trail")]
     ReasonRequired,
     /// The ledger failed.
@@ -779,23 +810,9 @@ fn check_version(row: &OperationRecord, expected: u64) -> Result<(), ReviewError
 }
 
 fn summarize(row: &OperationRecord) -> ParameterSummary {
-    let url = match row.request.url.split_once('?') {
-        Some((base, query)) => {
-            let names: Vec<String> = query
-                .split('&')
-                .map(|kv| format!("{}=…", kv.split('=').next().unwrap_or_default()))
-                .collect();
-            format!("{base}?{}", names.join("&"))
-        }
-        None => row.request.url.clone(),
-    };
-    let body_fields = serde_json::from_slice::<serde_json::Value>(&row.request.body)
-        .ok()
-        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()))
-        .unwrap_or_default();
     ParameterSummary {
         method: row.request.method.to_string(),
-        url,
+        url: redacted_url(&row.request.url),
         header_names: row
             .request
             .headers
@@ -803,14 +820,37 @@ fn summarize(row: &OperationRecord) -> ParameterSummary {
             .map(|(k, _)| k.to_owned())
             .collect(),
         body_bytes: row.request.body.len(),
-        body_fields,
+        body_fields: body_fields(&row.request.body),
         payload_hash: row.payload_hash.to_string(),
-        contract: format!(
-            "{}@{}",
-            row.contract.name,
-            first_chars(&row.contract.hash, 12)
-        ),
+        contract: contract_label(&row.contract.name, &row.contract.hash),
     }
+}
+
+/// A URL with its query values replaced by `…` (the names kept).
+fn redacted_url(url: &str) -> String {
+    match url.split_once('?') {
+        Some((base, query)) => {
+            let names: Vec<String> = query
+                .split('&')
+                .map(|kv| format!("{}=…", kv.split('=').next().unwrap_or_default()))
+                .collect();
+            format!("{base}?{}", names.join("&"))
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// The top-level field names of a JSON object body (none for any other body): never a value.
+fn body_fields(body: &[u8]) -> Vec<String> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()))
+        .unwrap_or_default()
+}
+
+/// `name@` and the first 12 characters of the contract's hash.
+fn contract_label(name: &str, hash: &str) -> String {
+    format!("{name}@{}", first_chars(hash, 12))
 }
 
 #[cfg(test)]

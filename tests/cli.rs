@@ -1005,3 +1005,257 @@ async fn purge_needs_the_applications_contracts_shows_its_plan_and_deletes_only_
     assert_eq!(world.vendor.posts_received(), 2, "the CLI sends nothing");
     cli.assert_nothing_leaked();
 }
+
+/// Issue 27 item 3 from the command line: a row this version cannot decode is quarantined by
+/// the recovery pass and stays visible. `stats` counts it as QUARANTINED, `list` shows it with
+/// the decode error (under the open queue, and alone with `--state quarantined`), `show`
+/// prints its raw, redacted columns and what to do (it used to fail), and `quarantine release`
+/// refuses while it cannot be read (exit 5), then gives it back to recovery once it can: the
+/// vendor's ticket is found, nothing is created twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantined_rows_are_counted_listed_shown_and_released_with_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let world = World::new(ledger).await;
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    let op = new_op("intent-newer-row");
+    world.vendor.faults().drop_after_commit(1);
+    let err = send(&mut world.writer(), world.request(&op))
+        .await
+        .expect_err("the response is lost");
+    assert!(
+        matches!(err, recoverable_write::Error::Unknown { .. }),
+        "{err:?}"
+    );
+    assert_eq!(world.record(op.id()).await.state, State::Unknown);
+    let id = op.id().as_str();
+
+    // A newer version stored the request headers in a shape this one cannot read.
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.busy_timeout(Duration::from_secs(5)).unwrap();
+    let headers: String = raw
+        .query_row(
+            "SELECT request_headers FROM rw_operations WHERE operation_id = ?1",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let set_headers = |value: &str| {
+        let n = raw
+            .execute(
+                "UPDATE rw_operations SET request_headers = ?1 WHERE operation_id = ?2",
+                [value, id],
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+    };
+    set_headers(r#"{"format": 2, "headers": []}"#);
+    let mut quarantined = false;
+    for _ in 0..200 {
+        world
+            .recoverer
+            .run_once()
+            .await
+            .expect("a pass never fails on a bad row");
+        if !world.ledger.quarantined(10).await.unwrap().is_empty() {
+            quarantined = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(quarantined, "the recovery pass quarantines the row");
+
+    // Counted, as its own line.
+    let stats = cli.run(&["stats"]).await;
+    let line = stats
+        .ok()
+        .lines()
+        .find(|l| l.trim_start().starts_with("QUARANTINED"))
+        .unwrap_or_else(|| panic!("no QUARANTINED line:\n{}", stats.stdout))
+        .to_owned();
+    assert!(line.trim_end().ends_with(" 1"), "{line}");
+    let json = cli.run(&["stats", "--json"]).await.json();
+    assert_eq!(json["counts"]["QUARANTINED"], 1, "{json}");
+    assert_eq!(json["counts"]["UNKNOWN"], 0, "in no state's count: {json}");
+
+    // Listed with the decode error: under the open queue, and on its own.
+    let listed = cli.run(&["list"]).await;
+    let text = listed.ok();
+    assert!(text.contains("quarantined: 1 row(s)"), "{text}");
+    assert!(
+        text.contains(id) && text.contains("request_headers"),
+        "{text}"
+    );
+    let json = cli.run(&["list", "--state", "open", "--json"]).await.json();
+    assert!(json["operations"].as_array().unwrap().is_empty(), "{json}");
+    let q = &json["quarantined"][0];
+    assert_eq!(q["operation_id"], id, "{json}");
+    assert_eq!(q["state"], "UNKNOWN");
+    assert_eq!(q["quarantined"], true);
+    assert_eq!(q["readable"], false);
+    assert!(
+        q["error"].as_str().unwrap().contains("request_headers"),
+        "{json}"
+    );
+    let version = q["version"].as_u64().expect("its version");
+    let alone = cli.run(&["list", "--state", "quarantined"]).await;
+    let text = alone.ok();
+    assert!(text.contains(id) && text.contains("STORED STATE"), "{text}");
+    let unknown = cli
+        .run(&["list", "--state", "unknown", "--json"])
+        .await
+        .json();
+    assert!(
+        unknown["operations"].as_array().unwrap().is_empty(),
+        "{unknown}"
+    );
+    assert!(
+        unknown["quarantined"].as_array().unwrap().is_empty(),
+        "{unknown}"
+    );
+    let mixed = cli.run(&["list", "--state", "quarantined,unknown"]).await;
+    assert_eq!(mixed.code, 2, "{}", mixed.stderr);
+
+    // Opened: the raw, redacted view, and what to do.
+    let shown = cli.run(&["show", id]).await;
+    let text = shown.ok();
+    for expected in [
+        "QUARANTINED",
+        "request_headers",
+        "upgrade to a version that can read it",
+        "headers   (unreadable)",
+        "fields device_id, operation_id, priority",
+        &format!("quarantine release {id} --version {version}"),
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing:\n{text}");
+    }
+    let json = cli.run(&["show", id, "--json"]).await.json();
+    assert_eq!(json["quarantined"]["readable"], false, "{json}");
+    assert_eq!(json["quarantined"]["column"], "request_headers", "{json}");
+    assert_eq!(json["quarantined"]["version"], version);
+
+    // Not released while it cannot be read; the other refusals keep their exit codes.
+    let refused = cli
+        .run(&[
+            "quarantine",
+            "release",
+            id,
+            "--version",
+            &version.to_string(),
+            "--reviewer",
+            "alice",
+            "--reason",
+            "too early",
+        ])
+        .await;
+    assert_eq!(refused.code, 5, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("request_headers"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stderr.contains("upgrade"), "{}", refused.stderr);
+    let stale = cli
+        .run(&[
+            "quarantine",
+            "release",
+            id,
+            "--version",
+            &(version - 1).to_string(),
+            "--reviewer",
+            "alice",
+            "--reason",
+            "stale",
+        ])
+        .await;
+    assert_eq!(stale.code, 4, "{}", stale.stderr);
+    let missing = cli
+        .run(&[
+            "quarantine",
+            "release",
+            "op-none",
+            "--version",
+            "1",
+            "--reviewer",
+            "alice",
+            "--reason",
+            "r",
+        ])
+        .await;
+    assert_eq!(missing.code, 3, "{}", missing.stderr);
+    let blank = cli
+        .run(&[
+            "quarantine",
+            "release",
+            id,
+            "--version",
+            &version.to_string(),
+            "--reviewer",
+            "alice",
+            "--reason",
+            " ",
+        ])
+        .await;
+    assert_eq!(blank.code, 2, "{}", blank.stderr);
+    assert_eq!(
+        world.ledger.quarantined(10).await.unwrap().len(),
+        1,
+        "nothing changed"
+    );
+
+    // Every worker runs the version that reads it: readable, still set aside until released.
+    set_headers(&headers);
+    let shown = cli.run(&["show", id]).await;
+    assert!(shown.ok().starts_with("!! QUARANTINED"), "{}", shown.stdout);
+    let released = cli
+        .run(&[
+            "quarantine",
+            "release",
+            id,
+            "--version",
+            &version.to_string(),
+            "--reviewer",
+            "alice",
+            "--reason",
+            "0.4 on every worker",
+        ])
+        .await;
+    assert!(
+        released.ok().contains(&format!(
+            "released from quarantine (version {version} -> {})",
+            version + 1
+        )),
+        "{}",
+        released.stdout
+    );
+    let again = cli
+        .run(&[
+            "quarantine",
+            "release",
+            id,
+            "--version",
+            &(version + 1).to_string(),
+            "--reviewer",
+            "alice",
+            "--reason",
+            "twice",
+        ])
+        .await;
+    assert_eq!(again.code, 5, "not quarantined any more: {}", again.stderr);
+    let json = cli.run(&["stats", "--json"]).await.json();
+    assert_eq!(json["counts"]["QUARANTINED"], 0, "{json}");
+
+    // Recovery goes on where it stopped: the vendor's ticket is found.
+    let row = world
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert!(row.remote_ref.is_some());
+    let shown = cli.run(&["show", id]).await;
+    let text = shown.ok();
+    assert!(text.contains("released from quarantine"), "{text}");
+    assert!(text.contains("0.4 on every worker"), "{text}");
+    assert_eq!(world.vendor.tickets_created(), 1, "never created twice");
+    assert_eq!(world.vendor.posts_received(), 1);
+    cli.assert_nothing_leaked();
+}

@@ -1338,3 +1338,211 @@ async fn a_refused_first_send_is_closed_and_never_sent_later() {
     assert_eq!(drill.vendor.posts_received(), 0);
     assert_eq!(drill.vendor.tickets_created(), 0);
 }
+
+/// The gauges as a metrics exporter sees them: the last value set per gauge name and labels.
+#[cfg(feature = "metrics")]
+mod gauges {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    type Values = Arc<Mutex<BTreeMap<String, f64>>>;
+
+    /// Records gauges; counters and histograms are dropped.
+    #[derive(Default)]
+    pub struct Gauges(Values);
+
+    struct One(String, Values);
+
+    impl metrics::GaugeFn for One {
+        fn increment(&self, v: f64) {
+            *self.1.lock().unwrap().entry(self.0.clone()).or_default() += v;
+        }
+        fn decrement(&self, v: f64) {
+            *self.1.lock().unwrap().entry(self.0.clone()).or_default() -= v;
+        }
+        fn set(&self, v: f64) {
+            self.1.lock().unwrap().insert(self.0.clone(), v);
+        }
+    }
+
+    impl Gauges {
+        /// The value of gauge `name` with `labels` (`state=UNKNOWN`), if it was set.
+        pub fn get(&self, name: &str, labels: &str) -> Option<f64> {
+            self.0
+                .lock()
+                .unwrap()
+                .get(&format!("{name}{{{labels}}}"))
+                .copied()
+        }
+    }
+
+    impl Recorder for Gauges {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let name = format!("{}{{{}}}", key.name(), labels.join(","));
+            Gauge::from_arc(Arc::new(One(name, self.0.clone())))
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+}
+
+/// Issue 27 item 3, the rolling deploy: a newer version wrote a value this one cannot read into
+/// an operation whose response was lost. The recovery pass quarantines it instead of failing,
+/// and it does not vanish: it is counted (its own gauge, in no state's), and once every worker
+/// can read it a person releases it and recovery finds the vendor's ticket: no second create.
+#[cfg(feature = "metrics")]
+#[test]
+fn a_row_from_a_newer_version_is_quarantined_counted_and_recovered_after_release() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let recorder = gauges::Gauges::default();
+    // The gauges are set inside `export_gauges`, on the thread that polls it.
+    let export = |drill: &Drill| {
+        metrics::with_local_recorder(&recorder, || {
+            runtime.block_on(drill.recoverer.export_gauges())
+        })
+        .unwrap()
+    };
+    let (drill, op) = runtime.block_on(async {
+        let drill = Drill::start().await;
+        let op = new_op("intent-newer-row");
+        drill.vendor.faults().drop_after_commit(1);
+        let err = send(&mut drill.writer(), drill.ticket_request(&op, "E17"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+        // Waits for the layer's result to land before another program touches the file.
+        assert_eq!(drill.record(op.id()).await.state, State::Unknown);
+        (drill, op)
+    });
+    let db = drill.dir.path().join("ledger.db");
+    let sql = |set: &str| {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
+        let n = conn
+            .execute(
+                &format!("UPDATE rw_operations SET {set} WHERE operation_id = ?1"),
+                [op.id().as_str()],
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+    };
+    // What a newer version may write: a result name this one does not know.
+    sql("last_result = 'PAUSED_BY_VENDOR'");
+
+    let quarantined = runtime.block_on(async {
+        for _ in 0..200 {
+            drill
+                .recoverer
+                .run_once()
+                .await
+                .expect("a pass never fails on a bad row");
+            let q = drill.ledger.quarantined(10).await.unwrap();
+            if !q.is_empty() {
+                return q;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the row was never quarantined")
+    });
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(&quarantined[0].operation_id, op.id());
+    assert!(
+        quarantined[0].error.contains("last_result"),
+        "{quarantined:?}"
+    );
+
+    // Counted, and exported: never hidden.
+    let (counts, _) = export(&drill);
+    assert_eq!(counts.quarantined(), 1);
+    assert_eq!(counts.get(State::Unknown), Some(0), "in no state's count");
+    assert_eq!(
+        recorder.get("recoverable_write_quarantined_operations", ""),
+        Some(1.0)
+    );
+    assert_eq!(
+        recorder.get("recoverable_write_operations", "state=UNKNOWN"),
+        Some(0.0)
+    );
+
+    // Recovery skips it: no lookup, no send.
+    let lookups = drill.vendor.lookups_received();
+    runtime.block_on(async {
+        for _ in 0..5 {
+            drill.recoverer.run_once().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    assert_eq!(drill.vendor.lookups_received(), lookups);
+    assert_eq!(drill.vendor.posts_received(), 1);
+
+    // Every worker now runs the version that reads it (here: the value it knows).
+    sql("last_result = NULL");
+    let row = runtime.block_on(async {
+        let reviews = drill.layer.reviews();
+        let aside = reviews
+            .quarantine_package(op.tenant(), op.id())
+            .await
+            .unwrap()
+            .expect("still quarantined until released");
+        assert!(aside.readable);
+        let version = aside.version.unwrap();
+        let released = reviews
+            .release_quarantined(
+                op.tenant(),
+                op.id(),
+                "alice",
+                "0.4 on every worker",
+                version,
+            )
+            .await
+            .unwrap();
+        assert_eq!(released.version, version + 1);
+        let log = drill.evidence(op.id()).await;
+        let last = log.last().unwrap();
+        assert_eq!(&*last.entry.kind, "quarantine_released");
+        assert_eq!(
+            last.entry.note.as_deref(),
+            Some(
+                format!(
+                    "released from quarantine by alice; version {version} -> {}; reason: 0.4 on \
+                     every worker",
+                    version + 1
+                )
+                .as_str()
+            )
+        );
+        drill
+            .recover_until(op.id(), |r| r.state == State::Succeeded)
+            .await
+    });
+    assert!(
+        row.remote_ref.is_some(),
+        "the lookup found the vendor's ticket"
+    );
+    let (counts, _) = export(&drill);
+    assert_eq!(counts.quarantined(), 0);
+    assert_eq!(
+        recorder.get("recoverable_write_quarantined_operations", ""),
+        Some(0.0)
+    );
+    assert_eq!(drill.vendor.tickets_created(), 1, "never created twice");
+    assert_eq!(drill.vendor.posts_received(), 1);
+}

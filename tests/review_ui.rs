@@ -991,3 +991,261 @@ async fn the_operation_page_shows_the_retention_dates() {
     let page = get(&plain, Some("alice"), &op_path(&done)).await;
     assert!(!page.body.contains("Retention"), "{}", page.body);
 }
+
+/// Issue 27 item 3 on the page: a row this version cannot decode is quarantined by the
+/// recovery pass, then counted in the queue's header, listed above the open queue and under its
+/// own filter with the decode error, and opened as a raw, redacted view (200: it used to be a
+/// 503). Release is a CSRF-protected form for people who may resolve: refused (409, nothing
+/// changed) while the row cannot be read, done (303, audited) once it can, "already done" when
+/// sent twice. Recovery then goes on and finds the vendor's ticket: nothing is created twice.
+#[tokio::test]
+async fn a_quarantined_operation_is_counted_listed_opened_and_released_on_the_page() {
+    let drill = Drill::start().await;
+    let op = new_op("intent-newer-row");
+    drill.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut drill.writer(), drill.ticket_request(&op, "E17")).await;
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::Unknown);
+    let raw = rusqlite::Connection::open(drill.dir.path().join("ledger.db")).unwrap();
+    raw.busy_timeout(Duration::from_secs(5)).unwrap();
+    let headers: String = raw
+        .query_row(
+            "SELECT request_headers FROM rw_operations WHERE operation_id = ?1",
+            [op.id().as_str()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let set_headers = |value: &str| {
+        raw.execute(
+            "UPDATE rw_operations SET request_headers = ?1 WHERE operation_id = ?2",
+            [value, op.id().as_str()],
+        )
+        .unwrap()
+    };
+    // A newer version stored the headers in a shape this one cannot read.
+    assert_eq!(set_headers(r#"{"format": 2, "headers": []}"#), 1);
+    let mut quarantined = false;
+    for _ in 0..200 {
+        drill.recoverer.run_once().await.unwrap();
+        if !drill.ledger.quarantined(10).await.unwrap().is_empty() {
+            quarantined = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(quarantined);
+    let app = app(config(&drill));
+    let id = op.id().as_str();
+
+    // Counted in the header and listed above the open queue, with what is wrong.
+    let queue = get(&app, Some("alice"), "/ops").await;
+    assert_eq!(queue.status, StatusCode::OK, "{}", queue.body);
+    let b = &queue.body;
+    assert!(
+        b.contains(r#"<span class="badge b-quarantined">Quarantined</span><b>1</b>"#),
+        "{b}"
+    );
+    assert!(
+        b.contains("Quarantined: this version cannot read these"),
+        "{b}"
+    );
+    assert!(
+        b.contains(id) && b.contains("column request_headers"),
+        "{b}"
+    );
+    let alone = get(&app, Some("alice"), "/ops?state=quarantined").await;
+    assert_eq!(alone.status, StatusCode::OK);
+    assert!(alone.body.contains(id), "{}", alone.body);
+    assert!(
+        alone.body.contains("stored state UNKNOWN"),
+        "{}",
+        alone.body
+    );
+    assert!(
+        alone.body.contains("1 quarantined operation shown"),
+        "{}",
+        alone.body
+    );
+    let unknown = get(&app, Some("alice"), "/ops?state=UNKNOWN").await;
+    assert!(
+        !unknown.body.contains(&format!(">{id}<")),
+        "{}",
+        unknown.body
+    );
+    let mixed = get(&app, Some("alice"), "/ops?state=quarantined&state=UNKNOWN").await;
+    assert_eq!(mixed.status, StatusCode::BAD_REQUEST);
+
+    // Opened: 200, the columns this version reads, the error, what to do; nothing secret.
+    let page = get(&app, Some("alice"), &format!("/ops/op/{id}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let b = &page.body;
+    for expected in [
+        "This version cannot read this operation",
+        "column request_headers",
+        "upgrade to a version that can read it, then release it",
+        "device_id, operation_id, priority (values hidden)",
+        "State as stored</dt><dd>UNKNOWN",
+        "Release from quarantine",
+    ] {
+        assert!(b.contains(expected), "{expected:?} missing:\n{b}");
+    }
+    assert!(!b.contains("sk_test_secret") && !b.contains("E17"), "{b}");
+    assert!(!b.contains(row.idempotency_key.as_str()), "{b}");
+    let version = hidden(b, "version");
+    let csrf = hidden(b, "csrf");
+    assert_eq!(
+        version,
+        (row.version + 1).to_string(),
+        "the claim advanced it"
+    );
+    let read_only = get(&app, Some("rita;read-only"), &format!("/ops/op/{id}")).await;
+    assert_eq!(read_only.status, StatusCode::OK);
+    assert!(!read_only.body.contains("name=\"csrf\""), "no form");
+    assert!(read_only.body.contains("releasing is not available to you"));
+
+    // Not released while it cannot be read; a forged or read-only post changes nothing.
+    let release_path = format!("/ops/op/{id}/release");
+    let form = |reason: &'static str| {
+        [
+            ("version", version.clone()),
+            ("csrf", csrf.clone()),
+            ("reason", reason.to_owned()),
+        ]
+    };
+    let send_form = |user: &'static str, f: [(&'static str, String); 3]| {
+        let app = app.clone();
+        let path = release_path.clone();
+        async move {
+            let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            post(&app, Some(user), &path, &f).await
+        }
+    };
+    let refused = send_form("alice", form("too early")).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert!(
+        refused.body.contains("This version still cannot read it"),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains("column request_headers"),
+        "{}",
+        refused.body
+    );
+    let mut forged = form("forged");
+    forged[1].1 = "00".repeat(32);
+    assert_eq!(
+        send_form("alice", forged).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        send_form("rita;read-only", form("no")).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(drill.ledger.quarantined(10).await.unwrap().len(), 1);
+
+    // The version that reads it runs: the normal page, with the quarantine banner and form.
+    assert_eq!(set_headers(&headers), 1);
+    let page = get(&app, Some("alice"), &format!("/ops/op/{id}")).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains("the recovery engine skips it"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("This version reads it: release it"),
+        "{}",
+        page.body
+    );
+    assert_eq!(hidden(&page.body, "version"), version);
+    let released = send_form("alice", form("0.4 on every worker")).await;
+    assert_eq!(released.status, StatusCode::SEE_OTHER, "{}", released.body);
+    assert_eq!(
+        released.location.as_deref(),
+        Some(format!("/ops/op/{id}?done=release").as_str())
+    );
+    let log = drill.evidence(op.id()).await;
+    let last = log.last().unwrap();
+    assert_eq!(&*last.entry.kind, "quarantine_released");
+    assert_eq!(
+        last.entry.note.as_deref(),
+        Some(
+            format!(
+                "released from quarantine by alice; version {version} -> {}; reason: 0.4 on every \
+                 worker",
+                row.version + 2
+            )
+            .as_str()
+        )
+    );
+    assert!(drill.ledger.quarantined(10).await.unwrap().is_empty());
+    let twice = send_form("alice", form("0.4 on every worker")).await;
+    assert_eq!(twice.status, StatusCode::CONFLICT);
+    assert!(twice.body.contains("Already done"), "{}", twice.body);
+    let done = get(&app, Some("alice"), &format!("/ops/op/{id}?done=release")).await;
+    assert!(
+        done.body.contains("Released from quarantine."),
+        "{}",
+        done.body
+    );
+    assert!(done.body.contains("quarantine released"), "in the timeline");
+    let queue = get(&app, Some("alice"), "/ops").await;
+    assert!(
+        queue
+            .body
+            .contains(r#"<span class="badge b-quarantined">Quarantined</span><b>0</b>"#),
+        "{}",
+        queue.body
+    );
+
+    // Recovery goes on where it stopped.
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert!(row.remote_ref.is_some());
+    assert_eq!(drill.vendor.tickets_created(), 1, "never created twice");
+    assert_eq!(drill.vendor.posts_received(), 1);
+}
+
+/// A row that went bad while it waits for a person (no recovery pass claims a row in review, so
+/// none quarantines it) opens as the same raw view, not a 503, and stays in the queue with what
+/// is wrong. There is nothing to release: no form.
+#[tokio::test]
+async fn an_unreadable_operation_in_review_opens_as_a_raw_view_and_stays_listed() {
+    let (drill, op) = drill_in_review().await;
+    let raw = rusqlite::Connection::open(drill.dir.path().join("ledger.db")).unwrap();
+    raw.busy_timeout(Duration::from_secs(5)).unwrap();
+    let changed = raw
+        .execute(
+            "UPDATE rw_operations SET request_headers = 'not json' WHERE operation_id = ?1",
+            [op.id().as_str()],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let app = app(config(&drill));
+    let page = get(&app, Some("alice"), &op_path(&op)).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let b = &page.body;
+    assert!(
+        b.contains(r#"<span class="badge b-quarantined">Unreadable</span>"#),
+        "{b}"
+    );
+    assert!(b.contains("column request_headers"), "{b}");
+    assert!(b.contains("State as stored</dt><dd>MANUAL_REVIEW"), "{b}");
+    assert!(
+        b.contains("the next recovery pass that meets it will quarantine it"),
+        "{b}"
+    );
+    assert!(!b.contains("name=\"csrf\""), "nothing to release: {b}");
+    assert!(!b.contains("E17") && !b.contains("sk_test_secret"), "{b}");
+    let queue = get(&app, Some("alice"), "/ops").await;
+    assert_eq!(queue.status, StatusCode::OK);
+    assert!(queue.body.contains(op.id().as_str()), "{}", queue.body);
+    assert!(
+        queue
+            .body
+            .contains("stored state MANUAL_REVIEW; column request_headers")
+    );
+    assert_eq!(drill.vendor.tickets_created(), 1);
+}

@@ -10,6 +10,9 @@
 //! recoverable-write --ledger postgres://ops@db/ops --all-tenants stats
 //! recoverable-write --ledger sqlite:ops.db --all-tenants --contracts contracts.toml purge --dry-run
 //! recoverable-write --ledger sqlite:ops.db --all-tenants --contracts contracts.toml purge --yes
+//! recoverable-write --ledger sqlite:ops.db --tenant acme list --state quarantined
+//! recoverable-write --ledger sqlite:ops.db --tenant acme quarantine release op-5d1f… --version 9 \
+//!     --reviewer alice --reason "every worker runs 0.4"
 //! recoverable-write --ledger sqlite:ops.db --tenant acme erase op-5d1f…     # one operation's details
 //! recoverable-write --ledger sqlite:ops.db --tenant acme erase --all-finished --yes
 //! ```
@@ -43,7 +46,13 @@
 //! 2 usage (bad arguments, bad ledger URL, ambiguous id, empty reason, a deletion not
 //! confirmed or without the application's retention), 3 operation not found,
 //! 4 stale version (the operation changed since it was read: show it again), 5 refused by the
-//! state machine (e.g. resolving an operation that is not in `MANUAL_REVIEW`).
+//! state machine (e.g. resolving an operation that is not in `MANUAL_REVIEW`; releasing a row
+//! that is not quarantined, or that this version still cannot decode).
+//!
+//! A row this version cannot decode is quarantined by the recovery pass that meets it; `stats`
+//! counts it on its own `QUARANTINED` line, `list` shows it (with the decode error) under the
+//! open queue or alone with `--state quarantined`, `show` prints the columns it can read, and
+//! `quarantine release` gives it back to recovery once a version that reads it runs.
 
 mod render;
 
@@ -160,7 +169,8 @@ pub enum Command {
     Stats(StatsArgs),
     /// What the ledger holds but never acts on: vendor callbacks that matched no operation of
     /// their tenant (or named an unknown account, or another tenant's operation), and rows it
-    /// could not decode.
+    /// could not decode. `quarantine release OP` gives such a row back to recovery once a
+    /// version that can read it runs.
     Quarantine(QuarantineArgs),
     /// Purge what retention says is due now (finished operations' details, then their rows;
     /// callback records), in bounded batches. Ledger-wide: needs --all-tenants, and the
@@ -215,12 +225,43 @@ pub struct QuarantineArgs {
     /// Most entries of each kind, oldest first.
     #[arg(long, default_value_t = 100)]
     pub limit: u32,
+    /// Act on a quarantined row (without one: list what is quarantined).
+    #[command(subcommand)]
+    pub action: Option<QuarantineAction>,
+}
+
+/// `quarantine release`: give a quarantined row back to recovery.
+#[derive(Debug, Subcommand)]
+pub enum QuarantineAction {
+    /// Give a quarantined row back to recovery, once a version that can read it runs: the row
+    /// is read again and released only if it decodes (otherwise it stays quarantined, exit 5).
+    /// Nothing else changes; the recoverer's next pass picks it up where it stopped.
+    Release(ReleaseArgs),
+}
+
+/// `quarantine release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Operation id (or a unique prefix of it).
+    pub op: String,
+    /// Who you are (recorded in the audit trail).
+    #[arg(long)]
+    pub reviewer: String,
+    /// Why (recorded in the audit trail), e.g. "every worker runs 0.4 now".
+    #[arg(long)]
+    pub reason: String,
+    /// The version `show` (or `list --state quarantined`) printed: refused if the row changed
+    /// since.
+    #[arg(long)]
+    pub version: u64,
 }
 
 /// `list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// States to list (repeat or comma-separate; `manual_review`, `unknown`, …, or `open`).
+    /// States to list (repeat or comma-separate; `manual_review`, `unknown`, …, or `open`), or
+    /// `quarantined` alone: the rows this version could not decode, set aside (they are also
+    /// listed after the others when no state, or `open`, is asked).
     #[arg(long, value_delimiter = ',')]
     pub state: Vec<String>,
     /// Only this contract name.
@@ -598,6 +639,40 @@ fn retention_error(e: crate::retention::RetentionError) -> CliError {
     }
 }
 
+/// What `list --state` asked for.
+#[derive(Debug, PartialEq, Eq)]
+enum ListedStates {
+    /// These states (none: every state); `open`: the open queue, whose quarantined rows are
+    /// listed too (asked with `open`, or with no state at all).
+    States { states: Vec<State>, open: bool },
+    /// `quarantined`: the rows set aside as undecodable, alone.
+    Quarantined,
+}
+
+impl ListedStates {
+    fn parse(names: &[String]) -> Result<Self, CliError> {
+        let norm = |n: &String| n.trim().to_ascii_uppercase().replace('-', "_");
+        let (aside, states): (Vec<&String>, Vec<&String>) =
+            names.iter().partition(|n| norm(n) == "QUARANTINED");
+        match (aside.is_empty(), states.is_empty()) {
+            (false, true) => Ok(Self::Quarantined),
+            (false, false) => Err(CliError::usage(
+                "quarantined rows are listed on their own (--state quarantined): their stored \
+                 state may be one this version does not know",
+            )),
+            (true, _) => {
+                let open = names.iter().all(|n| n.trim().is_empty())
+                    || names.iter().any(|n| norm(n) == "OPEN");
+                let states: Vec<String> = states.into_iter().cloned().collect();
+                Ok(Self::States {
+                    states: parse_states(&states)?,
+                    open,
+                })
+            }
+        }
+    }
+}
+
 /// Parses a state name: `manual_review`, `MANUAL-REVIEW`, … (`open`: every open state).
 fn parse_states(names: &[String]) -> Result<Vec<State>, CliError> {
     let mut out = Vec::new();
@@ -612,7 +687,7 @@ fn parse_states(names: &[String]) -> Result<Vec<State>, CliError> {
         }
         let s: State = norm.parse().map_err(|_| {
             CliError::usage(format!(
-                "unknown state {name:?}: use one of {}, or open",
+                "unknown state {name:?}: use one of {}, or open (or quarantined alone)",
                 State::ALL
                     .iter()
                     .map(|s| s.as_str().to_ascii_lowercase())
@@ -681,6 +756,47 @@ impl Row {
     }
 }
 
+/// One quarantined (or undecodable) listing row: its raw columns, no request values.
+#[derive(Debug, Serialize)]
+struct QuarantinedRow {
+    tenant: String,
+    operation_id: String,
+    /// The state column as stored.
+    state: String,
+    /// Whether it is quarantined (recovery skips it); `false`: it went bad since its last
+    /// claim and the next pass that meets it quarantines it.
+    quarantined: bool,
+    quarantined_ms: Option<i64>,
+    /// Whether this version reads it now (then: release it).
+    readable: bool,
+    version: Option<u64>,
+    action: Option<String>,
+    /// The decode error (it names the column).
+    error: String,
+    created_ms: i64,
+    updated_ms: i64,
+    age_ms: i64,
+}
+
+impl QuarantinedRow {
+    fn new(r: &crate::ledger::SkippedRow, now_ms: i64) -> Self {
+        Self {
+            tenant: r.tenant.as_str().to_owned(),
+            operation_id: r.operation_id.as_str().to_owned(),
+            state: r.state.clone(),
+            quarantined: r.quarantined_ms.is_some(),
+            quarantined_ms: r.quarantined_ms,
+            readable: r.readable,
+            version: r.columns.version,
+            action: r.columns.action.clone(),
+            error: r.error.clone(),
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+            age_ms: now_ms - r.created_ms,
+        }
+    }
+}
+
 struct Ctx {
     ledger: Arc<dyn Ledger>,
     purger: crate::retention::Purger,
@@ -726,6 +842,9 @@ struct QuarantinedRowView {
 
 impl Ctx {
     async fn quarantine(&self, a: QuarantineArgs) -> Result<String, CliError> {
+        if let Some(QuarantineAction::Release(r)) = a.action {
+            return self.release(r).await;
+        }
         let callbacks = self
             .ledger
             .quarantined_callbacks(a.limit)
@@ -793,7 +912,54 @@ impl Ctx {
                 r.at, r.tenant, r.operation_id, r.error
             ));
         }
+        if !rows.is_empty() {
+            out.push_str(
+                "  recovery skips them. Once a version that can read them runs: `show OP`, then \
+                 `quarantine release OP --version N --reviewer YOU --reason …`\n",
+            );
+        }
         Ok(out)
+    }
+
+    /// `quarantine release`: the row is read again and given back to recovery if it decodes.
+    async fn release(&self, a: ReleaseArgs) -> Result<String, CliError> {
+        let (tenant, op) = self.locate(&a.op).await?;
+        let reviewer = reviewer(&a.reviewer)?;
+        let result = self
+            .reviews
+            .release_quarantined(&tenant, &op, &reviewer, &a.reason, a.version)
+            .await;
+        let row = match result {
+            Ok(row) => row,
+            Err(e) => return Err(review_error(e, None)),
+        };
+        if self.json {
+            #[derive(Serialize)]
+            struct Out<'a> {
+                operation_id: &'a str,
+                tenant: &'a str,
+                action: &'a str,
+                state: State,
+                from_version: u64,
+                version: u64,
+            }
+            return to_json(&Out {
+                operation_id: op.as_str(),
+                tenant: tenant.as_str(),
+                action: "released from quarantine",
+                state: row.state,
+                from_version: a.version,
+                version: row.version,
+            });
+        }
+        Ok(format!(
+            "{op}: released from quarantine (version {} -> {}); it is {} again, and the \
+             recoverer's next pass picks it up where it stopped\n  {}\n",
+            a.version,
+            row.version,
+            row.state,
+            operator::state_meaning(row.state)
+        ))
     }
 
     async fn purge(&self, a: PurgeArgs) -> Result<String, CliError> {
@@ -905,8 +1071,10 @@ impl Ctx {
     }
 
     async fn list(&self, a: ListArgs) -> Result<String, CliError> {
-        let mut q = OperationQuery::scoped(self.scope.clone())
-            .states(parse_states(&a.state)?)
+        let asked = ListedStates::parse(&a.state)?;
+        let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        // The filters but the states, shared by the listing and its quarantined section.
+        let mut base = OperationQuery::scoped(self.scope.clone())
             .limit(a.limit)
             .order(if a.oldest_first {
                 Order::OldestFirst
@@ -914,51 +1082,96 @@ impl Ctx {
                 Order::NewestFirst
             });
         if let Some(c) = a.contract {
-            q = q.contract(c);
+            base = base.contract(c);
         }
         if let Some(h) = a.host {
-            q = q.host(h.to_ascii_lowercase());
+            base = base.host(h.to_ascii_lowercase());
         }
-        let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         if let Some(d) = a.older_than {
-            q = q.created_before(self.now_ms.saturating_sub(ms(d)));
+            base = base.created_before(self.now_ms.saturating_sub(ms(d)));
         }
         if let Some(d) = a.unchanged_for {
-            q = q.updated_before(self.now_ms.saturating_sub(ms(d)));
+            base = base.updated_before(self.now_ms.saturating_sub(ms(d)));
         }
         if let Some(t) = a.text {
-            q = q.text(TextMatch::Prefix(t));
+            base = base.text(TextMatch::Prefix(t));
         }
-        if let Some(c) = a.cursor {
-            q = q.after(crate::ledger::Cursor::parse(&c).map_err(CliError::ledger)?);
+        let mut q = match &asked {
+            ListedStates::Quarantined => base.clone().quarantined_only(),
+            ListedStates::States { states, .. } => base.clone().states(states.iter().copied()),
+        };
+        if let Some(c) = &a.cursor {
+            q = q.after(crate::ledger::Cursor::parse(c).map_err(CliError::ledger)?);
         }
         let page = self.ledger.list(&q).await.map_err(CliError::ledger)?;
         let rows: Vec<Row> = page.rows.iter().map(|r| Row::new(r, self.now_ms)).collect();
-        let skipped: Vec<String> = page
+        let (set_aside, bad): (Vec<_>, Vec<_>) = page
             .skipped
+            .iter()
+            .partition(|s| s.quarantined_ms.is_some() || asked == ListedStates::Quarantined);
+        let mut quarantined: Vec<QuarantinedRow> = set_aside
+            .into_iter()
+            .map(|s| QuarantinedRow::new(s, self.now_ms))
+            .collect();
+        let skipped: Vec<String> = bad
             .iter()
             .map(|s| format!("{} {}: {}", s.tenant, s.operation_id, s.error))
             .collect();
+        // The open queue includes the rows set aside: they need a person too. Listed once,
+        // under the first page.
+        if let ListedStates::States { open: true, .. } = asked
+            && a.cursor.is_none()
+        {
+            let aside = self
+                .ledger
+                .list(&base.quarantined_only())
+                .await
+                .map_err(CliError::ledger)?;
+            quarantined.extend(
+                aside
+                    .skipped
+                    .iter()
+                    .map(|s| QuarantinedRow::new(s, self.now_ms)),
+            );
+        }
         let next = page.next.map(|c| c.to_string());
         if self.json {
             #[derive(Serialize)]
             struct Out<'a> {
                 operations: &'a [Row],
+                quarantined: &'a [QuarantinedRow],
                 next_cursor: Option<&'a str>,
                 skipped: &'a [String],
             }
             return to_json(&Out {
                 operations: &rows,
+                quarantined: &quarantined,
                 next_cursor: next.as_deref(),
                 skipped: &skipped,
             });
         }
-        Ok(render::list(
-            &rows,
-            next.as_deref(),
-            &skipped,
-            matches!(self.scope, TenantScope::AllTenants),
-        ))
+        let all = matches!(self.scope, TenantScope::AllTenants);
+        if asked == ListedStates::Quarantined {
+            let mut out = if quarantined.is_empty() {
+                "no quarantined rows match\n".to_owned()
+            } else {
+                render::quarantined_list(&quarantined, all)
+            };
+            if let Some(next) = &next {
+                out.push_str(&format!("more: add --cursor {next}\n"));
+            }
+            return Ok(out);
+        }
+        let mut out = render::list(&rows, next.as_deref(), &skipped, all);
+        if !quarantined.is_empty() {
+            out.push_str(&format!(
+                "\nquarantined: {} row(s) this version cannot use; recovery skips them until they \
+                 are released (`show OP`, then `quarantine release OP`)\n",
+                quarantined.len()
+            ));
+            out.push_str(&render::quarantined_list(&quarantined, all));
+        }
+        Ok(out)
     }
 
     /// Finds the operation `text` names: an exact id, else a unique prefix of an id or of a
@@ -967,14 +1180,14 @@ impl Ctx {
         if text.trim().is_empty() {
             return Err(CliError::usage("empty operation id"));
         }
-        if let TenantScope::Tenant(t) = &self.scope
-            && let Some(r) = self
-                .ledger
-                .get(t, &OperationId::new(text))
-                .await
-                .map_err(CliError::ledger)?
-        {
-            return Ok((r.tenant, r.operation_id));
+        if let TenantScope::Tenant(t) = &self.scope {
+            match self.ledger.get(t, &OperationId::new(text)).await {
+                Ok(Some(r)) => return Ok((r.tenant, r.operation_id)),
+                Ok(None) => {}
+                // It exists, and this version cannot decode it: `show` reads it raw.
+                Err(LedgerError::Corrupt { .. }) => return Ok((t.clone(), OperationId::new(text))),
+                Err(e) => return Err(CliError::ledger(e)),
+            }
         }
         for m in [
             TextMatch::Exact(text.to_owned()),
@@ -985,13 +1198,20 @@ impl Ctx {
                 .include_quarantined(true)
                 .limit(5);
             let page = self.ledger.list(&q).await.map_err(CliError::ledger)?;
-            match page.rows.as_slice() {
+            // Rows reported by their raw columns (quarantined, undecodable) are found too.
+            let found: Vec<(&Tenant, &OperationId)> = page
+                .rows
+                .iter()
+                .map(|r| (&r.tenant, &r.operation_id))
+                .chain(page.skipped.iter().map(|s| (&s.tenant, &s.operation_id)))
+                .collect();
+            match found.as_slice() {
                 [] => continue,
-                [one] => return Ok((one.tenant.clone(), one.operation_id.clone())),
+                [(tenant, id)] => return Ok(((*tenant).clone(), (*id).clone())),
                 many => {
                     let names: Vec<String> = many
                         .iter()
-                        .map(|r| format!("{} (tenant {})", r.operation_id, r.tenant))
+                        .map(|(tenant, id)| format!("{id} (tenant {tenant})"))
                         .collect();
                     return Err(CliError::usage(format!(
                         "{text:?} matches several operations: {}; give the whole id, or --tenant",
@@ -1011,12 +1231,24 @@ impl Ctx {
 
     async fn show(&self, a: ShowArgs) -> Result<String, CliError> {
         let (tenant, op) = self.locate(&a.op).await?;
+        let aside = self
+            .reviews
+            .quarantine_package(&tenant, &op)
+            .await
+            .map_err(|e| review_error(e, None))?;
+        if let Some(q) = aside.as_ref().filter(|q| !q.readable) {
+            return self.show_quarantined(q);
+        }
         let pkg = self
             .reviews
             .handoff(&tenant, &op)
             .await
             .map_err(|e| review_error(e, None))?;
-        let explanation = operator::explain(&pkg, self.now_ms);
+        let mut explanation = operator::explain(&pkg, self.now_ms);
+        if let Some(q) = &aside {
+            // Set aside: the engine does nothing with it until it is released.
+            explanation.next = operator::explain_quarantine(q, self.now_ms).next;
+        }
         let audit = operator::audit_trail(&pkg);
         let record = self
             .ledger
@@ -1033,9 +1265,12 @@ impl Ctx {
                 late_evidence: Vec<i64>,
                 /// `null` while the operation is not finished: it is kept whatever its age.
                 retention: Option<crate::retention::RetentionDates>,
+                /// Set when the row is quarantined although this version reads it.
+                quarantined: Option<&'a crate::review::QuarantinePackage>,
                 now_ms: i64,
             }
             return to_json(&Out {
+                quarantined: aside.as_ref(),
                 package: &pkg,
                 explanation: &explanation,
                 audit: &audit,
@@ -1047,9 +1282,38 @@ impl Ctx {
                 now_ms: self.now_ms,
             });
         }
-        let mut out = render::show(&pkg, &explanation, &audit, self.now_ms);
+        let mut out = String::new();
+        if let Some(q) = &aside {
+            // Readable now, still set aside: only a release gives it back to recovery.
+            let ex = operator::explain_quarantine(q, self.now_ms);
+            out.push_str(&format!(
+                "!! QUARANTINED: {}\n   {}\n   recoverable-write quarantine release {} --version \
+                 {} --reviewer YOU --reason \"…\"\n\n",
+                ex.headline, ex.next, pkg.operation_id, pkg.version
+            ));
+        }
+        out.push_str(&render::show(&pkg, &explanation, &audit, self.now_ms));
         out.push_str(&render::retention(retention.as_ref()));
         Ok(out)
+    }
+
+    /// `show` of an operation this version cannot decode: its raw columns, redacted.
+    fn show_quarantined(&self, q: &crate::review::QuarantinePackage) -> Result<String, CliError> {
+        let explanation = operator::explain_quarantine(q, self.now_ms);
+        if self.json {
+            #[derive(Serialize)]
+            struct Out<'a> {
+                quarantined: &'a crate::review::QuarantinePackage,
+                explanation: &'a operator::Explanation,
+                now_ms: i64,
+            }
+            return to_json(&Out {
+                quarantined: q,
+                explanation: &explanation,
+                now_ms: self.now_ms,
+            });
+        }
+        Ok(render::quarantined(q, &explanation, self.now_ms))
     }
 
     async fn claim(&self, a: ClaimArgs) -> Result<String, CliError> {
@@ -1248,7 +1512,12 @@ impl Ctx {
             }
         }
         let stats = render::Stats {
-            counts: counts.iter().collect(),
+            counts: counts
+                .iter()
+                .map(|(state, n)| (state.as_str(), n))
+                .chain(std::iter::once((render::QUARANTINED, counts.quarantined())))
+                .collect(),
+            quarantined: counts.quarantined(),
             by_target: by_target
                 .into_iter()
                 .map(|((state, contract, target), count)| render::TargetCount {
@@ -1333,6 +1602,16 @@ fn review_error(e: ReviewError, now: Option<&OperationRecord>) -> CliError {
         ),
         ReviewError::ReasonRequired => {
             CliError::usage("--reason must say why: it goes into the operation's audit trail")
+        }
+        ReviewError::NotQuarantined { operation } => CliError::new(
+            exit::REFUSED,
+            format!(
+                "refused: {operation} is not quarantined (it may have been released already); \
+                 nothing was changed.{state_now}"
+            ),
+        ),
+        e @ ReviewError::StillUndecodable { .. } => {
+            CliError::new(exit::REFUSED, format!("refused: {e}. Nothing was changed."))
         }
         ReviewError::Ledger(e) => CliError::ledger(e),
     }

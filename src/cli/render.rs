@@ -6,13 +6,13 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::Row;
+use super::{QuarantinedRow, Row};
 use crate::evidence::Evidence;
 use crate::operation::OperationId;
 use crate::operator::{
     AuditEntry, Explanation, describe_evidence, format_age, format_time, state_meaning,
 };
-use crate::review::HandoffPackage;
+use crate::review::{HandoffPackage, QuarantinePackage};
 use crate::state::State;
 
 /// Lays out `rows` under `header`, columns padded to their widest cell.
@@ -248,65 +248,7 @@ pub(super) fn show(
     } else {
         pkg.evidence.first().map_or(0, |e| e.at_ms)
     };
-    let cells: Vec<Vec<String>> = pkg
-        .evidence
-        .iter()
-        .map(|ev| {
-            let transition = match ev.transition {
-                Some((from, to)) => {
-                    let s = |x: Option<State>| x.map_or("", State::as_str);
-                    if from == to {
-                        s(to).to_owned()
-                    } else {
-                        format!("{} -> {}", s(from), s(to)).trim().to_owned()
-                    }
-                }
-                None => String::new(),
-            };
-            let mut what = Vec::new();
-            if ev.kind == "late_evidence" {
-                what.push("LATE".to_owned());
-            }
-            if ev.kind == "review_claimed" || ev.kind == "review" {
-                what.push("AUDIT".to_owned());
-            }
-            let described = ev.evidence.as_ref().map(describe_evidence);
-            if let Some(d) = &described {
-                what.push(d.clone());
-            }
-            if let Some(n) = &ev.note
-                && !n.is_empty()
-                && !described.as_ref().is_some_and(|d| d.contains(n.as_str()))
-            {
-                what.push(format!("({n})"));
-            }
-            vec![
-                ev.seq.to_string(),
-                format_time(ev.at_ms),
-                format!("+{}", format_age(ev.at_ms - start)),
-                ev.kind.clone(),
-                transition,
-                format!("g{}", ev.generation),
-                what.join(" "),
-            ]
-        })
-        .collect();
-    for line in table(
-        &[
-            "SEQ",
-            "TIME",
-            "SINCE",
-            "KIND",
-            "TRANSITION",
-            "GEN",
-            "EVIDENCE / NOTE",
-        ],
-        &cells,
-    )
-    .lines()
-    {
-        let _ = writeln!(o, "  {line}");
-    }
+    timeline(o, &pkg.evidence, start);
 
     let _ = writeln!(o, "\naudit (who, when, why, version)");
     if audit.is_empty() {
@@ -455,9 +397,13 @@ impl Spread {
 /// What `stats` reports.
 #[derive(Debug, Serialize)]
 pub(super) struct Stats {
-    /// Open operations per state, in `OPEN_STATES` order (a JSON object `{"UNKNOWN": 0, …}`).
+    /// Open operations per state, in `OPEN_STATES` order, then the quarantined rows under
+    /// `QUARANTINED` (a JSON object `{"UNKNOWN": 0, …, "QUARANTINED": 0}`).
     #[serde(serialize_with = "as_map")]
-    pub(super) counts: Vec<(State, u64)>,
+    pub(super) counts: Vec<(&'static str, u64)>,
+    /// Rows set aside as undecodable: in no state's count, skipped by recovery until released.
+    #[serde(skip)]
+    pub(super) quarantined: u64,
     pub(super) by_target: Vec<TargetCount>,
     pub(super) oldest: Vec<Oldest>,
     pub(super) since_ms: i64,
@@ -472,8 +418,11 @@ pub(super) struct Stats {
     pub(super) now_ms: i64,
 }
 
-fn as_map<S: serde::Serializer>(v: &[(State, u64)], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_map(v.iter().map(|(state, n)| (state.as_str(), n)))
+/// The name quarantined rows are counted under, beside the states.
+pub(super) const QUARANTINED: &str = "QUARANTINED";
+
+fn as_map<S: serde::Serializer>(v: &[(&'static str, u64)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(v.iter().map(|(name, n)| (*name, n)))
 }
 
 pub(super) fn stats(s: &Stats) -> String {
@@ -483,10 +432,18 @@ pub(super) fn stats(s: &Stats) -> String {
     let rows: Vec<Vec<String>> = s
         .counts
         .iter()
-        .map(|(st, n)| vec![st.to_string(), n.to_string()])
+        .map(|(st, n)| vec![(*st).to_owned(), n.to_string()])
         .collect();
     for line in table(&["STATE", "COUNT"], &rows).lines() {
         let _ = writeln!(o, "  {line}");
+    }
+    if s.quarantined > 0 {
+        let _ = writeln!(
+            o,
+            "  ({} quarantined: this version cannot read them and recovery skips them; list them \
+             with `list --state quarantined`, release them once a version that reads them runs)",
+            s.quarantined
+        );
     }
     let _ = writeln!(o, "\nopen operations by state, contract and target");
     if s.by_target.is_empty() {
@@ -555,6 +512,237 @@ pub(super) fn stats(s: &Stats) -> String {
         );
     }
     out
+}
+
+/// `show` of a quarantined operation (or one this version cannot decode): the columns that
+/// could be read, redacted like `show`, what is wrong and what to do.
+pub(super) fn quarantined(pkg: &QuarantinePackage, e: &Explanation, now_ms: i64) -> String {
+    let mut out = String::new();
+    let o = &mut out;
+    let or_unreadable = |v: Option<String>| v.unwrap_or_else(|| "(unreadable)".to_owned());
+    let _ = writeln!(
+        o,
+        "operation  {}  (tenant {}, action {}, intent {})",
+        pkg.operation_id,
+        pkg.tenant,
+        or_unreadable(pkg.action.clone()),
+        or_unreadable(pkg.intent_ref.clone())
+    );
+    let _ = writeln!(
+        o,
+        "state      QUARANTINED (stored state {}{})  version {}  generation {}",
+        pkg.state,
+        pkg.last_result
+            .as_deref()
+            .map(|r| format!(", last result {r}"))
+            .unwrap_or_default(),
+        or_unreadable(pkg.version.map(|v| v.to_string())),
+        or_unreadable(pkg.generation.map(|g| g.to_string()))
+    );
+    let _ = writeln!(
+        o,
+        "           set aside: this version cannot use it, and recovery skips it until it is \
+         released"
+    );
+    let _ = writeln!(o, "problem    {}", crate::review::quarantine_problem(pkg));
+    let _ = writeln!(o, "\n{}", e.headline);
+    o.push('\n');
+    for w in &e.warnings {
+        let _ = writeln!(o, "!! {w}");
+    }
+    let _ = writeln!(o, "\nwhy");
+    for w in &e.why {
+        let _ = writeln!(o, "  - {w}");
+    }
+    let _ = writeln!(o, "\nwhat to do\n  {}", e.next);
+
+    let p = &pkg.parameters;
+    let _ = writeln!(
+        o,
+        "\nrequest (redacted: no credential, no body value; as far as it could be read)"
+    );
+    let _ = writeln!(
+        o,
+        "  {} {}",
+        or_unreadable(p.method.clone()),
+        or_unreadable(p.url.clone())
+    );
+    let _ = writeln!(o, "  contract  {}", or_unreadable(p.contract.clone()));
+    let _ = writeln!(
+        o,
+        "  headers   {}",
+        match &p.header_names {
+            None => "(unreadable)".to_owned(),
+            Some(h) if h.is_empty() => "-".to_owned(),
+            Some(h) => h.join(", "),
+        }
+    );
+    let fields = if p.body_fields.is_empty() {
+        String::new()
+    } else {
+        format!(", fields {}", p.body_fields.join(", "))
+    };
+    let _ = writeln!(
+        o,
+        "  body      {}{fields}",
+        p.body_bytes
+            .map_or_else(|| "(unreadable)".to_owned(), |b| format!("{b} bytes"))
+    );
+    let _ = writeln!(o, "  payload   {}", or_unreadable(p.payload_hash.clone()));
+    let _ = writeln!(
+        o,
+        "\nbudget     attempts {}, lookups {}",
+        or_unreadable(pkg.attempts_used.map(|n| n.to_string())),
+        or_unreadable(pkg.queries_used.map(|n| n.to_string()))
+    );
+    let _ = writeln!(
+        o,
+        "created    {} ({} ago), last change {} ({} ago)",
+        format_time(pkg.created_ms),
+        format_age(now_ms - pkg.created_ms),
+        format_time(pkg.updated_ms),
+        format_age(now_ms - pkg.updated_ms)
+    );
+    if let Some(at) = pkg.quarantined_ms {
+        let _ = writeln!(
+            o,
+            "quarantined {} ({} ago)",
+            format_time(at),
+            format_age(now_ms - at)
+        );
+    }
+    if !pkg.unreadable.is_empty() {
+        let _ = writeln!(o, "\nunreadable columns");
+        for u in &pkg.unreadable {
+            let _ = writeln!(o, "  {}: {}", u.column, u.error);
+        }
+    }
+    let _ = writeln!(o, "\ntimeline");
+    match &pkg.evidence_error {
+        Some(err) => {
+            let _ = writeln!(o, "  cannot be read: {err}");
+        }
+        None => timeline(o, &pkg.evidence, pkg.created_ms),
+    }
+    if pkg.quarantined_ms.is_some() {
+        let _ = writeln!(
+            o,
+            "\nonce a version that can read it runs (same --ledger and --tenant; --reviewer and \
+             --reason are recorded):\n  recoverable-write quarantine release {} --version {} \
+             --reviewer YOU --reason \"…\"",
+            pkg.operation_id,
+            pkg.version
+                .map_or_else(|| "N".to_owned(), |v| v.to_string())
+        );
+    }
+    out
+}
+
+/// The quarantined rows of a listing: what a person needs to find them and release them.
+pub(super) fn quarantined_list(rows: &[QuarantinedRow], all_tenants: bool) -> String {
+    let mut header = vec!["OPERATION"];
+    if all_tenants {
+        header.push("TENANT");
+    }
+    header.extend([
+        "STORED STATE",
+        "AGE",
+        "CHANGED",
+        "VERSION",
+        "READABLE",
+        "PROBLEM",
+    ]);
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut c = vec![r.operation_id.clone()];
+            if all_tenants {
+                c.push(r.tenant.clone());
+            }
+            c.extend([
+                r.state.clone(),
+                format_age(r.age_ms),
+                format!(
+                    "{} ago",
+                    format_age(r.age_ms - (r.updated_ms - r.created_ms))
+                ),
+                r.version.map_or_else(|| "?".to_owned(), |v| v.to_string()),
+                if r.readable {
+                    "yes: release it".to_owned()
+                } else {
+                    "no".to_owned()
+                },
+                r.error.clone(),
+            ]);
+            c
+        })
+        .collect();
+    table(&header, &cells)
+}
+
+/// The evidence timeline, times counted from `start`.
+fn timeline(o: &mut String, evidence: &[crate::review::EvidenceSummary], start: i64) {
+    let cells: Vec<Vec<String>> = evidence
+        .iter()
+        .map(|ev| {
+            let transition = match ev.transition {
+                Some((from, to)) => {
+                    let s = |x: Option<State>| x.map_or("", State::as_str);
+                    if from == to {
+                        s(to).to_owned()
+                    } else {
+                        format!("{} -> {}", s(from), s(to)).trim().to_owned()
+                    }
+                }
+                None => String::new(),
+            };
+            let mut what = Vec::new();
+            if ev.kind == "late_evidence" {
+                what.push("LATE".to_owned());
+            }
+            if ev.kind == "review_claimed"
+                || ev.kind == "review"
+                || ev.kind == crate::ledger::QUARANTINE_RELEASED
+            {
+                what.push("AUDIT".to_owned());
+            }
+            let described = ev.evidence.as_ref().map(describe_evidence);
+            if let Some(d) = &described {
+                what.push(d.clone());
+            }
+            if let Some(n) = &ev.note
+                && !n.is_empty()
+                && !described.as_ref().is_some_and(|d| d.contains(n.as_str()))
+            {
+                what.push(format!("({n})"));
+            }
+            vec![
+                ev.seq.to_string(),
+                format_time(ev.at_ms),
+                format!("+{}", format_age(ev.at_ms - start)),
+                ev.kind.clone(),
+                transition,
+                format!("g{}", ev.generation),
+                what.join(" "),
+            ]
+        })
+        .collect();
+    for line in table(
+        &[
+            "SEQ",
+            "TIME",
+            "SINCE",
+            "KIND",
+            "TRANSITION",
+            "GEN",
+            "EVIDENCE / NOTE",
+        ],
+        &cells,
+    )
+    .lines()
+    {
+        let _ = writeln!(o, "  {line}");
+    }
 }
 
 /// The retention line of `show`.

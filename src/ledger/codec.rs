@@ -527,21 +527,29 @@ macro_rules! row_decoder {
         }
 
         /// A listing page from the rows of [`list_sql`](super::query::list_sql) (one more
-        /// than `limit` when another page follows). Undecodable rows are skipped, logged and
-        /// reported; only the key columns must be readable.
+        /// than `limit` when another page follows). Quarantined rows, and rows that cannot be
+        /// decoded (logged), are reported by their raw columns; only the key columns must be
+        /// readable.
         fn decode_page(rows: &[$row], limit: u32) -> Result<Page, LedgerError> {
             let limit = limit as usize;
             let mut page = Page::new(Vec::new(), None, Vec::new());
             for row in rows.iter().take(limit) {
-                match decode_operation(row) {
-                    Ok(r) => page.rows.push(r),
-                    Err(e) => {
-                        let c = Columns::new(row, "<listed row>");
-                        let skipped = super::SkippedRow {
-                            tenant: Tenant::new(c.text("tenant")?),
-                            operation_id: OperationId::new(c.text("operation_id")?),
-                            error: e.to_string(),
+                let c = Columns::new(row, "<listed row>");
+                let quarantine = c.opt_text("quarantine_reason")?;
+                match (decode_operation(row), quarantine) {
+                    (Ok(r), None) => page.rows.push(r),
+                    // Quarantined: recovery skips it whether or not it decodes now.
+                    (decoded, Some(reason)) => {
+                        let at = c.get::<Option<i64>>("quarantined_ms")?;
+                        let (error, readable) = match decoded {
+                            Ok(_) => (reason, true),
+                            Err(e) => ($crate::ledger::codec::corrupt_detail(&e), false),
                         };
+                        page.skipped
+                            .push(decode_skipped(row, error, Some(at.unwrap_or_default()), readable)?);
+                    }
+                    (Err(e), None) => {
+                        let skipped = decode_skipped(row, $crate::ledger::codec::corrupt_detail(&e), None, false)?;
                         tracing::error!(
                             tenant = skipped.tenant.as_str(),
                             operation_id = skipped.operation_id.as_str(),
@@ -564,12 +572,74 @@ macro_rules! row_decoder {
             Ok(page)
         }
 
-        /// The counts of [`count_sql`](super::query::count_sql)'s rows (`state`, `n`).
+        /// A row reported by its raw columns: the key columns, the stored state and times must
+        /// be readable; every other column is read on its own.
+        fn decode_skipped(
+            row: &$row,
+            error: String,
+            quarantined_ms: Option<i64>,
+            readable: bool,
+        ) -> Result<super::SkippedRow, LedgerError> {
+            let c = Columns::new(row, "<listed row>");
+            Ok(super::SkippedRow {
+                tenant: Tenant::new(c.text("tenant")?),
+                operation_id: OperationId::new(c.text("operation_id")?),
+                error,
+                state: c.text("state")?,
+                created_ms: c.get("created_ms")?,
+                updated_ms: c.get("updated_ms")?,
+                quarantined_ms,
+                readable,
+                columns: decode_raw(row),
+            })
+        }
+
+        /// Every column a person may see of a row, each read on its own (see
+        /// [`RawColumns`](super::RawColumns)).
+        fn decode_raw(row: &$row) -> super::RawColumns {
+            use $crate::ledger::codec::readable as ok;
+            let c = Columns::new(row, "<raw row>");
+            let mut bad = Vec::new();
+            let b = &mut bad;
+            let mut raw = super::RawColumns::default();
+            raw.action = ok("action", c.text("action"), b);
+            raw.intent_ref = ok("intent_ref", c.text("intent_ref"), b);
+            raw.last_result = ok("last_result", c.opt_text("last_result"), b).flatten();
+            raw.version = ok("version", c.u64("version"), b);
+            raw.generation = ok("generation", c.u64("generation"), b);
+            raw.attempts_used = ok("attempts_used", c.u32("attempts_used"), b);
+            raw.queries_used = ok("queries_used", c.u32("queries_used"), b);
+            raw.next_check_ms = ok("next_check_ms", c.get("next_check_ms"), b).flatten();
+            raw.lease_until_ms = ok("lease_until_ms", c.get("lease_until_ms"), b).flatten();
+            raw.deadline_ms = ok("deadline_ms", c.get("deadline_ms"), b).flatten();
+            raw.remote_ref = ok("remote_ref", c.opt_text("remote_ref"), b).flatten();
+            raw.reason = ok("reason", c.opt_text("reason"), b).flatten();
+            raw.contract_name = ok("contract_name", c.text("contract_name"), b);
+            raw.contract_hash = ok("contract_hash", c.text("contract_hash"), b);
+            raw.payload_hash = ok("payload_hash", c.text("payload_hash"), b);
+            raw.request_method = ok("request_method", c.text("request_method"), b);
+            raw.request_url = ok("request_url", c.text("request_url"), b);
+            raw.request_header_names = ok(
+                "request_headers",
+                c.json::<$crate::operation::FrozenHeaders>("request_headers"),
+                b,
+            )
+            .map(|h| h.iter().map(|(name, _)| name.to_owned()).collect());
+            raw.request_body = ok("request_body", c.blob("request_body"), b);
+            raw.unreadable = bad;
+            raw
+        }
+
+        /// The counts of [`count_sql`](super::query::count_sql)'s rows (`state`, `n`; the
+        /// quarantined rows with no state).
         fn decode_counts(rows: &[$row]) -> Result<StateCounts, LedgerError> {
             let mut counts = StateCounts::default();
             for row in rows {
                 let c = Columns::new(row, "<state count>");
-                counts.set(c.state("state")?, c.u64("n")?);
+                match c.opt_state("state")? {
+                    Some(state) => counts.set(state, c.u64("n")?),
+                    None => counts.set_quarantined(c.u64("n")?),
+                }
             }
             Ok(counts)
         }
@@ -624,6 +694,32 @@ macro_rules! row_decoder {
 
 pub(crate) use row_decoder;
 
+/// The detail of a decode error (it names the column), without the operation id.
+pub(crate) fn corrupt_detail(error: &super::LedgerError) -> String {
+    match error {
+        super::LedgerError::Corrupt { detail, .. } => detail.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A column read on its own: `None` (and the column with what is wrong in `unreadable`) when
+/// it cannot be read.
+pub(crate) fn readable<T>(
+    column: &str,
+    value: Result<T, super::LedgerError>,
+    unreadable: &mut Vec<(String, String)>,
+) -> Option<T> {
+    match value {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let detail = corrupt_detail(&e);
+            let what = super::quarantine::split_column(&detail).1;
+            unreadable.push((column.to_owned(), what));
+            None
+        }
+    }
+}
+
 /// What is kept as the quarantine reason of a row that failed to decode: the decode error
 /// without the operation id (kept in its own column). Logged with `tracing::error!`, naming the
 /// operation, never its body.
@@ -633,10 +729,7 @@ pub(crate) fn quarantine(
     during: &'static str,
     error: &super::LedgerError,
 ) -> String {
-    let reason = match error {
-        super::LedgerError::Corrupt { detail, .. } => detail.clone(),
-        other => other.to_string(),
-    };
+    let reason = corrupt_detail(error);
     tracing::error!(
         tenant = tenant.unwrap_or("<unreadable>"),
         operation_id = operation_id.unwrap_or("<unreadable>"),

@@ -28,6 +28,10 @@
 //! change is computed by the [state machine](crate::state). The row-writing types a backend
 //! receives (`Update`, `Changes`, `NewEvidence`) live in [`backend`], for backend implementers.
 //!
+//! Rows this version cannot decode are quarantined by the claim or sweep that meets them, then
+//! counted, listed and released once a version that can read them runs: see
+//! [`Ledger::quarantined`] and [`Ledger::release_quarantined`].
+//!
 //! Vendor callbacks (webhooks) are stored through [`Ledger::apply_callback`] (the dedupe
 //! record, the compare-and-swap and the evidence in one transaction),
 //! [`Ledger::quarantine_callback`] and the lookups [`Ledger::find_by_remote_ref`] and
@@ -60,8 +64,11 @@ mod headers;
 pub use headers::{StoredHeaders, StoredHeadersIter};
 mod memory;
 pub use memory::MemoryLedger;
+mod quarantine;
 mod query;
 mod retention;
+pub(crate) use quarantine::split_column as split_decode_error;
+pub use quarantine::{QUARANTINE_RELEASED, RawColumns, Released};
 pub use query::{
     Cursor, DEFAULT_LIMIT, MAX_LIMIT, OPEN_STATES, OldestPerState, OldestRow, OperationQuery,
     Order, Page, SkippedRow, StateCounts, TenantScope, TextMatch, WATCHED_STATES,
@@ -476,17 +483,57 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>>;
 
     /// Rows the store could not decode while claiming or sweeping, oldest quarantine first, at
-    /// most `limit`. A quarantined row is never claimed or swept again: it needs a human (fix
-    /// or remove the row, then clear its quarantine). Claims and sweeps skip such a row, log
-    /// it with `tracing::error!` (its tenant, operation id and the decode error, never its
-    /// body) and go on with the healthy rows.
+    /// most `limit`, across tenants. A quarantined row is never claimed or swept again, by any
+    /// version: it needs a human. Claims and sweeps skip such a row, log it with
+    /// `tracing::error!` (its tenant, operation id and the decode error, never its body) and go
+    /// on with the healthy rows.
+    ///
+    /// Quarantined rows stay visible: [`count_by_state`](Self::count_by_state) counts them
+    /// ([`StateCounts::quarantined`]), [`list`](Self::list) lists them by their raw columns
+    /// ([`OperationQuery::quarantined_only`], [`Page::skipped`]), and
+    /// [`release_quarantined`](Self::release_quarantined) gives one back to recovery once a
+    /// version that can read it runs (typically: the row was written by a newer version during
+    /// a rolling deploy, and every worker is now upgraded).
     ///
     /// The provided implementation returns an empty list: right for a store that can only hold
     /// rows it can decode ([`MemoryLedger`]). A backend whose rows can become undecodable must
-    /// quarantine them and override this.
+    /// quarantine them and override this, [`count_by_state`](Self::count_by_state),
+    /// [`list`](Self::list) and [`release_quarantined`](Self::release_quarantined).
     fn quarantined(&self, limit: u32) -> BoxFuture<'_, Result<Vec<QuarantinedRow>, LedgerError>> {
         let _ = limit;
         Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Gives a quarantined row back to recovery, if this version can decode it now, and if it
+    /// is still at `expected_version` (the version the person releasing it read: a row that got
+    /// evidence since is read again first, as [the fencing rule](self#the-fencing-rule) wants).
+    ///
+    /// In one transaction the store reads the row and decodes it. If it decodes, its
+    /// quarantine is cleared, a [`QUARANTINE_RELEASED`] entry (with `note`: who and why) is
+    /// appended and its version advanced; the lease left by the claim that quarantined it
+    /// (which gave the row to nobody) is dropped, unless the row is `IN_FLIGHT`. Nothing else
+    /// changes: the state, generation, budget and next check are what they were, so the next
+    /// claim or sweep picks the row up like any other ([`Released::Row`]). If it still cannot
+    /// be decoded, it stays quarantined and nothing changes ([`Released::Undecodable`], naming
+    /// the column).
+    ///
+    /// The provided implementation is right for a store that never quarantines (every row it
+    /// holds decodes): [`Released::NotQuarantined`] for an operation it has,
+    /// [`Released::NotFound`] otherwise.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Unavailable`] if the store failed (nothing changed).
+    fn release_quarantined<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        note: Option<String>,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Released, LedgerError>> {
+        let _ = (expected_version, note, now_ms);
+        Box::pin(quarantine::nothing_to_release(self, tenant, id))
     }
 
     /// Appends an evidence entry (late responses, late callbacks, reviewer notes) and advances
@@ -511,9 +558,11 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
 
     /// One page of the operations matching `query`, in its order, with a keyset cursor to the
     /// next page. Only rows in the query's [`TenantScope`] ever come back. Quarantined rows are
-    /// left out unless [`OperationQuery::include_quarantined`]; a row that cannot be decoded is
-    /// skipped, logged and reported in [`Page::skipped`], never failing the page. A read: the
-    /// bundled backends never take the write path for it.
+    /// left out unless [`OperationQuery::include_quarantined`] or
+    /// [`OperationQuery::quarantined_only`], and then reported by their raw columns in
+    /// [`Page::skipped`] (never in [`Page::rows`], even if this version reads them now); a row
+    /// that cannot be decoded is reported there too and logged, never failing the page. A
+    /// read: the bundled backends never take the write path for it.
     ///
     /// The provided implementation returns [`LedgerError::Config`] ("listing not supported by
     /// this ledger"): a third-party backend keeps compiling, and overrides it to support
@@ -523,8 +572,9 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         Box::pin(async { Err(listing_unsupported()) })
     }
 
-    /// The number of operations in each open state ([`OPEN_STATES`]) within `scope`,
-    /// quarantined rows left out. Terminal states are not counted (they would make every scan
+    /// The number of operations in each open state ([`OPEN_STATES`]) within `scope`, and the
+    /// number of quarantined rows within `scope` ([`StateCounts::quarantined`]), counted apart
+    /// and in no state's count. Terminal states are not counted (they would make every scan
     /// read the whole history).
     ///
     /// The provided implementation returns [`LedgerError::Config`], as [`list`](Self::list).

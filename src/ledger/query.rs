@@ -140,7 +140,20 @@ pub struct OperationQuery {
     pub(crate) order: Order,
     pub(crate) limit: u32,
     pub(crate) after: Option<Cursor>,
-    pub(crate) include_quarantined: bool,
+    pub(crate) quarantined: Quarantined,
+}
+
+/// Which rows of a listing may be quarantined ones (see [`OperationQuery::include_quarantined`]
+/// and [`OperationQuery::quarantined_only`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Quarantined {
+    /// Left out (the default).
+    #[default]
+    Hidden,
+    /// Listed with the others.
+    Included,
+    /// Only quarantined rows.
+    Only,
 }
 
 impl OperationQuery {
@@ -171,7 +184,7 @@ impl OperationQuery {
             order: Order::default(),
             limit: DEFAULT_LIMIT,
             after: None,
-            include_quarantined: false,
+            quarantined: Quarantined::Hidden,
         }
     }
 
@@ -256,11 +269,31 @@ impl OperationQuery {
     }
 
     /// Also list rows set aside as undecodable (see
-    /// [`Ledger::quarantined`](super::Ledger::quarantined)); those that still cannot be
-    /// decoded come back in [`Page::skipped`].
+    /// [`Ledger::quarantined`](super::Ledger::quarantined)). They come back in
+    /// [`Page::skipped`] by their raw columns, never in [`Page::rows`], even when this version
+    /// can read them now: recovery skips them until they are
+    /// [released](super::Ledger::release_quarantined).
     pub fn include_quarantined(mut self, include: bool) -> Self {
-        self.include_quarantined = include;
+        self.quarantined = if include {
+            Quarantined::Included
+        } else {
+            Quarantined::Hidden
+        };
         self
+    }
+
+    /// Only rows set aside as undecodable, in [`Page::skipped`] (a page's
+    /// [`rows`](Page::rows) are then always empty): the quarantine of the review queue. The
+    /// other filters apply to their columns as stored; a state filter matches the state column
+    /// as stored. Read through the partial index of quarantined rows.
+    pub fn quarantined_only(mut self) -> Self {
+        self.quarantined = Quarantined::Only;
+        self
+    }
+
+    /// Whether this query lists quarantined rows only ([`quarantined_only`](Self::quarantined_only)).
+    pub fn is_quarantined_only(&self) -> bool {
+        self.quarantined == Quarantined::Only
     }
 
     /// The tenant scope.
@@ -304,12 +337,13 @@ impl OperationQuery {
         ]
     }
 
-    /// Whether `r` passes every filter except the cursor and the quarantine (the in-memory
-    /// evaluation; the SQL backends build the same predicate in [`list_sql`]).
+    /// Whether `r`, a row that is not quarantined, passes every filter except the cursor (the
+    /// in-memory evaluation; the SQL backends build the same predicate in [`list_sql`]).
     pub(crate) fn matches(&self, r: &OperationRecord) -> bool {
         let after = |v: i64, b: Option<i64>| b.is_none_or(|b| v > b);
         let before = |v: i64, b: Option<i64>| b.is_none_or(|b| v < b);
-        self.scope.contains(&r.tenant)
+        self.quarantined != Quarantined::Only
+            && self.scope.contains(&r.tenant)
             && (self.states.is_empty() || self.states.contains(&r.state))
             && self
                 .contract
@@ -334,8 +368,9 @@ impl OperationQuery {
     }
 }
 
-/// A row a listing met but could not decode: left out of [`Page::rows`], reported here (and
-/// logged), never failing the page.
+/// A row a listing reports by its raw columns instead of as an [`OperationRecord`], never
+/// failing the page: a quarantined row (set aside by a claim or sweep, whether or not this
+/// version can read it now), or a row that cannot be decoded (logged).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SkippedRow {
@@ -343,8 +378,24 @@ pub struct SkippedRow {
     pub tenant: Tenant,
     /// The row's operation id, as stored.
     pub operation_id: OperationId,
-    /// The decode error.
+    /// Why it is not in [`Page::rows`]: the decode error (it names the column); for a
+    /// quarantined row this version can read, the error it was quarantined with.
     pub error: String,
+    /// The state column as stored (possibly a name this version does not know).
+    pub state: String,
+    /// Created (ms since epoch).
+    pub created_ms: i64,
+    /// Last changed (ms since epoch).
+    pub updated_ms: i64,
+    /// When it was quarantined (ms since epoch, on the ledger's clock); `None`: it is not (a
+    /// row that went bad since its last claim; the next claim or sweep that meets it
+    /// quarantines it).
+    pub quarantined_ms: Option<i64>,
+    /// Whether this version decodes the row now (then only its quarantine keeps it from
+    /// recovery: [release](super::Ledger::release_quarantined) it).
+    pub readable: bool,
+    /// Every other column this version could read.
+    pub columns: super::RawColumns,
 }
 
 /// One page of a listing.
@@ -355,9 +406,9 @@ pub struct Page {
     pub rows: Vec<OperationRecord>,
     /// Where the next page starts; `None` when this page is the last.
     pub next: Option<Cursor>,
-    /// Rows of this page that could not be decoded (only possible with
-    /// [`OperationQuery::include_quarantined`], or for a row that went bad since its last
-    /// claim).
+    /// Rows of this page reported by their raw columns, in the page's order: quarantined rows
+    /// (only with [`OperationQuery::include_quarantined`] or
+    /// [`OperationQuery::quarantined_only`]) and rows that went bad since their last claim.
     pub skipped: Vec<SkippedRow>,
 }
 
@@ -392,10 +443,13 @@ pub const WATCHED_STATES: [State; 4] = [
     State::Prepared,
 ];
 
-/// Operations per open state (see [`OPEN_STATES`]), quarantined rows left out.
+/// Operations per open state (see [`OPEN_STATES`]), and the quarantined rows, counted apart:
+/// a quarantined row is in no state's count (its state column may be a name this version does
+/// not know), and recovery skips it until a person releases it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StateCounts {
     counts: [u64; OPEN_STATES.len()],
+    quarantined: u64,
 }
 
 impl StateCounts {
@@ -417,6 +471,17 @@ impl StateCounts {
         if let Some(i) = OPEN_STATES.iter().position(|s| *s == state) {
             self.counts[i] = count;
         }
+    }
+
+    /// The number of quarantined rows (set aside as undecodable, whatever their stored state;
+    /// see [`Ledger::quarantined`](super::Ledger::quarantined)).
+    pub fn quarantined(&self) -> u64 {
+        self.quarantined
+    }
+
+    /// Sets the number of quarantined rows.
+    pub fn set_quarantined(&mut self, count: u64) {
+        self.quarantined = count;
     }
 }
 
@@ -571,8 +636,10 @@ pub(crate) fn list_sql(
     };
     t.scope(&q.scope);
     t.states(&q.states);
-    if !q.include_quarantined {
-        t.terms.push("quarantine_reason IS NULL".to_owned());
+    match q.quarantined {
+        Quarantined::Hidden => t.terms.push("quarantine_reason IS NULL".to_owned()),
+        Quarantined::Included => {}
+        Quarantined::Only => t.terms.push("quarantine_reason IS NOT NULL".to_owned()),
     }
     if let Some(c) = &q.contract {
         let p = t.arg(Arg::Text(c.clone()));
@@ -631,9 +698,17 @@ pub(crate) fn list_sql(
     Ok(Sql { text, args: t.args })
 }
 
-/// The counting statement: rows per open state (`state`, `n`), quarantined rows left out.
+/// The counting statement: rows per open state (`state`, `n`), quarantined rows left out, then
+/// one row (`NULL`, `n`) counting the quarantined rows of the scope, read from
+/// `quarantined_from` (the table, or for SQLite the table with its partial index of quarantined
+/// rows named: there are few, and a tenant's other rows must not be scanned to find them).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn count_sql(scope: &TenantScope, table: &str, sigil: char) -> Result<Sql, LedgerError> {
+pub(crate) fn count_sql(
+    scope: &TenantScope,
+    table: &str,
+    quarantined_from: &str,
+    sigil: char,
+) -> Result<Sql, LedgerError> {
     if scope.tenant().is_some_and(|t| t.as_str().contains('\0')) {
         return Err(LedgerError::Config(
             "listing filters must not contain NUL characters".to_owned(),
@@ -647,9 +722,14 @@ pub(crate) fn count_sql(scope: &TenantScope, table: &str, sigil: char) -> Result
     t.scope(scope);
     t.states(&OPEN_STATES);
     t.terms.push("quarantine_reason IS NULL".to_owned());
+    let by_state = t.where_clause();
+    t.terms.clear();
+    t.scope(scope);
+    t.terms.push("quarantine_reason IS NOT NULL".to_owned());
+    let quarantined = t.where_clause();
     let text = format!(
-        "SELECT state, count(*) AS n FROM {table} {} GROUP BY state",
-        t.where_clause()
+        "SELECT state, count(*) AS n FROM {table} {by_state} GROUP BY state \
+         UNION ALL SELECT NULL AS state, count(*) AS n FROM {quarantined_from} {quarantined}"
     );
     Ok(Sql { text, args: t.args })
 }

@@ -221,11 +221,14 @@ impl Recoverer {
         self
     }
 
-    /// Reads the queue the operators own, across tenants (counts of the open states, and the
-    /// oldest operation of `UNKNOWN`, `PROCESSING`, `MANUAL_REVIEW` and `PREPARED`), and exports
-    /// it through the `metrics` facade (feature `metrics`):
+    /// Reads the queue the operators own, across tenants (counts of the open states and of the
+    /// quarantined rows, and the oldest operation of `UNKNOWN`, `PROCESSING`, `MANUAL_REVIEW`
+    /// and `PREPARED`), and exports it through the `metrics` facade (feature `metrics`):
     ///
     /// - `recoverable_write_operations{state}`: how many operations are in each open state;
+    /// - `recoverable_write_quarantined_operations`: how many rows are quarantined (this
+    ///   version could not decode them, so recovery skips them until a person releases them;
+    ///   in no state's count). Alert on anything above 0;
     /// - `recoverable_write_oldest_age_seconds{state}`: how long ago the oldest operation in that
     ///   state was created (0 when there is none), so an alert can fire on "the review queue is
     ///   older than N minutes".
@@ -247,6 +250,8 @@ impl Recoverer {
                 metrics::gauge!("recoverable_write_operations", "state" => state.as_str())
                     .set(n as f64);
             }
+            metrics::gauge!("recoverable_write_quarantined_operations")
+                .set(counts.quarantined() as f64);
             for (state, row) in oldest.iter() {
                 let age = row.map_or(0.0, |r| (now - r.created_ms).max(0) as f64 / 1000.0);
                 metrics::gauge!("recoverable_write_oldest_age_seconds", "state" => state.as_str())

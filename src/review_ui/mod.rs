@@ -8,6 +8,11 @@
 //! - `GET /op/{id}`: one operation: what a person needs to decide in plain language, late
 //!   evidence that arrived after a claim, the redacted [`HandoffPackage`] (parameters, attempts,
 //!   evidence timeline, budget, authorization) and the forms.
+//! - Quarantined operations (rows this version cannot decode, skipped by recovery) are counted
+//!   in the header, listed above the open queue (alone with `state=quarantined`) with the decode
+//!   error, and open as a raw, redacted view of the columns this version can read: never a 503.
+//!   `POST /op/{id}/release` (a required `reason`, the version and CSRF token like the other
+//!   forms) gives one back to recovery once this version reads it; 409 while it cannot.
 //! - `POST /op/{id}/claim` and `POST /op/{id}/resolve` (`decision` = `succeeded` with an
 //!   optional `remote_ref`, `not_executed` with `reapprove`, or `keep_pending`), each with a
 //!   required `reason`. Every form carries the version it was shown at (a compare-and-swap: a
@@ -46,6 +51,7 @@
 //! ```
 
 mod csrf;
+mod quarantine;
 mod words;
 
 use std::collections::HashMap;
@@ -198,6 +204,7 @@ pub fn router(config: ReviewUiConfig) -> Router {
         .route("/op/{id}", get(operation))
         .route("/op/{id}/claim", post(claim))
         .route("/op/{id}/resolve", post(resolve))
+        .route("/op/{id}/release", post(quarantine::release))
         .layer(middleware::from_fn(gate))
         .with_state(Arc::new(config))
 }
@@ -439,7 +446,12 @@ struct QueuePage {
     rows: Vec<RowView>,
     next: Option<String>,
     first_page: Option<String>,
-    skipped: usize,
+    /// Quarantined operations, shown above the open queue.
+    aside: Vec<RowView>,
+    /// More are quarantined than shown above the queue.
+    aside_more: bool,
+    /// The queue of quarantined operations.
+    aside_all: String,
     showing: String,
 }
 
@@ -467,12 +479,13 @@ fn parse_state(s: &str) -> Option<State> {
     norm.parse().ok()
 }
 
-/// The queue's query, from the URL's parameters.
+/// The queue's query, from the URL's parameters: the listing, its filters, and (for the first
+/// page of the open queue) the query of the quarantined rows shown above it.
 fn build_query(
     cfg: &ReviewUiConfig,
     params: &[(String, String)],
     now: i64,
-) -> Result<(OperationQuery, FilterView), BadFilter> {
+) -> Result<(OperationQuery, FilterView, Option<OperationQuery>), BadFilter> {
     let mut f = FilterView {
         state: "open".into(),
         contract: String::new(),
@@ -482,7 +495,7 @@ fn build_query(
         order: "oldest".into(),
         tenant: String::new(),
     };
-    let (mut all, mut open, mut states) = (false, false, Vec::<State>::new());
+    let (mut all, mut open, mut aside, mut states) = (false, false, false, Vec::<State>::new());
     let mut after = None;
     for (k, v) in params {
         let v = v.trim();
@@ -498,6 +511,7 @@ fn build_query(
             "state" => match v {
                 "open" => open = true,
                 "all" => all = true,
+                QUARANTINED => aside = true,
                 _ => states
                     .push(parse_state(v).ok_or_else(|| BadFilter(format!("unknown state {v:?}")))?),
             },
@@ -541,18 +555,14 @@ fn build_query(
             )));
         }
     };
-    let mut q = OperationQuery::scoped(scope).limit(cfg.page_size);
-    if all {
-        f.state = "all".into();
-    } else if states.is_empty() {
-        q = q.states(OPEN_STATES);
-    } else {
-        f.state = states[0].as_str().to_owned();
-        if open {
-            states.extend(OPEN_STATES);
-        }
-        q = q.states(states);
+    if aside && (all || open || !states.is_empty()) {
+        return Err(BadFilter(
+            "quarantined operations are listed on their own: their stored state may be one \
+             this version does not know"
+                .into(),
+        ));
     }
+    let mut q = OperationQuery::scoped(scope).limit(cfg.page_size);
     if !f.contract.is_empty() {
         q = q.contract(f.contract.clone());
     }
@@ -574,11 +584,32 @@ fn build_query(
     } else {
         Order::OldestFirst
     });
+    // The filters but the states: the quarantined rows shown above the open queue match them.
+    let base = q.clone();
+    if aside {
+        f.state = QUARANTINED.into();
+        q = q.quarantined_only();
+    } else if all {
+        f.state = "all".into();
+    } else if states.is_empty() {
+        q = q.states(OPEN_STATES);
+    } else {
+        f.state = states[0].as_str().to_owned();
+        if open {
+            states.extend(OPEN_STATES);
+        }
+        q = q.states(states);
+    }
+    // The open queue includes the rows set aside: they need a person too.
+    let aside_query = (f.state == "open" && after.is_none()).then(|| base.quarantined_only());
     if let Some(c) = after {
         q = q.after(c);
     }
-    Ok((q, f))
+    Ok((q, f, aside_query))
 }
+
+/// The `state` filter value of the quarantined rows.
+const QUARANTINED: &str = "quarantined";
 
 /// The queue's address: the mount path itself (axum's `nest("/ops", ..)` serves `/ops`, not
 /// `/ops/`), or `/` when the router is not nested.
@@ -665,7 +696,7 @@ async fn queue(
 ) -> Response {
     let base = mount_base(original.path(), uri.path());
     let now = now_ms();
-    let (query, filters) = match build_query(&cfg, &params, now) {
+    let (query, filters, aside_query) = match build_query(&cfg, &params, now) {
         Ok(q) => q,
         Err(BadFilter(why)) => {
             return message(
@@ -686,32 +717,63 @@ async fn queue(
         Ok(c) => c,
         Err(e) => return ledger_failed(&who, &base, &e),
     };
-    let counts = counts
+    let count_href = |state: &str| {
+        queue_href(
+            &base,
+            &FilterView {
+                state: state.to_owned(),
+                contract: String::new(),
+                host: String::new(),
+                q: String::new(),
+                older_than: String::new(),
+                order: "oldest".into(),
+                tenant: filters.tenant.clone(),
+            },
+            None,
+        )
+    };
+    let mut count_links: Vec<CountLink> = counts
         .iter()
         .map(|(s, n)| CountLink {
             label: words::state(s),
             badge: words::badge(s),
             count: n,
-            href: queue_href(
-                &base,
-                &FilterView {
-                    state: s.as_str().to_owned(),
-                    contract: String::new(),
-                    host: String::new(),
-                    q: String::new(),
-                    older_than: String::new(),
-                    order: "oldest".into(),
-                    tenant: filters.tenant.clone(),
-                },
-                None,
-            ),
+            href: count_href(s.as_str()),
         })
         .collect();
+    // Never hidden: a quarantined row is a write whose outcome nobody is verifying.
+    count_links.push(CountLink {
+        label: quarantine::LABEL,
+        badge: quarantine::BADGE,
+        count: counts.quarantined(),
+        href: count_href(QUARANTINED),
+    });
+    let counts_quarantined = counts.quarantined();
+    let counts = count_links;
+    // Rows reported by their raw columns (quarantined, or gone bad since their last claim)
+    // are listed too, with what is wrong.
     let rows: Vec<RowView> = page
         .rows
         .iter()
         .map(|r| row_view(&base, &cfg, r, now))
+        .chain(
+            page.skipped
+                .iter()
+                .map(|r| quarantine::row_view(&base, &cfg, r, now)),
+        )
         .collect();
+    let aside = match aside_query {
+        Some(q) => match cfg.ledger.list(&q).await {
+            Ok(p) => p
+                .skipped
+                .iter()
+                .map(|r| quarantine::row_view(&base, &cfg, r, now))
+                .collect(),
+            Err(e) => return ledger_failed(&who, &base, &e),
+        },
+        None => Vec::new(),
+    };
+    let aside_all = count_href(QUARANTINED);
     let next = page
         .next
         .as_ref()
@@ -721,6 +783,8 @@ async fn queue(
         .any(|(k, _)| k == "after")
         .then(|| queue_href(&base, &filters, None));
     let showing = match (rows.len(), filters.state.as_str()) {
+        (0, QUARANTINED) => "No quarantined operation matches these filters.".to_owned(),
+        (n, QUARANTINED) => format!("{n} quarantined operation{} shown.", plural(n)),
         (0, _) => "No operation matches these filters.".to_owned(),
         (n, "open") => format!(
             "{n} open operation{} shown, oldest first by default.",
@@ -738,7 +802,9 @@ async fn queue(
         rows,
         next,
         first_page,
-        skipped: page.skipped.len(),
+        aside_more: (aside.len() as u64) < counts_quarantined,
+        aside,
+        aside_all,
         showing,
     };
     html(StatusCode::OK, view.render())
@@ -768,6 +834,10 @@ fn state_options() -> Vec<StateOption> {
             label: words::state(s),
         });
     }
+    v.push(StateOption {
+        value: QUARANTINED,
+        label: "Quarantined (cannot be read)",
+    });
     v.push(StateOption {
         value: "all",
         label: "Every state",
@@ -856,6 +926,9 @@ struct OperationPage {
     authorization: Vec<(String, String)>,
     attempts: Vec<AttemptView>,
     timeline: Vec<EventView>,
+    /// Set when the row is quarantined although this version reads it: only a release gives it
+    /// back to recovery.
+    quarantine: Option<quarantine::Banner>,
 }
 
 /// Why an operation could not be found or addressed.
@@ -883,13 +956,16 @@ async fn tenant_for(
             }
             let q = OperationQuery::all_tenants()
                 .text(TextMatch::Exact(id.as_str().to_owned()))
+                .include_quarantined(true)
                 .limit(10);
             let page = cfg.ledger.list(&q).await.map_err(Lookup::Failed)?;
             let mut tenants: Vec<Tenant> = page
                 .rows
                 .into_iter()
-                .filter(|r| r.operation_id == *id)
-                .map(|r| r.tenant)
+                .map(|r| (r.tenant, r.operation_id))
+                .chain(page.skipped.into_iter().map(|r| (r.tenant, r.operation_id)))
+                .filter(|(_, op)| op == id)
+                .map(|(tenant, _)| tenant)
                 .collect();
             tenants.dedup();
             match tenants.len() {
@@ -957,17 +1033,37 @@ async fn operation(
 ) -> Response {
     let base = mount_base(original.path(), uri.path());
     let id = OperationId::new(id);
-    let p = match load(&cfg, params.get("tenant").map(String::as_str), &id).await {
-        Ok(p) => p,
+    let tenant = match tenant_for(&cfg, params.get("tenant").map(String::as_str), &id).await {
+        Ok(t) => t,
         Err(l) => return lookup_failed(&who, &base, &id, l),
     };
     let done = match params.get("done").map(String::as_str) {
         Some("claim") => "Claimed. Automatic sends are stopped; you hold this operation now.",
         Some("resolve") => "Resolved. Your decision and reason are in the timeline below.",
         Some("keep_pending") => "Kept pending. Your note is in the timeline below.",
+        Some("release") => {
+            "Released from quarantine. The recovery engine picks it up at its next pass; the \
+             release is in the timeline below."
+        }
         _ => "",
     };
+    // A row this version cannot decode is shown by the columns it can read, never as a 503.
+    let aside = match cfg.reviews.quarantine_package(&tenant, &id).await {
+        Ok(a) => a,
+        Err(ReviewError::Ledger(e)) => return ledger_failed(&who, &base, &e),
+        Err(e) => return lookup_failed(&who, &base, &id, Lookup::Bad(e.to_string())),
+    };
+    if let Some(q) = aside.as_ref().filter(|q| !q.readable) {
+        return quarantine::page(&cfg, &who, &base, q, now_ms(), done);
+    }
+    let p = match load(&cfg, Some(tenant.as_str()), &id).await {
+        Ok(p) => p,
+        Err(l) => return lookup_failed(&who, &base, &id, l),
+    };
     let mut view = operation_view(&cfg, &who, &base, &p, now_ms(), done);
+    view.quarantine = aside
+        .as_ref()
+        .map(|q| quarantine::banner(&cfg, &who, &base, q, now_ms()));
     if let Some(purger) = &cfg.retention {
         let line = match cfg.ledger.get(&p.tenant, &p.operation_id).await {
             Ok(record) => record.and_then(|r| purger.dates(&r)).map_or_else(
@@ -1135,8 +1231,50 @@ fn operation_view(
         })
         .collect();
     let late_seqs: Vec<i64> = words::late_evidence(p).iter().map(|e| e.seq).collect();
-    let timeline = p
-        .evidence
+    let timeline = timeline(&p.evidence, &late_seqs, now);
+    let chrome = Chrome::new(
+        base,
+        format!("Operation {}", p.operation_id),
+        Some(who),
+        &scope_label(&cfg.scope),
+    );
+    OperationPage {
+        chrome,
+        back: queue_root(base),
+        id: p.operation_id.to_string(),
+        state: words::state(p.state),
+        badge: words::badge(p.state),
+        done: done.to_owned(),
+        headline: s.headline,
+        facts: s.facts,
+        advice: s.advice,
+        late,
+        late_heading: match (&claim, p.state) {
+            (Some((w, _, _)), _) => format!("Late evidence after {w} claimed it"),
+            (None, State::ManualReview) => "Late evidence after it went to review".to_owned(),
+            _ => "Evidence recorded after the last decision".to_owned(),
+        },
+        late_success: late_success.is_some() && p.state == State::ManualReview,
+        read_only_note: !who.may_resolve && !terminal,
+        terminal,
+        form,
+        fields: pairs(&fields),
+        request: pairs(&request),
+        budget: pairs(&budget),
+        authorization: pairs(&authorization),
+        attempts,
+        timeline,
+        quarantine: None,
+    }
+}
+
+/// The evidence timeline (`late_seqs`: the entries shown as late evidence).
+fn timeline(
+    evidence: &[crate::review::EvidenceSummary],
+    late_seqs: &[i64],
+    now: i64,
+) -> Vec<EventView> {
+    evidence
         .iter()
         .map(|e| EventView {
             seq: e.seq,
@@ -1172,46 +1310,13 @@ fn operation_view(
                 .unwrap_or_default(),
             class: if late_seqs.contains(&e.seq) {
                 "late"
-            } else if e.kind.starts_with("review") {
+            } else if e.kind.starts_with("review") || e.kind == crate::ledger::QUARANTINE_RELEASED {
                 "reviewer"
             } else {
                 ""
             },
         })
-        .collect();
-    let chrome = Chrome::new(
-        base,
-        format!("Operation {}", p.operation_id),
-        Some(who),
-        &scope_label(&cfg.scope),
-    );
-    OperationPage {
-        chrome,
-        back: queue_root(base),
-        id: p.operation_id.to_string(),
-        state: words::state(p.state),
-        badge: words::badge(p.state),
-        done: done.to_owned(),
-        headline: s.headline,
-        facts: s.facts,
-        advice: s.advice,
-        late,
-        late_heading: match (&claim, p.state) {
-            (Some((w, _, _)), _) => format!("Late evidence after {w} claimed it"),
-            (None, State::ManualReview) => "Late evidence after it went to review".to_owned(),
-            _ => "Evidence recorded after the last decision".to_owned(),
-        },
-        late_success: late_success.is_some() && p.state == State::ManualReview,
-        read_only_note: !who.may_resolve && !terminal,
-        terminal,
-        form,
-        fields: pairs(&fields),
-        request: pairs(&request),
-        budget: pairs(&budget),
-        authorization: pairs(&authorization),
-        attempts,
-        timeline,
-    }
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

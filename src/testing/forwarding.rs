@@ -7,7 +7,7 @@ use crate::ledger::{
     BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackPurge,
     CallbackQuarantined, Created, EvidenceEntry, Ledger, LedgerError, NewOperation, OldestPerState,
     OperationQuery, OperationRecord, Page, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow,
-    StateCounts, TenantScope,
+    Released, StateCounts, TenantScope,
 };
 use crate::{OperationId, State, Tenant};
 
@@ -119,6 +119,8 @@ forwarding_ledger! {
         -> Vec<OperationRecord> as ClaimPrepared;
     fn sweep_expired(now_ms: i64) -> Vec<OperationRecord> as SweepExpired;
     fn quarantined(limit: u32) -> Vec<QuarantinedRow> as Quarantined;
+    fn release_quarantined(tenant: &'a Tenant, id: &'a OperationId, expected_version: u64,
+        note: Option<String>, now_ms: i64) -> Released as ReleaseQuarantined;
     fn append_evidence(tenant: &'a Tenant, id: &'a OperationId, entry: NewEvidence) -> ()
         as AppendEvidence;
     fn evidence(tenant: &'a Tenant, id: &'a OperationId) -> Vec<EvidenceEntry> as Evidence;
@@ -141,8 +143,8 @@ forwarding_ledger! {
 }
 
 impl LedgerCall {
-    /// Whether the call may change the store (create, apply, record, claim, sweep, append,
-    /// callbacks); `false` for reads.
+    /// Whether the call may change the store (create, apply, record, claim, sweep, release,
+    /// append, callbacks); `false` for reads.
     pub fn writes(self) -> bool {
         match self {
             Self::CreateOrGet
@@ -152,6 +154,7 @@ impl LedgerCall {
             | Self::ClaimDue
             | Self::ClaimPrepared
             | Self::SweepExpired
+            | Self::ReleaseQuarantined
             | Self::AppendEvidence
             | Self::ApplyCallback
             | Self::QuarantineCallback

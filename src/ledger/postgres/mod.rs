@@ -1,6 +1,7 @@
 //! The shared ledger for many workers on many machines: PostgreSQL over sqlx. See
 //! [`PostgresLedger`].
 
+mod quarantine;
 mod retention;
 mod sql;
 #[cfg(test)]
@@ -123,7 +124,8 @@ const POSTGRES: Dialect = Dialect::Postgres;
 /// Connection, statement and commit failures are [`LedgerError::Unavailable`] (nothing was
 /// changed). A row that cannot be decoded is [`LedgerError::Corrupt`], never a panic; a claim
 /// or sweep that meets one quarantines it in the same transaction and goes on with the healthy
-/// rows (see [`Ledger::quarantined`]). A bad
+/// rows (see [`Ledger::quarantined`]); [`Ledger::release_quarantined`] gives it back to recovery
+/// once this version decodes it. A bad
 /// schema name, or migrations that do not match the database's history, is
 /// [`LedgerError::Config`].
 ///
@@ -837,6 +839,17 @@ impl Ledger for PostgresLedger {
         })
     }
 
+    fn release_quarantined<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        note: Option<String>,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Released, LedgerError>> {
+        Box::pin(self.release_now(tenant, id, expected_version, note, now_ms))
+    }
+
     fn sweep_expired(
         &self,
         now_ms: i64,
@@ -892,7 +905,8 @@ impl Ledger for PostgresLedger {
         scope: &'a TenantScope,
     ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
         Box::pin(async move {
-            let sql = super::query::count_sql(scope, &self.sql.operations, '$')?;
+            let ops = &self.sql.operations;
+            let sql = super::query::count_sql(scope, ops, ops, '$')?;
             let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
                 .fetch_all(&self.pool)
                 .await

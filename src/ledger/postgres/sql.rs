@@ -29,6 +29,8 @@ pub(super) struct Statements {
     pub(super) sweep_expired: Arc<str>,
     pub(super) quarantine: Arc<str>,
     pub(super) select_quarantined: Arc<str>,
+    pub(super) select_for_release: Arc<str>,
+    pub(super) release: Arc<str>,
     pub(super) insert_evidence_batch: Arc<str>,
     pub(super) append_evidence: Arc<str>,
     pub(super) select_evidence: Arc<str>,
@@ -252,6 +254,33 @@ WHERE quarantine_reason IS NOT NULL
 ORDER BY quarantined_ms, seq
 LIMIT $1"
         );
+        // Releasing a quarantined row: read and lock it, decode it in Rust, then (only if it
+        // decodes) clear the quarantine, drop the lease the quarantining claim left (unless the
+        // row is IN_FLIGHT: the sweeper owns it), advance the version and append the entry, in
+        // one statement. $1 the caller's time or NULL, $2 tenant, $3 operation id, $4..$10 the
+        // entry, $11 the version expected.
+        let select_for_release =
+            format!("SELECT * FROM {ops} WHERE tenant = $1 AND operation_id = $2 FOR UPDATE");
+        let release = format!(
+            "WITH released AS (
+    UPDATE {ops} SET
+        quarantine_reason = NULL,
+        quarantined_ms = NULL,
+        lease_until_ms = CASE WHEN state = 'IN_FLIGHT' THEN lease_until_ms END,
+        version = version + 1
+    WHERE tenant = $2::text AND operation_id = $3::text AND quarantine_reason IS NOT NULL
+      AND version = $11::bigint
+    RETURNING *
+),
+ev AS (
+    INSERT INTO {ev} ({ev_columns})
+    SELECT released.tenant, released.operation_id, $4::text, $5::bigint, $6::text, $7::text,
+           $8::text, $9::text, $10::text,
+           COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+    FROM released
+)
+SELECT * FROM released"
+        );
         let insert_evidence_batch = format!(
             "INSERT INTO {ev} ({ev_columns})
 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
@@ -324,6 +353,8 @@ ORDER BY created_ms, seq LIMIT 1"
             sweep_expired: sweep_expired.into(),
             quarantine: quarantine.into(),
             select_quarantined: select_quarantined.into(),
+            select_for_release: select_for_release.into(),
+            release: release.into(),
             insert_evidence_batch: insert_evidence_batch.into(),
             append_evidence: append_evidence.into(),
             select_evidence: select_evidence.into(),

@@ -168,8 +168,24 @@ async fn the_review_queue_listing_and_the_counts_read_the_state_indexes() {
         ),
         (TenantScope::AllTenants, "rw_operations_by_state"),
     ] {
-        let sql = count_sql(&scope, &ledger.sql.operations, '$').expect("sql");
-        checks.push((format!("{scope:?}"), sql, index));
+        let ops = &ledger.sql.operations;
+        let sql = count_sql(&scope, ops, ops, '$').expect("sql");
+        checks.push((format!("{scope:?}"), sql.clone(), index));
+        // The quarantined rows are counted from their partial index.
+        checks.push((
+            format!("{scope:?} quarantined"),
+            sql,
+            "rw_operations_quarantined",
+        ));
+    }
+    for q in [
+        OperationQuery::tenant(Tenant::new("tenant-a")).quarantined_only(),
+        OperationQuery::all_tenants()
+            .quarantined_only()
+            .order(Order::OldestFirst),
+    ] {
+        let sql = list_sql(&q, &ledger.sql.operations, "seq", '$').expect("sql");
+        checks.push((format!("{q:?}"), sql, "rw_operations_quarantined"));
     }
     let mut failures = Vec::new();
     for (what, sql, index) in checks {

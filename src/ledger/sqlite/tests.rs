@@ -532,8 +532,29 @@ async fn the_review_queue_listing_and_the_counts_read_the_state_indexes() {
         ),
         (TenantScope::AllTenants, "rw_operations_by_state"),
     ] {
-        let plan = plan_of(&ledger, count_sql(&scope, "rw_operations", '?').unwrap()).await;
+        let sql = count_sql(&scope, "rw_operations", QUARANTINED_ROWS, '?').unwrap();
+        let plan = plan_of(&ledger, sql).await;
         assert!(plan.contains(index), "{scope:?}\n{plan}");
+        // The quarantined rows are counted from their partial index, never from a tenant's
+        // whole range.
+        assert!(
+            plan.contains("rw_operations_quarantined"),
+            "{scope:?}\n{plan}"
+        );
+    }
+    for q in [
+        OperationQuery::tenant(Tenant::new("t")).quarantined_only(),
+        OperationQuery::all_tenants()
+            .quarantined_only()
+            .order(Order::OldestFirst)
+            .after(Cursor::new(5, 7)),
+    ] {
+        let plan = plan_of(
+            &ledger,
+            list_sql(&q, QUARANTINED_ROWS, "rowid", '?').unwrap(),
+        )
+        .await;
+        assert!(plan.contains("rw_operations_quarantined"), "{q:?}\n{plan}");
     }
 }
 
