@@ -374,7 +374,17 @@ impl Error {
         source: Option<BoxError>,
         retry_after: Option<Duration>,
     ) -> Self {
-        let outcome = Outcome::from_record(r, attempt, attempt.is_none());
+        let mut outcome = Outcome::from_record(r, attempt, attempt.is_none());
+        // Its last attempt's result was never recorded: the process may have stopped right
+        // after answering its caller (a result recorded detached, issue 27 item 6). A caller
+        // asking again must not read "unknown" as contradicting the answer it was given.
+        if attempt.is_none()
+            && r.state == State::Unknown
+            && r.reason.as_deref()
+                == Some(crate::ledger::backend::store_entries::LEASE_EXPIRED_REASON)
+        {
+            outcome.message.push_str(LOST_RESULT);
+        }
         match r.state {
             State::Processing => Error::Processing {
                 outcome,
@@ -389,6 +399,11 @@ impl Error {
         }
     }
 }
+
+/// Added to the message of an operation whose last attempt's result was never recorded.
+pub(crate) const LOST_RESULT: &str = ". Its last attempt's result was not recorded (the process \
+    may have stopped right after answering): an answer already given for this attempt stands, \
+    and the engine confirms it with the vendor";
 
 /// Display helper that never prints more than a short prefix of a value.
 pub(crate) struct Short<'a>(pub(crate) &'a str);
@@ -406,6 +421,26 @@ impl fmt::Display for Short<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27 item 6: a caller that was answered before its result was recorded, and asks
+    /// again after the process died, is told why the operation reads unknown, and that the
+    /// answer it had stands.
+    #[test]
+    #[cfg(feature = "test-util")]
+    fn a_result_lost_after_the_answer_is_explained_to_a_caller_asking_again() {
+        let new = crate::ledger::conformance::new_operation("t", "op-1", "i");
+        let mut row = new.into_prepared();
+        row.state = State::Unknown;
+        row.reason = Some(crate::ledger::backend::store_entries::LEASE_EXPIRED_REASON.to_owned());
+        let asked_again = Error::for_state(&row, None, None, None);
+        let message = &asked_again.outcome().expect("an outcome").message;
+        assert!(message.contains("do not create it again"), "{message}");
+        assert!(message.contains("an answer already given"), "{message}");
+        // Another unknown (a timeout the caller was told about) reads as before.
+        row.reason = Some("timeout".to_owned());
+        let other = Error::for_state(&row, None, None, None);
+        assert!(!other.outcome().unwrap().message.contains("already given"));
+    }
 
     /// Issue 27 item 4: the answer says exactly what happens to the operation.
     #[test]

@@ -111,7 +111,8 @@
 //! the contract has one; for a contract that makes a same-key replay safe (`stripe-v1`), a
 //! second request with the same key, answered from the vendor's stored first response; with
 //! neither, a human, with no evidence of the success. Until then a repeat of the intent is
-//! answered "unknown: being verified". If the result cannot be written (a full
+//! answered `Error::Unknown`, saying that the last attempt's result was not recorded and that
+//! an answer already given for it stands. If the result cannot be written (a full
 //! disk), the same: the caller already has the vendor's answer, and the row stays `IN_FLIGHT`
 //! for recovery. Another process that opens the same file sees the result once it is
 //! committed, a batch later.
