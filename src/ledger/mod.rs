@@ -99,6 +99,21 @@ pub struct StoredResponse {
     pub body: Bytes,
 }
 
+impl StoredResponse {
+    /// Whether the body was cut to the layer's stored-body limit: the layer then keeps the
+    /// header `recoverable-write-truncated: true` with the response
+    /// ([`TRUNCATED_HEADER`](crate::layer::TRUNCATED_HEADER)).
+    pub fn is_truncated(&self) -> bool {
+        self.headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case(TRUNCATED) && v == "true")
+    }
+}
+
+/// The name of [`TRUNCATED_HEADER`](crate::layer::TRUNCATED_HEADER), known to the ledger so a
+/// stored response can say it was cut without the layer.
+const TRUNCATED: &str = "recoverable-write-truncated";
+
 /// Everything needed to insert a new operation (state `PREPARED`, generation 0, version 0).
 #[derive(Clone, Debug)]
 pub struct NewOperation {
