@@ -56,10 +56,19 @@ pub fn describe_evidence(e: &Evidence) -> String {
             Some(r) => format!("succeeded ({r})"),
             None => "succeeded (no reference)".to_owned(),
         },
-        Evidence::Processing { retry_after } => match retry_after {
-            Some(d) => format!("processing (retry after {})", format_duration(*d)),
-            None => "processing".to_owned(),
-        },
+        Evidence::Processing {
+            retry_after,
+            remote_ref,
+        } => {
+            let mut s = "processing".to_owned();
+            if let Some(r) = remote_ref {
+                s.push_str(&format!(" ({r})"));
+            }
+            if let Some(d) = retry_after {
+                s.push_str(&format!(" (retry after {})", format_duration(*d)));
+            }
+            s
+        }
         Evidence::Rejected { reason } => format!("rejected: {reason}"),
         Evidence::NotExecuted { why, .. } => format!("not executed: {why}"),
         Evidence::Unknown { why, .. } => format!("unknown: {why}"),

@@ -13,10 +13,11 @@ use recoverable_write::callbacks::{
     AccountTenants, CALLBACK_KIND, CallbackReceiver, DeliveryOutcome, Secret, StripeSignature,
 };
 use recoverable_write::ledger::Ledger;
-use recoverable_write::testing::FakeVendor;
+use recoverable_write::ledger::OperationRecord;
 use recoverable_write::testing::callbacks::{
     CallbackSender, Schedule, SignedDelivery, Signer, ticket_event, ticket_mapping,
 };
+use recoverable_write::testing::{FakeVendor, OperationStatus, Ticket};
 use recoverable_write::{
     Config, Error, MemoryLedger, Operation, RecoverableWrite, SendOnceGuardLayer, SqliteLedger,
     State,
@@ -511,4 +512,94 @@ async fn quarantined_callbacks_are_listed_by_the_cli() {
     assert_eq!(mine["callbacks"].as_array().unwrap().len(), 1);
     let other = run(&["--tenant", "tenant-b"]);
     assert!(other["callbacks"].as_array().unwrap().is_empty());
+}
+
+// ── issue 27 item 11: callbacks are not queries; processing keeps the reference ───────────────
+
+fn with_status(ticket: &Ticket, status: OperationStatus) -> Ticket {
+    let mut t = ticket.clone();
+    t.status = status;
+    t
+}
+
+async fn row_of(s: &Setup, op: &Operation) -> OperationRecord {
+    s.rw.ledger()
+        .get(op.tenant(), op.id())
+        .await
+        .unwrap()
+        .expect("row")
+}
+
+/// Item 11: "processing" callbacks are the vendor's word, not queries: however many arrive,
+/// the recovery engine keeps its whole query budget to verify the write.
+#[tokio::test]
+async fn processing_callbacks_spend_no_query_budget() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-27-11-budget").await;
+    let ticket = ticket_of(&s, &op);
+    let before = row_of(&s, &op).await;
+    let processing = with_status(&ticket, OperationStatus::Processing);
+    for i in 0..fast_policy().max_queries + 5 {
+        let id = format!("evt_proc_{i}");
+        let receipt = deliver(
+            &s,
+            &signed(&s, &id, ticket_event(&id, "ticket.updated", &processing)),
+        )
+        .await;
+        assert!(
+            matches!(&receipt.outcomes[..], [DeliveryOutcome::Applied { .. }]),
+            "{i}: {receipt:?}"
+        );
+    }
+    let row = row_of(&s, &op).await;
+    assert_eq!(
+        row.state,
+        State::Processing,
+        "not handed over for want of queries"
+    );
+    assert_eq!(row.queries_used, before.queries_used);
+}
+
+/// Item 11: a processing callback that names the vendor's object records its reference, so a
+/// later event that names only that reference (no operation id, no key) finds and resolves the
+/// operation instead of being quarantined.
+#[tokio::test]
+async fn a_processing_callback_records_the_reference_a_later_success_is_matched_by() {
+    let s = setup(SqliteLedger::in_memory().await.unwrap()).await;
+    let op = lost_write(&s, "intent-27-11-ref").await;
+    let ticket = ticket_of(&s, &op);
+    let mut processing = with_status(&ticket, OperationStatus::Processing);
+    processing.idempotency_key = None;
+    deliver(
+        &s,
+        &signed(
+            &s,
+            "evt_p",
+            ticket_event("evt_p", "ticket.updated", &processing),
+        ),
+    )
+    .await;
+    let row = row_of(&s, &op).await;
+    assert_eq!(row.state, State::Processing);
+    assert_eq!(row.remote_ref.as_deref(), Some(ticket.id.as_str()));
+
+    let mut by_ref = ticket.clone();
+    by_ref.operation_id = None;
+    by_ref.idempotency_key = None;
+    let receipt = deliver(
+        &s,
+        &signed(
+            &s,
+            "evt_done",
+            ticket_event("evt_done", "ticket.created", &by_ref),
+        ),
+    )
+    .await;
+    assert_eq!(
+        receipt.outcomes,
+        vec![DeliveryOutcome::Applied {
+            operation_id: op.id().clone()
+        }]
+    );
+    assert_eq!(state_of(&s, &op).await, State::Succeeded);
 }

@@ -92,7 +92,14 @@ fn stripe_payment_intent_events() {
         &m,
         stripe_pi("evt_3", "payment_intent.processing", "processing"),
     );
-    assert_eq!(e.evidence, Some(Evidence::Processing { retry_after: None }));
+    // Processing names its PaymentIntent: recorded, so a later event by reference finds it.
+    assert_eq!(
+        e.evidence,
+        Some(Evidence::Processing {
+            retry_after: None,
+            remote_ref: Some("pi_3MtwBwLkdIwHu7ix28a3tqPa".into())
+        })
+    );
 }
 
 #[test]
@@ -259,7 +266,10 @@ fn square_payment_events_by_status() {
     );
     assert_eq!(
         one(&m, square("e3", "payment.created", "APPROVED")).evidence,
-        Some(Evidence::Processing { retry_after: None })
+        Some(Evidence::Processing {
+            retry_after: None,
+            remote_ref: Some("KkAkhdMsgzn59SM8A89WgKwekxLZY".into())
+        })
     );
     // Canceled: neither proven success nor proven no-effect; left to a human.
     assert_eq!(
@@ -319,7 +329,10 @@ fn paypal_capture_events() {
     );
     assert_eq!(
         one(&m, capture("WH-3", "PAYMENT.CAPTURE.PENDING", "PENDING")).evidence,
-        Some(Evidence::Processing { retry_after: None })
+        Some(Evidence::Processing {
+            retry_after: None,
+            remote_ref: Some("42311647XV020574X".into())
+        })
     );
 }
 

@@ -255,7 +255,10 @@ impl CallbackMapping {
                 remote_ref: first(item, &self.remote_ref),
             })
         } else if is(&self.processing) {
-            Some(Evidence::Processing { retry_after: None })
+            Some(Evidence::Processing {
+                retry_after: None,
+                remote_ref: first(item, &self.remote_ref),
+            })
         } else {
             None
         };

@@ -270,7 +270,7 @@ impl CallbackReceiver {
             operation_id: row.operation_id.clone(),
             received_at_ms,
         };
-        let event_in = Event::LookupResult(evidence.clone());
+        let event_in = Event::Callback(evidence.clone());
         let effect = match row.update_on(&event_in, clock, None, None, None, entry(CALLBACK_KIND)) {
             Ok(update) => CallbackEffect::Apply(update),
             // The attempt's bytes may be on the wire (or about to be): its own result decides.

@@ -941,6 +941,7 @@ pub async fn evidence_is_appended_in_order_with_all_fields<L: Ledger>(ledger: L)
         to_state: Some(State::Processing),
         evidence: Some(Evidence::Processing {
             retry_after: Some(Duration::from_millis(1500)),
+            remote_ref: Some("W731".to_owned()),
         }),
         note: None,
         at_ms: T0 + 2,
@@ -3082,7 +3083,7 @@ pub async fn callback_appends_late_evidence_once<L: Ledger>(ledger: L) {
         generation: r.generation,
         from_state: Some(State::Succeeded),
         to_state: Some(State::Succeeded),
-        evidence: Some(Evidence::Processing { retry_after: None }),
+        evidence: Some(Evidence::processing()),
         ..evidence_entry("late_evidence", T0 + 5)
     };
     for expected in [CallbackApplied::Appended, CallbackApplied::Duplicate] {

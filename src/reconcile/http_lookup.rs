@@ -123,14 +123,20 @@ impl AnswerReader {
             return Evidence::unknown("lookup answer has no status");
         };
         let is = |set: &[String]| set.iter().any(|s| s.eq_ignore_ascii_case(state));
-        if is(&self.statuses.succeeded) {
-            let remote_ref = self
-                .remote_ref_pointer
+        let remote_ref = || {
+            self.remote_ref_pointer
                 .as_deref()
-                .and_then(|p| doc.pointer(p).and_then(scalar));
-            Evidence::Succeeded { remote_ref }
+                .and_then(|p| doc.pointer(p).and_then(scalar))
+        };
+        if is(&self.statuses.succeeded) {
+            Evidence::Succeeded {
+                remote_ref: remote_ref(),
+            }
         } else if is(&self.statuses.processing) {
-            Evidence::Processing { retry_after }
+            Evidence::Processing {
+                retry_after,
+                remote_ref: remote_ref(),
+            }
         } else if is(&self.statuses.rejected) {
             Evidence::Rejected {
                 reason: format!("lookup: {}", truncate(state)),
