@@ -12,12 +12,14 @@ use common::*;
 use recoverable_write::callbacks::{
     AccountTenants, CALLBACK_KIND, CallbackReceiver, DeliveryOutcome, Secret, StripeSignature,
 };
-use recoverable_write::ledger::Ledger;
-use recoverable_write::ledger::OperationRecord;
+use recoverable_write::ledger::conformance::new_operation;
+use recoverable_write::ledger::{BoxFuture, Ledger, LedgerError, OperationRecord, TenantScope};
 use recoverable_write::testing::callbacks::{
     CallbackSender, Schedule, SignedDelivery, Signer, ticket_event, ticket_mapping,
 };
-use recoverable_write::testing::{FakeVendor, OperationStatus, Ticket};
+use recoverable_write::testing::{
+    FakeVendor, ForwardingLedger, LedgerCall, OperationStatus, Ticket,
+};
 use recoverable_write::{
     Config, Error, MemoryLedger, Operation, RecoverableWrite, SendOnceGuardLayer, SqliteLedger,
     State,
@@ -190,7 +192,11 @@ async fn d29_a_callback_for_an_unknown_operation_is_quarantined() {
         deliver(&s, &d).await.outcomes,
         vec![DeliveryOutcome::Duplicate]
     );
-    let quarantined = s.rw.ledger().quarantined_callbacks(10).await.unwrap();
+    let quarantined =
+        s.rw.ledger()
+            .quarantined_callbacks(&TenantScope::AllTenants, 10)
+            .await
+            .unwrap();
     assert_eq!(quarantined.len(), 1);
     assert_eq!(quarantined[0].event_id, "evt_u");
     assert_eq!(
@@ -227,7 +233,11 @@ async fn d29_a_foreign_tenants_callback_is_quarantined_never_applied() {
     }
     assert_eq!(state_of(&s, &op).await, State::Unknown);
     assert_eq!(callback_entries(&s, &op).await, 0);
-    let quarantined = s.rw.ledger().quarantined_callbacks(10).await.unwrap();
+    let quarantined =
+        s.rw.ledger()
+            .quarantined_callbacks(&TenantScope::AllTenants, 10)
+            .await
+            .unwrap();
     assert_eq!(quarantined.len(), 1);
     assert_eq!(
         quarantined[0].tenant.as_ref().map(|t| t.as_str()),
@@ -253,7 +263,7 @@ async fn a_forged_signature_changes_nothing_and_a_genuine_one_still_applies() {
     assert_eq!(state_of(&s, &op).await, State::Unknown);
     assert!(
         s.rw.ledger()
-            .quarantined_callbacks(10)
+            .quarantined_callbacks(&TenantScope::AllTenants, 10)
             .await
             .unwrap()
             .is_empty()
@@ -514,8 +524,6 @@ async fn quarantined_callbacks_are_listed_by_the_cli() {
     assert!(other["callbacks"].as_array().unwrap().is_empty());
 }
 
-// ── issue 27 item 11: callbacks are not queries; processing keeps the reference ───────────────
-
 fn with_status(ticket: &Ticket, status: OperationStatus) -> Ticket {
     let mut t = ticket.clone();
     t.status = status;
@@ -528,6 +536,197 @@ async fn row_of(s: &Setup, op: &Operation) -> OperationRecord {
         .await
         .unwrap()
         .expect("row")
+}
+
+// ── issue 27 item 7: deduplicate first, match through indexes ───────────────────────────────────
+
+/// Records every `Ledger` call, then delegates to a SQLite ledger.
+#[derive(Debug)]
+struct Recording {
+    inner: SqliteLedger,
+    calls: std::sync::Mutex<Vec<LedgerCall>>,
+}
+
+impl Recording {
+    fn take(&self) -> Vec<LedgerCall> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+impl ForwardingLedger for Recording {
+    fn inner(&self) -> &dyn Ledger {
+        &self.inner
+    }
+
+    fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
+    where
+        T: Send + 'a,
+        F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+    {
+        self.calls.lock().unwrap().push(call);
+        f(&self.inner)
+    }
+}
+
+/// Item 7: an unmatched event is deduplicated before anything is matched, and matched through
+/// index probes only (never a listing): its first delivery reads the dedupe key, the operation
+/// key, one probe across tenants, and quarantines it; every redelivery (or replay of a captured
+/// delivery) reads the dedupe key and nothing else.
+#[tokio::test]
+async fn an_unmatched_event_costs_index_probes_and_a_redelivery_only_the_dedupe_probe() {
+    let recording = std::sync::Arc::new(Recording {
+        inner: SqliteLedger::in_memory().await.unwrap(),
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let s = setup(ArcLedger(recording.clone())).await;
+    let op = lost_write(&s, "intent-27-7").await;
+    let mut ticket = ticket_of(&s, &op);
+    ticket.operation_id = Some("op-nobody-made".into());
+    ticket.idempotency_key = None;
+    ticket.id = "W404".into();
+    let d = signed(
+        &s,
+        "evt_unmatched",
+        ticket_event("evt_unmatched", "ticket.created", &ticket),
+    );
+    recording.take();
+
+    assert!(matches!(
+        &deliver(&s, &d).await.outcomes[..],
+        [DeliveryOutcome::Quarantined { .. }]
+    ));
+    assert_eq!(
+        recording.take(),
+        [
+            LedgerCall::CallbackSeen,
+            LedgerCall::Get,
+            LedgerCall::OtherTenantWith,
+            LedgerCall::QuarantineCallback,
+        ]
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            deliver(&s, &d).await.outcomes,
+            vec![DeliveryOutcome::Duplicate]
+        );
+        assert_eq!(recording.take(), [LedgerCall::CallbackSeen]);
+    }
+
+    // Named by the vendor's reference only: the reference's index, then the probe.
+    ticket.operation_id = None;
+    let by_ref = signed(
+        &s,
+        "evt_by_ref",
+        ticket_event("evt_by_ref", "ticket.created", &ticket),
+    );
+    assert!(matches!(
+        &deliver(&s, &by_ref).await.outcomes[..],
+        [DeliveryOutcome::Quarantined { .. }]
+    ));
+    let calls = recording.take();
+    assert_eq!(
+        calls,
+        [
+            LedgerCall::CallbackSeen,
+            LedgerCall::FindByRemoteRef,
+            LedgerCall::OtherTenantWith,
+            LedgerCall::QuarantineCallback,
+        ]
+    );
+    assert!(!calls.contains(&LedgerCall::List));
+}
+
+/// A `Ledger` behind an `Arc`, so a test keeps a handle on it while the config owns it.
+#[derive(Debug)]
+struct ArcLedger(std::sync::Arc<Recording>);
+
+impl ForwardingLedger for ArcLedger {
+    fn inner(&self) -> &dyn Ledger {
+        &*self.0
+    }
+}
+
+// ── issue 27 item 11 ────────────────────────────────────────────────────────────────────────────
+
+/// Item 11: an event of a type the mapping ignores is recorded for deduplication, as the docs
+/// say: its redelivery is a duplicate.
+#[tokio::test]
+async fn an_ignored_event_type_is_recorded_for_deduplication() {
+    let s = setup(SqliteLedger::in_memory().await.unwrap()).await;
+    let op = lost_write(&s, "intent-27-11-ignored").await;
+    let ticket = ticket_of(&s, &op);
+    let d = signed(
+        &s,
+        "evt_comment",
+        ticket_event("evt_comment", "ticket.commented", &ticket),
+    );
+    assert_eq!(
+        deliver(&s, &d).await.outcomes,
+        vec![DeliveryOutcome::Ignored]
+    );
+    assert!(
+        s.rw.ledger()
+            .callback_seen("fake-vendor", "evt_comment")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        deliver(&s, &d).await.outcomes,
+        vec![DeliveryOutcome::Duplicate]
+    );
+    assert_eq!(state_of(&s, &op).await, State::Unknown);
+    assert_eq!(callback_entries(&s, &op).await, 0);
+}
+
+/// Item 11: an event naming an operation that was never sent (`PREPARED`: bytes leave only
+/// after `IN_FLIGHT` is durable) is not about a send of it. It used to be answered 503 for as
+/// long as the row waited (forever for an abandoned one); it is quarantined with the reason,
+/// answered 200, and the row is left as it is.
+#[tokio::test]
+async fn an_event_naming_a_never_sent_operation_is_quarantined_not_deferred_forever() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-27-11-prep-donor").await;
+    let prepared =
+        s.rw.ledger()
+            .create_or_get(new_operation(TENANT, "op-never-sent", "intent-27-11-prep"))
+            .await
+            .unwrap()
+            .into_record();
+    assert_eq!(prepared.state, State::Prepared);
+    let mut ticket = ticket_of(&s, &op);
+    ticket.operation_id = Some("op-never-sent".into());
+    ticket.idempotency_key = None;
+    ticket.id = "W777".into();
+    let d = signed(
+        &s,
+        "evt_prep",
+        ticket_event("evt_prep", "ticket.created", &ticket),
+    );
+
+    let receipt = deliver(&s, &d).await;
+    assert_eq!(receipt.status, http::StatusCode::OK, "{receipt:?}");
+    match &receipt.outcomes[..] {
+        [DeliveryOutcome::Quarantined { why }] => assert!(why.contains("never sent"), "{why}"),
+        other => panic!("expected quarantine, got {other:?}"),
+    }
+    let row =
+        s.rw.ledger()
+            .get(&prepared.tenant, &prepared.operation_id)
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(row, prepared, "the row is left as it is");
+    let quarantined =
+        s.rw.ledger()
+            .quarantined_callbacks(&TenantScope::AllTenants, 10)
+            .await
+            .unwrap();
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(quarantined[0].match_value.as_deref(), Some("op-never-sent"));
+    assert_eq!(
+        deliver(&s, &d).await.outcomes,
+        vec![DeliveryOutcome::Duplicate]
+    );
 }
 
 /// Item 11: "processing" callbacks are the vendor's word, not queries: however many arrive,
@@ -602,4 +801,58 @@ async fn a_processing_callback_records_the_reference_a_later_success_is_matched_
         }]
     );
     assert_eq!(state_of(&s, &op).await, State::Succeeded);
+}
+
+/// Item 11: `quarantine --limit` counts the tenant's own events: the tenant filter is applied
+/// by the ledger before the limit, not to the first `limit` events of every tenant.
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn the_cli_quarantine_limit_counts_the_tenants_own_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let s = setup(SqliteLedger::open(&path).await.unwrap()).await;
+    let op = lost_write(&s, "intent-27-11-cli-limit").await;
+    let mut ticket = ticket_of(&s, &op);
+    ticket.operation_id = Some("op-nobody-made".into());
+    ticket.idempotency_key = None;
+    // Two of tenant B's first, then one of tenant A's.
+    for (id, tenant) in [
+        ("evt_b1", "tenant-b"),
+        ("evt_b2", "tenant-b"),
+        ("evt_a1", TENANT),
+    ] {
+        ticket.tenant = tenant.into();
+        ticket.id = format!("W-{id}");
+        assert!(matches!(
+            &deliver(
+                &s,
+                &signed(&s, id, ticket_event(id, "ticket.created", &ticket))
+            )
+            .await
+            .outcomes[..],
+            [DeliveryOutcome::Quarantined { .. }]
+        ));
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_recoverable-write"))
+        .args([
+            "--ledger",
+            &format!("sqlite:{}", path.display()),
+            "--tenant",
+            TENANT,
+            "--json",
+            "quarantine",
+            "--limit",
+            "1",
+        ])
+        .output()
+        .expect("run the CLI");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let callbacks = json["callbacks"].as_array().expect("callbacks");
+    assert_eq!(callbacks.len(), 1, "{json}");
+    assert_eq!(callbacks[0]["event_id"], "evt_a1");
 }

@@ -2,23 +2,27 @@
 //!
 //! A vendor that calls back ("your payment succeeded") resolves an operation faster than any
 //! lookup, and for some vendors (Adyen, Square) it is the only lookup. A delivery goes through
-//! four steps, in this order:
+//! five steps, in this order:
 //!
 //! 1. **Verify** ([`Verifier`]): the signature is checked over the raw bytes before anything is
 //!    parsed. An unverified delivery changes nothing, is counted, and is answered 4xx.
 //! 2. **Parse** ([`parse`] with a [`CallbackMapping`]): the delivery becomes one or more
 //!    [`ParsedEvent`]s, each with the vendor's event id, what to match the operation by, the
 //!    vendor account and the [`Evidence`](crate::Evidence) it carries (none for ignored types).
-//! 3. **Match** ([`AccountTenants`], [`Matcher`]): the account maps to a tenant, and the
+//! 3. **Deduplicate** ([`Ledger::callback_seen`](crate::ledger::Ledger::callback_seen)): an
+//!    event seen before is answered at once, before any matching; an event of an ignored type
+//!    is recorded for this and nothing else.
+//! 4. **Match** ([`AccountTenants`], [`Matcher`]): the account maps to a tenant, and the
 //!    operation is looked up in that tenant only, by the echoed idempotency key, the operation
-//!    id or the vendor's reference.
-//! 4. **Deduplicate and apply** ([`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback)):
-//!    in one ledger transaction the event id is recorded and its evidence goes through the same
-//!    pure transition and compare-and-swap as a lookup answer; a second delivery of one event
-//!    changes nothing. No match, or a match in another tenant: quarantined
+//!    id or the vendor's reference, each through an index.
+//! 5. **Apply** ([`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback)): in one
+//!    ledger transaction the event id is recorded and its evidence goes through the same pure
+//!    transition and compare-and-swap as a lookup answer; a second delivery of one event
+//!    changes nothing. No match, a match in another tenant, or a never-sent (`PREPARED`)
+//!    operation: quarantined
 //!    ([`Ledger::quarantine_callback`](crate::ledger::Ledger::quarantine_callback)).
 //!
-//! [`CallbackReceiver`] runs the four steps for one vendor over a [`Config`](crate::Config):
+//! [`CallbackReceiver`] runs the five steps for one vendor over a [`Config`](crate::Config):
 //! [`receive`](CallbackReceiver::receive) takes the raw headers and body (any framework), and
 //! [`router`](CallbackReceiver::router) mounts it in axum (feature `axum`). What each event
 //! came to is a [`DeliveryOutcome`]; the answer to the vendor is [`batch_status`] of them.
@@ -132,7 +136,9 @@ pub enum DeliveryOutcome {
         /// Why, without the payload.
         why: String,
     },
-    /// An event type the mapping does not map: recorded for dedupe, nothing applied.
+    /// An event type the mapping does not map: recorded for dedupe
+    /// ([`Ledger::record_ignored_callback`](crate::ledger::Ledger::record_ignored_callback)),
+    /// nothing applied.
     Ignored,
     /// The signature did not verify: nothing was read or recorded.
     Unverified {
@@ -146,7 +152,7 @@ pub enum DeliveryOutcome {
     },
     /// The ledger or the dedupe table is down: nothing was recorded, the vendor must retry.
     StoreUnavailable,
-    /// The operation's attempt is still on the wire (or about to be): its own result decides
+    /// The operation's attempt is still on the wire (`IN_FLIGHT`): its own result decides
     /// first. Nothing was recorded; the vendor delivers the event again later (503).
     Deferred {
         /// The operation it matched.

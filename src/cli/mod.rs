@@ -725,9 +725,11 @@ struct QuarantinedRowView {
 
 impl Ctx {
     async fn quarantine(&self, a: QuarantineArgs) -> Result<String, CliError> {
+        // Scoped in the ledger, so the limit counts this scope's events (a tenant's first
+        // `limit`, not the first `limit` of every tenant filtered down to none).
         let callbacks = self
             .ledger
-            .quarantined_callbacks(a.limit)
+            .quarantined_callbacks(&self.scope, a.limit)
             .await
             .map_err(CliError::ledger)?;
         let rows = self
@@ -735,12 +737,10 @@ impl Ctx {
             .quarantined(a.limit)
             .await
             .map_err(CliError::ledger)?;
-        let all = matches!(self.scope, TenantScope::AllTenants);
         // A callback whose account mapped to no tenant belongs to no tenant: only an
-        // all-tenants view shows it.
+        // all-tenants view shows it (the ledger's scope says so).
         let callbacks: Vec<QuarantinedCallbackView> = callbacks
             .into_iter()
-            .filter(|c| all || c.tenant.as_ref().is_some_and(|t| self.scope.contains(t)))
             .map(|c| QuarantinedCallbackView {
                 vendor: c.vendor,
                 event_id: c.event_id,

@@ -89,6 +89,44 @@ pub struct QuarantinedCallback {
     pub received_at_ms: i64,
 }
 
+/// A verified event of a type its mapping ignores: recorded in the dedupe table only (never its
+/// payload), so a redelivery is answered as a duplicate without being read again (see
+/// [`Ledger::record_ignored_callback`](super::Ledger::record_ignored_callback)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IgnoredCallback {
+    /// The vendor (or target) the event comes from.
+    pub vendor: String,
+    /// The vendor's event id.
+    pub event_id: String,
+    /// The event type.
+    pub event_type: String,
+    /// The tenant its account maps to, if any (kept for erasure by tenant).
+    pub tenant: Option<Tenant>,
+    /// When it was received, ms since the Unix epoch.
+    pub received_at_ms: i64,
+}
+
+/// What [`Ledger::record_ignored_callback`](super::Ledger::record_ignored_callback) did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallbackRecorded {
+    /// First delivery of the event: recorded in the dedupe table.
+    Recorded,
+    /// The event was recorded before: nothing changed.
+    Duplicate,
+}
+
+/// What a probe across tenants ([`Ledger::other_tenant_with`](super::Ledger::other_tenant_with))
+/// looks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProbeBy {
+    /// An operation id.
+    OperationId,
+    /// A vendor reference ([`OperationRecord::remote_ref`]).
+    RemoteRef,
+}
+
 /// What [`Ledger::quarantine_callback`](super::Ledger::quarantine_callback) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -109,6 +147,9 @@ pub(crate) fn outcome(effect: &CallbackEffect) -> &'static str {
 
 /// The dedupe table's `outcome` for a quarantined event.
 pub(crate) const QUARANTINED: &str = "quarantined";
+
+/// The dedupe table's `outcome` for an event of an ignored type.
+pub(crate) const IGNORED: &str = "ignored";
 
 /// Refuses an effect that names another operation than its delivery (nothing is written).
 pub(crate) fn check_effect(

@@ -35,6 +35,10 @@ pub(super) struct Statements {
     pub(super) insert_callback_event: Arc<str>,
     pub(super) insert_callback_quarantine: Arc<str>,
     pub(super) select_callback_quarantine: Arc<str>,
+    pub(super) select_tenant_callback_quarantine: Arc<str>,
+    pub(super) select_callback_event: Arc<str>,
+    pub(super) other_tenant_by_id: Arc<str>,
+    pub(super) other_tenant_by_remote_ref: Arc<str>,
     pub(super) operation_exists: Arc<str>,
     pub(super) select_by_remote_ref: Arc<str>,
     pub(super) select_by_idempotency_key: Arc<str>,
@@ -296,6 +300,19 @@ RETURNING event_id"
        received_ms
 FROM {cq} ORDER BY id LIMIT $1"
         );
+        let select_tenant_callback_quarantine = format!(
+            "SELECT vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence,
+       received_ms
+FROM {cq} WHERE tenant = $1 ORDER BY id LIMIT $2"
+        );
+        let select_callback_event =
+            format!("SELECT 1 FROM {cb} WHERE vendor = $1 AND event_id = $2");
+        // Probes across tenants (indexes `rw_operations_by_operation_id` and
+        // `rw_operations_by_remote_ref`, each led by the probed column): at most one row read.
+        let other_tenant_by_id =
+            format!("SELECT tenant FROM {ops} WHERE operation_id = $1 AND tenant <> $2 LIMIT 1");
+        let other_tenant_by_remote_ref =
+            format!("SELECT tenant FROM {ops} WHERE remote_ref = $1 AND tenant <> $2 LIMIT 1");
         let operation_exists =
             format!("SELECT 1 FROM {ops} WHERE tenant = $1 AND operation_id = $2");
         let select_by_remote_ref = format!(
@@ -309,6 +326,10 @@ ORDER BY created_ms, seq LIMIT 1"
             insert_callback_event: insert_callback_event.into(),
             insert_callback_quarantine: insert_callback_quarantine.into(),
             select_callback_quarantine: select_callback_quarantine.into(),
+            select_tenant_callback_quarantine: select_tenant_callback_quarantine.into(),
+            select_callback_event: select_callback_event.into(),
+            other_tenant_by_id: other_tenant_by_id.into(),
+            other_tenant_by_remote_ref: other_tenant_by_remote_ref.into(),
             operation_exists: operation_exists.into(),
             select_by_remote_ref: select_by_remote_ref.into(),
             select_by_idempotency_key: select_by_idempotency_key.into(),

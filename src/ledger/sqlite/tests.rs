@@ -484,6 +484,7 @@ async fn the_real_claim_and_sweep_statements_use_the_partial_indexes() {
         };
         let plan = plan_with(&ledger, explain, args).await;
         assert!(plan.contains(index), "{sql}\n{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{sql}\n{plan}");
     }
 }
 
@@ -548,6 +549,16 @@ async fn callback_lookups_read_their_indexes() {
             SELECT_BY_IDEMPOTENCY_KEY,
             "rw_operations_by_idempotency_key",
         ),
+        // Issue 27 item 7: the probes across tenants of an unmatched callback.
+        (SELECT_OTHER_TENANT_BY_ID, "rw_operations_by_operation_id"),
+        (
+            SELECT_OTHER_TENANT_BY_REMOTE_REF,
+            "rw_operations_by_remote_ref",
+        ),
+        (
+            SELECT_TENANT_CALLBACK_QUARANTINE,
+            "rw_callback_quarantine_by_tenant",
+        ),
     ] {
         let explain = format!("EXPLAIN QUERY PLAN {sql}");
         let plan = plan_with(
@@ -561,6 +572,20 @@ async fn callback_lookups_read_their_indexes() {
         .await;
         assert!(plan.contains(index), "{sql}\n{plan}");
     }
+    // The dedupe probe reads the dedupe table's key.
+    let plan = plan_with(
+        &ledger,
+        format!("EXPLAIN QUERY PLAN {SELECT_CALLBACK_EVENT}"),
+        vec![
+            rusqlite::types::Value::Text("stripe".into()),
+            rusqlite::types::Value::Text("evt_1".into()),
+        ],
+    )
+    .await;
+    assert!(
+        plan.contains("sqlite_autoindex_rw_callback_events_1"),
+        "{plan}"
+    );
 }
 
 /// Only the claim must be durable before a send: a batch holding nothing but results recorded
