@@ -107,7 +107,10 @@ pub struct AuditEntry {
 impl AuditEntry {
     /// The audit entry of an evidence entry, if it is a review action.
     pub fn parse(e: &EvidenceSummary) -> Option<Self> {
-        if e.kind != "review_claimed" && e.kind != "review" {
+        if e.kind != "review_claimed"
+            && e.kind != "review"
+            && e.kind != crate::contradiction::CONTRADICTION_ACKNOWLEDGED
+        {
             return None;
         }
         let note = e.note.as_deref().unwrap_or_default();
@@ -538,6 +541,7 @@ mod tests {
             may_have_applied: true,
             generation: 4,
             remote_ref: None,
+            contradiction_ms: None,
             parameters: ParameterSummary {
                 method: "POST".into(),
                 url: "http://v/tickets".into(),

@@ -10,10 +10,15 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use recoverable_write::callbacks::{
-    AccountTenants, CALLBACK_KIND, CallbackReceiver, DeliveryOutcome, Secret, StripeSignature,
+    AccountTenants, CALLBACK_KIND, CallbackMapping, CallbackReceiver, DeliveryOutcome, Secret,
+    StripeSignature,
 };
+use recoverable_write::contradiction::{CONTRADICTION, Contradiction};
 use recoverable_write::ledger::conformance::new_operation;
-use recoverable_write::ledger::{BoxFuture, Ledger, LedgerError, OperationRecord, TenantScope};
+use recoverable_write::ledger::{
+    BoxFuture, Ledger, LedgerError, OperationQuery, OperationRecord, TenantScope,
+};
+use recoverable_write::review::ReviewError;
 use recoverable_write::testing::callbacks::{
     CallbackSender, Schedule, SignedDelivery, Signer, ticket_event, ticket_mapping,
 };
@@ -21,8 +26,8 @@ use recoverable_write::testing::{
     FakeVendor, ForwardingLedger, LedgerCall, OperationStatus, Ticket,
 };
 use recoverable_write::{
-    Config, Error, MemoryLedger, Operation, RecoverableWrite, SendOnceGuardLayer, SqliteLedger,
-    State,
+    Config, Error, Evidence, MemoryLedger, Notice, Operation, RecoverableWrite, SendOnceGuardLayer,
+    SqliteLedger, State,
 };
 use tower::ServiceBuilder;
 
@@ -524,6 +529,23 @@ async fn quarantined_callbacks_are_listed_by_the_cli() {
     assert!(other["callbacks"].as_array().unwrap().is_empty());
 }
 
+// ── issue 27: callbacks read as final only where the vendor says so ─────────────────────────────
+
+/// A setup whose receiver reads the vendor's events with `mapping` (the accounts and secret of
+/// [`setup`]).
+async fn setup_with(ledger: impl Ledger, mapping: CallbackMapping) -> Setup {
+    let mut s = setup(ledger).await;
+    s.receiver = CallbackReceiver::new(
+        &s.rw,
+        mapping,
+        StripeSignature::new(Secret::new(SECRET).unwrap()),
+        AccountTenants::default()
+            .account(TENANT, TENANT)
+            .account("tenant-b", "tenant-b"),
+    );
+    s
+}
+
 fn with_status(ticket: &Ticket, status: OperationStatus) -> Ticket {
     let mut t = ticket.clone();
     t.status = status;
@@ -536,6 +558,245 @@ async fn row_of(s: &Setup, op: &Operation) -> OperationRecord {
         .await
         .unwrap()
         .expect("row")
+}
+
+/// Item 5: a refusal the vendor does not document as final (Adyen's `success=false`, Stripe's
+/// `payment_intent.payment_failed`) must not make the write `REJECTED`: the application would
+/// write again under a new intent and, when the first write succeeds after all, pay twice. Read
+/// as inconclusive, it leaves the operation open, and the later success resolves it.
+#[tokio::test]
+async fn a_refusal_the_vendor_does_not_make_final_leaves_the_write_open_for_the_later_success() {
+    let mut mapping = ticket_mapping();
+    // The vendor may still report another outcome for a refused ticket: not final.
+    mapping.inconclusive = std::mem::take(&mut mapping.rejected);
+    let s = setup_with(MemoryLedger::new(), mapping).await;
+    let op = lost_write(&s, "intent-27-5-refusal").await;
+    let ticket = ticket_of(&s, &op);
+
+    let refused = signed(
+        &s,
+        "evt_refused",
+        ticket_event(
+            "evt_refused",
+            "ticket.updated",
+            &with_status(&ticket, OperationStatus::Rejected),
+        ),
+    );
+    let receipt = deliver(&s, &refused).await;
+    assert_eq!(receipt.status, http::StatusCode::OK);
+    let row = row_of(&s, &op).await;
+    assert_eq!(
+        row.state,
+        State::Unknown,
+        "a refusal that is not final proves nothing"
+    );
+    let log = s.rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    assert!(
+        log.iter().any(|e| e.entry.kind == CALLBACK_KIND
+            && matches!(&e.entry.evidence, Some(Evidence::Unknown { why, .. }) if why.contains("REJECTED"))),
+        "the refusal is recorded for the reviewer: {log:?}"
+    );
+
+    let succeeded = signed(
+        &s,
+        "evt_ok",
+        ticket_event("evt_ok", "ticket.created", &ticket),
+    );
+    assert_eq!(
+        deliver(&s, &succeeded).await.outcomes,
+        vec![DeliveryOutcome::Applied {
+            operation_id: op.id().clone()
+        }]
+    );
+    let row = row_of(&s, &op).await;
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.remote_ref.as_deref(), Some(ticket.id.as_str()));
+    assert_eq!(row.contradiction_ms, None);
+    assert_eq!(s.vendor.tickets_created(), 1);
+    assert_eq!(s.vendor.posts_received(), 1);
+}
+
+/// Item 5: a success after a final rejection cannot change the operation (the caller was told
+/// it had no effect), and must not be a silent line either: a notice, a `contradiction` entry,
+/// a mark that lists the operation in the review queue until a person acknowledges it.
+#[tokio::test]
+async fn a_success_after_a_final_rejection_raises_an_alarm_until_acknowledged() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-27-5-contra").await;
+    let ticket = ticket_of(&s, &op);
+    let rejected = signed(
+        &s,
+        "evt_rej",
+        ticket_event(
+            "evt_rej",
+            "ticket.updated",
+            &with_status(&ticket, OperationStatus::Rejected),
+        ),
+    );
+    deliver(&s, &rejected).await;
+    let before = row_of(&s, &op).await;
+    assert_eq!(before.state, State::Rejected);
+    let mut notices = s.rw.notifications().subscribe();
+
+    let success = signed(
+        &s,
+        "evt_late_ok",
+        ticket_event("evt_late_ok", "ticket.created", &ticket),
+    );
+    let receipt = deliver(&s, &success).await;
+    assert_eq!(receipt.status, http::StatusCode::OK);
+    assert_eq!(
+        receipt.outcomes,
+        vec![DeliveryOutcome::Contradiction {
+            operation_id: op.id().clone()
+        }]
+    );
+    let row = row_of(&s, &op).await;
+    assert_eq!(row.state, State::Rejected, "a final state stays final");
+    assert!(row.contradiction_ms.is_some());
+    assert_eq!(row.version, before.version + 1);
+    let log = s.rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    let entry = log
+        .iter()
+        .find(|e| e.entry.kind == CONTRADICTION)
+        .expect("a contradiction entry");
+    assert!(
+        entry
+            .entry
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("recorded as rejected")),
+        "{entry:?}"
+    );
+    let mut alarms = Vec::new();
+    while let Ok(n) = notices.try_recv() {
+        if let Notice::Contradiction {
+            contradiction,
+            source,
+            outcome,
+            ..
+        } = n
+        {
+            alarms.push((contradiction, source, outcome.state));
+        }
+    }
+    assert_eq!(
+        alarms,
+        vec![(
+            Contradiction::SuccessAfterRejection {
+                reported: Some(ticket.id.clone())
+            },
+            "fake-vendor".to_owned(),
+            State::Rejected
+        )]
+    );
+    // In the review queue, whatever else it lists.
+    let queue =
+        s.rw.ledger()
+            .list(&OperationQuery::tenant(op.tenant().clone()).contradicted())
+            .await
+            .unwrap();
+    assert_eq!(queue.rows.len(), 1);
+    assert_eq!(&queue.rows[0].operation_id, op.id());
+    // Redelivered: a duplicate, no second alarm.
+    assert_eq!(
+        deliver(&s, &success).await.outcomes,
+        vec![DeliveryOutcome::Duplicate]
+    );
+    assert!(notices.try_recv().is_err());
+
+    let reviews = s.rw.reviews();
+    let pkg = reviews.handoff(op.tenant(), op.id()).await.unwrap();
+    assert_eq!(pkg.contradiction_ms, row.contradiction_ms);
+    let stale = reviews
+        .acknowledge_contradiction(op.tenant(), op.id(), "alice", "refunded", before.version)
+        .await;
+    assert!(
+        matches!(stale, Err(ReviewError::VersionMismatch { .. })),
+        "{stale:?}"
+    );
+    let done = reviews
+        .acknowledge_contradiction(
+            op.tenant(),
+            op.id(),
+            "alice",
+            "checked the vendor console: ticket kept, customer told",
+            pkg.version,
+        )
+        .await
+        .expect("acknowledged");
+    assert_eq!(done.state, State::Rejected);
+    assert_eq!(done.contradiction_ms, None);
+    assert!(
+        s.rw.ledger()
+            .list(&OperationQuery::tenant(op.tenant().clone()).contradicted())
+            .await
+            .unwrap()
+            .rows
+            .is_empty()
+    );
+    let pkg = reviews.handoff(op.tenant(), op.id()).await.unwrap();
+    let audit = recoverable_write::operator::audit_trail(&pkg);
+    assert!(
+        audit.last().is_some_and(
+            |a| a.who.as_deref() == Some("alice") && a.action == "contradiction acknowledged"
+        ),
+        "{audit:?}"
+    );
+    assert_eq!(s.vendor.tickets_created(), 1);
+}
+
+/// Item 5: the vendor naming another object than the one recorded for a succeeded write (two
+/// objects for one write: a duplicate?) raises the alarm; the same object again does not.
+#[tokio::test]
+async fn another_reference_after_a_success_raises_an_alarm_and_the_same_one_does_not() {
+    let s = setup(SqliteLedger::in_memory().await.unwrap()).await;
+    let op = lost_write(&s, "intent-27-5-ref").await;
+    let ticket = ticket_of(&s, &op);
+    deliver(
+        &s,
+        &signed(
+            &s,
+            "evt_a",
+            ticket_event("evt_a", "ticket.created", &ticket),
+        ),
+    )
+    .await;
+    assert_eq!(row_of(&s, &op).await.state, State::Succeeded);
+
+    let again = signed(
+        &s,
+        "evt_a2",
+        ticket_event(
+            "evt_a2",
+            "ticket.updated",
+            &with_status(&ticket, OperationStatus::Succeeded),
+        ),
+    );
+    assert_eq!(
+        deliver(&s, &again).await.outcomes,
+        vec![DeliveryOutcome::Late {
+            operation_id: op.id().clone()
+        }]
+    );
+    assert_eq!(row_of(&s, &op).await.contradiction_ms, None);
+
+    let mut other = ticket.clone();
+    other.id = "W9999".into();
+    let receipt = deliver(
+        &s,
+        &signed(&s, "evt_b", ticket_event("evt_b", "ticket.created", &other)),
+    )
+    .await;
+    assert_eq!(
+        receipt.outcomes,
+        vec![DeliveryOutcome::Contradiction {
+            operation_id: op.id().clone()
+        }]
+    );
+    let row = row_of(&s, &op).await;
+    assert_eq!(row.remote_ref.as_deref(), Some(ticket.id.as_str()), "kept");
+    assert!(row.contradiction_ms.is_some());
 }
 
 // ── issue 27 item 7: deduplicate first, match through indexes ───────────────────────────────────
@@ -855,4 +1116,74 @@ async fn the_cli_quarantine_limit_counts_the_tenants_own_events() {
     let callbacks = json["callbacks"].as_array().expect("callbacks");
     assert_eq!(callbacks.len(), 1, "{json}");
     assert_eq!(callbacks[0]["event_id"], "evt_a1");
+}
+
+/// Item 5: the operators' command line lists contradicted operations, shows why, and
+/// acknowledges them (audited); then they leave the list.
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn the_cli_lists_shows_and_acknowledges_a_contradiction() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let s = setup(SqliteLedger::open(&path).await.unwrap()).await;
+    let op = lost_write(&s, "intent-27-5-cli").await;
+    let ticket = ticket_of(&s, &op);
+    for (id, t) in [
+        ("evt_r", with_status(&ticket, OperationStatus::Rejected)),
+        ("evt_s", ticket.clone()),
+    ] {
+        let ty = if id == "evt_r" {
+            "ticket.updated"
+        } else {
+            "ticket.created"
+        };
+        deliver(&s, &signed(&s, id, ticket_event(id, ty, &t))).await;
+    }
+    let version = row_of(&s, &op).await.version;
+    let run = |args: &[&str]| {
+        let mut all = vec![
+            "--ledger".to_owned(),
+            format!("sqlite:{}", path.display()),
+            "--tenant".to_owned(),
+            TENANT.to_owned(),
+        ];
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_recoverable-write"))
+            .args(&all)
+            .output()
+            .expect("run the CLI");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "list", "--contradicted"])).unwrap();
+    let ops = listed["operations"].as_array().expect("operations");
+    assert_eq!(ops.len(), 1, "{listed}");
+    assert_eq!(ops[0]["operation_id"], op.id().as_str());
+    assert_eq!(ops[0]["state"], "REJECTED");
+    assert!(ops[0]["contradiction_ms"].is_i64());
+    let shown = run(&["show", op.id().as_str()]);
+    assert!(shown.contains("CONTRADICTED"), "{shown}");
+    assert!(shown.contains("recorded as rejected"), "{shown}");
+    run(&[
+        "acknowledge",
+        op.id().as_str(),
+        "--reviewer",
+        "alice",
+        "--reason",
+        "customer refunded",
+        "--version",
+        &version.to_string(),
+    ]);
+    let listed: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "list", "--contradicted"])).unwrap();
+    assert!(
+        listed["operations"].as_array().unwrap().is_empty(),
+        "{listed}"
+    );
+    assert_eq!(row_of(&s, &op).await.state, State::Rejected);
 }

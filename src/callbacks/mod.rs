@@ -18,8 +18,9 @@
 //! 5. **Apply** ([`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback)): in one
 //!    ledger transaction the event id is recorded and its evidence goes through the same pure
 //!    transition and compare-and-swap as a lookup answer; a second delivery of one event
-//!    changes nothing. No match, a match in another tenant, or a never-sent (`PREPARED`)
-//!    operation: quarantined
+//!    changes nothing. Evidence that contradicts a final state raises an alarm
+//!    ([`contradiction`](crate::contradiction)). No match, a match in another tenant, or a
+//!    never-sent (`PREPARED`) operation: quarantined
 //!    ([`Ledger::quarantine_callback`](crate::ledger::Ledger::quarantine_callback)).
 //!
 //! [`CallbackReceiver`] runs the five steps for one vendor over a [`Config`](crate::Config):
@@ -129,6 +130,14 @@ pub enum DeliveryOutcome {
         /// The operation it was appended to.
         operation_id: OperationId,
     },
+    /// The event contradicts the final state the operation reached (a success after
+    /// `REJECTED`, a failure after `SUCCEEDED`, another vendor reference): appended as a
+    /// `contradiction` entry, the operation marked for the review queue, an alarm raised
+    /// ([`Notice::Contradiction`](crate::Notice::Contradiction)). The state is unchanged.
+    Contradiction {
+        /// The operation it contradicts.
+        operation_id: OperationId,
+    },
     /// Verified, but matched no operation of its tenant (or matched one of another tenant, or
     /// named an unknown account): stored in quarantine, never applied, never dropped on receipt
     /// (kept for [`Retention::quarantined_callbacks`](crate::retention::Retention::quarantined_callbacks)).
@@ -163,8 +172,8 @@ pub enum DeliveryOutcome {
 impl DeliveryOutcome {
     /// The HTTP status to answer the vendor with.
     ///
-    /// 2xx whenever retrying cannot help (applied, duplicate, late, quarantined, ignored: all
-    /// durably recorded); 4xx for what the vendor or an attacker sent wrong (unverified:
+    /// 2xx whenever retrying cannot help (applied, duplicate, late, contradiction, quarantined,
+    /// ignored: all durably recorded); 4xx for what the vendor or an attacker sent wrong (unverified:
     /// 401, unparseable: 400; vendors retry 4xx for a while and then give up, which is right for a
     /// misconfigured secret too); 503 only when the vendor should retry because the store is
     /// down.
@@ -173,6 +182,7 @@ impl DeliveryOutcome {
             Self::Applied { .. }
             | Self::Duplicate
             | Self::Late { .. }
+            | Self::Contradiction { .. }
             | Self::Quarantined { .. }
             | Self::Ignored => StatusCode::OK,
             Self::Unverified { .. } => StatusCode::UNAUTHORIZED,
@@ -187,6 +197,7 @@ impl DeliveryOutcome {
             Self::Applied { .. } => "applied",
             Self::Duplicate => "duplicate",
             Self::Late { .. } => "late",
+            Self::Contradiction { .. } => "contradiction",
             Self::Quarantined { .. } => "quarantined",
             Self::Ignored => "ignored",
             Self::Unverified { .. } => "unverified",

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::{AccountTenants, CallbackMapping, DeliveryOutcome, MatchBy, ParsedEvent, Verifier};
 use crate::Config;
+use crate::contradiction::{CONTRADICTION, contradiction};
 use crate::core::Shared;
 use crate::core::engine;
 use crate::error::Outcome;
@@ -57,9 +58,14 @@ const NEVER_SENT: &str = "it names an operation that was never sent (PREPARED): 
 ///    the event changes nothing, also when several instances receive it at once;
 /// 6. evidence that can no longer move the operation (a `processing` after `SUCCEEDED`,
 ///    anything in `MANUAL_REVIEW`) is appended as late evidence and surfaced to subscribers
-///    ([`Notice::LateEvidence`]), never acted on. An event for an operation whose attempt is
-///    still on the wire (`IN_FLIGHT`) is answered `503` so the vendor delivers it again once
-///    that attempt has a result;
+///    ([`Notice::LateEvidence`]), never acted on. Evidence that **contradicts** a final state
+///    (a success after `REJECTED`, a failure after `SUCCEEDED`, another vendor reference than
+///    the recorded one) raises an alarm instead: a [`Notice::Contradiction`], the counter
+///    `recoverable_write_contradictions_total{vendor}` (feature `metrics`), and a
+///    `contradiction` entry that marks the operation for the review queue until a person
+///    acknowledges it (see [`contradiction`](crate::contradiction)). An event for an operation
+///    whose attempt is still on the wire (`IN_FLIGHT`) is answered `503` so the vendor delivers
+///    it again once that attempt has a result;
 /// 7. an event that matches no operation of its tenant, names an unknown account, matches
 ///    another tenant's operation (one index probe across tenants, never a listing), or names an
 ///    operation that was never sent (`PREPARED`: bytes leave only after `IN_FLIGHT` is durable,
@@ -328,6 +334,7 @@ impl CallbackReceiver {
             received_at_ms,
         };
         let event_in = Event::Callback(evidence.clone());
+        let mut contradicted = None;
         let effect = match row.update_on(&event_in, clock, None, None, None, entry(CALLBACK_KIND)) {
             Ok(update) => CallbackEffect::Apply(update),
             // The attempt's bytes may be on the wire: its own result decides. The vendor
@@ -359,9 +366,17 @@ impl CallbackReceiver {
                     .await
                     .map(Some);
             }
-            Err(_) => CallbackEffect::Append(entry("late_evidence")),
+            Err(_) => match contradiction(row, evidence) {
+                Some(c) => {
+                    let mut e = entry(CONTRADICTION);
+                    e.note = Some(format!("{note}: {c}"));
+                    contradicted = Some(c);
+                    CallbackEffect::Contradiction(e)
+                }
+                None => CallbackEffect::Append(entry("late_evidence")),
+            },
         };
-        let late = matches!(effect, CallbackEffect::Append(_));
+        let late = !matches!(effect, CallbackEffect::Apply(_));
         let applied = shared.ledger.apply_callback(delivery, effect).await?;
         let outcome = match applied {
             CallbackApplied::Applied(new_row) => {
@@ -382,6 +397,9 @@ impl CallbackReceiver {
             }
             CallbackApplied::Appended => {
                 debug_assert!(late);
+                if let Some(c) = contradicted {
+                    return Ok(Some(self.alarm(event, row, evidence, c)));
+                }
                 tracing::warn!(
                     vendor,
                     event_id = %event.event_id,
@@ -416,6 +434,36 @@ impl CallbackReceiver {
             }
         };
         Ok(Some(outcome))
+    }
+
+    /// The alarm of a recorded contradiction: an error log, the counter and a notice.
+    fn alarm(
+        &self,
+        event: &ParsedEvent,
+        row: &OperationRecord,
+        evidence: &Evidence,
+        c: crate::contradiction::Contradiction,
+    ) -> DeliveryOutcome {
+        let vendor = self.inner.mapping.vendor.as_str();
+        tracing::error!(
+            vendor,
+            event_id = %event.event_id,
+            operation = %row.operation_id,
+            state = row.state.as_str(),
+            evidence = evidence.label(),
+            contradiction = %c,
+            "callback contradicts the operation's final state; marked for review"
+        );
+        count_contradiction(vendor);
+        self.inner.shared.notifier.publish(Notice::Contradiction {
+            outcome: Outcome::from_record(row, None, true),
+            evidence: evidence.clone(),
+            contradiction: c,
+            source: vendor.to_owned(),
+        });
+        DeliveryOutcome::Contradiction {
+            operation_id: row.operation_id.clone(),
+        }
     }
 
     /// Whether an operation of another tenant carries the value: one probe through an index
@@ -536,6 +584,18 @@ fn count_event(vendor: &str, outcome: &'static str) {
 #[cfg(not(feature = "metrics"))]
 fn count_event(_vendor: &str, _outcome: &'static str) {}
 
+#[cfg(feature = "metrics")]
+fn count_contradiction(vendor: &str) {
+    metrics::counter!(
+        "recoverable_write_contradictions_total",
+        "vendor" => vendor.to_owned(),
+    )
+    .increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+fn count_contradiction(_vendor: &str) {}
+
 #[cfg(feature = "axum")]
 mod axum_impl {
     use axum::extract::State as AxumState;
@@ -571,5 +631,134 @@ mod axum_impl {
         body: Bytes,
     ) -> Receipt {
         receiver.receive(&headers, &body).await
+    }
+}
+
+/// The alarm's counter, read through a recorder local to the test's thread.
+#[cfg(all(test, feature = "metrics", feature = "test-util"))]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::SystemTime;
+
+    use metrics::{
+        Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+    use serde_json::json;
+
+    use super::*;
+    use crate::callbacks::Secret;
+    use crate::ledger::Ledger;
+    use crate::ledger::conformance::{RawChanges, T0, keep, new_operation, update_of};
+    use crate::testing::callbacks::{Signer, ticket_mapping};
+
+    /// Counter totals by `name{label=value,...}`.
+    #[derive(Clone, Default)]
+    struct Totals(Arc<Mutex<HashMap<String, u64>>>);
+
+    struct Handle(String, Totals);
+
+    impl CounterFn for Handle {
+        fn increment(&self, value: u64) {
+            *self.1.0.lock().unwrap().entry(self.0.clone()).or_default() += value;
+        }
+
+        fn absolute(&self, value: u64) {
+            self.1.0.lock().unwrap().insert(self.0.clone(), value);
+        }
+    }
+
+    impl Recorder for Totals {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let name = format!("{}{{{}}}", key.name(), labels.join(","));
+            Counter::from_arc(Arc::new(Handle(name, self.clone())))
+        }
+
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    /// Issue 27 item 5: a contradiction increments
+    /// `recoverable_write_contradictions_total{vendor}` once, and a redelivery does not.
+    #[test]
+    fn a_contradiction_counts_once_per_event_with_its_vendor() {
+        let totals = Totals::default();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let secret = Secret::new("whsec_unit_test_secret").unwrap();
+        let ledger = crate::MemoryLedger::new();
+        let rw = crate::RecoverableWrite::builder(ledger.clone())
+            .build()
+            .unwrap();
+        let receiver = CallbackReceiver::new(
+            &rw,
+            ticket_mapping(),
+            super::super::StripeSignature::new(secret.clone()),
+            AccountTenants::default().account("tenant-a", "tenant-a"),
+        );
+        let event = json!({
+            "event": {"id": "evt_contra", "type": "ticket.created"},
+            "tenant": "tenant-a",
+            "ticket": {"id": "W2", "status": "SUCCEEDED", "operation_id": "op-rej", "idempotency_key": null}
+        });
+        let d = Signer::stripe(secret).sign("evt_contra", &event, SystemTime::now());
+        let outcomes = metrics::with_local_recorder(&totals, || {
+            rt.block_on(async {
+                let r = ledger
+                    .create_or_get(new_operation("tenant-a", "op-rej", "intent-rej"))
+                    .await
+                    .unwrap()
+                    .into_record();
+                let rejected = RawChanges {
+                    last_result: Some(State::Rejected),
+                    ..keep(&r, State::Rejected, T0)
+                };
+                ledger
+                    .apply(update_of(&r, rejected, "setup"))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let first = receiver.receive(&d.headers, &d.body).await;
+                let again = receiver.receive(&d.headers, &d.body).await;
+                (first.outcomes, again.outcomes)
+            })
+        });
+        assert_eq!(
+            outcomes,
+            (
+                vec![DeliveryOutcome::Contradiction {
+                    operation_id: OperationId::new("op-rej")
+                }],
+                vec![DeliveryOutcome::Duplicate]
+            )
+        );
+        let totals = totals.0.lock().unwrap();
+        assert_eq!(
+            totals.get("recoverable_write_contradictions_total{vendor=fake-vendor}"),
+            Some(&1),
+            "{totals:?}"
+        );
+        assert_eq!(
+            totals.get(
+                "recoverable_write_callback_events_total{vendor=fake-vendor,outcome=contradiction}"
+            ),
+            Some(&1),
+            "{totals:?}"
+        );
     }
 }

@@ -43,6 +43,15 @@ pub enum CallbackEffect {
     /// the entry as late evidence and advances the version (as
     /// [`Ledger::append_evidence`](super::Ledger::append_evidence)), changes nothing else.
     Append(NewEvidence),
+    /// Cannot move it, and contradicts the final state it reached (a success after `REJECTED`,
+    /// a failure after `SUCCEEDED`, another vendor reference than the recorded one): appends
+    /// the entry (kind [`CONTRADICTION`](crate::contradiction::CONTRADICTION)), advances the
+    /// version and marks the operation as carrying an unacknowledged contradiction
+    /// ([`OperationRecord::contradiction_ms`], kept at the first one's time), so it is listed by
+    /// [`OperationQuery::contradicted`](super::OperationQuery::contradicted) until a person
+    /// acknowledges it ([`Ledger::acknowledge_contradiction`](super::Ledger::acknowledge_contradiction)).
+    /// Nothing else changes: a final state stays final.
+    Contradiction(NewEvidence),
 }
 
 /// What [`Ledger::apply_callback`](super::Ledger::apply_callback) did.
@@ -53,7 +62,8 @@ pub enum CallbackEffect {
 pub enum CallbackApplied {
     /// First delivery of the event: recorded, and the operation moved; the row after the move.
     Applied(OperationRecord),
-    /// First delivery of the event: recorded, and its entry appended as late evidence.
+    /// First delivery of the event: recorded, and its entry appended as late evidence (or, for
+    /// [`CallbackEffect::Contradiction`], as a contradiction, the operation marked).
     Appended,
     /// The event was recorded before (by this or another instance): nothing changed.
     Duplicate,
@@ -142,6 +152,7 @@ pub(crate) fn outcome(effect: &CallbackEffect) -> &'static str {
     match effect {
         CallbackEffect::Apply(_) => "applied",
         CallbackEffect::Append(_) => "appended",
+        CallbackEffect::Contradiction(_) => "contradiction",
     }
 }
 

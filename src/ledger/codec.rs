@@ -536,6 +536,7 @@ macro_rules! row_decoder {
                 created_ms: c.get("created_ms")?,
                 updated_ms: c.get("updated_ms")?,
                 details_removed_ms: c.get("details_removed_ms")?,
+                contradiction_ms: c.get("contradiction_ms")?,
             })
         }
 

@@ -140,6 +140,7 @@ macro_rules! ledger_conformance_tests {
                 callbacks_are_seen_once_recorded_ignored_ones_included,
                 quarantined_callbacks_are_scoped_before_the_limit,
                 other_tenant_with_finds_only_other_tenants,
+                contradiction_marks_the_operation_until_acknowledged,
                 find_by_remote_ref_and_idempotency_key_stay_in_their_tenant,
                 concurrent_deliveries_of_one_event_change_the_state_once,
                 purge_details_slims_finished_rows_and_keeps_their_identity,

@@ -1023,6 +1023,12 @@ impl Ledger for MemoryLedger {
                     row.append(&mut t.next_seq, entry);
                     CallbackApplied::Appended
                 }
+                CallbackEffect::Contradiction(entry) => {
+                    let at = entry.at_ms;
+                    row.append(&mut t.next_seq, entry);
+                    row.record.contradiction_ms.get_or_insert(at);
+                    CallbackApplied::Appended
+                }
             };
             t.callback_events.insert(
                 key,
@@ -1130,6 +1136,28 @@ impl Ledger for MemoryLedger {
                         }
                 })
                 .map(|r| r.tenant.clone()))
+        })
+    }
+
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let mut guard = self.tables()?;
+            let t = &mut *guard;
+            let Some(row) = t.operations.get_mut(tenant, id) else {
+                return Ok(None);
+            };
+            if row.record.version != expected_version || row.record.contradiction_ms.is_none() {
+                return Ok(None);
+            }
+            row.append(&mut t.next_seq, entry);
+            row.record.contradiction_ms = None;
+            Ok(Some(row.record.clone()))
         })
     }
 

@@ -199,6 +199,12 @@ pub struct OperationRecord {
     /// When the retention's details stage dropped this operation's request, response and
     /// evidence details ([`PurgeStage::Details`]); `None` while they are kept.
     pub details_removed_ms: Option<i64>,
+    /// When evidence contradicting this operation's final state was first recorded
+    /// ([`CallbackEffect::Contradiction`]: a success after `REJECTED`, a failure after
+    /// `SUCCEEDED`, another vendor reference), while no person has acknowledged it
+    /// ([`Ledger::acknowledge_contradiction`]); `None` otherwise. Such operations are listed by
+    /// [`OperationQuery::contradicted`].
+    pub contradiction_ms: Option<i64>,
 }
 
 /// What [`Ledger::create_or_get`] found.
@@ -514,6 +520,26 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         entry: NewEvidence,
     ) -> BoxFuture<'a, Result<(), LedgerError>>;
 
+    /// Clears the operation's unacknowledged contradiction ([`OperationRecord::contradiction_ms`])
+    /// and appends `entry` (the person's audit note), advancing the version, in one transaction,
+    /// if the row is still at `expected_version`: an acknowledgement names the view it was made
+    /// on, so one made before another contradiction arrived is refused ([the fencing
+    /// rule](self#the-fencing-rule)). Nothing else changes. `Ok(None)`: the row moved (or does
+    /// not exist, or carries no contradiction) and nothing changed.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        let _ = (tenant, id, expected_version, entry);
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
     /// The evidence log of one operation, oldest first.
     fn evidence<'a>(
         &'a self,
@@ -799,6 +825,7 @@ impl NewOperation {
             created_ms: self.now_ms,
             updated_ms: self.now_ms,
             details_removed_ms: None,
+            contradiction_ms: None,
         }
     }
 }

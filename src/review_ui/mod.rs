@@ -409,6 +409,8 @@ struct RowView {
     changed: String,
     attempts: String,
     reason: String,
+    /// A final state a vendor's later word contradicted, not yet acknowledged.
+    contradicted: bool,
 }
 
 struct FilterView {
@@ -439,6 +441,9 @@ struct QueuePage {
     first_page: Option<String>,
     skipped: usize,
     showing: String,
+    /// Operations of this scope whose final state was contradicted: `Some((count, link))`
+    /// when there are any (the count ends in `+` past one page).
+    contradicted: Option<(String, String)>,
 }
 
 /// A filter the page cannot use: 400 with what was wrong.
@@ -481,6 +486,7 @@ fn build_query(
         tenant: String::new(),
     };
     let (mut all, mut open, mut states) = (false, false, Vec::<State>::new());
+    let mut contradicted = false;
     let mut after = None;
     for (k, v) in params {
         let v = v.trim();
@@ -496,6 +502,7 @@ fn build_query(
             "state" => match v {
                 "open" => open = true,
                 "all" => all = true,
+                "contradicted" => contradicted = true,
                 _ => states
                     .push(parse_state(v).ok_or_else(|| BadFilter(format!("unknown state {v:?}")))?),
             },
@@ -540,7 +547,11 @@ fn build_query(
         }
     };
     let mut q = OperationQuery::scoped(scope).limit(cfg.page_size);
-    if all {
+    if contradicted {
+        // Final states, mostly: every state, narrowed to the contradicted rows.
+        f.state = "contradicted".into();
+        q = q.contradicted();
+    } else if all {
         f.state = "all".into();
     } else if states.is_empty() {
         q = q.states(OPEN_STATES);
@@ -651,6 +662,7 @@ fn row_view(base: &str, cfg: &ReviewUiConfig, r: &OperationRecord, now: i64) -> 
         changed: format!("{} ago", words::age(now - r.updated_ms)),
         attempts: format!("{}/{}", r.attempts_used, r.policy.max_attempts),
         reason,
+        contradicted: r.contradiction_ms.is_some(),
     }
 }
 
@@ -682,6 +694,35 @@ async fn queue(
     };
     let counts = match cfg.ledger.count_by_state(query.scope()).await {
         Ok(c) => c,
+        Err(e) => return ledger_failed(&who, &base, &e),
+    };
+    // Contradicted final states are not in any open state's count: say so above the queue.
+    // One page of the partial index, whatever the history holds.
+    let alarms = OperationQuery::scoped(query.scope().clone())
+        .contradicted()
+        .limit(cfg.page_size);
+    let contradicted = match cfg.ledger.list(&alarms).await {
+        Ok(p) if p.rows.is_empty() => None,
+        Ok(p) => Some((
+            format!(
+                "{}{}",
+                p.rows.len(),
+                if p.next.is_some() { "+" } else { "" }
+            ),
+            queue_href(
+                &base,
+                &FilterView {
+                    state: "contradicted".into(),
+                    contract: String::new(),
+                    host: String::new(),
+                    q: String::new(),
+                    older_than: String::new(),
+                    order: "oldest".into(),
+                    tenant: filters.tenant.clone(),
+                },
+                None,
+            ),
+        )),
         Err(e) => return ledger_failed(&who, &base, &e),
     };
     let counts = counts
@@ -738,6 +779,7 @@ async fn queue(
         first_page,
         skipped: page.skipped.len(),
         showing,
+        contradicted,
     };
     html(StatusCode::OK, view.render())
 }
@@ -747,10 +789,16 @@ fn plural(n: usize) -> &'static str {
 }
 
 fn state_options() -> Vec<StateOption> {
-    let mut v = vec![StateOption {
-        value: "open",
-        label: "Every open state",
-    }];
+    let mut v = vec![
+        StateOption {
+            value: "open",
+            label: "Every open state",
+        },
+        StateOption {
+            value: "contradicted",
+            label: "Contradicted final states",
+        },
+    ];
     for s in [
         State::ManualReview,
         State::Unknown,
@@ -845,6 +893,8 @@ struct OperationPage {
     late_heading: String,
     /// The late evidence holds a conclusive success, offered below as the resolution.
     late_success: bool,
+    /// The contradictions of the final state, while unacknowledged.
+    contradictions: Vec<LateView>,
     form: Option<FormView>,
     read_only_note: bool,
     terminal: bool,
@@ -1200,6 +1250,22 @@ fn operation_view(
             _ => "Evidence recorded after the last decision".to_owned(),
         },
         late_success: late_success.is_some() && p.state == State::ManualReview,
+        contradictions: if p.contradiction_ms.is_some() {
+            p.evidence
+                .iter()
+                .filter(|e| e.kind == crate::contradiction::CONTRADICTION)
+                .map(|e| LateView {
+                    at: format!(
+                        "{} ({} ago)",
+                        words::clock(e.at_ms),
+                        words::age(now - e.at_ms)
+                    ),
+                    what: e.note.clone().unwrap_or_else(|| words::kind(&e.kind)),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
         read_only_note: !who.may_resolve && !terminal,
         terminal,
         form,

@@ -121,6 +121,12 @@ forwarding_ledger! {
     fn quarantined(limit: u32) -> Vec<QuarantinedRow> as Quarantined;
     fn append_evidence(tenant: &'a Tenant, id: &'a OperationId, entry: NewEvidence) -> ()
         as AppendEvidence;
+    fn acknowledge_contradiction(
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence
+    ) -> Option<OperationRecord> as AcknowledgeContradiction;
     fn evidence(tenant: &'a Tenant, id: &'a OperationId) -> Vec<EvidenceEntry> as Evidence;
     fn list(query: &'a OperationQuery) -> Page as List;
     fn count_by_state(scope: &'a TenantScope) -> StateCounts as CountByState;
@@ -159,6 +165,7 @@ impl LedgerCall {
             | Self::ClaimPrepared
             | Self::SweepExpired
             | Self::AppendEvidence
+            | Self::AcknowledgeContradiction
             | Self::ApplyCallback
             | Self::QuarantineCallback
             | Self::RecordIgnoredCallback

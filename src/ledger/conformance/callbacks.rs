@@ -1,14 +1,18 @@
 //! Conformance checks of issue 27: callbacks are deduplicated before they are matched (ignored
-//! types included), an unmatched one is told apart from another tenant's by an index probe, and
-//! the quarantine is listed per tenant before its limit.
+//! types included), an unmatched one is told apart from another tenant's by an index probe, the
+//! quarantine is listed per tenant before its limit, and a contradiction of a final state marks
+//! the operation for the review queue until a person acknowledges it.
 
 use super::{
-    RawChanges, T0, apply_ok, delivery, get, keep, must, new_operation, put, quarantined,
-    succeeded_by_callback, update_of,
+    RawChanges, T0, apply_ok, delivery, evidence_entry, get, keep, kinds, log, must, new_operation,
+    put, quarantined, succeeded_by_callback, update_of,
 };
+use crate::contradiction::{CONTRADICTION, CONTRADICTION_ACKNOWLEDGED};
+use crate::evidence::Evidence;
 use crate::ledger::{
     CallbackApplied, CallbackEffect, CallbackQuarantined, CallbackRecorded, Created,
-    IgnoredCallback, Ledger, ProbeBy, QuarantinedCallback, TenantScope,
+    IgnoredCallback, Ledger, NewEvidence, OperationQuery, OperationRecord, ProbeBy,
+    QuarantinedCallback, TenantScope,
 };
 use crate::operation::Tenant;
 use crate::state::State;
@@ -211,4 +215,198 @@ pub async fn other_tenant_with_finds_only_other_tenants<L: Ledger>(ledger: L) {
         probe(&a, ProbeBy::OperationId, done.operation_id.as_str()).await,
         Some(b.clone())
     );
+}
+
+fn contradiction_entry(r: &OperationRecord, at_ms: i64) -> NewEvidence {
+    NewEvidence {
+        generation: r.generation,
+        from_state: Some(r.state),
+        to_state: Some(r.state),
+        evidence: Some(Evidence::Rejected {
+            reason: "card_declined".to_owned(),
+        }),
+        note: Some("stripe callback evt_c: a failure for a write recorded as succeeded".into()),
+        ..evidence_entry(CONTRADICTION, at_ms)
+    }
+}
+
+async fn contradicted<L: Ledger>(ledger: &L, scope: TenantScope) -> Vec<String> {
+    let page = must(
+        ledger
+            .list(&OperationQuery::scoped(scope).contradicted())
+            .await,
+        "list",
+    );
+    page.rows
+        .into_iter()
+        .map(|r| r.operation_id.to_string())
+        .collect()
+}
+
+/// Checks a contradiction of a final state: recorded once with its dedupe record, the state
+/// and every other column unchanged but the version and the mark (kept at the first one's
+/// time), listed by the contradicted filter for its tenant and across tenants, and cleared only
+/// by an acknowledgement made on the current version, which is audited and advances the
+/// version.
+pub async fn contradiction_marks_the_operation_until_acknowledged<L: Ledger>(ledger: L) {
+    let r = put(&ledger, "op-cb-contra", State::Succeeded, None, None).await;
+    let quiet = put(&ledger, "op-cb-quiet", State::Succeeded, None, None).await;
+    assert_eq!(r.contradiction_ms, None);
+    assert!(
+        contradicted(&ledger, TenantScope::AllTenants)
+            .await
+            .is_empty()
+    );
+    for expected in [CallbackApplied::Appended, CallbackApplied::Duplicate] {
+        let got = must(
+            ledger
+                .apply_callback(
+                    delivery(&r, "evt_c"),
+                    CallbackEffect::Contradiction(contradiction_entry(&r, T0 + 7)),
+                )
+                .await,
+            "apply_callback",
+        );
+        assert_eq!(got, expected);
+    }
+    let marked = get(&ledger, &r).await;
+    assert_eq!(marked.contradiction_ms, Some(T0 + 7));
+    assert_eq!(
+        marked.version,
+        r.version + 1,
+        "the redelivery changed nothing"
+    );
+    assert_eq!(
+        OperationRecord {
+            version: r.version,
+            contradiction_ms: None,
+            ..marked.clone()
+        },
+        r,
+        "a final state stays final: nothing else changes"
+    );
+    let entries = log(&ledger, &r).await;
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| e.entry.kind == CONTRADICTION)
+            .count(),
+        1,
+        "{:?}",
+        kinds(&entries)
+    );
+    let id = r.operation_id.to_string();
+    assert_eq!(
+        contradicted(&ledger, TenantScope::AllTenants).await,
+        [id.as_str()]
+    );
+    assert_eq!(
+        contradicted(&ledger, TenantScope::Tenant(r.tenant.clone())).await,
+        [id.as_str()]
+    );
+    assert!(
+        contradicted(&ledger, TenantScope::Tenant(Tenant::new("tenant-b")))
+            .await
+            .is_empty()
+    );
+    // With a state filter too: a contradicted operation is usually finished.
+    let page = must(
+        ledger
+            .list(
+                &OperationQuery::all_tenants()
+                    .state(State::Succeeded)
+                    .contradicted(),
+            )
+            .await,
+        "list",
+    );
+    assert_eq!(page.rows.len(), 1);
+    assert_eq!(page.rows[0].operation_id, r.operation_id);
+    assert_ne!(page.rows[0].operation_id, quiet.operation_id);
+
+    // A second contradiction keeps the first one's time and advances the version again.
+    must(
+        ledger
+            .apply_callback(
+                delivery(&r, "evt_c2"),
+                CallbackEffect::Contradiction(contradiction_entry(&marked, T0 + 9)),
+            )
+            .await,
+        "apply_callback",
+    );
+    let twice = get(&ledger, &r).await;
+    assert_eq!(twice.contradiction_ms, Some(T0 + 7));
+    assert_eq!(twice.version, marked.version + 1);
+
+    // An acknowledgement made on the view before the second contradiction is stale.
+    let ack = |version: u64| NewEvidence {
+        generation: twice.generation,
+        note: Some(format!(
+            "acknowledged by alice; version {version} -> {}",
+            version + 1
+        )),
+        ..evidence_entry(CONTRADICTION_ACKNOWLEDGED, T0 + 10)
+    };
+    let stale = must(
+        ledger
+            .acknowledge_contradiction(
+                &r.tenant,
+                &r.operation_id,
+                marked.version,
+                ack(marked.version),
+            )
+            .await,
+        "acknowledge_contradiction",
+    );
+    assert_eq!(stale, None);
+    assert_eq!(
+        get(&ledger, &r).await,
+        twice,
+        "a stale acknowledgement changes nothing"
+    );
+
+    let cleared = must(
+        ledger
+            .acknowledge_contradiction(
+                &r.tenant,
+                &r.operation_id,
+                twice.version,
+                ack(twice.version),
+            )
+            .await,
+        "acknowledge_contradiction",
+    )
+    .expect("acknowledged on the current version");
+    assert_eq!(cleared.contradiction_ms, None);
+    assert_eq!(cleared.version, twice.version + 1);
+    assert_eq!(cleared.state, State::Succeeded);
+    assert_eq!(get(&ledger, &r).await, cleared);
+    let entries = log(&ledger, &r).await;
+    assert_eq!(
+        entries.last().map(|e| &*e.entry.kind),
+        Some(CONTRADICTION_ACKNOWLEDGED),
+        "{:?}",
+        kinds(&entries)
+    );
+    assert!(
+        contradicted(&ledger, TenantScope::AllTenants)
+            .await
+            .is_empty()
+    );
+    // Nothing left to acknowledge.
+    assert_eq!(
+        must(
+            ledger
+                .acknowledge_contradiction(
+                    &r.tenant,
+                    &r.operation_id,
+                    cleared.version,
+                    ack(cleared.version)
+                )
+                .await,
+            "acknowledge_contradiction",
+        ),
+        None
+    );
+    assert_eq!(get(&ledger, &r).await, cleared);
 }

@@ -1040,6 +1040,39 @@ impl Ledger for PostgresLedger {
         })
     }
 
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            check_key(tenant, id)?;
+            let version = i64::try_from(expected_version).map_err(|_| {
+                LedgerError::Config(format!("version {expected_version} out of range"))
+            })?;
+            let at_ms = self.caller_now(entry.at_ms);
+            let e = EvidenceColumns::encode(entry, POSTGRES)?;
+            let row = sqlx::query(AssertSqlSafe(self.sql.acknowledge_contradiction.clone()))
+                .bind(at_ms)
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .bind(e.attempt_id)
+                .bind(e.generation)
+                .bind(e.kind)
+                .bind(e.from_state)
+                .bind(e.to_state)
+                .bind(e.evidence)
+                .bind(e.note)
+                .bind(version)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            row.as_ref().map(decode_operation).transpose()
+        })
+    }
+
     fn find_by_remote_ref<'a>(
         &'a self,
         tenant: &'a Tenant,

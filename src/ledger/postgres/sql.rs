@@ -39,6 +39,8 @@ pub(super) struct Statements {
     pub(super) select_callback_event: Arc<str>,
     pub(super) other_tenant_by_id: Arc<str>,
     pub(super) other_tenant_by_remote_ref: Arc<str>,
+    pub(super) append_contradiction: Arc<str>,
+    pub(super) acknowledge_contradiction: Arc<str>,
     pub(super) operation_exists: Arc<str>,
     pub(super) select_by_remote_ref: Arc<str>,
     pub(super) select_by_idempotency_key: Arc<str>,
@@ -276,6 +278,42 @@ SELECT $2::text, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $
        COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
 FROM bumped"
         );
+        // A contradiction of a final state: the entry as above, and the row marked with the
+        // time of the first one (the statement's time, as the entry's).
+        let append_contradiction = format!(
+            "WITH bumped AS (
+    UPDATE {ops} SET version = version + 1,
+        contradiction_ms = COALESCE(
+            contradiction_ms,
+            $1::bigint,
+            (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+        )
+    WHERE tenant = $2::text AND operation_id = $3::text
+    RETURNING 1
+)
+INSERT INTO {ev} ({ev_columns})
+SELECT $2::text, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text,
+       $10::text,
+       COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+FROM bumped"
+        );
+        // A person's acknowledgement of a contradiction, fenced by the version they read: the
+        // mark is cleared, the version advances and their entry is inserted, or nothing at all.
+        let acknowledge_contradiction = format!(
+            "WITH cleared AS (
+    UPDATE {ops} SET contradiction_ms = NULL, version = version + 1
+    WHERE tenant = $2::text AND operation_id = $3::text AND version = $11::bigint
+      AND contradiction_ms IS NOT NULL
+    RETURNING *
+), entry AS (
+    INSERT INTO {ev} ({ev_columns})
+    SELECT $2::text, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text,
+           $10::text,
+           COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+    FROM cleared
+)
+SELECT * FROM cleared"
+        );
         let select_evidence = format!(
             "SELECT id, {ev_columns} FROM {ev} WHERE tenant = $1 AND operation_id = $2 ORDER BY id"
         );
@@ -330,6 +368,8 @@ ORDER BY created_ms, seq LIMIT 1"
             select_callback_event: select_callback_event.into(),
             other_tenant_by_id: other_tenant_by_id.into(),
             other_tenant_by_remote_ref: other_tenant_by_remote_ref.into(),
+            append_contradiction: append_contradiction.into(),
+            acknowledge_contradiction: acknowledge_contradiction.into(),
             operation_exists: operation_exists.into(),
             select_by_remote_ref: select_by_remote_ref.into(),
             select_by_idempotency_key: select_by_idempotency_key.into(),

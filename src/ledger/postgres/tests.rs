@@ -184,14 +184,15 @@ async fn the_review_queue_listing_and_the_counts_read_the_state_indexes() {
 
 /// Issue 27 item 7: what an unmatched callback costs is index probes, never a scan of the
 /// finished rows: the dedupe probe, the probes across tenants by operation id and by vendor
-/// reference, a tenant's quarantined events.
+/// reference, a tenant's quarantined events; and the review queue's contradicted operations
+/// are read through their partial index.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn callback_probes_read_their_indexes() {
-    use super::super::query::Arg;
+async fn callback_probes_and_the_contradicted_listing_read_their_indexes() {
+    use super::super::query::{Arg, list_sql};
     let Some(url) = pg_url().await else { return };
     let (ledger, schema, _) = filled(&url, 20_000).await;
     let text = |v: &str| Arg::Text(v.to_owned());
-    let checks: Vec<(String, Vec<Arg>, &str)> = vec![
+    let mut checks: Vec<(String, Vec<Arg>, &str)> = vec![
         (
             ledger.sql.select_callback_event.to_string(),
             vec![text("stripe"), text("evt_1")],
@@ -213,6 +214,13 @@ async fn callback_probes_read_their_indexes() {
             "rw_callback_quarantine_by_tenant",
         ),
     ];
+    for q in [
+        OperationQuery::all_tenants().contradicted(),
+        OperationQuery::tenant(Tenant::new("tenant-a")).contradicted(),
+    ] {
+        let sql = list_sql(&q, &ledger.sql.operations, "seq", '$').expect("sql");
+        checks.push((sql.text, sql.args, "rw_operations_contradicted"));
+    }
     let mut failures = Vec::new();
     for (sql, args, index) in checks {
         let plan = explain(&ledger, &sql, args).await;

@@ -50,10 +50,15 @@ impl PostgresLedger {
                 let sql = self.sql.append_evidence.clone();
                 self.append_in(tx, sql, &delivery, entry).await
             }
+            CallbackEffect::Contradiction(entry) => {
+                let sql = self.sql.append_contradiction.clone();
+                self.append_in(tx, sql, &delivery, entry).await
+            }
         }
     }
 
-    /// Appends `entry` to the delivery's operation with `sql`, advancing its version.
+    /// Appends `entry` to the delivery's operation with `sql` (the plain append, or the one
+    /// that also marks a contradiction), advancing its version.
     async fn append_in(
         &self,
         tx: &mut PgConnection,

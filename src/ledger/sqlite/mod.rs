@@ -1004,6 +1004,7 @@ impl Ledger for SqliteLedger {
             enum Change {
                 Apply(Statement, Statement),
                 Append(Append),
+                Contradiction(Append, Statement),
             }
             let change = match effect {
                 CallbackEffect::Apply(update) => {
@@ -1014,6 +1015,19 @@ impl Ledger for SqliteLedger {
                 CallbackEffect::Append(entry) => {
                     let entry = EvidenceColumns::encode(entry, SQLITE)?;
                     Change::Append(Append::new(&delivery.tenant, &delivery.operation_id, entry))
+                }
+                CallbackEffect::Contradiction(entry) => {
+                    let at = entry.at_ms;
+                    let entry = EvidenceColumns::encode(entry, SQLITE)?;
+                    let mark = Statement::new(MARK_CONTRADICTION, |a| {
+                        a.push(delivery.tenant.as_str())
+                            .push(delivery.operation_id.as_str())
+                            .push(at);
+                    });
+                    Change::Contradiction(
+                        Append::new(&delivery.tenant, &delivery.operation_id, entry),
+                        mark,
+                    )
                 }
             };
             self.write(move |conn| {
@@ -1040,6 +1054,13 @@ impl Ledger for SqliteLedger {
                         if append.execute(conn)? == 0 {
                             return Ok(Finish::Unchanged(CallbackApplied::NoOperation));
                         }
+                        CallbackApplied::Appended
+                    }
+                    Change::Contradiction(append, mark) => {
+                        if append.execute(conn)? == 0 {
+                            return Ok(Finish::Unchanged(CallbackApplied::NoOperation));
+                        }
+                        mark.execute(conn)?;
                         CallbackApplied::Appended
                     }
                 };
@@ -1148,6 +1169,37 @@ impl Ledger for SqliteLedger {
                         })
                 })
                 .transpose()
+        })
+    }
+
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let version = i64::try_from(expected_version).map_err(|_| {
+                LedgerError::Config(format!("version {expected_version} out of range"))
+            })?;
+            let clear = Statement::new(ACKNOWLEDGE_CONTRADICTION, |a| {
+                a.push(tenant.as_str()).push(id.as_str()).push(version);
+            });
+            let entry = evidence(
+                APPEND_EVIDENCE,
+                tenant,
+                id,
+                EvidenceColumns::encode(entry, SQLITE)?,
+            );
+            self.write(move |conn| {
+                let Some(row) = clear.rows(conn)?.into_iter().next() else {
+                    return Ok(Finish::Unchanged(None));
+                };
+                entry.execute(conn)?;
+                Ok(Finish::Commit(Some(decode_operation(&row)?)))
+            })
+            .await
         })
     }
 

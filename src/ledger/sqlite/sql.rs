@@ -390,6 +390,19 @@ pub(super) const SELECT_OTHER_TENANT_BY_ID: &str =
 pub(super) const SELECT_OTHER_TENANT_BY_REMOTE_REF: &str =
     "SELECT tenant FROM rw_operations WHERE remote_ref = ?1 AND tenant <> ?2 LIMIT 1";
 
+/// Marks a contradiction of operation (?1, ?2) at ?3, keeping the first one's time; the
+/// version is advanced by the entry's [`Append`].
+pub(super) const MARK_CONTRADICTION: &str = "
+UPDATE rw_operations SET contradiction_ms = COALESCE(contradiction_ms, ?3)
+WHERE tenant = ?1 AND operation_id = ?2";
+
+/// Clears the contradiction of operation (?1, ?2) if it is still at version ?3 and carries one;
+/// the version advances (the acknowledgement's entry is inserted with it).
+pub(super) const ACKNOWLEDGE_CONTRADICTION: &str = "
+UPDATE rw_operations SET contradiction_ms = NULL, version = version + 1
+WHERE tenant = ?1 AND operation_id = ?2 AND version = ?3 AND contradiction_ms IS NOT NULL
+RETURNING *";
+
 /// Whether an operation exists: ?1 tenant, ?2 operation id.
 pub(super) const OPERATION_EXISTS: &str =
     "SELECT 1 FROM rw_operations WHERE tenant = ?1 AND operation_id = ?2";

@@ -588,6 +588,29 @@ async fn callback_lookups_read_their_indexes() {
     );
 }
 
+/// The review queue's contradicted operations are read through their partial index, for one
+/// tenant and for all, never by scanning the finished rows.
+#[tokio::test]
+async fn contradicted_listing_reads_its_partial_index() {
+    use super::super::query::list_sql;
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    for q in [
+        OperationQuery::all_tenants().contradicted(),
+        OperationQuery::all_tenants()
+            .contradicted()
+            .order(Order::OldestFirst),
+        OperationQuery::tenant(Tenant::new("t")).contradicted(),
+    ] {
+        let plan = plan_of(
+            &ledger,
+            list_sql(&q, "rw_operations", "rowid", '?').unwrap(),
+        )
+        .await;
+        assert!(plan.contains("rw_operations_contradicted"), "{q:?}\n{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{q:?}\n{plan}");
+    }
+}
+
 /// Only the claim must be durable before a send: a batch holding nothing but results recorded
 /// after their send commits at `synchronous = NORMAL` (no fsync), any batch with a claim at the
 /// configured `FULL`, and the level switches back for the next claim.
