@@ -181,7 +181,7 @@ fn identify(op: &OperationRecord, answer: &Value, settled: bool) -> Evidence {
         Some("SUCCEEDED") => Evidence::Succeeded {
             remote_ref: Some(ticket_id.to_owned()),
         },
-        Some("PROCESSING") => Evidence::Processing { retry_after: None },
+        Some("PROCESSING") => Evidence::processing(),
         Some("REJECTED") => Evidence::Rejected {
             reason: format!("ticket {ticket_id} is listed as REJECTED"),
         },

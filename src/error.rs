@@ -41,6 +41,11 @@ pub struct Outcome {
     pub attempt: Option<AttemptId>,
     /// `true` when nothing was sent by this call: the answer comes from the ledger.
     pub from_ledger: bool,
+    /// `true` when the answer replays a stored vendor response whose body was cut to the
+    /// stored-body limit: it is not the vendor's whole answer. The replayed response carries
+    /// [`TRUNCATED_HEADER`](crate::layer::TRUNCATED_HEADER) too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub body_truncated: bool,
     /// One sentence for a person or a model.
     pub message: String,
 }
@@ -64,14 +69,17 @@ impl Outcome {
         from_ledger: bool,
     ) -> Self {
         let ids = (r.tenant.clone(), r.operation_id.clone());
-        Self::from_parts(
-            ids,
-            r.state,
-            r.last_result,
-            r.remote_ref.clone(),
-            attempt,
-            from_ledger,
-        )
+        Self {
+            body_truncated: from_ledger && r.response.as_ref().is_some_and(|s| s.is_truncated()),
+            ..Self::from_parts(
+                ids,
+                r.state,
+                r.last_result,
+                r.remote_ref.clone(),
+                attempt,
+                from_ledger,
+            )
+        }
     }
 
     /// [`from_record`](Self::from_record) for a row the caller is done with: its vendor
@@ -81,15 +89,19 @@ impl Outcome {
         attempt: Option<AttemptId>,
         from_ledger: bool,
     ) -> Self {
+        let body_truncated = from_ledger && r.response.as_ref().is_some_and(|s| s.is_truncated());
         let ids = (r.tenant, r.operation_id);
-        Self::from_parts(
-            ids,
-            r.state,
-            r.last_result,
-            r.remote_ref,
-            attempt,
-            from_ledger,
-        )
+        Self {
+            body_truncated,
+            ..Self::from_parts(
+                ids,
+                r.state,
+                r.last_result,
+                r.remote_ref,
+                attempt,
+                from_ledger,
+            )
+        }
     }
 
     fn from_parts(
@@ -109,6 +121,7 @@ impl Outcome {
             remote_ref,
             attempt,
             from_ledger,
+            body_truncated: false,
         }
     }
 }

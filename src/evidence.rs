@@ -18,11 +18,16 @@ pub enum Evidence {
         /// The vendor's reference of the created object, when known.
         remote_ref: Option<String>,
     },
-    /// Accepted, not finished (202, or a lookup saying PROCESSING).
+    /// Accepted, not finished (202, or a lookup or callback saying PROCESSING).
     Processing {
         /// The server's advice on when to look again.
         #[serde(default, with = "opt_millis", skip_serializing_if = "Option::is_none")]
         retry_after: Option<Duration>,
+        /// The vendor's reference of the object being worked on, when the answer names it
+        /// (a 202 with an id, a callback about the object). Recorded on the operation, so a
+        /// later callback or lookup that names only this reference finds it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        remote_ref: Option<String>,
     },
     /// A documented rejection: this request had no side effect (e.g. validation 400, 401/403).
     Rejected {
@@ -74,6 +79,14 @@ impl Evidence {
         }
     }
 
+    /// Processing evidence with no server hint and no reference.
+    pub fn processing() -> Self {
+        Self::Processing {
+            retry_after: None,
+            remote_ref: None,
+        }
+    }
+
     /// Not-executed evidence with no server hint.
     pub fn not_executed(why: impl Into<String>) -> Self {
         Self::NotExecuted {
@@ -85,9 +98,20 @@ impl Evidence {
     /// The server's retry/poll advice carried by this evidence, if any.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::Processing { retry_after }
+            Self::Processing { retry_after, .. }
             | Self::NotExecuted { retry_after, .. }
             | Self::Unknown { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The vendor's reference this evidence names, if any (a success's, or a processing
+    /// answer's).
+    pub fn remote_ref(&self) -> Option<&str> {
+        match self {
+            Self::Succeeded { remote_ref } | Self::Processing { remote_ref, .. } => {
+                remote_ref.as_deref()
+            }
             _ => None,
         }
     }
@@ -137,10 +161,18 @@ mod tests {
     fn evidence_serializes_with_a_kind_tag() {
         let e = Evidence::Processing {
             retry_after: Some(Duration::from_millis(1500)),
+            remote_ref: None,
         };
         let json = serde_json::to_string(&e).unwrap();
         assert_eq!(json, r#"{"kind":"processing","retry_after":1500}"#);
         assert_eq!(serde_json::from_str::<Evidence>(&json).unwrap(), e);
+        let named = Evidence::Processing {
+            retry_after: None,
+            remote_ref: Some("pi_1".into()),
+        };
+        let json = serde_json::to_string(&named).unwrap();
+        assert_eq!(json, r#"{"kind":"processing","remote_ref":"pi_1"}"#);
+        assert_eq!(serde_json::from_str::<Evidence>(&json).unwrap(), named);
         let c = Evidence::Conflict {
             conflict: ConflictKind::Mismatch,
         };

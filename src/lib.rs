@@ -91,6 +91,7 @@ pub mod callbacks;
 pub mod cli;
 pub mod clock;
 pub mod contract;
+pub mod contradiction;
 mod core;
 mod encoding;
 mod error;

@@ -1,4 +1,5 @@
-//! Notifications: resolutions for waiting callers, escalations and late evidence for reviewers.
+//! Notifications: resolutions for waiting callers, escalations, late evidence and contradictions
+//! for reviewers.
 //!
 //! A [`Notifier`] is a broadcast channel shared by the layer and the recovery engine in one
 //! process. Callers that asked to wait for resolution
@@ -10,6 +11,7 @@
 
 use tokio::sync::broadcast;
 
+use crate::contradiction::Contradiction;
 use crate::error::Outcome;
 use crate::evidence::Evidence;
 
@@ -34,6 +36,21 @@ pub enum Notice {
         /// What arrived.
         evidence: Evidence,
     },
+    /// Evidence arrived after the operation reached a final state and says otherwise (a
+    /// success after `REJECTED`, a failure after `SUCCEEDED`, another object than the one
+    /// recorded): an alarm for a person. It changed nothing, and the caller has already been
+    /// told the final state; the operation is marked and listed in the review queue until
+    /// someone acknowledges it (see [`contradiction`](crate::contradiction)).
+    Contradiction {
+        /// The operation as it stands (still final).
+        outcome: Outcome,
+        /// What arrived.
+        evidence: Evidence,
+        /// How it contradicts the final state.
+        contradiction: Contradiction,
+        /// Where it came from (the vendor of a callback).
+        source: String,
+    },
 }
 
 impl Notice {
@@ -42,7 +59,8 @@ impl Notice {
         match self {
             Notice::Transition(o)
             | Notice::Escalated { outcome: o, .. }
-            | Notice::LateEvidence { outcome: o, .. } => o,
+            | Notice::LateEvidence { outcome: o, .. }
+            | Notice::Contradiction { outcome: o, .. } => o,
         }
     }
 }

@@ -57,10 +57,19 @@ pub fn describe_evidence(e: &Evidence) -> String {
             Some(r) => format!("succeeded ({r})"),
             None => "succeeded (no reference)".to_owned(),
         },
-        Evidence::Processing { retry_after } => match retry_after {
-            Some(d) => format!("processing (retry after {})", format_duration(*d)),
-            None => "processing".to_owned(),
-        },
+        Evidence::Processing {
+            retry_after,
+            remote_ref,
+        } => {
+            let mut s = "processing".to_owned();
+            if let Some(r) = remote_ref {
+                s.push_str(&format!(" ({r})"));
+            }
+            if let Some(d) = retry_after {
+                s.push_str(&format!(" (retry after {})", format_duration(*d)));
+            }
+            s
+        }
         Evidence::Rejected { reason } => format!("rejected: {reason}"),
         Evidence::NotExecuted { why, .. } => format!("not executed: {why}"),
         Evidence::Unknown { why, .. } => format!("unknown: {why}"),
@@ -103,6 +112,7 @@ impl AuditEntry {
         if e.kind != "review_claimed"
             && e.kind != "review"
             && e.kind != crate::ledger::QUARANTINE_RELEASED
+            && e.kind != crate::contradiction::CONTRADICTION_ACKNOWLEDGED
         {
             return None;
         }
@@ -546,6 +556,7 @@ mod tests {
             may_have_applied: true,
             generation: 4,
             remote_ref: None,
+            contradiction_ms: None,
             parameters: ParameterSummary {
                 method: "POST".into(),
                 url: "http://v/tickets".into(),

@@ -26,6 +26,11 @@
 //!
 //! Late responses and reconciler answers after the claim are appended as evidence and published
 //! as [`Notice::LateEvidence`](crate::Notice::LateEvidence); they never restore automatic sends.
+//!
+//! A finished operation can be in the queue too: one whose final state a vendor's later word
+//! contradicted (see [`contradiction`](crate::contradiction)). It stays final; a person checks
+//! what happened at the vendor (a second charge, a refund to make) and then acknowledges it
+//! ([`Reviews::acknowledge_contradiction`]), which takes it out of the queue.
 //! Seed 000: a reviewer must not take `MANUAL_REVIEW` as proof that the old request was
 //! cancelled — the vendor's deduplication stays essential.
 
@@ -34,6 +39,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::authorize::Access;
+use crate::contradiction::CONTRADICTION_ACKNOWLEDGED;
 use crate::core::Shared;
 use crate::core::engine::{self, Applied, Extras};
 use crate::encoding::first_chars;
@@ -155,6 +161,10 @@ pub struct HandoffPackage {
     pub generation: u64,
     /// The vendor's reference, if known.
     pub remote_ref: Option<String>,
+    /// When evidence contradicting the operation's final state was first recorded, while
+    /// nobody has acknowledged it ([`Reviews::acknowledge_contradiction`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contradiction_ms: Option<i64>,
     /// The write as sent, redacted.
     pub parameters: ParameterSummary,
     /// Every attempt, in order.
@@ -371,6 +381,7 @@ impl Reviews {
             may_have_applied: row.may_have_applied,
             generation: row.generation.0,
             remote_ref: row.remote_ref,
+            contradiction_ms: row.contradiction_ms,
             attempts,
             evidence,
             authorization,
@@ -632,6 +643,74 @@ impl Reviews {
             ),
         )
         .await
+    }
+
+    /// Acknowledges the contradictions recorded on an operation (evidence that arrived after
+    /// its final state and says otherwise), if it is still at `expected_version`: the reviewer
+    /// has seen them and dealt with what they mean at the vendor. The operation leaves the
+    /// review queue; its state does not change (a final state stays final). The audit entry
+    /// (evidence kind `contradiction_acknowledged`) reads `contradiction acknowledged by
+    /// {reviewer}; version {n} -> {n+1}; reason: {reason}`.
+    ///
+    /// Fenced by the version: a contradiction that arrived after the reviewer read the
+    /// operation advanced it, so the acknowledgement is refused as stale and the reviewer sees
+    /// the new one first.
+    ///
+    /// # Errors
+    ///
+    /// [`ReviewError::ReasonRequired`] if `reason` is blank; [`ReviewError::NotFound`];
+    /// [`ReviewError::VersionMismatch`] if the operation moved; [`ReviewError::Refused`] if it
+    /// carries no contradiction to acknowledge.
+    pub async fn acknowledge_contradiction(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+        reviewer: &str,
+        reason: &str,
+        expected_version: u64,
+    ) -> Result<OperationRecord, ReviewError> {
+        let reason = required(reason)?;
+        let row = self.read(tenant, op).await?;
+        check_version(&row, expected_version)?;
+        if row.contradiction_ms.is_none() {
+            return Err(ReviewError::Refused(Refused {
+                from: row.state,
+                event: "acknowledge_contradiction",
+                detail: Some("the operation carries no contradiction to acknowledge".into()),
+            }));
+        }
+        let reviewer = clean(reviewer);
+        let entry = NewEvidence {
+            attempt_id: None,
+            generation: row.generation,
+            kind: CONTRADICTION_ACKNOWLEDGED.into(),
+            from_state: Some(row.state),
+            to_state: Some(row.state),
+            evidence: None,
+            note: Some(audit_note(
+                &format!("contradiction acknowledged by {reviewer}"),
+                expected_version,
+                Some(expected_version + 1),
+                Some(&reason),
+            )),
+            at_ms: self.shared.clock.now_ms(),
+        };
+        match self
+            .shared
+            .ledger
+            .acknowledge_contradiction(tenant, op, expected_version, entry)
+            .await?
+        {
+            Some(done) => Ok(done),
+            None => {
+                let now = self.read(tenant, op).await?;
+                Err(ReviewError::VersionMismatch {
+                    operation: op.clone(),
+                    expected: expected_version,
+                    current: now.version,
+                })
+            }
+        }
     }
 
     async fn apply(

@@ -10,16 +10,24 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use recoverable_write::callbacks::{
-    AccountTenants, CALLBACK_KIND, CallbackReceiver, DeliveryOutcome, Secret, StripeSignature,
+    AccountTenants, CALLBACK_KIND, CallbackMapping, CallbackReceiver, DeliveryOutcome, Secret,
+    StripeSignature,
 };
-use recoverable_write::ledger::Ledger;
-use recoverable_write::testing::FakeVendor;
+use recoverable_write::contradiction::{CONTRADICTION, Contradiction};
+use recoverable_write::ledger::conformance::new_operation;
+use recoverable_write::ledger::{
+    BoxFuture, Ledger, LedgerError, OperationQuery, OperationRecord, TenantScope,
+};
+use recoverable_write::review::ReviewError;
 use recoverable_write::testing::callbacks::{
     CallbackSender, Schedule, SignedDelivery, Signer, ticket_event, ticket_mapping,
 };
+use recoverable_write::testing::{
+    FakeVendor, ForwardingLedger, LedgerCall, OperationStatus, Ticket,
+};
 use recoverable_write::{
-    Config, Error, MemoryLedger, Operation, RecoverableWrite, SendOnceGuardLayer, SqliteLedger,
-    State,
+    Config, Error, Evidence, MemoryLedger, Notice, Operation, RecoverableWrite, SendOnceGuardLayer,
+    SqliteLedger, State,
 };
 use tower::ServiceBuilder;
 
@@ -189,7 +197,11 @@ async fn d29_a_callback_for_an_unknown_operation_is_quarantined() {
         deliver(&s, &d).await.outcomes,
         vec![DeliveryOutcome::Duplicate]
     );
-    let quarantined = s.rw.ledger().quarantined_callbacks(10).await.unwrap();
+    let quarantined =
+        s.rw.ledger()
+            .quarantined_callbacks(&TenantScope::AllTenants, 10)
+            .await
+            .unwrap();
     assert_eq!(quarantined.len(), 1);
     assert_eq!(quarantined[0].event_id, "evt_u");
     assert_eq!(
@@ -226,7 +238,11 @@ async fn d29_a_foreign_tenants_callback_is_quarantined_never_applied() {
     }
     assert_eq!(state_of(&s, &op).await, State::Unknown);
     assert_eq!(callback_entries(&s, &op).await, 0);
-    let quarantined = s.rw.ledger().quarantined_callbacks(10).await.unwrap();
+    let quarantined =
+        s.rw.ledger()
+            .quarantined_callbacks(&TenantScope::AllTenants, 10)
+            .await
+            .unwrap();
     assert_eq!(quarantined.len(), 1);
     assert_eq!(
         quarantined[0].tenant.as_ref().map(|t| t.as_str()),
@@ -252,7 +268,7 @@ async fn a_forged_signature_changes_nothing_and_a_genuine_one_still_applies() {
     assert_eq!(state_of(&s, &op).await, State::Unknown);
     assert!(
         s.rw.ledger()
-            .quarantined_callbacks(10)
+            .quarantined_callbacks(&TenantScope::AllTenants, 10)
             .await
             .unwrap()
             .is_empty()
@@ -511,4 +527,663 @@ async fn quarantined_callbacks_are_listed_by_the_cli() {
     assert_eq!(mine["callbacks"].as_array().unwrap().len(), 1);
     let other = run(&["--tenant", "tenant-b"]);
     assert!(other["callbacks"].as_array().unwrap().is_empty());
+}
+
+// ── issue 27: callbacks read as final only where the vendor says so ─────────────────────────────
+
+/// A setup whose receiver reads the vendor's events with `mapping` (the accounts and secret of
+/// [`setup`]).
+async fn setup_with(ledger: impl Ledger, mapping: CallbackMapping) -> Setup {
+    let mut s = setup(ledger).await;
+    s.receiver = CallbackReceiver::new(
+        &s.rw,
+        mapping,
+        StripeSignature::new(Secret::new(SECRET).unwrap()),
+        AccountTenants::default()
+            .account(TENANT, TENANT)
+            .account("tenant-b", "tenant-b"),
+    );
+    s
+}
+
+fn with_status(ticket: &Ticket, status: OperationStatus) -> Ticket {
+    let mut t = ticket.clone();
+    t.status = status;
+    t
+}
+
+async fn row_of(s: &Setup, op: &Operation) -> OperationRecord {
+    s.rw.ledger()
+        .get(op.tenant(), op.id())
+        .await
+        .unwrap()
+        .expect("row")
+}
+
+/// Item 5: a refusal the vendor does not document as final (Adyen's `success=false`, Stripe's
+/// `payment_intent.payment_failed`) must not make the write `REJECTED`: the application would
+/// write again under a new intent and, when the first write succeeds after all, pay twice. Read
+/// as inconclusive, it leaves the operation open, and the later success resolves it.
+#[tokio::test]
+async fn a_refusal_the_vendor_does_not_make_final_leaves_the_write_open_for_the_later_success() {
+    let mut mapping = ticket_mapping();
+    // The vendor may still report another outcome for a refused ticket: not final.
+    mapping.inconclusive = std::mem::take(&mut mapping.rejected);
+    let s = setup_with(MemoryLedger::new(), mapping).await;
+    let op = lost_write(&s, "intent-27-5-refusal").await;
+    let ticket = ticket_of(&s, &op);
+
+    let refused = signed(
+        &s,
+        "evt_refused",
+        ticket_event(
+            "evt_refused",
+            "ticket.updated",
+            &with_status(&ticket, OperationStatus::Rejected),
+        ),
+    );
+    let receipt = deliver(&s, &refused).await;
+    assert_eq!(receipt.status, http::StatusCode::OK);
+    let row = row_of(&s, &op).await;
+    assert_eq!(
+        row.state,
+        State::Unknown,
+        "a refusal that is not final proves nothing"
+    );
+    let log = s.rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    assert!(
+        log.iter().any(|e| e.entry.kind == CALLBACK_KIND
+            && matches!(&e.entry.evidence, Some(Evidence::Unknown { why, .. }) if why.contains("REJECTED"))),
+        "the refusal is recorded for the reviewer: {log:?}"
+    );
+
+    let succeeded = signed(
+        &s,
+        "evt_ok",
+        ticket_event("evt_ok", "ticket.created", &ticket),
+    );
+    assert_eq!(
+        deliver(&s, &succeeded).await.outcomes,
+        vec![DeliveryOutcome::Applied {
+            operation_id: op.id().clone()
+        }]
+    );
+    let row = row_of(&s, &op).await;
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.remote_ref.as_deref(), Some(ticket.id.as_str()));
+    assert_eq!(row.contradiction_ms, None);
+    assert_eq!(s.vendor.tickets_created(), 1);
+    assert_eq!(s.vendor.posts_received(), 1);
+}
+
+/// Item 5: a success after a final rejection cannot change the operation (the caller was told
+/// it had no effect), and must not be a silent line either: a notice, a `contradiction` entry,
+/// a mark that lists the operation in the review queue until a person acknowledges it.
+#[tokio::test]
+async fn a_success_after_a_final_rejection_raises_an_alarm_until_acknowledged() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-27-5-contra").await;
+    let ticket = ticket_of(&s, &op);
+    let rejected = signed(
+        &s,
+        "evt_rej",
+        ticket_event(
+            "evt_rej",
+            "ticket.updated",
+            &with_status(&ticket, OperationStatus::Rejected),
+        ),
+    );
+    deliver(&s, &rejected).await;
+    let before = row_of(&s, &op).await;
+    assert_eq!(before.state, State::Rejected);
+    let mut notices = s.rw.notifications().subscribe();
+
+    let success = signed(
+        &s,
+        "evt_late_ok",
+        ticket_event("evt_late_ok", "ticket.created", &ticket),
+    );
+    let receipt = deliver(&s, &success).await;
+    assert_eq!(receipt.status, http::StatusCode::OK);
+    assert_eq!(
+        receipt.outcomes,
+        vec![DeliveryOutcome::Contradiction {
+            operation_id: op.id().clone()
+        }]
+    );
+    let row = row_of(&s, &op).await;
+    assert_eq!(row.state, State::Rejected, "a final state stays final");
+    assert!(row.contradiction_ms.is_some());
+    assert_eq!(row.version, before.version + 1);
+    let log = s.rw.ledger().evidence(op.tenant(), op.id()).await.unwrap();
+    let entry = log
+        .iter()
+        .find(|e| e.entry.kind == CONTRADICTION)
+        .expect("a contradiction entry");
+    assert!(
+        entry
+            .entry
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("recorded as rejected")),
+        "{entry:?}"
+    );
+    let mut alarms = Vec::new();
+    while let Ok(n) = notices.try_recv() {
+        if let Notice::Contradiction {
+            contradiction,
+            source,
+            outcome,
+            ..
+        } = n
+        {
+            alarms.push((contradiction, source, outcome.state));
+        }
+    }
+    assert_eq!(
+        alarms,
+        vec![(
+            Contradiction::SuccessAfterRejection {
+                reported: Some(ticket.id.clone())
+            },
+            "fake-vendor".to_owned(),
+            State::Rejected
+        )]
+    );
+    // In the review queue, whatever else it lists.
+    let queue =
+        s.rw.ledger()
+            .list(&OperationQuery::tenant(op.tenant().clone()).contradicted())
+            .await
+            .unwrap();
+    assert_eq!(queue.rows.len(), 1);
+    assert_eq!(&queue.rows[0].operation_id, op.id());
+    // Redelivered: a duplicate, no second alarm.
+    assert_eq!(
+        deliver(&s, &success).await.outcomes,
+        vec![DeliveryOutcome::Duplicate]
+    );
+    assert!(notices.try_recv().is_err());
+
+    let reviews = s.rw.reviews();
+    let pkg = reviews.handoff(op.tenant(), op.id()).await.unwrap();
+    assert_eq!(pkg.contradiction_ms, row.contradiction_ms);
+    let stale = reviews
+        .acknowledge_contradiction(op.tenant(), op.id(), "alice", "refunded", before.version)
+        .await;
+    assert!(
+        matches!(stale, Err(ReviewError::VersionMismatch { .. })),
+        "{stale:?}"
+    );
+    let done = reviews
+        .acknowledge_contradiction(
+            op.tenant(),
+            op.id(),
+            "alice",
+            "checked the vendor console: ticket kept, customer told",
+            pkg.version,
+        )
+        .await
+        .expect("acknowledged");
+    assert_eq!(done.state, State::Rejected);
+    assert_eq!(done.contradiction_ms, None);
+    assert!(
+        s.rw.ledger()
+            .list(&OperationQuery::tenant(op.tenant().clone()).contradicted())
+            .await
+            .unwrap()
+            .rows
+            .is_empty()
+    );
+    let pkg = reviews.handoff(op.tenant(), op.id()).await.unwrap();
+    let audit = recoverable_write::operator::audit_trail(&pkg);
+    assert!(
+        audit.last().is_some_and(
+            |a| a.who.as_deref() == Some("alice") && a.action == "contradiction acknowledged"
+        ),
+        "{audit:?}"
+    );
+    assert_eq!(s.vendor.tickets_created(), 1);
+}
+
+/// Item 5: the vendor naming another object than the one recorded for a succeeded write (two
+/// objects for one write: a duplicate?) raises the alarm; the same object again does not.
+#[tokio::test]
+async fn another_reference_after_a_success_raises_an_alarm_and_the_same_one_does_not() {
+    let s = setup(SqliteLedger::in_memory().await.unwrap()).await;
+    let op = lost_write(&s, "intent-27-5-ref").await;
+    let ticket = ticket_of(&s, &op);
+    deliver(
+        &s,
+        &signed(
+            &s,
+            "evt_a",
+            ticket_event("evt_a", "ticket.created", &ticket),
+        ),
+    )
+    .await;
+    assert_eq!(row_of(&s, &op).await.state, State::Succeeded);
+
+    let again = signed(
+        &s,
+        "evt_a2",
+        ticket_event(
+            "evt_a2",
+            "ticket.updated",
+            &with_status(&ticket, OperationStatus::Succeeded),
+        ),
+    );
+    assert_eq!(
+        deliver(&s, &again).await.outcomes,
+        vec![DeliveryOutcome::Late {
+            operation_id: op.id().clone()
+        }]
+    );
+    assert_eq!(row_of(&s, &op).await.contradiction_ms, None);
+
+    let mut other = ticket.clone();
+    other.id = "W9999".into();
+    let receipt = deliver(
+        &s,
+        &signed(&s, "evt_b", ticket_event("evt_b", "ticket.created", &other)),
+    )
+    .await;
+    assert_eq!(
+        receipt.outcomes,
+        vec![DeliveryOutcome::Contradiction {
+            operation_id: op.id().clone()
+        }]
+    );
+    let row = row_of(&s, &op).await;
+    assert_eq!(row.remote_ref.as_deref(), Some(ticket.id.as_str()), "kept");
+    assert!(row.contradiction_ms.is_some());
+}
+
+// ── issue 27 item 7: deduplicate first, match through indexes ───────────────────────────────────
+
+/// Records every `Ledger` call, then delegates to a SQLite ledger.
+#[derive(Debug)]
+struct Recording {
+    inner: SqliteLedger,
+    calls: std::sync::Mutex<Vec<LedgerCall>>,
+}
+
+impl Recording {
+    fn take(&self) -> Vec<LedgerCall> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+impl ForwardingLedger for Recording {
+    fn inner(&self) -> &dyn Ledger {
+        &self.inner
+    }
+
+    fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
+    where
+        T: Send + 'a,
+        F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+    {
+        self.calls.lock().unwrap().push(call);
+        f(&self.inner)
+    }
+}
+
+/// Item 7: an unmatched event is deduplicated before anything is matched, and matched through
+/// index probes only (never a listing): its first delivery reads the dedupe key, the operation
+/// key, one probe across tenants, and quarantines it; every redelivery (or replay of a captured
+/// delivery) reads the dedupe key and nothing else.
+#[tokio::test]
+async fn an_unmatched_event_costs_index_probes_and_a_redelivery_only_the_dedupe_probe() {
+    let recording = std::sync::Arc::new(Recording {
+        inner: SqliteLedger::in_memory().await.unwrap(),
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let s = setup(ArcLedger(recording.clone())).await;
+    let op = lost_write(&s, "intent-27-7").await;
+    let mut ticket = ticket_of(&s, &op);
+    ticket.operation_id = Some("op-nobody-made".into());
+    ticket.idempotency_key = None;
+    ticket.id = "W404".into();
+    let d = signed(
+        &s,
+        "evt_unmatched",
+        ticket_event("evt_unmatched", "ticket.created", &ticket),
+    );
+    recording.take();
+
+    assert!(matches!(
+        &deliver(&s, &d).await.outcomes[..],
+        [DeliveryOutcome::Quarantined { .. }]
+    ));
+    assert_eq!(
+        recording.take(),
+        [
+            LedgerCall::CallbackSeen,
+            LedgerCall::Get,
+            LedgerCall::OtherTenantWith,
+            LedgerCall::QuarantineCallback,
+        ]
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            deliver(&s, &d).await.outcomes,
+            vec![DeliveryOutcome::Duplicate]
+        );
+        assert_eq!(recording.take(), [LedgerCall::CallbackSeen]);
+    }
+
+    // Named by the vendor's reference only: the reference's index, then the probe.
+    ticket.operation_id = None;
+    let by_ref = signed(
+        &s,
+        "evt_by_ref",
+        ticket_event("evt_by_ref", "ticket.created", &ticket),
+    );
+    assert!(matches!(
+        &deliver(&s, &by_ref).await.outcomes[..],
+        [DeliveryOutcome::Quarantined { .. }]
+    ));
+    let calls = recording.take();
+    assert_eq!(
+        calls,
+        [
+            LedgerCall::CallbackSeen,
+            LedgerCall::FindByRemoteRef,
+            LedgerCall::OtherTenantWith,
+            LedgerCall::QuarantineCallback,
+        ]
+    );
+    assert!(!calls.contains(&LedgerCall::List));
+}
+
+/// A `Ledger` behind an `Arc`, so a test keeps a handle on it while the config owns it.
+#[derive(Debug)]
+struct ArcLedger(std::sync::Arc<Recording>);
+
+impl ForwardingLedger for ArcLedger {
+    fn inner(&self) -> &dyn Ledger {
+        &*self.0
+    }
+}
+
+// ── issue 27 item 11 ────────────────────────────────────────────────────────────────────────────
+
+/// Item 11: an event of a type the mapping ignores is recorded for deduplication, as the docs
+/// say: its redelivery is a duplicate.
+#[tokio::test]
+async fn an_ignored_event_type_is_recorded_for_deduplication() {
+    let s = setup(SqliteLedger::in_memory().await.unwrap()).await;
+    let op = lost_write(&s, "intent-27-11-ignored").await;
+    let ticket = ticket_of(&s, &op);
+    let d = signed(
+        &s,
+        "evt_comment",
+        ticket_event("evt_comment", "ticket.commented", &ticket),
+    );
+    assert_eq!(
+        deliver(&s, &d).await.outcomes,
+        vec![DeliveryOutcome::Ignored]
+    );
+    assert!(
+        s.rw.ledger()
+            .callback_seen("fake-vendor", "evt_comment")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        deliver(&s, &d).await.outcomes,
+        vec![DeliveryOutcome::Duplicate]
+    );
+    assert_eq!(state_of(&s, &op).await, State::Unknown);
+    assert_eq!(callback_entries(&s, &op).await, 0);
+}
+
+/// Item 11: an event naming an operation that was never sent (`PREPARED`: bytes leave only
+/// after `IN_FLIGHT` is durable) is not about a send of it. It used to be answered 503 for as
+/// long as the row waited (forever for an abandoned one); it is quarantined with the reason,
+/// answered 200, and the row is left as it is.
+#[tokio::test]
+async fn an_event_naming_a_never_sent_operation_is_quarantined_not_deferred_forever() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-27-11-prep-donor").await;
+    let prepared =
+        s.rw.ledger()
+            .create_or_get(new_operation(TENANT, "op-never-sent", "intent-27-11-prep"))
+            .await
+            .unwrap()
+            .into_record();
+    assert_eq!(prepared.state, State::Prepared);
+    let mut ticket = ticket_of(&s, &op);
+    ticket.operation_id = Some("op-never-sent".into());
+    ticket.idempotency_key = None;
+    ticket.id = "W777".into();
+    let d = signed(
+        &s,
+        "evt_prep",
+        ticket_event("evt_prep", "ticket.created", &ticket),
+    );
+
+    let receipt = deliver(&s, &d).await;
+    assert_eq!(receipt.status, http::StatusCode::OK, "{receipt:?}");
+    match &receipt.outcomes[..] {
+        [DeliveryOutcome::Quarantined { why }] => assert!(why.contains("never sent"), "{why}"),
+        other => panic!("expected quarantine, got {other:?}"),
+    }
+    let row =
+        s.rw.ledger()
+            .get(&prepared.tenant, &prepared.operation_id)
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(row, prepared, "the row is left as it is");
+    let quarantined =
+        s.rw.ledger()
+            .quarantined_callbacks(&TenantScope::AllTenants, 10)
+            .await
+            .unwrap();
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(quarantined[0].match_value.as_deref(), Some("op-never-sent"));
+    assert_eq!(
+        deliver(&s, &d).await.outcomes,
+        vec![DeliveryOutcome::Duplicate]
+    );
+}
+
+/// Item 11: "processing" callbacks are the vendor's word, not queries: however many arrive,
+/// the recovery engine keeps its whole query budget to verify the write.
+#[tokio::test]
+async fn processing_callbacks_spend_no_query_budget() {
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-27-11-budget").await;
+    let ticket = ticket_of(&s, &op);
+    let before = row_of(&s, &op).await;
+    let processing = with_status(&ticket, OperationStatus::Processing);
+    for i in 0..fast_policy().max_queries + 5 {
+        let id = format!("evt_proc_{i}");
+        let receipt = deliver(
+            &s,
+            &signed(&s, &id, ticket_event(&id, "ticket.updated", &processing)),
+        )
+        .await;
+        assert!(
+            matches!(&receipt.outcomes[..], [DeliveryOutcome::Applied { .. }]),
+            "{i}: {receipt:?}"
+        );
+    }
+    let row = row_of(&s, &op).await;
+    assert_eq!(
+        row.state,
+        State::Processing,
+        "not handed over for want of queries"
+    );
+    assert_eq!(row.queries_used, before.queries_used);
+}
+
+/// Item 11: a processing callback that names the vendor's object records its reference, so a
+/// later event that names only that reference (no operation id, no key) finds and resolves the
+/// operation instead of being quarantined.
+#[tokio::test]
+async fn a_processing_callback_records_the_reference_a_later_success_is_matched_by() {
+    let s = setup(SqliteLedger::in_memory().await.unwrap()).await;
+    let op = lost_write(&s, "intent-27-11-ref").await;
+    let ticket = ticket_of(&s, &op);
+    let mut processing = with_status(&ticket, OperationStatus::Processing);
+    processing.idempotency_key = None;
+    deliver(
+        &s,
+        &signed(
+            &s,
+            "evt_p",
+            ticket_event("evt_p", "ticket.updated", &processing),
+        ),
+    )
+    .await;
+    let row = row_of(&s, &op).await;
+    assert_eq!(row.state, State::Processing);
+    assert_eq!(row.remote_ref.as_deref(), Some(ticket.id.as_str()));
+
+    let mut by_ref = ticket.clone();
+    by_ref.operation_id = None;
+    by_ref.idempotency_key = None;
+    let receipt = deliver(
+        &s,
+        &signed(
+            &s,
+            "evt_done",
+            ticket_event("evt_done", "ticket.created", &by_ref),
+        ),
+    )
+    .await;
+    assert_eq!(
+        receipt.outcomes,
+        vec![DeliveryOutcome::Applied {
+            operation_id: op.id().clone()
+        }]
+    );
+    assert_eq!(state_of(&s, &op).await, State::Succeeded);
+}
+
+/// Item 11: `quarantine --limit` counts the tenant's own events: the tenant filter is applied
+/// by the ledger before the limit, not to the first `limit` events of every tenant.
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn the_cli_quarantine_limit_counts_the_tenants_own_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let s = setup(SqliteLedger::open(&path).await.unwrap()).await;
+    let op = lost_write(&s, "intent-27-11-cli-limit").await;
+    let mut ticket = ticket_of(&s, &op);
+    ticket.operation_id = Some("op-nobody-made".into());
+    ticket.idempotency_key = None;
+    // Two of tenant B's first, then one of tenant A's.
+    for (id, tenant) in [
+        ("evt_b1", "tenant-b"),
+        ("evt_b2", "tenant-b"),
+        ("evt_a1", TENANT),
+    ] {
+        ticket.tenant = tenant.into();
+        ticket.id = format!("W-{id}");
+        assert!(matches!(
+            &deliver(
+                &s,
+                &signed(&s, id, ticket_event(id, "ticket.created", &ticket))
+            )
+            .await
+            .outcomes[..],
+            [DeliveryOutcome::Quarantined { .. }]
+        ));
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_recoverable-write"))
+        .args([
+            "--ledger",
+            &format!("sqlite:{}", path.display()),
+            "--tenant",
+            TENANT,
+            "--json",
+            "quarantine",
+            "--limit",
+            "1",
+        ])
+        .output()
+        .expect("run the CLI");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let callbacks = json["callbacks"].as_array().expect("callbacks");
+    assert_eq!(callbacks.len(), 1, "{json}");
+    assert_eq!(callbacks[0]["event_id"], "evt_a1");
+}
+
+/// Item 5: the operators' command line lists contradicted operations, shows why, and
+/// acknowledges them (audited); then they leave the list.
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn the_cli_lists_shows_and_acknowledges_a_contradiction() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let s = setup(SqliteLedger::open(&path).await.unwrap()).await;
+    let op = lost_write(&s, "intent-27-5-cli").await;
+    let ticket = ticket_of(&s, &op);
+    for (id, t) in [
+        ("evt_r", with_status(&ticket, OperationStatus::Rejected)),
+        ("evt_s", ticket.clone()),
+    ] {
+        let ty = if id == "evt_r" {
+            "ticket.updated"
+        } else {
+            "ticket.created"
+        };
+        deliver(&s, &signed(&s, id, ticket_event(id, ty, &t))).await;
+    }
+    let version = row_of(&s, &op).await.version;
+    let run = |args: &[&str]| {
+        let mut all = vec![
+            "--ledger".to_owned(),
+            format!("sqlite:{}", path.display()),
+            "--tenant".to_owned(),
+            TENANT.to_owned(),
+        ];
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_recoverable-write"))
+            .args(&all)
+            .output()
+            .expect("run the CLI");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "list", "--contradicted"])).unwrap();
+    let ops = listed["operations"].as_array().expect("operations");
+    assert_eq!(ops.len(), 1, "{listed}");
+    assert_eq!(ops[0]["operation_id"], op.id().as_str());
+    assert_eq!(ops[0]["state"], "REJECTED");
+    assert!(ops[0]["contradiction_ms"].is_i64());
+    let shown = run(&["show", op.id().as_str()]);
+    assert!(shown.contains("CONTRADICTED"), "{shown}");
+    assert!(shown.contains("recorded as rejected"), "{shown}");
+    run(&[
+        "acknowledge",
+        op.id().as_str(),
+        "--reviewer",
+        "alice",
+        "--reason",
+        "customer refunded",
+        "--version",
+        &version.to_string(),
+    ]);
+    let listed: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "list", "--contradicted"])).unwrap();
+    assert!(
+        listed["operations"].as_array().unwrap().is_empty(),
+        "{listed}"
+    );
+    assert_eq!(row_of(&s, &op).await.state, State::Rejected);
 }

@@ -81,18 +81,76 @@ fn stripe_payment_intent_events() {
             "requires_payment_method",
         ),
     );
+    // Issue 27 item 5: not final (the same PaymentIntent may still succeed), and the create
+    // applied: the PaymentIntent exists. Never a rejection.
     assert_eq!(
         e.evidence,
-        Some(Evidence::Rejected {
-            reason: "payment_intent.payment_failed: card_declined".into()
+        Some(Evidence::Succeeded {
+            remote_ref: Some("pi_3MtwBwLkdIwHu7ix28a3tqPa".into())
         })
     );
 
     let e = one(
         &m,
+        stripe_pi("evt_4", "payment_intent.canceled", "canceled"),
+    );
+    assert_eq!(
+        e.evidence,
+        Some(Evidence::Succeeded {
+            remote_ref: Some("pi_3MtwBwLkdIwHu7ix28a3tqPa".into())
+        })
+    );
+
+    // Processing names its PaymentIntent: recorded, so a later event by reference finds it.
+    let e = one(
+        &m,
         stripe_pi("evt_3", "payment_intent.processing", "processing"),
     );
-    assert_eq!(e.evidence, Some(Evidence::Processing { retry_after: None }));
+    assert_eq!(
+        e.evidence,
+        Some(Evidence::Processing {
+            retry_after: None,
+            remote_ref: Some("pi_3MtwBwLkdIwHu7ix28a3tqPa".into())
+        })
+    );
+}
+
+/// Issue 27 item 5: a built-in mapping reads a failure as final (`rejected`) only where the
+/// vendor documents it final, and none of the four vendors documents one in the sources the
+/// crate relies on. A refusal that may still turn into a success is inconclusive.
+#[test]
+fn no_builtin_mapping_reads_a_failure_as_final() {
+    for m in [
+        CallbackMapping::stripe(),
+        CallbackMapping::adyen(),
+        CallbackMapping::square(),
+        CallbackMapping::paypal(),
+    ] {
+        assert!(m.rejected.is_empty(), "{}: {:?}", m.vendor, m.rejected);
+    }
+    // A mapping of one's own still can, for a vendor that documents it (the fake vendor does).
+    let own = CallbackMapping::from_toml(
+        r#"
+vendor = "acme"
+event_id = ["/id"]
+event_type = "/type"
+matchers = [{ pointer = "/op", by = "operation_id" }]
+rejected = ["order.refused"]
+inconclusive = ["order.declined"]
+"#,
+    )
+    .unwrap();
+    let event = |ty: &str| json!({"id": "e1", "type": ty, "op": "op-7"});
+    assert_eq!(
+        one(&own, event("order.refused")).evidence,
+        Some(Evidence::Rejected {
+            reason: "order.refused".into()
+        })
+    );
+    assert_eq!(
+        one(&own, event("order.declined")).evidence,
+        Some(Evidence::unknown("order.declined; not final at the vendor"))
+    );
 }
 
 #[test]
@@ -173,11 +231,13 @@ fn adyen_batch_of_two_items_gives_two_events() {
         })
     );
     assert_eq!(events[1].event_id, "8815073381342285:AUTHORISATION:false");
+    // Issue 27 item 5: Adyen may send the event again with another outcome: a refusal is not
+    // final, so it proves nothing (the reason is kept for the reviewer).
     assert_eq!(
         events[1].evidence,
-        Some(Evidence::Rejected {
-            reason: "AUTHORISATION: Refused".into()
-        })
+        Some(Evidence::unknown(
+            "AUTHORISATION: Refused; not final at the vendor"
+        ))
     );
 }
 
@@ -251,15 +311,19 @@ fn square_payment_events_by_status() {
             value: "op-7".into()
         })
     );
+    // Not documented as final: inconclusive, never a rejection.
     assert_eq!(
         one(&m, square("e2", "payment.updated", "FAILED")).evidence,
-        Some(Evidence::Rejected {
-            reason: "payment.updated: FAILED".into()
-        })
+        Some(Evidence::unknown(
+            "payment.updated: FAILED; not final at the vendor"
+        ))
     );
     assert_eq!(
         one(&m, square("e3", "payment.created", "APPROVED")).evidence,
-        Some(Evidence::Processing { retry_after: None })
+        Some(Evidence::Processing {
+            retry_after: None,
+            remote_ref: Some("KkAkhdMsgzn59SM8A89WgKwekxLZY".into())
+        })
     );
     // Canceled: neither proven success nor proven no-effect; left to a human.
     assert_eq!(
@@ -311,15 +375,19 @@ fn paypal_capture_events() {
         })
     );
     assert_eq!(e.account, None);
+    // UNCONFIRMED that a denied capture never moves funds: inconclusive.
     assert_eq!(
         one(&m, capture("WH-2", "PAYMENT.CAPTURE.DENIED", "DECLINED")).evidence,
-        Some(Evidence::Rejected {
-            reason: "PAYMENT.CAPTURE.DENIED: DECLINED".into()
-        })
+        Some(Evidence::unknown(
+            "PAYMENT.CAPTURE.DENIED: DECLINED; not final at the vendor"
+        ))
     );
     assert_eq!(
         one(&m, capture("WH-3", "PAYMENT.CAPTURE.PENDING", "PENDING")).evidence,
-        Some(Evidence::Processing { retry_after: None })
+        Some(Evidence::Processing {
+            retry_after: None,
+            remote_ref: Some("42311647XV020574X".into())
+        })
     );
 }
 

@@ -35,6 +35,8 @@ const MODULES: &[(&str, &str)] = &[
     ("budget", "domain"),
     ("state", "domain"),
     ("ledger", "ledger"),
+    // What contradicts a final state: read by the ledger's conformance suite and the engine.
+    ("contradiction", "ledger"),
     ("core", "engine"),
     ("reconcile", "engine"),
     ("review", "engine"),

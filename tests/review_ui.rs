@@ -1249,3 +1249,106 @@ async fn an_unreadable_operation_in_review_opens_as_a_raw_view_and_stays_listed(
     );
     assert_eq!(drill.vendor.tickets_created(), 1);
 }
+
+/// Issue 27 item 5: a finished operation whose final state a vendor's callback contradicted
+/// is in no open state's count, so the queue says so above everything else, the filter
+/// "Contradicted final states" lists it (badge "contradicted"), and its page puts the
+/// contradiction first.
+#[tokio::test]
+async fn a_contradicted_final_state_is_announced_on_the_queue_and_listed_by_its_filter() {
+    use recoverable_write::contradiction::CONTRADICTION;
+    use recoverable_write::ledger::backend::NewEvidence;
+    use recoverable_write::ledger::conformance::{RawChanges, T0, evidence_entry, keep, update_of};
+    use recoverable_write::ledger::{CallbackDelivery, CallbackEffect};
+
+    let drill = Drill::start().await;
+    let app = app(config(&drill));
+    assert!(
+        !get(&app, Some("alice"), "/ops")
+            .await
+            .body
+            .contains("contradicted by the vendor"),
+        "nothing to announce yet"
+    );
+    let r = drill
+        .ledger
+        .create_or_get(recoverable_write::ledger::conformance::new_operation(
+            TENANT,
+            "op-contra-ui",
+            "intent-contra-ui",
+        ))
+        .await
+        .unwrap()
+        .into_record();
+    let rejected = drill
+        .ledger
+        .apply(update_of(
+            &r,
+            RawChanges {
+                last_result: Some(State::Rejected),
+                ..keep(&r, State::Rejected, T0)
+            },
+            "setup",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    drill
+        .ledger
+        .apply_callback(
+            CallbackDelivery {
+                vendor: "fake-vendor".into(),
+                event_id: "evt_ui".into(),
+                event_type: "ticket.created".into(),
+                tenant: rejected.tenant.clone(),
+                operation_id: rejected.operation_id.clone(),
+                received_at_ms: T0 + 1,
+            },
+            CallbackEffect::Contradiction(NewEvidence {
+                note: Some(
+                    "fake-vendor callback evt_ui (ticket.created): the vendor reports a success \
+                     (W9) for a write recorded as rejected"
+                        .into(),
+                ),
+                ..evidence_entry(CONTRADICTION, T0 + 1)
+            }),
+        )
+        .await
+        .unwrap();
+
+    let queue = get(&app, Some("alice"), "/ops").await;
+    assert_eq!(queue.status, StatusCode::OK);
+    assert!(
+        queue
+            .body
+            .contains("1 finished operation(s) contradicted by the vendor"),
+        "{}",
+        queue.body
+    );
+    assert!(
+        queue.body.contains("href=\"/ops?state=contradicted\""),
+        "{}",
+        queue.body
+    );
+    assert!(
+        !queue.body.contains("op-contra-ui\""),
+        "not an open state: not in the open queue"
+    );
+    let listed = get(&app, Some("alice"), "/ops?state=contradicted").await;
+    assert_eq!(listed.status, StatusCode::OK);
+    assert!(listed.body.contains("op-contra-ui"), "{}", listed.body);
+    assert!(
+        listed.body.contains(">contradicted</span>"),
+        "{}",
+        listed.body
+    );
+    let page = get(&app, Some("alice"), "/ops/op/op-contra-ui").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body
+            .contains("The vendor contradicted this final state"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("recorded as rejected"), "{}", page.body);
+}

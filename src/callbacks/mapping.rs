@@ -3,8 +3,10 @@
 //! A [`CallbackMapping`] is data (TOML or JSON, like contracts): JSON pointers for the event id,
 //! the event type, an optional status, the fields that identify the operation, the remote
 //! reference and the account, and the event types (optionally with a status) that mean
-//! succeeded, rejected or processing. Every other event type is *ignored*: it still yields a
-//! [`ParsedEvent`] with its event id, so it is deduplicated and recorded, but carries no evidence.
+//! succeeded, rejected, processing or inconclusive. Every other event type is *ignored*: it
+//! still yields a [`ParsedEvent`] with its event id, so it is deduplicated and recorded, but
+//! carries no evidence. Which events a mapping may read as final: [Final and not
+//! final](CallbackMapping#final-and-not-final).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -67,6 +69,17 @@ impl EventRule {
 }
 
 /// How to read one vendor's callbacks. Loadable from TOML or JSON; unknown fields are refused.
+///
+/// # Final and not final
+///
+/// `succeeded` and `rejected` are final readings: they end the operation (`SUCCEEDED`,
+/// `REJECTED`), and nothing moves it again. Put an event there only where the vendor documents
+/// that its object cannot change any more. A refusal the vendor may still follow with a success
+/// (a declined payment attempt on an object that stays open, an outcome the vendor may resend
+/// differently) goes in `inconclusive`: it is recorded on the operation as "nothing proven"
+/// ([`Evidence::Unknown`]), so lookups, later events or a person decide. Reading such an event
+/// as a rejection tells the application the write had no effect; it writes again under a new
+/// intent, and when the first one succeeds after all, the customer pays twice.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallbackMapping {
@@ -107,12 +120,18 @@ pub struct CallbackMapping {
     /// Event types that mean the write succeeded.
     #[serde(default)]
     pub succeeded: Vec<EventRule>,
-    /// Event types that mean the write was rejected (had no effect).
+    /// Event types that mean the write was rejected (had no effect) **for good**: only those
+    /// the vendor documents as final (the object can never succeed afterwards). See [Final and
+    /// not final](CallbackMapping#final-and-not-final).
     #[serde(default)]
     pub rejected: Vec<EventRule>,
     /// Event types that mean the write is accepted, not finished.
     #[serde(default)]
     pub processing: Vec<EventRule>,
+    /// Event types that report a failure the vendor does not document as final: recorded on
+    /// the operation as unknown evidence (nothing proven, never a rejection), the reason kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inconclusive: Vec<EventRule>,
 }
 
 /// What to look the operation up by, and the value.
@@ -244,18 +263,28 @@ impl CallbackMapping {
                 .iter()
                 .any(|r| r.matches(&event_type, status.as_deref()))
         };
-        // Rejected is checked before succeeded so that an overlapping configuration errs on the
-        // side that never claims a success.
-        let evidence = if is(&self.rejected) {
-            let reason = first(item, &self.reason)
-                .map_or_else(|| event_type.clone(), |r| format!("{event_type}: {r}"));
-            Some(Evidence::Rejected { reason })
+        let reason = || {
+            first(item, &self.reason)
+                .map_or_else(|| event_type.clone(), |r| format!("{event_type}: {r}"))
+        };
+        // Inconclusive is checked first, then rejected before succeeded, so that an overlapping
+        // configuration errs on the side that claims the least: nothing, then no success.
+        let evidence = if is(&self.inconclusive) {
+            Some(Evidence::unknown(format!(
+                "{}; not final at the vendor",
+                reason()
+            )))
+        } else if is(&self.rejected) {
+            Some(Evidence::Rejected { reason: reason() })
         } else if is(&self.succeeded) {
             Some(Evidence::Succeeded {
                 remote_ref: first(item, &self.remote_ref),
             })
         } else if is(&self.processing) {
-            Some(Evidence::Processing { retry_after: None })
+            Some(Evidence::Processing {
+                retry_after: None,
+                remote_ref: first(item, &self.remote_ref),
+            })
         } else {
             None
         };

@@ -2,23 +2,28 @@
 //!
 //! A vendor that calls back ("your payment succeeded") resolves an operation faster than any
 //! lookup, and for some vendors (Adyen, Square) it is the only lookup. A delivery goes through
-//! four steps, in this order:
+//! five steps, in this order:
 //!
 //! 1. **Verify** ([`Verifier`]): the signature is checked over the raw bytes before anything is
 //!    parsed. An unverified delivery changes nothing, is counted, and is answered 4xx.
 //! 2. **Parse** ([`parse`] with a [`CallbackMapping`]): the delivery becomes one or more
 //!    [`ParsedEvent`]s, each with the vendor's event id, what to match the operation by, the
 //!    vendor account and the [`Evidence`](crate::Evidence) it carries (none for ignored types).
-//! 3. **Match** ([`AccountTenants`], [`Matcher`]): the account maps to a tenant, and the
+//! 3. **Deduplicate** ([`Ledger::callback_seen`](crate::ledger::Ledger::callback_seen)): an
+//!    event seen before is answered at once, before any matching; an event of an ignored type
+//!    is recorded for this and nothing else.
+//! 4. **Match** ([`AccountTenants`], [`Matcher`]): the account maps to a tenant, and the
 //!    operation is looked up in that tenant only, by the echoed idempotency key, the operation
-//!    id or the vendor's reference.
-//! 4. **Deduplicate and apply** ([`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback)):
-//!    in one ledger transaction the event id is recorded and its evidence goes through the same
-//!    pure transition and compare-and-swap as a lookup answer; a second delivery of one event
-//!    changes nothing. No match, or a match in another tenant: quarantined
+//!    id or the vendor's reference, each through an index.
+//! 5. **Apply** ([`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback)): in one
+//!    ledger transaction the event id is recorded and its evidence goes through the same pure
+//!    transition and compare-and-swap as a lookup answer; a second delivery of one event
+//!    changes nothing. Evidence that contradicts a final state raises an alarm
+//!    ([`contradiction`](crate::contradiction)). No match, a match in another tenant, or a
+//!    never-sent (`PREPARED`) operation: quarantined
 //!    ([`Ledger::quarantine_callback`](crate::ledger::Ledger::quarantine_callback)).
 //!
-//! [`CallbackReceiver`] runs the four steps for one vendor over a [`Config`](crate::Config):
+//! [`CallbackReceiver`] runs the five steps for one vendor over a [`Config`](crate::Config):
 //! [`receive`](CallbackReceiver::receive) takes the raw headers and body (any framework), and
 //! [`router`](CallbackReceiver::router) mounts it in axum (feature `axum`). What each event
 //! came to is a [`DeliveryOutcome`]; the answer to the vendor is [`batch_status`] of them.
@@ -125,6 +130,14 @@ pub enum DeliveryOutcome {
         /// The operation it was appended to.
         operation_id: OperationId,
     },
+    /// The event contradicts the final state the operation reached (a success after
+    /// `REJECTED`, a failure after `SUCCEEDED`, another vendor reference): appended as a
+    /// `contradiction` entry, the operation marked for the review queue, an alarm raised
+    /// ([`Notice::Contradiction`](crate::Notice::Contradiction)). The state is unchanged.
+    Contradiction {
+        /// The operation it contradicts.
+        operation_id: OperationId,
+    },
     /// Verified, but matched no operation of its tenant (or matched one of another tenant, or
     /// named an unknown account): stored in quarantine, never applied, never dropped on receipt
     /// (kept for [`Retention::quarantined_callbacks`](crate::retention::Retention::quarantined_callbacks)).
@@ -132,7 +145,9 @@ pub enum DeliveryOutcome {
         /// Why, without the payload.
         why: String,
     },
-    /// An event type the mapping does not map: recorded for dedupe, nothing applied.
+    /// An event type the mapping does not map: recorded for dedupe
+    /// ([`Ledger::record_ignored_callback`](crate::ledger::Ledger::record_ignored_callback)),
+    /// nothing applied.
     Ignored,
     /// The signature did not verify: nothing was read or recorded.
     Unverified {
@@ -146,7 +161,7 @@ pub enum DeliveryOutcome {
     },
     /// The ledger or the dedupe table is down: nothing was recorded, the vendor must retry.
     StoreUnavailable,
-    /// The operation's attempt is still on the wire (or about to be): its own result decides
+    /// The operation's attempt is still on the wire (`IN_FLIGHT`): its own result decides
     /// first. Nothing was recorded; the vendor delivers the event again later (503).
     Deferred {
         /// The operation it matched.
@@ -157,8 +172,8 @@ pub enum DeliveryOutcome {
 impl DeliveryOutcome {
     /// The HTTP status to answer the vendor with.
     ///
-    /// 2xx whenever retrying cannot help (applied, duplicate, late, quarantined, ignored: all
-    /// durably recorded); 4xx for what the vendor or an attacker sent wrong (unverified:
+    /// 2xx whenever retrying cannot help (applied, duplicate, late, contradiction, quarantined,
+    /// ignored: all durably recorded); 4xx for what the vendor or an attacker sent wrong (unverified:
     /// 401, unparseable: 400; vendors retry 4xx for a while and then give up, which is right for a
     /// misconfigured secret too); 503 only when the vendor should retry because the store is
     /// down.
@@ -167,6 +182,7 @@ impl DeliveryOutcome {
             Self::Applied { .. }
             | Self::Duplicate
             | Self::Late { .. }
+            | Self::Contradiction { .. }
             | Self::Quarantined { .. }
             | Self::Ignored => StatusCode::OK,
             Self::Unverified { .. } => StatusCode::UNAUTHORIZED,
@@ -181,6 +197,7 @@ impl DeliveryOutcome {
             Self::Applied { .. } => "applied",
             Self::Duplicate => "duplicate",
             Self::Late { .. } => "late",
+            Self::Contradiction { .. } => "contradiction",
             Self::Quarantined { .. } => "quarantined",
             Self::Ignored => "ignored",
             Self::Unverified { .. } => "unverified",

@@ -8,14 +8,15 @@ use serde::Serialize;
 
 use super::{AccountTenants, CallbackMapping, DeliveryOutcome, MatchBy, ParsedEvent, Verifier};
 use crate::Config;
+use crate::contradiction::{CONTRADICTION, contradiction};
 use crate::core::Shared;
 use crate::core::engine;
 use crate::error::Outcome;
 use crate::evidence::Evidence;
 use crate::ledger::backend::NewEvidence;
 use crate::ledger::{
-    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, LedgerError,
-    OperationQuery, OperationRecord, QuarantinedCallback, TextMatch,
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, CallbackRecorded,
+    IgnoredCallback, LedgerError, OperationRecord, ProbeBy, QuarantinedCallback,
 };
 use crate::notify::Notice;
 use crate::operation::{OperationId, Tenant};
@@ -28,6 +29,10 @@ const MAX_STALE_RETRIES: usize = 8;
 /// Evidence kind of an entry a callback appended.
 pub const CALLBACK_KIND: &str = "callback";
 
+/// The quarantine reason of an event that names a `PREPARED` operation.
+const NEVER_SENT: &str = "it names an operation that was never sent (PREPARED): it is not evidence about \
+     a send of this operation";
+
 /// Receives one vendor's callbacks for the operations of a [`Config`]: the one function behind
 /// the endpoint, for any framework ([`receive`](Self::receive) over the raw headers and body),
 /// and an axum handler with feature `axum` ([`router`](Self::router)).
@@ -37,25 +42,41 @@ pub const CALLBACK_KIND: &str = "callback";
 /// 1. the [`Verifier`] checks the signature over the raw bytes; a failure changes nothing, is
 ///    counted, and is answered `401` (nothing is parsed);
 /// 2. the [`CallbackMapping`] parses it into events (an Adyen delivery batches several);
-/// 3. each event's account maps to a tenant ([`AccountTenants`]), and the operation is found
-///    **in that tenant only**, by what the mapping names (the echoed idempotency key, the
-///    operation id, or the vendor's reference);
-/// 4. its evidence goes through the state machine as a lookup answer does, and the ledger
-///    records the event id and applies the change in **one transaction**
+/// 3. each event is **deduplicated first**, by its vendor and event id
+///    ([`Ledger::callback_seen`](crate::ledger::Ledger::callback_seen), one probe of the
+///    dedupe table's key): an event seen before is answered as a duplicate before anything
+///    else is read, so a redelivered or replayed event costs the same whatever the ledger
+///    holds. An event of a type the mapping ignores is recorded for deduplication and nothing
+///    else ([`Ledger::record_ignored_callback`](crate::ledger::Ledger::record_ignored_callback));
+/// 4. its account maps to a tenant ([`AccountTenants`]), and the operation is found **in that
+///    tenant only**, by what the mapping names (the echoed idempotency key, the operation id,
+///    or the vendor's reference), each through an index;
+/// 5. its evidence goes through the state machine as a lookup answer does (without spending a
+///    query: [`Event::Callback`]), and the ledger records the event id and applies the change
+///    in **one transaction**
 ///    ([`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback)): a second delivery of
 ///    the event changes nothing, also when several instances receive it at once;
-/// 5. evidence that can no longer move the operation (a `processing` after `SUCCEEDED`,
+/// 6. evidence that can no longer move the operation (a `processing` after `SUCCEEDED`,
 ///    anything in `MANUAL_REVIEW`) is appended as late evidence and surfaced to subscribers
-///    ([`Notice::LateEvidence`]), never acted on; an event for an operation whose attempt is
-///    still on the wire is answered `503` so the vendor delivers it again later;
-/// 6. an event that matches no operation of its tenant, names an unknown account, or matches
-///    another tenant's operation is stored in the callback quarantine
+///    ([`Notice::LateEvidence`]), never acted on. Evidence that **contradicts** a final state
+///    (a success after `REJECTED`, a failure after `SUCCEEDED`, another vendor reference than
+///    the recorded one) raises an alarm instead: a [`Notice::Contradiction`], the counter
+///    `recoverable_write_contradictions_total{vendor}` (feature `metrics`), and a
+///    `contradiction` entry that marks the operation for the review queue until a person
+///    acknowledges it (see [`contradiction`](crate::contradiction)). An event for an operation
+///    whose attempt is still on the wire (`IN_FLIGHT`) is answered `503` so the vendor delivers
+///    it again once that attempt has a result;
+/// 7. an event that matches no operation of its tenant, names an unknown account, matches
+///    another tenant's operation (one index probe across tenants, never a listing), or names an
+///    operation that was never sent (`PREPARED`: bytes leave only after `IN_FLIGHT` is durable,
+///    so such an event is about another write, or the vendor got this one some other way) is
+///    stored in the callback quarantine
 ///    ([`Ledger::quarantined_callbacks`](crate::ledger::Ledger::quarantined_callbacks)), never
-///    applied, never dropped.
+///    applied, never dropped, and answered `200`.
 ///
-/// The answer is `200` once every event is accepted, recognised as a duplicate or quarantined,
-/// and `503` when the ledger could not take one (the vendor retries, and the retry is
-/// deduplicated). Nothing of the payload is logged or stored: tracing carries the vendor,
+/// The answer is `200` once every event is accepted, recognised as a duplicate, ignored or
+/// quarantined, and `503` when the ledger could not take one (the vendor retries, and the retry
+/// is deduplicated). Nothing of the payload is logged or stored: tracing carries the vendor,
 /// event id, event type and operation id.
 ///
 /// ```no_run
@@ -171,17 +192,20 @@ impl CallbackReceiver {
     async fn handle(&self, event: ParsedEvent) -> Result<DeliveryOutcome, LedgerError> {
         let inner = &*self.inner;
         let shared = &*inner.shared;
+        let vendor = inner.mapping.vendor.as_str();
         let received_at_ms = shared.clock.now_ms();
+        // Deduplicate first: a redelivered (or captured and replayed) event costs one probe of
+        // the dedupe table's key, whatever it names and however big the ledger is. The ledger
+        // checks again in the transaction that records the event: this is only the shortcut.
+        if shared.ledger.callback_seen(vendor, &event.event_id).await? {
+            tracing::debug!(vendor, event_id = %event.event_id, "callback delivered again");
+            return Ok(DeliveryOutcome::Duplicate);
+        }
+        let tenant = inner.accounts.tenant_for(event.account.as_deref());
         let Some(evidence) = event.evidence.clone() else {
-            tracing::debug!(
-                vendor = %inner.mapping.vendor,
-                event_id = %event.event_id,
-                event_type = %event.event_type,
-                "callback of a type the mapping ignores"
-            );
-            return Ok(DeliveryOutcome::Ignored);
+            return self.ignore(&event, tenant, received_at_ms).await;
         };
-        let Some(tenant) = inner.accounts.tenant_for(event.account.as_deref()) else {
+        let Some(tenant) = tenant else {
             let why = match &event.account {
                 Some(_) => "its account maps to no tenant",
                 None => "it names no account and there is no default tenant",
@@ -235,6 +259,45 @@ impl CallbackReceiver {
         Ok(DeliveryOutcome::StoreUnavailable)
     }
 
+    /// Records an event of a type the mapping ignores, for deduplication only.
+    async fn ignore(
+        &self,
+        event: &ParsedEvent,
+        tenant: Option<Tenant>,
+        received_at_ms: i64,
+    ) -> Result<DeliveryOutcome, LedgerError> {
+        let vendor = self.inner.mapping.vendor.as_str();
+        tracing::debug!(
+            vendor,
+            event_id = %event.event_id,
+            event_type = %event.event_type,
+            "callback of a type the mapping ignores"
+        );
+        let recorded = self
+            .inner
+            .shared
+            .ledger
+            .record_ignored_callback(IgnoredCallback {
+                vendor: vendor.to_owned(),
+                event_id: event.event_id.clone(),
+                event_type: event.event_type.clone(),
+                tenant,
+                received_at_ms,
+            })
+            .await;
+        match recorded {
+            Ok(CallbackRecorded::Duplicate) => Ok(DeliveryOutcome::Duplicate),
+            Ok(_) => Ok(DeliveryOutcome::Ignored),
+            // A backend that cannot record it: the event carries nothing to apply, so making
+            // the vendor retry it would change nothing either.
+            Err(LedgerError::Config(why)) => {
+                tracing::warn!(vendor, event_id = %event.event_id, %why, "ignored callback not recorded");
+                Ok(DeliveryOutcome::Ignored)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Applies `evidence` to `row` with the event's dedupe record, in one ledger transaction.
     /// `None`: the row moved since it was read.
     async fn apply(
@@ -270,12 +333,13 @@ impl CallbackReceiver {
             operation_id: row.operation_id.clone(),
             received_at_ms,
         };
-        let event_in = Event::LookupResult(evidence.clone());
+        let event_in = Event::Callback(evidence.clone());
+        let mut contradicted = None;
         let effect = match row.update_on(&event_in, clock, None, None, None, entry(CALLBACK_KIND)) {
             Ok(update) => CallbackEffect::Apply(update),
-            // The attempt's bytes may be on the wire (or about to be): its own result decides.
-            // The vendor delivers again later, when the event can be applied or appended.
-            Err(_) if matches!(row.state, State::InFlight | State::Prepared) => {
+            // The attempt's bytes may be on the wire: its own result decides. The vendor
+            // delivers again later, when the event can be applied or appended.
+            Err(_) if row.state == State::InFlight => {
                 tracing::info!(
                     vendor,
                     event_id = %event.event_id,
@@ -287,9 +351,32 @@ impl CallbackReceiver {
                     operation_id: row.operation_id.clone(),
                 }));
             }
-            Err(_) => CallbackEffect::Append(entry("late_evidence")),
+            // Never sent: bytes leave only once IN_FLIGHT is durable, so this event is not about
+            // a send of this operation. Deferring it would answer 503 for as long as the row
+            // waits (forever for an abandoned one); applying it would resolve a write nobody
+            // made. A person looks at it in the quarantine; the row is left as it is.
+            Err(_) if row.state == State::Prepared => {
+                return self
+                    .quarantine(
+                        event,
+                        Some(row.tenant.clone()),
+                        evidence.clone(),
+                        NEVER_SENT,
+                    )
+                    .await
+                    .map(Some);
+            }
+            Err(_) => match contradiction(row, evidence) {
+                Some(c) => {
+                    let mut e = entry(CONTRADICTION);
+                    e.note = Some(format!("{note}: {c}"));
+                    contradicted = Some(c);
+                    CallbackEffect::Contradiction(e)
+                }
+                None => CallbackEffect::Append(entry("late_evidence")),
+            },
         };
-        let late = matches!(effect, CallbackEffect::Append(_));
+        let late = !matches!(effect, CallbackEffect::Apply(_));
         let applied = shared.ledger.apply_callback(delivery, effect).await?;
         let outcome = match applied {
             CallbackApplied::Applied(new_row) => {
@@ -309,6 +396,10 @@ impl CallbackReceiver {
                 }
             }
             CallbackApplied::Appended => {
+                debug_assert!(late);
+                if let Some(c) = contradicted {
+                    return Ok(Some(self.alarm(event, row, evidence, c)));
+                }
                 tracing::warn!(
                     vendor,
                     event_id = %event.event_id,
@@ -317,7 +408,6 @@ impl CallbackReceiver {
                     evidence = evidence.label(),
                     "late callback appended; it does not change the operation"
                 );
-                debug_assert!(late);
                 shared.notifier.publish(Notice::LateEvidence {
                     outcome: Outcome::from_record(row, None, true),
                     evidence: evidence.clone(),
@@ -346,27 +436,62 @@ impl CallbackReceiver {
         Ok(Some(outcome))
     }
 
-    /// Whether an operation of another tenant carries the value (only operation ids and
-    /// remote references are listed across tenants; keys are opaque and never searched).
+    /// The alarm of a recorded contradiction: an error log, the counter and a notice.
+    fn alarm(
+        &self,
+        event: &ParsedEvent,
+        row: &OperationRecord,
+        evidence: &Evidence,
+        c: crate::contradiction::Contradiction,
+    ) -> DeliveryOutcome {
+        let vendor = self.inner.mapping.vendor.as_str();
+        tracing::error!(
+            vendor,
+            event_id = %event.event_id,
+            operation = %row.operation_id,
+            state = row.state.as_str(),
+            evidence = evidence.label(),
+            contradiction = %c,
+            "callback contradicts the operation's final state; marked for review"
+        );
+        count_contradiction(vendor);
+        self.inner.shared.notifier.publish(Notice::Contradiction {
+            outcome: Outcome::from_record(row, None, true),
+            evidence: evidence.clone(),
+            contradiction: c,
+            source: vendor.to_owned(),
+        });
+        DeliveryOutcome::Contradiction {
+            operation_id: row.operation_id.clone(),
+        }
+    }
+
+    /// Whether an operation of another tenant carries the value: one probe through an index
+    /// led by the operation id or the vendor reference
+    /// ([`Ledger::other_tenant_with`](crate::ledger::Ledger::other_tenant_with)), never a
+    /// listing. Keys are opaque and never searched across tenants.
     async fn belongs_elsewhere(
         &self,
         tenant: &Tenant,
         matcher: &super::Matcher,
     ) -> Result<bool, LedgerError> {
-        if matcher.by == MatchBy::IdempotencyKey {
-            return Ok(false);
-        }
-        let query = OperationQuery::all_tenants()
-            .states(State::ALL)
-            .text(TextMatch::Exact(matcher.value.clone()))
-            .limit(2);
-        let page = match self.inner.shared.ledger.list(&query).await {
-            Ok(page) => page,
-            // A backend without listing: the event is quarantined either way.
-            Err(LedgerError::Config(_)) => return Ok(false),
-            Err(e) => return Err(e),
+        let by = match matcher.by {
+            MatchBy::OperationId => ProbeBy::OperationId,
+            MatchBy::RemoteRef => ProbeBy::RemoteRef,
+            MatchBy::IdempotencyKey => return Ok(false),
         };
-        Ok(page.rows.iter().any(|r| &r.tenant != tenant))
+        match self
+            .inner
+            .shared
+            .ledger
+            .other_tenant_with(tenant, by, &matcher.value)
+            .await
+        {
+            Ok(found) => Ok(found.is_some()),
+            // A backend without the probe: the event is quarantined either way.
+            Err(LedgerError::Config(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     async fn quarantine(
@@ -459,6 +584,18 @@ fn count_event(vendor: &str, outcome: &'static str) {
 #[cfg(not(feature = "metrics"))]
 fn count_event(_vendor: &str, _outcome: &'static str) {}
 
+#[cfg(feature = "metrics")]
+fn count_contradiction(vendor: &str) {
+    metrics::counter!(
+        "recoverable_write_contradictions_total",
+        "vendor" => vendor.to_owned(),
+    )
+    .increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+fn count_contradiction(_vendor: &str) {}
+
 #[cfg(feature = "axum")]
 mod axum_impl {
     use axum::extract::State as AxumState;
@@ -494,5 +631,134 @@ mod axum_impl {
         body: Bytes,
     ) -> Receipt {
         receiver.receive(&headers, &body).await
+    }
+}
+
+/// The alarm's counter, read through a recorder local to the test's thread.
+#[cfg(all(test, feature = "metrics", feature = "test-util"))]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::SystemTime;
+
+    use metrics::{
+        Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+    use serde_json::json;
+
+    use super::*;
+    use crate::callbacks::Secret;
+    use crate::ledger::Ledger;
+    use crate::ledger::conformance::{RawChanges, T0, keep, new_operation, update_of};
+    use crate::testing::callbacks::{Signer, ticket_mapping};
+
+    /// Counter totals by `name{label=value,...}`.
+    #[derive(Clone, Default)]
+    struct Totals(Arc<Mutex<HashMap<String, u64>>>);
+
+    struct Handle(String, Totals);
+
+    impl CounterFn for Handle {
+        fn increment(&self, value: u64) {
+            *self.1.0.lock().unwrap().entry(self.0.clone()).or_default() += value;
+        }
+
+        fn absolute(&self, value: u64) {
+            self.1.0.lock().unwrap().insert(self.0.clone(), value);
+        }
+    }
+
+    impl Recorder for Totals {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let name = format!("{}{{{}}}", key.name(), labels.join(","));
+            Counter::from_arc(Arc::new(Handle(name, self.clone())))
+        }
+
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    /// Issue 27 item 5: a contradiction increments
+    /// `recoverable_write_contradictions_total{vendor}` once, and a redelivery does not.
+    #[test]
+    fn a_contradiction_counts_once_per_event_with_its_vendor() {
+        let totals = Totals::default();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let secret = Secret::new("whsec_unit_test_secret").unwrap();
+        let ledger = crate::MemoryLedger::new();
+        let rw = crate::RecoverableWrite::builder(ledger.clone())
+            .build()
+            .unwrap();
+        let receiver = CallbackReceiver::new(
+            &rw,
+            ticket_mapping(),
+            super::super::StripeSignature::new(secret.clone()),
+            AccountTenants::default().account("tenant-a", "tenant-a"),
+        );
+        let event = json!({
+            "event": {"id": "evt_contra", "type": "ticket.created"},
+            "tenant": "tenant-a",
+            "ticket": {"id": "W2", "status": "SUCCEEDED", "operation_id": "op-rej", "idempotency_key": null}
+        });
+        let d = Signer::stripe(secret).sign("evt_contra", &event, SystemTime::now());
+        let outcomes = metrics::with_local_recorder(&totals, || {
+            rt.block_on(async {
+                let r = ledger
+                    .create_or_get(new_operation("tenant-a", "op-rej", "intent-rej"))
+                    .await
+                    .unwrap()
+                    .into_record();
+                let rejected = RawChanges {
+                    last_result: Some(State::Rejected),
+                    ..keep(&r, State::Rejected, T0)
+                };
+                ledger
+                    .apply(update_of(&r, rejected, "setup"))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let first = receiver.receive(&d.headers, &d.body).await;
+                let again = receiver.receive(&d.headers, &d.body).await;
+                (first.outcomes, again.outcomes)
+            })
+        });
+        assert_eq!(
+            outcomes,
+            (
+                vec![DeliveryOutcome::Contradiction {
+                    operation_id: OperationId::new("op-rej")
+                }],
+                vec![DeliveryOutcome::Duplicate]
+            )
+        );
+        let totals = totals.0.lock().unwrap();
+        assert_eq!(
+            totals.get("recoverable_write_contradictions_total{vendor=fake-vendor}"),
+            Some(&1),
+            "{totals:?}"
+        );
+        assert_eq!(
+            totals.get(
+                "recoverable_write_callback_events_total{vendor=fake-vendor,outcome=contradiction}"
+            ),
+            Some(&1),
+            "{totals:?}"
+        );
     }
 }

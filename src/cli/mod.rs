@@ -165,6 +165,10 @@ pub enum Command {
     Claim(ClaimArgs),
     /// Resolve an operation in MANUAL_REVIEW.
     Resolve(ResolveArgs),
+    /// Acknowledge the contradictions recorded on a finished operation (a vendor's word after
+    /// its final state that says otherwise: `list --contradicted`), once you have checked at
+    /// the vendor. It leaves the queue; its state does not change.
+    Acknowledge(AcknowledgeArgs),
     /// Counts by state and target, the oldest stuck items, review resolution times.
     Stats(StatsArgs),
     /// What the ledger holds but never acts on: vendor callbacks that matched no operation of
@@ -288,6 +292,28 @@ pub struct ListArgs {
     /// Continue after this cursor (printed under the previous page).
     #[arg(long)]
     pub cursor: Option<String>,
+    /// Only operations whose final state a vendor's later word contradicted, not yet
+    /// acknowledged (`acknowledge`). They are usually SUCCEEDED or REJECTED: every state is
+    /// listed unless --state narrows it.
+    #[arg(long)]
+    pub contradicted: bool,
+}
+
+/// `acknowledge`.
+#[derive(Debug, Args)]
+pub struct AcknowledgeArgs {
+    /// Operation id (or a unique prefix of it).
+    pub op: String,
+    /// Who you are (recorded in the audit trail).
+    #[arg(long)]
+    pub reviewer: String,
+    /// What you checked and did at the vendor (recorded in the audit trail).
+    #[arg(long)]
+    pub reason: String,
+    /// The version `show` printed: refused if the operation changed since (a newer
+    /// contradiction, say).
+    #[arg(long)]
+    pub version: u64,
 }
 
 /// `show`.
@@ -499,6 +525,7 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
         Command::Show(a) => ctx.show(a).await,
         Command::Claim(a) => ctx.claim(a).await,
         Command::Resolve(a) => ctx.resolve(a).await,
+        Command::Acknowledge(a) => ctx.acknowledge(a).await,
         Command::Stats(a) => ctx.stats(a).await,
         Command::Quarantine(a) => ctx.quarantine(a).await,
         Command::Purge(a) => ctx.purge(a).await,
@@ -729,6 +756,9 @@ struct Row {
     updated_ms: i64,
     next_check_ms: Option<i64>,
     age_ms: i64,
+    /// When a contradiction of its final state was first recorded, unacknowledged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    contradiction_ms: Option<i64>,
 }
 
 impl Row {
@@ -751,6 +781,7 @@ impl Row {
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
             next_check_ms: r.next_check_ms,
+            contradiction_ms: r.contradiction_ms,
             age_ms: now_ms - r.created_ms,
         }
     }
@@ -845,9 +876,11 @@ impl Ctx {
         if let Some(QuarantineAction::Release(r)) = a.action {
             return self.release(r).await;
         }
+        // Scoped in the ledger, so the limit counts this scope's events (a tenant's first
+        // `limit`, not the first `limit` of every tenant filtered down to none).
         let callbacks = self
             .ledger
-            .quarantined_callbacks(a.limit)
+            .quarantined_callbacks(&self.scope, a.limit)
             .await
             .map_err(CliError::ledger)?;
         let rows = self
@@ -855,12 +888,10 @@ impl Ctx {
             .quarantined(a.limit)
             .await
             .map_err(CliError::ledger)?;
-        let all = matches!(self.scope, TenantScope::AllTenants);
         // A callback whose account mapped to no tenant belongs to no tenant: only an
-        // all-tenants view shows it.
+        // all-tenants view shows it (the ledger's scope says so).
         let callbacks: Vec<QuarantinedCallbackView> = callbacks
             .into_iter()
-            .filter(|c| all || c.tenant.as_ref().is_some_and(|t| self.scope.contains(t)))
             .map(|c| QuarantinedCallbackView {
                 vendor: c.vendor,
                 event_id: c.event_id,
@@ -1102,6 +1133,9 @@ impl Ctx {
         };
         if let Some(c) = &a.cursor {
             q = q.after(crate::ledger::Cursor::parse(c).map_err(CliError::ledger)?);
+        }
+        if a.contradicted {
+            q = q.contradicted();
         }
         let page = self.ledger.list(&q).await.map_err(CliError::ledger)?;
         let rows: Vec<Row> = page.rows.iter().map(|r| Row::new(r, self.now_ms)).collect();
@@ -1363,6 +1397,23 @@ impl Ctx {
             Decision::KeepPending => "kept pending",
         };
         self.acted(&tenant, &op, what, a.version, result).await
+    }
+
+    async fn acknowledge(&self, a: AcknowledgeArgs) -> Result<String, CliError> {
+        let (tenant, op) = self.locate(&a.op).await?;
+        let reviewer = reviewer(&a.reviewer)?;
+        let result = self
+            .reviews
+            .acknowledge_contradiction(&tenant, &op, &reviewer, &a.reason, a.version)
+            .await;
+        self.acted(
+            &tenant,
+            &op,
+            "contradiction acknowledged",
+            a.version,
+            result,
+        )
+        .await
     }
 
     /// Reports a claim or resolution, with the audit entry it appended.

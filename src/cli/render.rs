@@ -70,7 +70,11 @@ pub(super) fn list(
                     c.push(r.tenant.clone());
                 }
                 c.extend([
-                    r.state.to_string(),
+                    // A contradicted final state says so where the eye reads the state.
+                    match r.contradiction_ms {
+                        Some(_) => format!("{} CONTRADICTED", r.state),
+                        None => r.state.to_string(),
+                    },
                     format_age(r.age_ms),
                     format!(
                         "{} ago",
@@ -121,6 +125,30 @@ pub(super) fn show(
         pkg.state, pkg.version, pkg.generation
     );
     let _ = writeln!(o, "           {}", state_meaning(pkg.state));
+    if let Some(at) = pkg.contradiction_ms {
+        let _ = writeln!(
+            o,
+            "CONTRADICTED since {}: the vendor said something after this final state that \
+             contradicts it (the caller was told {}). Check at the vendor (a second object, a \
+             charge to refund), then: acknowledge {} --version {} --reviewer <you> --reason <what you did>",
+            format_time(at),
+            pkg.state,
+            pkg.operation_id,
+            pkg.version
+        );
+        for e in pkg
+            .evidence
+            .iter()
+            .filter(|e| e.kind == crate::contradiction::CONTRADICTION)
+        {
+            let _ = writeln!(
+                o,
+                "  {}  {}",
+                format_time(e.at_ms),
+                e.note.as_deref().unwrap_or("-")
+            );
+        }
+    }
     let late_success = crate::review::late_success(&pkg.evidence);
     if let Some(r) = &pkg.remote_ref {
         let _ = writeln!(o, "vendor ref {r}");

@@ -119,7 +119,7 @@ pub(super) fn response(
     };
     let mut evidence = require_remote_ref(contract, evidence);
     // The server's hint, read only for the evidence that carries one (not for a success).
-    if let Evidence::Processing { retry_after }
+    if let Evidence::Processing { retry_after, .. }
     | Evidence::NotExecuted { retry_after, .. }
     | Evidence::Unknown { retry_after, .. } = &mut evidence
     {
@@ -201,7 +201,10 @@ fn from_rule(
         EvidenceClass::Succeeded => Evidence::Succeeded {
             remote_ref: remote_ref(contract, body),
         },
-        EvidenceClass::Processing => Evidence::Processing { retry_after: None },
+        EvidenceClass::Processing => Evidence::Processing {
+            retry_after: None,
+            remote_ref: remote_ref(contract, body),
+        },
         EvidenceClass::Rejected => Evidence::Rejected { reason: text() },
         EvidenceClass::NotExecuted => Evidence::NotExecuted {
             why: text(),
@@ -232,7 +235,12 @@ fn default(contract: &Contract, status: StatusCode, body: &Body<'_>) -> Evidence
         retry_after: None,
     };
     match status.as_u16() {
-        202 => Evidence::Processing { retry_after: None },
+        // An accepted write that already names its object: recorded, so a callback or lookup
+        // that knows only the vendor's reference finds the operation.
+        202 => Evidence::Processing {
+            retry_after: None,
+            remote_ref: remote_ref(contract, body),
+        },
         200..=299 => Evidence::Succeeded {
             remote_ref: remote_ref(contract, body),
         },

@@ -110,12 +110,24 @@ fn default_2xx_is_succeeded_with_optional_id() {
 fn default_202_is_processing_with_retry_after() {
     assert_eq!(
         default_class(202),
-        Evidence::Processing { retry_after: None }
+        Evidence::Processing {
+            retry_after: None,
+            remote_ref: None
+        }
     );
     assert_eq!(
         classify(&Contract::conservative(), 202, &[("retry-after", "5")], ""),
         Evidence::Processing {
-            retry_after: Some(Duration::from_secs(5))
+            retry_after: Some(Duration::from_secs(5)),
+            remote_ref: None,
+        }
+    );
+    // A 202 that names its object keeps the reference (issue 27 item 11).
+    assert_eq!(
+        classify(&Contract::conservative(), 202, &[], r#"{"id":"job_7"}"#),
+        Evidence::Processing {
+            retry_after: None,
+            remote_ref: Some("job_7".into()),
         }
     );
 }

@@ -135,7 +135,7 @@ fn update_for_event(
     let t = transition(&record.snapshot(), &event, clock)?;
     // The event is spent: its evidence moves into the log entry.
     let evidence = match event {
-        Event::AttemptResult(e) | Event::LookupResult(e) => Some(e),
+        Event::AttemptResult(e) | Event::LookupResult(e) | Event::Callback(e) => Some(e),
         _ => None,
     };
     let entry = NewEvidence {

@@ -63,6 +63,8 @@ fn stored_headers(headers: &http::HeaderMap, secret: &[String]) -> StoredHeaders
             .iter()
             .filter(|(k, _)| !unstored_response_header(k))
             .filter(|(k, _)| !crate::operation::is_secret(k, secret))
+            // The crate's own markers are written by the crate, never taken from a vendor.
+            .filter(|(k, _)| !k.as_str().starts_with("recoverable-write-"))
             .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
     })
 }
@@ -79,9 +81,14 @@ fn stored_response(
 ) -> Option<StoredResponse> {
     // Redacted whole, then cut: a cut JSON body could not be read any more.
     let body = crate::redact::answer(res.body(), &contract.answer_secrets())?;
+    let mut headers = stored_headers(res.headers(), &contract.secret_headers);
+    if body.len() > limit {
+        // Kept with the response, so every later replay of it says so.
+        headers.push(TRUNCATED_HEADER, "true");
+    }
     Some(StoredResponse {
         status: res.status().as_u16(),
-        headers: stored_headers(res.headers(), &contract.secret_headers),
+        headers,
         // A copy, not a slice: a slice would pin the client's whole read buffer for as long as
         // the ledger keeps the row.
         body: Bytes::copy_from_slice(&body[..body.len().min(limit)]),
@@ -609,6 +616,12 @@ pub const OUTCOME_HEADER: &str = "recoverable-write-outcome";
 pub const STATUS_CLASS_HEADER: &str = "recoverable-write-status-class";
 /// On a synthesized response: the vendor's reference of the created object, when known.
 pub const REMOTE_REF_HEADER: &str = "recoverable-write-remote-ref";
+/// On a stored response replayed to a repeat caller: `true` when its body was cut to the
+/// stored-body limit ([`stored_body_limit`](crate::ConfigBuilder::stored_body_limit), 64 KiB
+/// by default), so it is not the vendor's whole answer (a JSON body may not even parse).
+/// [`Outcome::body_truncated`] says the same. The first caller, who got the live response, got
+/// all of it and no marker.
+pub const TRUNCATED_HEADER: &str = "recoverable-write-truncated";
 
 /// The answer when no vendor response is stored: `200 OK` for `SUCCEEDED`, `422 Unprocessable
 /// Entity` for `REJECTED`, with the [`Outcome`] as JSON and the headers above. Code that parses
@@ -946,6 +959,79 @@ pub(crate) async fn await_resolution(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27 item 11: a stored response cut to the stored-body limit is marked when it is
+    /// replayed to a repeat caller (header and outcome); the first caller got all of it, and a
+    /// response under the limit is never marked.
+    #[tokio::test]
+    async fn a_truncated_stored_response_is_marked_when_replayed() {
+        use http_body_util::BodyExt as _;
+        use tower::ServiceExt as _;
+
+        let rw = crate::RecoverableWrite::builder(crate::MemoryLedger::new())
+            .stored_body_limit(8)
+            .build()
+            .expect("valid configuration");
+        let body_of =
+            |len: usize| Bytes::from(format!("{{\"id\":\"W1\",\"pad\":\"{}\"}}", "x".repeat(len)));
+        let call = |op: Operation, vendor_body: Bytes| {
+            let layer = rw.layer();
+            async move {
+                let svc = tower::ServiceBuilder::new()
+                    .layer(layer)
+                    .service(tower::service_fn(
+                        move |_req: http::Request<Full<Bytes>>| {
+                            let b = vendor_body.clone();
+                            async move {
+                                Ok::<_, std::convert::Infallible>(
+                                    Response::builder().status(201).body(Full::new(b)).unwrap(),
+                                )
+                            }
+                        },
+                    ));
+                let mut req = http::Request::post("https://vendor.test/v1/tickets")
+                    .body(Full::new(Bytes::from_static(b"{}")))
+                    .unwrap();
+                req.extensions_mut().insert(op);
+                let res = svc.oneshot(req).await.expect("an authoritative answer");
+                let outcome = res.extensions().get::<Outcome>().cloned().expect("outcome");
+                let marker = res.headers().get(TRUNCATED_HEADER).cloned();
+                let body = res.into_body().collect().await.unwrap().to_bytes();
+                (outcome, marker, body)
+            }
+        };
+
+        let long = body_of(40);
+        let op = Operation::new("t", "create_ticket", "intent-long");
+        let (first, marker, body) = call(op.clone(), long.clone()).await;
+        assert_eq!(body, long, "the first caller gets the whole live answer");
+        assert!(marker.is_none());
+        assert!(!first.body_truncated);
+        // The repeat caller gets the stored copy: cut, and saying so.
+        let (again, marker, body) = call(op.clone(), long.clone()).await;
+        assert!(again.from_ledger);
+        assert_eq!(body, long.slice(..8));
+        assert_eq!(marker.as_ref().map(|v| v.to_str().unwrap()), Some("true"));
+        assert!(again.body_truncated);
+        let json = serde_json::to_value(&again).unwrap();
+        assert_eq!(json["body_truncated"], true);
+
+        // Under the limit: replayed whole, no marker.
+        let short = Bytes::from_static(b"{}");
+        let op = Operation::new("t", "create_ticket", "intent-short");
+        call(op.clone(), short.clone()).await;
+        let (again, marker, body) = call(op, short.clone()).await;
+        assert!(again.from_ledger);
+        assert_eq!(body, short);
+        assert!(marker.is_none());
+        assert!(!again.body_truncated);
+        assert!(
+            serde_json::to_value(&again)
+                .unwrap()
+                .get("body_truncated")
+                .is_none()
+        );
+    }
 
     #[test]
     fn stored_headers_keep_visible_ascii_values_of_stored_names_in_order() {

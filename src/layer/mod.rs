@@ -52,7 +52,7 @@ use crate::contract::{Contract, Contracts};
 use crate::core::Shared;
 pub use crate::core::{
     DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_RESPONSE_BODY, DEFAULT_STORED_BODY, OUTCOME_HEADER,
-    REMOTE_REF_HEADER, STATUS_CLASS_HEADER,
+    REMOTE_REF_HEADER, STATUS_CLASS_HEADER, TRUNCATED_HEADER,
 };
 pub use crate::error::{Error, Outcome};
 use crate::ledger::{Ledger, NewOperation};

@@ -43,6 +43,15 @@ pub enum CallbackEffect {
     /// the entry as late evidence and advances the version (as
     /// [`Ledger::append_evidence`](super::Ledger::append_evidence)), changes nothing else.
     Append(NewEvidence),
+    /// Cannot move it, and contradicts the final state it reached (a success after `REJECTED`,
+    /// a failure after `SUCCEEDED`, another vendor reference than the recorded one): appends
+    /// the entry (kind [`CONTRADICTION`](crate::contradiction::CONTRADICTION)), advances the
+    /// version and marks the operation as carrying an unacknowledged contradiction
+    /// ([`OperationRecord::contradiction_ms`], kept at the first one's time), so it is listed by
+    /// [`OperationQuery::contradicted`](super::OperationQuery::contradicted) until a person
+    /// acknowledges it ([`Ledger::acknowledge_contradiction`](super::Ledger::acknowledge_contradiction)).
+    /// Nothing else changes: a final state stays final.
+    Contradiction(NewEvidence),
 }
 
 /// What [`Ledger::apply_callback`](super::Ledger::apply_callback) did.
@@ -53,7 +62,8 @@ pub enum CallbackEffect {
 pub enum CallbackApplied {
     /// First delivery of the event: recorded, and the operation moved; the row after the move.
     Applied(OperationRecord),
-    /// First delivery of the event: recorded, and its entry appended as late evidence.
+    /// First delivery of the event: recorded, and its entry appended as late evidence (or, for
+    /// [`CallbackEffect::Contradiction`], as a contradiction, the operation marked).
     Appended,
     /// The event was recorded before (by this or another instance): nothing changed.
     Duplicate,
@@ -89,6 +99,44 @@ pub struct QuarantinedCallback {
     pub received_at_ms: i64,
 }
 
+/// A verified event of a type its mapping ignores: recorded in the dedupe table only (never its
+/// payload), so a redelivery is answered as a duplicate without being read again (see
+/// [`Ledger::record_ignored_callback`](super::Ledger::record_ignored_callback)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IgnoredCallback {
+    /// The vendor (or target) the event comes from.
+    pub vendor: String,
+    /// The vendor's event id.
+    pub event_id: String,
+    /// The event type.
+    pub event_type: String,
+    /// The tenant its account maps to, if any (kept for erasure by tenant).
+    pub tenant: Option<Tenant>,
+    /// When it was received, ms since the Unix epoch.
+    pub received_at_ms: i64,
+}
+
+/// What [`Ledger::record_ignored_callback`](super::Ledger::record_ignored_callback) did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallbackRecorded {
+    /// First delivery of the event: recorded in the dedupe table.
+    Recorded,
+    /// The event was recorded before: nothing changed.
+    Duplicate,
+}
+
+/// What a probe across tenants ([`Ledger::other_tenant_with`](super::Ledger::other_tenant_with))
+/// looks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProbeBy {
+    /// An operation id.
+    OperationId,
+    /// A vendor reference ([`OperationRecord::remote_ref`]).
+    RemoteRef,
+}
+
 /// What [`Ledger::quarantine_callback`](super::Ledger::quarantine_callback) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -104,11 +152,15 @@ pub(crate) fn outcome(effect: &CallbackEffect) -> &'static str {
     match effect {
         CallbackEffect::Apply(_) => "applied",
         CallbackEffect::Append(_) => "appended",
+        CallbackEffect::Contradiction(_) => "contradiction",
     }
 }
 
 /// The dedupe table's `outcome` for a quarantined event.
 pub(crate) const QUARANTINED: &str = "quarantined";
+
+/// The dedupe table's `outcome` for an event of an ignored type.
+pub(crate) const IGNORED: &str = "ignored";
 
 /// Refuses an effect that names another operation than its delivery (nothing is written).
 pub(crate) fn check_effect(

@@ -333,6 +333,19 @@ impl CallbackEventColumns {
             received_ms: q.received_at_ms,
         }
     }
+
+    /// The record of an event of an ignored type.
+    pub(crate) fn ignored(e: &super::IgnoredCallback, dialect: Dialect) -> Self {
+        Self {
+            vendor: dialect.text(&e.vendor),
+            event_id: dialect.text(&e.event_id),
+            event_type: dialect.text(&e.event_type),
+            tenant: e.tenant.as_ref().map(|t| dialect.text(t.as_str())),
+            operation_id: None,
+            outcome: super::callback::IGNORED,
+            received_ms: e.received_at_ms,
+        }
+    }
 }
 
 /// A quarantined callback encoded for the `rw_callback_quarantine` columns, in table order.
@@ -523,6 +536,7 @@ macro_rules! row_decoder {
                 created_ms: c.get("created_ms")?,
                 updated_ms: c.get("updated_ms")?,
                 details_removed_ms: c.get("details_removed_ms")?,
+                contradiction_ms: c.get("contradiction_ms")?,
             })
         }
 

@@ -52,6 +52,9 @@ use crate::operation::{
 };
 use crate::state::{Clock, Event, State, transition};
 
+mod callbacks;
+pub use callbacks::*;
+
 /// Generates one `#[test]` per conformance check, each with a fresh ledger.
 ///
 /// Forms:
@@ -135,6 +138,10 @@ macro_rules! ledger_conformance_tests {
                 callback_for_an_unknown_operation_stores_nothing,
                 callback_update_for_another_operation_is_refused,
                 callbacks_are_quarantined_once_and_listed_in_order,
+                callbacks_are_seen_once_recorded_ignored_ones_included,
+                quarantined_callbacks_are_scoped_before_the_limit,
+                other_tenant_with_finds_only_other_tenants,
+                contradiction_marks_the_operation_until_acknowledged,
                 find_by_remote_ref_and_idempotency_key_stay_in_their_tenant,
                 concurrent_deliveries_of_one_event_change_the_state_once,
                 purge_details_slims_finished_rows_and_keeps_their_identity,
@@ -942,6 +949,7 @@ pub async fn evidence_is_appended_in_order_with_all_fields<L: Ledger>(ledger: L)
         to_state: Some(State::Processing),
         evidence: Some(Evidence::Processing {
             retry_after: Some(Duration::from_millis(1500)),
+            remote_ref: Some("W731".to_owned()),
         }),
         note: None,
         at_ms: T0 + 2,
@@ -3417,7 +3425,7 @@ pub async fn callback_appends_late_evidence_once<L: Ledger>(ledger: L) {
         generation: r.generation,
         from_state: Some(State::Succeeded),
         to_state: Some(State::Succeeded),
-        evidence: Some(Evidence::Processing { retry_after: None }),
+        evidence: Some(Evidence::processing()),
         ..evidence_entry("late_evidence", T0 + 5)
     };
     for expected in [CallbackApplied::Appended, CallbackApplied::Duplicate] {
@@ -3558,12 +3566,16 @@ pub async fn callbacks_are_quarantined_once_and_listed_in_order<L: Ledger>(ledge
         assert_eq!(got, expected);
     }
     let listed = must(
-        ledger.quarantined_callbacks(10).await,
+        ledger
+            .quarantined_callbacks(&super::TenantScope::AllTenants, 10)
+            .await,
         "quarantined_callbacks",
     );
     assert_eq!(listed, vec![first.clone(), second]);
     let one = must(
-        ledger.quarantined_callbacks(1).await,
+        ledger
+            .quarantined_callbacks(&super::TenantScope::AllTenants, 1)
+            .await,
         "quarantined_callbacks",
     );
     assert_eq!(one, vec![first]);
@@ -4139,7 +4151,9 @@ pub async fn purge_callbacks_by_age_and_by_tenant<L: Ledger>(ledger: L) {
     .await;
     assert_eq!(by_tenant.rows, 1);
     let left = must(
-        ledger.quarantined_callbacks(10).await,
+        ledger
+            .quarantined_callbacks(&super::TenantScope::AllTenants, 10)
+            .await,
         "quarantined_callbacks",
     );
     assert_eq!(left.len(), 1);
@@ -4154,7 +4168,9 @@ pub async fn purge_callbacks_by_age_and_by_tenant<L: Ledger>(ledger: L) {
     assert_eq!(by_age.rows, 1);
     assert!(
         must(
-            ledger.quarantined_callbacks(10).await,
+            ledger
+                .quarantined_callbacks(&super::TenantScope::AllTenants, 10)
+                .await,
             "quarantined_callbacks"
         )
         .is_empty()

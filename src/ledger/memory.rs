@@ -14,7 +14,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::callback::{QUARANTINED, check_effect, outcome};
+use super::callback::{IGNORED, QUARANTINED, check_effect, outcome};
 use super::*;
 use super::{check_first_update, first_applied, store_entries};
 
@@ -1023,6 +1023,12 @@ impl Ledger for MemoryLedger {
                     row.append(&mut t.next_seq, entry);
                     CallbackApplied::Appended
                 }
+                CallbackEffect::Contradiction(entry) => {
+                    let at = entry.at_ms;
+                    row.append(&mut t.next_seq, entry);
+                    row.record.contradiction_ms.get_or_insert(at);
+                    CallbackApplied::Appended
+                }
             };
             t.callback_events.insert(
                 key,
@@ -1059,17 +1065,99 @@ impl Ledger for MemoryLedger {
         })
     }
 
-    fn quarantined_callbacks(
-        &self,
+    fn quarantined_callbacks<'a>(
+        &'a self,
+        scope: &'a TenantScope,
         limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<QuarantinedCallback>, LedgerError>> {
+    ) -> BoxFuture<'a, Result<Vec<QuarantinedCallback>, LedgerError>> {
         Box::pin(async move {
             let t = self.tables()?;
+            let all = *scope == TenantScope::AllTenants;
             Ok(t.callback_quarantine
                 .iter()
+                .filter(|q| all || q.tenant.as_ref().is_some_and(|t| scope.contains(t)))
                 .take(limit as usize)
                 .cloned()
                 .collect())
+        })
+    }
+
+    fn callback_seen<'a>(
+        &'a self,
+        vendor: &'a str,
+        event_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LedgerError>> {
+        Box::pin(async move {
+            let t = self.tables()?;
+            Ok(t.callback_events
+                .contains_key(&(vendor.to_owned(), event_id.to_owned())))
+        })
+    }
+
+    fn record_ignored_callback(
+        &self,
+        event: IgnoredCallback,
+    ) -> BoxFuture<'_, Result<CallbackRecorded, LedgerError>> {
+        Box::pin(async move {
+            let mut t = self.tables()?;
+            let key = (event.vendor, event.event_id);
+            if t.callback_events.contains_key(&key) {
+                return Ok(CallbackRecorded::Duplicate);
+            }
+            t.callback_events.insert(
+                key,
+                Delivery {
+                    outcome: IGNORED,
+                    tenant: event.tenant,
+                    received_ms: event.received_at_ms,
+                },
+            );
+            Ok(CallbackRecorded::Recorded)
+        })
+    }
+
+    fn other_tenant_with<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        by: ProbeBy,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Tenant>, LedgerError>> {
+        Box::pin(async move {
+            let t = self.tables()?;
+            // A scan: the memory ledger holds tests' and examples' rows.
+            Ok(t.operations
+                .rows()
+                .map(|row| &row.record)
+                .find(|r| {
+                    r.tenant != *tenant
+                        && match by {
+                            ProbeBy::OperationId => r.operation_id.as_str() == value,
+                            ProbeBy::RemoteRef => r.remote_ref.as_deref() == Some(value),
+                        }
+                })
+                .map(|r| r.tenant.clone()))
+        })
+    }
+
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let mut guard = self.tables()?;
+            let t = &mut *guard;
+            let Some(row) = t.operations.get_mut(tenant, id) else {
+                return Ok(None);
+            };
+            if row.record.version != expected_version || row.record.contradiction_ms.is_none() {
+                return Ok(None);
+            }
+            row.append(&mut t.next_seq, entry);
+            row.record.contradiction_ms = None;
+            Ok(Some(row.record.clone()))
         })
     }
 

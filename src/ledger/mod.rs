@@ -56,7 +56,8 @@ mod callback;
 pub(crate) use backend::{NewEvidence, Update};
 pub(crate) use backend::{check_first_update, first_applied, store_entries};
 pub use callback::{
-    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, QuarantinedCallback,
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, CallbackRecorded,
+    IgnoredCallback, ProbeBy, QuarantinedCallback,
 };
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod codec;
@@ -106,6 +107,21 @@ pub struct StoredResponse {
     /// truncated to the layer's stored-body limit.
     pub body: Bytes,
 }
+
+impl StoredResponse {
+    /// Whether the body was cut to the layer's stored-body limit: the layer then keeps the
+    /// header `recoverable-write-truncated: true` with the response
+    /// ([`TRUNCATED_HEADER`](crate::layer::TRUNCATED_HEADER)).
+    pub fn is_truncated(&self) -> bool {
+        self.headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case(TRUNCATED) && v == "true")
+    }
+}
+
+/// The name of [`TRUNCATED_HEADER`](crate::layer::TRUNCATED_HEADER), known to the ledger so a
+/// stored response can say it was cut without the layer.
+const TRUNCATED: &str = "recoverable-write-truncated";
 
 /// Everything needed to insert a new operation (state `PREPARED`, generation 0, version 0).
 #[derive(Clone, Debug)]
@@ -191,6 +207,12 @@ pub struct OperationRecord {
     /// When the retention's details stage dropped this operation's request, response and
     /// evidence details ([`PurgeStage::Details`]); `None` while they are kept.
     pub details_removed_ms: Option<i64>,
+    /// When evidence contradicting this operation's final state was first recorded
+    /// ([`CallbackEffect::Contradiction`]: a success after `REJECTED`, a failure after
+    /// `SUCCEEDED`, another vendor reference), while no person has acknowledged it
+    /// ([`Ledger::acknowledge_contradiction`]); `None` otherwise. Such operations are listed by
+    /// [`OperationQuery::contradicted`].
+    pub contradiction_ms: Option<i64>,
 }
 
 /// What [`Ledger::create_or_get`] found.
@@ -549,6 +571,26 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         entry: NewEvidence,
     ) -> BoxFuture<'a, Result<(), LedgerError>>;
 
+    /// Clears the operation's unacknowledged contradiction ([`OperationRecord::contradiction_ms`])
+    /// and appends `entry` (the person's audit note), advancing the version, in one transaction,
+    /// if the row is still at `expected_version`: an acknowledgement names the view it was made
+    /// on, so one made before another contradiction arrived is refused ([the fencing
+    /// rule](self#the-fencing-rule)). Nothing else changes. `Ok(None)`: the row moved (or does
+    /// not exist, or carries no contradiction) and nothing changed.
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        let _ = (tenant, id, expected_version, entry);
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
     /// The evidence log of one operation, oldest first.
     fn evidence<'a>(
         &'a self,
@@ -654,17 +696,70 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         Box::pin(async { Err(callback::callbacks_unsupported()) })
     }
 
-    /// The quarantined callback events, oldest first (in the order they were stored), at most
-    /// `limit`.
+    /// The quarantined callback events within `scope`, oldest first (in the order they were
+    /// stored), at most `limit`. The limit applies after the scope: a tenant's first `limit`
+    /// events, never the first `limit` of every tenant filtered down. An event whose account
+    /// mapped to no tenant belongs to no tenant: only [`TenantScope::AllTenants`] lists it.
     ///
     /// The provided implementation returns [`LedgerError::Config`], as
     /// [`apply_callback`](Self::apply_callback).
-    fn quarantined_callbacks(
-        &self,
+    fn quarantined_callbacks<'a>(
+        &'a self,
+        scope: &'a TenantScope,
         limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<QuarantinedCallback>, LedgerError>> {
-        let _ = limit;
+    ) -> BoxFuture<'a, Result<Vec<QuarantinedCallback>, LedgerError>> {
+        let _ = (scope, limit);
         Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
+    /// Whether the vendor event `(vendor, event_id)` is in the dedupe table already: a read
+    /// through its primary key, so a delivery seen before is answered before any matching (a
+    /// redelivered or replayed event costs one probe, whatever the ledger holds). Only a
+    /// shortcut: [`apply_callback`](Self::apply_callback),
+    /// [`quarantine_callback`](Self::quarantine_callback) and
+    /// [`record_ignored_callback`](Self::record_ignored_callback) still check the dedupe table
+    /// in their own transaction, which is what makes an event count once.
+    ///
+    /// The provided implementation answers `false` (every event then goes on to those
+    /// methods, which deduplicate it).
+    fn callback_seen<'a>(
+        &'a self,
+        vendor: &'a str,
+        event_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LedgerError>> {
+        let _ = (vendor, event_id);
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Records a verified event of a type its mapping ignores in the dedupe table, and nothing
+    /// else (no payload, no quarantine): a redelivery is [`CallbackRecorded::Duplicate`].
+    ///
+    /// The provided implementation returns [`LedgerError::Config`], as
+    /// [`apply_callback`](Self::apply_callback).
+    fn record_ignored_callback(
+        &self,
+        event: IgnoredCallback,
+    ) -> BoxFuture<'_, Result<CallbackRecorded, LedgerError>> {
+        let _ = event;
+        Box::pin(async { Err(callback::callbacks_unsupported()) })
+    }
+
+    /// A tenant other than `tenant` with an operation whose id (or vendor reference, as `by`
+    /// says) is `value`, if any: how a callback that matched nothing in its own tenant is told
+    /// apart from one that names another tenant's operation. Read through an index on that
+    /// column alone (at most one row is read), never a listing: an unmatched callback costs
+    /// the same on a ledger of a thousand rows as on one of a million.
+    ///
+    /// The provided implementation answers `None` (the event is quarantined either way, with
+    /// a less precise reason).
+    fn other_tenant_with<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        by: ProbeBy,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Tenant>, LedgerError>> {
+        let _ = (tenant, by, value);
+        Box::pin(async { Ok(None) })
     }
 
     /// The operation of `tenant` whose vendor reference ([`OperationRecord::remote_ref`]) is
@@ -784,6 +879,7 @@ impl NewOperation {
             created_ms: self.now_ms,
             updated_ms: self.now_ms,
             details_removed_ms: None,
+            contradiction_ms: None,
         }
     }
 }

@@ -137,6 +137,7 @@ pub struct OperationQuery {
     pub(crate) updated_before: Option<i64>,
     pub(crate) next_check_before: Option<i64>,
     pub(crate) text: Option<TextMatch>,
+    pub(crate) contradicted: bool,
     pub(crate) order: Order,
     pub(crate) limit: u32,
     pub(crate) after: Option<Cursor>,
@@ -181,6 +182,7 @@ impl OperationQuery {
             updated_before: None,
             next_check_before: None,
             text: None,
+            contradicted: false,
             order: Order::default(),
             limit: DEFAULT_LIMIT,
             after: None,
@@ -247,6 +249,15 @@ impl OperationQuery {
     /// Operation id or remote reference matching `text`.
     pub fn text(mut self, text: TextMatch) -> Self {
         self.text = Some(text);
+        self
+    }
+
+    /// Only operations carrying an unacknowledged contradiction
+    /// ([`OperationRecord::contradiction_ms`]): evidence that arrived after their final state
+    /// and says otherwise. They are usually `SUCCEEDED` or `REJECTED`, so leave the state filter
+    /// out to see them all. Read through the partial index of contradicted rows.
+    pub fn contradicted(mut self) -> Self {
+        self.contradicted = true;
         self
     }
 
@@ -365,6 +376,7 @@ impl OperationQuery {
                 t.matches(r.operation_id.as_str())
                     || r.remote_ref.as_deref().is_some_and(|rr| t.matches(rr))
             })
+            && (!self.contradicted || r.contradiction_ms.is_some())
     }
 }
 
@@ -640,6 +652,9 @@ pub(crate) fn list_sql(
         Quarantined::Hidden => t.terms.push("quarantine_reason IS NULL".to_owned()),
         Quarantined::Included => {}
         Quarantined::Only => t.terms.push("quarantine_reason IS NOT NULL".to_owned()),
+    }
+    if q.contradicted {
+        t.terms.push("contradiction_ms IS NOT NULL".to_owned());
     }
     if let Some(c) = &q.contract {
         let p = t.arg(Arg::Text(c.clone()));

@@ -84,14 +84,20 @@ impl AnswerReader {
         };
         let state = state.as_ref();
         let is = |set: &[String]| set.iter().any(|s| s.eq_ignore_ascii_case(state));
-        if is(&self.statuses.succeeded) {
-            let remote_ref = self
-                .remote_ref_pointer
+        let remote_ref = || {
+            self.remote_ref_pointer
                 .as_deref()
-                .and_then(|p| doc.scalar_at(p));
-            Evidence::Succeeded { remote_ref }
+                .and_then(|p| doc.scalar_at(p))
+        };
+        if is(&self.statuses.succeeded) {
+            Evidence::Succeeded {
+                remote_ref: remote_ref(),
+            }
         } else if is(&self.statuses.processing) {
-            Evidence::Processing { retry_after }
+            Evidence::Processing {
+                retry_after,
+                remote_ref: remote_ref(),
+            }
         } else if is(&self.statuses.rejected) {
             Evidence::Rejected {
                 reason: format!("lookup: {}", truncate(state)),

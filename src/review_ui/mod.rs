@@ -418,6 +418,8 @@ struct RowView {
     changed: String,
     attempts: String,
     reason: String,
+    /// A final state a vendor's later word contradicted, not yet acknowledged.
+    contradicted: bool,
 }
 
 struct FilterView {
@@ -453,6 +455,9 @@ struct QueuePage {
     /// The queue of quarantined operations.
     aside_all: String,
     showing: String,
+    /// Operations of this scope whose final state was contradicted: `Some((count, link))`
+    /// when there are any (the count ends in `+` past one page).
+    contradicted: Option<(String, String)>,
 }
 
 /// A filter the page cannot use: 400 with what was wrong.
@@ -496,6 +501,7 @@ fn build_query(
         tenant: String::new(),
     };
     let (mut all, mut open, mut aside, mut states) = (false, false, false, Vec::<State>::new());
+    let mut contradicted = false;
     let mut after = None;
     for (k, v) in params {
         let v = v.trim();
@@ -511,6 +517,7 @@ fn build_query(
             "state" => match v {
                 "open" => open = true,
                 "all" => all = true,
+                "contradicted" => contradicted = true,
                 QUARANTINED => aside = true,
                 _ => states
                     .push(parse_state(v).ok_or_else(|| BadFilter(format!("unknown state {v:?}")))?),
@@ -555,7 +562,7 @@ fn build_query(
             )));
         }
     };
-    if aside && (all || open || !states.is_empty()) {
+    if aside && (all || open || contradicted || !states.is_empty()) {
         return Err(BadFilter(
             "quarantined operations are listed on their own: their stored state may be one \
              this version does not know"
@@ -589,6 +596,10 @@ fn build_query(
     if aside {
         f.state = QUARANTINED.into();
         q = q.quarantined_only();
+    } else if contradicted {
+        // Final states, mostly: every state, narrowed to the contradicted rows.
+        f.state = "contradicted".into();
+        q = q.contradicted();
     } else if all {
         f.state = "all".into();
     } else if states.is_empty() {
@@ -684,6 +695,7 @@ fn row_view(base: &str, cfg: &ReviewUiConfig, r: &OperationRecord, now: i64) -> 
         changed: format!("{} ago", words::age(now - r.updated_ms)),
         attempts: format!("{}/{}", r.attempts_used, r.policy.max_attempts),
         reason,
+        contradicted: r.contradiction_ms.is_some(),
     }
 }
 
@@ -715,6 +727,35 @@ async fn queue(
     };
     let counts = match cfg.ledger.count_by_state(query.scope()).await {
         Ok(c) => c,
+        Err(e) => return ledger_failed(&who, &base, &e),
+    };
+    // Contradicted final states are not in any open state's count: say so above the queue.
+    // One page of the partial index, whatever the history holds.
+    let alarms = OperationQuery::scoped(query.scope().clone())
+        .contradicted()
+        .limit(cfg.page_size);
+    let contradicted = match cfg.ledger.list(&alarms).await {
+        Ok(p) if p.rows.is_empty() => None,
+        Ok(p) => Some((
+            format!(
+                "{}{}",
+                p.rows.len(),
+                if p.next.is_some() { "+" } else { "" }
+            ),
+            queue_href(
+                &base,
+                &FilterView {
+                    state: "contradicted".into(),
+                    contract: String::new(),
+                    host: String::new(),
+                    q: String::new(),
+                    older_than: String::new(),
+                    order: "oldest".into(),
+                    tenant: filters.tenant.clone(),
+                },
+                None,
+            ),
+        )),
         Err(e) => return ledger_failed(&who, &base, &e),
     };
     let count_href = |state: &str| {
@@ -806,6 +847,7 @@ async fn queue(
         aside,
         aside_all,
         showing,
+        contradicted,
     };
     html(StatusCode::OK, view.render())
 }
@@ -815,10 +857,16 @@ fn plural(n: usize) -> &'static str {
 }
 
 fn state_options() -> Vec<StateOption> {
-    let mut v = vec![StateOption {
-        value: "open",
-        label: "Every open state",
-    }];
+    let mut v = vec![
+        StateOption {
+            value: "open",
+            label: "Every open state",
+        },
+        StateOption {
+            value: "contradicted",
+            label: "Contradicted final states",
+        },
+    ];
     for s in [
         State::ManualReview,
         State::Unknown,
@@ -917,6 +965,8 @@ struct OperationPage {
     late_heading: String,
     /// The late evidence holds a conclusive success, offered below as the resolution.
     late_success: bool,
+    /// The contradictions of the final state, while unacknowledged.
+    contradictions: Vec<LateView>,
     form: Option<FormView>,
     read_only_note: bool,
     terminal: bool,
@@ -1255,6 +1305,22 @@ fn operation_view(
             _ => "Evidence recorded after the last decision".to_owned(),
         },
         late_success: late_success.is_some() && p.state == State::ManualReview,
+        contradictions: if p.contradiction_ms.is_some() {
+            p.evidence
+                .iter()
+                .filter(|e| e.kind == crate::contradiction::CONTRADICTION)
+                .map(|e| LateView {
+                    at: format!(
+                        "{} ({} ago)",
+                        words::clock(e.at_ms),
+                        words::age(now - e.at_ms)
+                    ),
+                    what: e.note.clone().unwrap_or_else(|| words::kind(&e.kind)),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
         read_only_note: !who.may_resolve && !terminal,
         terminal,
         form,

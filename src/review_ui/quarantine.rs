@@ -50,6 +50,7 @@ pub(super) fn row_view(base: &str, cfg: &ReviewUiConfig, r: &SkippedRow, now: i6
             .attempts_used
             .map_or_else(|| "?".to_owned(), |n| n.to_string()),
         reason: format!("stored state {}; {problem}", r.state),
+        contradicted: false,
     }
 }
 

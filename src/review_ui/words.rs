@@ -88,6 +88,8 @@ pub(super) fn kind(k: &str) -> String {
         "lease_expired" => "lease expired".to_owned(),
         "escalated" => "handed to a person".to_owned(),
         "late_evidence" => "LATE evidence".to_owned(),
+        crate::contradiction::CONTRADICTION => "CONTRADICTS the final state".to_owned(),
+        crate::contradiction::CONTRADICTION_ACKNOWLEDGED => "contradiction acknowledged".to_owned(),
         CLAIM_KIND => "claimed by a reviewer".to_owned(),
         DECISION_KIND => "reviewer decision".to_owned(),
         other => other.replace('_', " "),

@@ -12,7 +12,7 @@
 //!                                               │   │ ────▶ PROCESSING  (accepted, not finished)
 //!                                               │   └────▶ UNKNOWN     (timeout, reset, 5xx, unclear 2xx)
 //!                                               │ lease expired ──▶ UNKNOWN (never back to PREPARED)
-//!  UNKNOWN / PROCESSING ── reconciler evidence ─▶ SUCCEEDED | REJECTED | PROCESSING | UNKNOWN (404 stays)
+//!  UNKNOWN / PROCESSING ── reconciler or callback evidence ─▶ SUCCEEDED | REJECTED | PROCESSING | UNKNOWN (404 stays)
 //!  UNKNOWN ── proof of non-execution, budget OK ─▶ RETRY_READY
 //!  RETRY_READY ── claim ─▶ IN_FLIGHT (same key, same bytes)
 //!  any non-terminal ── budget or window spent, next check past the window ─▶ MANUAL_REVIEW
@@ -136,6 +136,10 @@ pub enum Event {
     ClaimRecovery,
     /// A reconciler answered about the operation itself.
     LookupResult(Evidence),
+    /// A verified vendor callback spoke about the operation itself. Read as a lookup answer,
+    /// except that no query was made, so none is counted: a vendor that reports "processing"
+    /// ten times does not spend the budget the recovery engine needs to verify the write.
+    Callback(Evidence),
     /// The engine gives up on automatic recovery (budget, window, no safe path).
     Escalate {
         /// Why, for the reviewer.
@@ -174,6 +178,7 @@ impl Event {
             Event::LeaseExpired => "lease_expired",
             Event::ClaimRecovery => "claim_recovery",
             Event::LookupResult(_) => "lookup_result",
+            Event::Callback(_) => "callback",
             Event::Escalate { .. } => "escalate",
             Event::Review(_) => "review",
             Event::ReplaySafe { .. } => "replay_safe",
@@ -244,7 +249,9 @@ pub struct Transition {
     pub next_check_ms: Option<i64>,
     /// The business result kept while in `MANUAL_REVIEW` (and the result for terminal states).
     pub last_result: Option<State>,
-    /// The vendor's reference when the write succeeded.
+    /// The vendor's reference, when the evidence names the object: a success, or a
+    /// `processing` answer that already names it (so a later callback or lookup by that
+    /// reference finds the operation). `None` keeps the row's.
     pub remote_ref: Option<String>,
     /// A rejection or escalation reason.
     pub reason: Option<String>,
@@ -400,8 +407,12 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                 ..stay()
             })
         }
-        (State::Unknown | State::Processing, Event::LookupResult(evidence)) => {
-            let queries = s.queries_used + 1;
+        (
+            State::Unknown | State::Processing,
+            Event::LookupResult(evidence) | Event::Callback(evidence),
+        ) => {
+            // A lookup is a query; a callback is the vendor's own word, unasked.
+            let queries = s.queries_used + u32::from(matches!(event, Event::LookupResult(_)));
             // The query was made whatever it leads to, a hand-over included.
             let escalate = |reason: String, last: State| Transition {
                 queries_used: queries,
@@ -424,11 +435,15 @@ pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Trans
                     operation_level: true,
                     ..stay()
                 },
-                Evidence::Processing { retry_after } => Transition {
+                Evidence::Processing {
+                    retry_after,
+                    remote_ref,
+                } => Transition {
                     to: State::Processing,
                     may_have_applied: true,
                     queries_used: queries,
                     next_check_ms: Some(query_at(queries, *retry_after)),
+                    remote_ref: remote_ref.clone(),
                     ..stay()
                 },
                 Evidence::NotExecuted { why, retry_after } => {
@@ -625,10 +640,14 @@ fn after_attempt(
             remote_ref: remote_ref.clone(),
             ..stay.clone()
         },
-        Evidence::Processing { retry_after } => Transition {
+        Evidence::Processing {
+            retry_after,
+            remote_ref,
+        } => Transition {
             to: State::Processing,
             may_have_applied: true,
             next_check_ms: Some(query_at(s.queries_used, *retry_after)),
+            remote_ref: remote_ref.clone(),
             ..stay.clone()
         },
         // A refusal of this attempt says nothing about an earlier one that may have applied.

@@ -164,6 +164,10 @@ fn lookup(e: Evidence) -> Event {
     Event::LookupResult(e)
 }
 
+fn callback(e: Evidence) -> Event {
+    Event::Callback(e)
+}
+
 fn escalate_ev() -> Event {
     Event::Escalate {
         reason: "operator asked".into(),
@@ -177,7 +181,10 @@ fn succeeded(r: &str) -> Evidence {
 }
 
 fn processing(retry_after: Option<Duration>) -> Evidence {
-    Evidence::Processing { retry_after }
+    Evidence::Processing {
+        retry_after,
+        remote_ref: None,
+    }
 }
 
 fn rejected() -> Evidence {
@@ -241,6 +248,7 @@ fn all_events() -> Vec<Event> {
     ];
     v.extend(all_evidence().into_iter().map(attempt));
     v.extend(all_evidence().into_iter().map(lookup));
+    v.extend(all_evidence().into_iter().map(callback));
     v
 }
 
@@ -250,7 +258,9 @@ fn allowed(state: State, event: &Event) -> bool {
     match event {
         Event::ClaimSend => matches!(state, Prepared | RetryReady),
         Event::AttemptResult(_) | Event::LeaseExpired => state == InFlight,
-        Event::ClaimRecovery | Event::LookupResult(_) => matches!(state, Unknown | Processing),
+        Event::ClaimRecovery | Event::LookupResult(_) | Event::Callback(_) => {
+            matches!(state, Unknown | Processing)
+        }
         Event::Escalate { .. } => {
             matches!(
                 state,
@@ -731,6 +741,56 @@ fn lookup_escalates_when_the_queries_run_out() {
     assert_eq!(t.to, State::Succeeded);
 }
 
+/// Issue 27 item 11: a callback is the vendor's word, not a query. A vendor that keeps saying
+/// "processing" must not spend the budget the recovery engine needs to verify the write.
+#[test]
+fn a_processing_callback_spends_no_query() {
+    let max = BudgetPolicy::default().max_queries;
+    let now = T0 + 5_000;
+    // One query left: ten processing callbacks in a row leave it untouched.
+    let mut row = Row::typical(State::Unknown).queries(max - 1);
+    for _ in 0..10 {
+        let t = ok(row, &callback(processing(None)), now);
+        assert_eq!(t.to, State::Processing);
+        assert_eq!(t.queries_used, max - 1, "a callback is not a query");
+        row = Row { state: t.to, ..row };
+    }
+    // The same answer from a lookup is the last query, and hands over.
+    let t = ok(row, &lookup(processing(None)), now);
+    assert_eq!(t.to, State::ManualReview);
+    assert_eq!(t.queries_used, max);
+    // Decisive callbacks resolve as lookups do, also without counting.
+    let t = ok(row, &callback(succeeded("W731")), now);
+    assert_eq!(t.to, State::Succeeded);
+    assert_eq!(t.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(t.queries_used, max - 1);
+}
+
+/// Issue 27 item 11: a processing answer that names the object records its reference, so a
+/// later callback matched only by that reference finds the operation.
+#[test]
+fn processing_that_names_the_object_records_its_reference() {
+    let named = Evidence::Processing {
+        retry_after: None,
+        remote_ref: Some("pi_1".into()),
+    };
+    for event in [lookup(named.clone()), callback(named.clone())] {
+        let t = ok(Row::typical(State::Unknown), &event, T0 + 5_000);
+        assert_eq!(t.to, State::Processing);
+        assert_eq!(t.remote_ref.as_deref(), Some("pi_1"), "{event:?}");
+    }
+    let t = ok(Row::typical(State::InFlight), &attempt(named), T0 + 1_000);
+    assert_eq!(t.to, State::Processing);
+    assert_eq!(t.remote_ref.as_deref(), Some("pi_1"));
+    // Without a reference the row keeps its own (`None` here means "unchanged").
+    let t = ok(
+        Row::typical(State::Unknown),
+        &callback(processing(None)),
+        T0 + 5_000,
+    );
+    assert_eq!(t.remote_ref, None);
+}
+
 #[test]
 fn lookup_escalates_when_the_next_check_falls_past_the_deadline() {
     let row = Row::typical(State::Unknown);
@@ -866,10 +926,10 @@ fn every_pair_outside_the_diagram_is_refused() {
             }
         }
     }
-    // 2 claim_send + 8 from IN_FLIGHT + 16 recovery + 5 escalate + 2 reviews + 1 replay_safe
-    // + 6 review claims + 1 withdraw.
-    assert_eq!(allowed_pairs, 41);
-    assert_eq!(refused_pairs, 8 * all_events().len() - 41);
+    // 2 claim_send + 8 from IN_FLIGHT + 30 recovery (claims, lookups and callbacks) + 5
+    // escalate + 2 reviews + 1 replay_safe + 6 review claims + 1 withdraw.
+    assert_eq!(allowed_pairs, 55);
+    assert_eq!(refused_pairs, 8 * all_events().len() - 55);
 }
 
 #[test]
@@ -1001,7 +1061,12 @@ fn arb_evidence() -> impl Strategy<Value = Evidence> {
     prop_oneof![
         prop::option::of((0u16..1000).prop_map(|n| format!("W{n}")))
             .prop_map(|remote_ref| Evidence::Succeeded { remote_ref }),
-        arb_hint().prop_map(|retry_after| Evidence::Processing { retry_after }),
+        (arb_hint(), prop::option::of(Just("W731".to_owned()))).prop_map(
+            |(retry_after, remote_ref)| Evidence::Processing {
+                retry_after,
+                remote_ref
+            }
+        ),
         Just(rejected()),
         arb_hint().prop_map(not_executed),
         arb_hint().prop_map(unknown),
@@ -1017,6 +1082,7 @@ fn arb_event() -> impl Strategy<Value = Event> {
         1 => Just(Event::LeaseExpired),
         3 => Just(Event::ClaimRecovery),
         4 => arb_evidence().prop_map(Event::LookupResult),
+        2 => arb_evidence().prop_map(Event::Callback),
         1 => Just(escalate_ev()),
         1 => Just(Event::Review(ReviewDecision::ConfirmedSucceeded { remote_ref: None })),
         1 => Just(Event::Review(ReviewDecision::ConfirmedNotExecuted)),
@@ -1052,6 +1118,7 @@ fn is_not_executed(event: &Event) -> bool {
     matches!(
         event,
         Event::LookupResult(Evidence::NotExecuted { .. })
+            | Event::Callback(Evidence::NotExecuted { .. })
             | Event::Review(ReviewDecision::ConfirmedNotExecuted)
     )
 }
@@ -1127,7 +1194,7 @@ fn check_step(
         );
         prop_assert!(t.bump_generation, "{}", ctx);
     }
-    // Every lookup answer costs one query, whatever it leads to.
+    // Every lookup answer costs one query, whatever it leads to; a callback costs none.
     match event {
         Event::LookupResult(_) => {
             prop_assert_eq!(t.queries_used, row.queries_used + 1, "{}", ctx)
@@ -1198,8 +1265,10 @@ fn check_step(
     // (h) the next check is never in the past, and not scheduled past the window.
     if let Some(next) = t.next_check_ms {
         prop_assert!(next >= clk.now_ms, "{}", ctx);
-        if matches!(event, Event::AttemptResult(_) | Event::LookupResult(_))
-            && let Some(d) = t.deadline_ms
+        if matches!(
+            event,
+            Event::AttemptResult(_) | Event::LookupResult(_) | Event::Callback(_)
+        ) && let Some(d) = t.deadline_ms
         {
             prop_assert!(next < d, "a check past the window must hand over: {}", ctx);
         }

@@ -199,8 +199,10 @@ pub fn ticket_mapping() -> CallbackMapping {
         account: Some("/tenant".into()),
         reason: vec!["/ticket/status".into()],
         succeeded: vec![EventRule::Type("ticket.created".into()), rule("SUCCEEDED")],
+        // The fake vendor documents its REJECTED as final: nothing is created afterwards.
         rejected: vec![rule("REJECTED")],
         processing: vec![rule("PROCESSING")],
+        inconclusive: Vec::new(),
     }
 }
 

@@ -5,9 +5,9 @@ use std::fmt;
 use crate::ledger::backend::{NewEvidence, Update};
 use crate::ledger::{
     BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackPurge,
-    CallbackQuarantined, Created, EvidenceEntry, Ledger, LedgerError, NewOperation, OldestPerState,
-    OperationQuery, OperationRecord, Page, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow,
-    Released, StateCounts, TenantScope,
+    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, IgnoredCallback, Ledger,
+    LedgerError, NewOperation, OldestPerState, OperationQuery, OperationRecord, Page, ProbeBy,
+    PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Released, StateCounts, TenantScope,
 };
 use crate::{OperationId, State, Tenant};
 
@@ -123,6 +123,12 @@ forwarding_ledger! {
         note: Option<String>, now_ms: i64) -> Released as ReleaseQuarantined;
     fn append_evidence(tenant: &'a Tenant, id: &'a OperationId, entry: NewEvidence) -> ()
         as AppendEvidence;
+    fn acknowledge_contradiction(
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence
+    ) -> Option<OperationRecord> as AcknowledgeContradiction;
     fn evidence(tenant: &'a Tenant, id: &'a OperationId) -> Vec<EvidenceEntry> as Evidence;
     fn list(query: &'a OperationQuery) -> Page as List;
     fn count_by_state(scope: &'a TenantScope) -> StateCounts as CountByState;
@@ -131,7 +137,13 @@ forwarding_ledger! {
         as ApplyCallback;
     fn quarantine_callback(event: QuarantinedCallback) -> CallbackQuarantined
         as QuarantineCallback;
-    fn quarantined_callbacks(limit: u32) -> Vec<QuarantinedCallback> as QuarantinedCallbacks;
+    fn quarantined_callbacks(scope: &'a TenantScope, limit: u32) -> Vec<QuarantinedCallback>
+        as QuarantinedCallbacks;
+    fn callback_seen(vendor: &'a str, event_id: &'a str) -> bool as CallbackSeen;
+    fn record_ignored_callback(event: IgnoredCallback) -> CallbackRecorded
+        as RecordIgnoredCallback;
+    fn other_tenant_with(tenant: &'a Tenant, by: ProbeBy, value: &'a str) -> Option<Tenant>
+        as OtherTenantWith;
     fn find_by_remote_ref(tenant: &'a Tenant, remote_ref: &'a str) -> Option<OperationRecord>
         as FindByRemoteRef;
     fn find_by_idempotency_key(tenant: &'a Tenant, key: &'a str) -> Option<OperationRecord>
@@ -156,8 +168,10 @@ impl LedgerCall {
             | Self::SweepExpired
             | Self::ReleaseQuarantined
             | Self::AppendEvidence
+            | Self::AcknowledgeContradiction
             | Self::ApplyCallback
             | Self::QuarantineCallback
+            | Self::RecordIgnoredCallback
             | Self::Purge
             | Self::PurgeCallbacks
             | Self::ReclaimSpace => true,
@@ -168,6 +182,8 @@ impl LedgerCall {
             | Self::CountByState
             | Self::Oldest
             | Self::QuarantinedCallbacks
+            | Self::CallbackSeen
+            | Self::OtherTenantWith
             | Self::FindByRemoteRef
             | Self::FindByIdempotencyKey
             | Self::FinishedContracts => false,

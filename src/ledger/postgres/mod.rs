@@ -975,17 +975,115 @@ impl Ledger for PostgresLedger {
         })
     }
 
-    fn quarantined_callbacks(
-        &self,
+    fn quarantined_callbacks<'a>(
+        &'a self,
+        scope: &'a TenantScope,
         limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<QuarantinedCallback>, LedgerError>> {
+    ) -> BoxFuture<'a, Result<Vec<QuarantinedCallback>, LedgerError>> {
         Box::pin(async move {
-            let rows = sqlx::query(AssertSqlSafe(self.sql.select_callback_quarantine.clone()))
+            let query = match scope {
+                TenantScope::AllTenants => {
+                    sqlx::query(AssertSqlSafe(self.sql.select_callback_quarantine.clone()))
+                }
+                TenantScope::Tenant(t) if t.as_str().contains('\0') => return Ok(Vec::new()),
+                TenantScope::Tenant(t) => sqlx::query(AssertSqlSafe(
+                    self.sql.select_tenant_callback_quarantine.clone(),
+                ))
+                .bind(t.as_str()),
+            };
+            let rows = query
                 .bind(i64::from(limit))
                 .fetch_all(&self.pool)
                 .await
                 .map_err(unavailable)?;
             rows.iter().map(decode_quarantined_callback).collect()
+        })
+    }
+
+    fn callback_seen<'a>(
+        &'a self,
+        vendor: &'a str,
+        event_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LedgerError>> {
+        Box::pin(async move {
+            // A text with a NUL byte cannot be stored, so it was never recorded.
+            if vendor.contains('\0') || event_id.contains('\0') {
+                return Ok(false);
+            }
+            let row = sqlx::query(AssertSqlSafe(self.sql.select_callback_event.clone()))
+                .bind(vendor)
+                .bind(event_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            Ok(row.is_some())
+        })
+    }
+
+    fn record_ignored_callback(
+        &self,
+        event: IgnoredCallback,
+    ) -> BoxFuture<'_, Result<CallbackRecorded, LedgerError>> {
+        Box::pin(async move {
+            let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+            self.record_ignored_in(&mut conn, event).await
+        })
+    }
+
+    fn other_tenant_with<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        by: ProbeBy,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Tenant>, LedgerError>> {
+        Box::pin(async move {
+            if tenant.as_str().contains('\0') || value.contains('\0') {
+                return Ok(None);
+            }
+            let sql = match by {
+                ProbeBy::OperationId => self.sql.other_tenant_by_id.clone(),
+                ProbeBy::RemoteRef => self.sql.other_tenant_by_remote_ref.clone(),
+            };
+            let found: Option<String> = sqlx::query_scalar(AssertSqlSafe(sql))
+                .bind(value)
+                .bind(tenant.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            Ok(found.map(Tenant::new))
+        })
+    }
+
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            check_key(tenant, id)?;
+            let version = i64::try_from(expected_version).map_err(|_| {
+                LedgerError::Config(format!("version {expected_version} out of range"))
+            })?;
+            let at_ms = self.caller_now(entry.at_ms);
+            let e = EvidenceColumns::encode(entry, POSTGRES)?;
+            let row = sqlx::query(AssertSqlSafe(self.sql.acknowledge_contradiction.clone()))
+                .bind(at_ms)
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .bind(e.attempt_id)
+                .bind(e.generation)
+                .bind(e.kind)
+                .bind(e.from_state)
+                .bind(e.to_state)
+                .bind(e.evidence)
+                .bind(e.note)
+                .bind(version)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            row.as_ref().map(decode_operation).transpose()
         })
     }
 

@@ -37,6 +37,12 @@ pub(super) struct Statements {
     pub(super) insert_callback_event: Arc<str>,
     pub(super) insert_callback_quarantine: Arc<str>,
     pub(super) select_callback_quarantine: Arc<str>,
+    pub(super) select_tenant_callback_quarantine: Arc<str>,
+    pub(super) select_callback_event: Arc<str>,
+    pub(super) other_tenant_by_id: Arc<str>,
+    pub(super) other_tenant_by_remote_ref: Arc<str>,
+    pub(super) append_contradiction: Arc<str>,
+    pub(super) acknowledge_contradiction: Arc<str>,
     pub(super) operation_exists: Arc<str>,
     pub(super) select_by_remote_ref: Arc<str>,
     pub(super) select_by_idempotency_key: Arc<str>,
@@ -301,6 +307,42 @@ SELECT $2::text, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $
        COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
 FROM bumped"
         );
+        // A contradiction of a final state: the entry as above, and the row marked with the
+        // time of the first one (the statement's time, as the entry's).
+        let append_contradiction = format!(
+            "WITH bumped AS (
+    UPDATE {ops} SET version = version + 1,
+        contradiction_ms = COALESCE(
+            contradiction_ms,
+            $1::bigint,
+            (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+        )
+    WHERE tenant = $2::text AND operation_id = $3::text
+    RETURNING 1
+)
+INSERT INTO {ev} ({ev_columns})
+SELECT $2::text, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text,
+       $10::text,
+       COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+FROM bumped"
+        );
+        // A person's acknowledgement of a contradiction, fenced by the version they read: the
+        // mark is cleared, the version advances and their entry is inserted, or nothing at all.
+        let acknowledge_contradiction = format!(
+            "WITH cleared AS (
+    UPDATE {ops} SET contradiction_ms = NULL, version = version + 1
+    WHERE tenant = $2::text AND operation_id = $3::text AND version = $11::bigint
+      AND contradiction_ms IS NOT NULL
+    RETURNING *
+), entry AS (
+    INSERT INTO {ev} ({ev_columns})
+    SELECT $2::text, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text,
+           $10::text,
+           COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+    FROM cleared
+)
+SELECT * FROM cleared"
+        );
         let select_evidence = format!(
             "SELECT id, {ev_columns} FROM {ev} WHERE tenant = $1 AND operation_id = $2 ORDER BY id"
         );
@@ -325,6 +367,19 @@ RETURNING event_id"
        received_ms
 FROM {cq} ORDER BY id LIMIT $1"
         );
+        let select_tenant_callback_quarantine = format!(
+            "SELECT vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence,
+       received_ms
+FROM {cq} WHERE tenant = $1 ORDER BY id LIMIT $2"
+        );
+        let select_callback_event =
+            format!("SELECT 1 FROM {cb} WHERE vendor = $1 AND event_id = $2");
+        // Probes across tenants (indexes `rw_operations_by_operation_id` and
+        // `rw_operations_by_remote_ref`, each led by the probed column): at most one row read.
+        let other_tenant_by_id =
+            format!("SELECT tenant FROM {ops} WHERE operation_id = $1 AND tenant <> $2 LIMIT 1");
+        let other_tenant_by_remote_ref =
+            format!("SELECT tenant FROM {ops} WHERE remote_ref = $1 AND tenant <> $2 LIMIT 1");
         let operation_exists =
             format!("SELECT 1 FROM {ops} WHERE tenant = $1 AND operation_id = $2");
         let select_by_remote_ref = format!(
@@ -338,6 +393,12 @@ ORDER BY created_ms, seq LIMIT 1"
             insert_callback_event: insert_callback_event.into(),
             insert_callback_quarantine: insert_callback_quarantine.into(),
             select_callback_quarantine: select_callback_quarantine.into(),
+            select_tenant_callback_quarantine: select_tenant_callback_quarantine.into(),
+            select_callback_event: select_callback_event.into(),
+            other_tenant_by_id: other_tenant_by_id.into(),
+            other_tenant_by_remote_ref: other_tenant_by_remote_ref.into(),
+            append_contradiction: append_contradiction.into(),
+            acknowledge_contradiction: acknowledge_contradiction.into(),
             operation_exists: operation_exists.into(),
             select_by_remote_ref: select_by_remote_ref.into(),
             select_by_idempotency_key: select_by_idempotency_key.into(),

@@ -10,8 +10,8 @@ use crate::ledger::codec::{
     CallbackEventColumns, EvidenceColumns, QuarantinedCallbackColumns, UpdateColumns,
 };
 use crate::ledger::{
-    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, QuarantinedCallback,
-    Tenant,
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, CallbackRecorded,
+    IgnoredCallback, QuarantinedCallback, Tenant,
 };
 use crate::ledger::{LedgerError, NewEvidence, OperationRecord, Update, store_entries};
 use std::sync::Arc;
@@ -47,29 +47,61 @@ impl PostgresLedger {
                 })
             }
             CallbackEffect::Append(entry) => {
-                let at_ms = self.caller_now(entry.at_ms);
-                let e = EvidenceColumns::encode(entry, POSTGRES)?;
-                let done = sqlx::query(AssertSqlSafe(self.sql.append_evidence.clone()))
-                    .bind(at_ms)
-                    .bind(delivery.tenant.as_str())
-                    .bind(delivery.operation_id.as_str())
-                    .bind(e.attempt_id)
-                    .bind(e.generation)
-                    .bind(e.kind)
-                    .bind(e.from_state)
-                    .bind(e.to_state)
-                    .bind(e.evidence)
-                    .bind(e.note)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(unavailable)?;
-                Ok(if done.rows_affected() == 0 {
-                    CallbackApplied::NoOperation
-                } else {
-                    CallbackApplied::Appended
-                })
+                let sql = self.sql.append_evidence.clone();
+                self.append_in(tx, sql, &delivery, entry).await
+            }
+            CallbackEffect::Contradiction(entry) => {
+                let sql = self.sql.append_contradiction.clone();
+                self.append_in(tx, sql, &delivery, entry).await
             }
         }
+    }
+
+    /// Appends `entry` to the delivery's operation with `sql` (the plain append, or the one
+    /// that also marks a contradiction), advancing its version.
+    async fn append_in(
+        &self,
+        tx: &mut PgConnection,
+        sql: Arc<str>,
+        delivery: &CallbackDelivery,
+        entry: NewEvidence,
+    ) -> Result<CallbackApplied, LedgerError> {
+        let at_ms = self.caller_now(entry.at_ms);
+        let e = EvidenceColumns::encode(entry, POSTGRES)?;
+        let done = sqlx::query(AssertSqlSafe(sql))
+            .bind(at_ms)
+            .bind(delivery.tenant.as_str())
+            .bind(delivery.operation_id.as_str())
+            .bind(e.attempt_id)
+            .bind(e.generation)
+            .bind(e.kind)
+            .bind(e.from_state)
+            .bind(e.to_state)
+            .bind(e.evidence)
+            .bind(e.note)
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        Ok(if done.rows_affected() == 0 {
+            CallbackApplied::NoOperation
+        } else {
+            CallbackApplied::Appended
+        })
+    }
+
+    /// [`Ledger::record_ignored_callback`](crate::ledger::Ledger::record_ignored_callback): the
+    /// dedupe record alone, one statement.
+    pub(super) async fn record_ignored_in(
+        &self,
+        tx: &mut PgConnection,
+        event: IgnoredCallback,
+    ) -> Result<CallbackRecorded, LedgerError> {
+        let record = CallbackEventColumns::ignored(&event, POSTGRES);
+        Ok(if self.record_callback(tx, record).await? {
+            CallbackRecorded::Recorded
+        } else {
+            CallbackRecorded::Duplicate
+        })
     }
 
     /// [`Ledger::quarantine_callback`](crate::ledger::Ledger::quarantine_callback) on one

@@ -53,6 +53,8 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(3, "listing", "0003_listing.sql"),
     migration!(4, "callbacks", "0004_callbacks.sql"),
     migration!(5, "retention", "0005_retention.sql"),
+    migration!(6, "callback probes", "0006_callback_probes.sql"),
+    migration!(7, "contradictions", "0007_contradictions.sql"),
 ];
 
 const TABLE: &str = "

@@ -1037,6 +1037,7 @@ impl Ledger for SqliteLedger {
             enum Change {
                 Apply(Statement, Statement),
                 Append(Append),
+                Contradiction(Append, Statement),
             }
             let change = match effect {
                 CallbackEffect::Apply(update) => {
@@ -1047,6 +1048,19 @@ impl Ledger for SqliteLedger {
                 CallbackEffect::Append(entry) => {
                     let entry = EvidenceColumns::encode(entry, SQLITE)?;
                     Change::Append(Append::new(&delivery.tenant, &delivery.operation_id, entry))
+                }
+                CallbackEffect::Contradiction(entry) => {
+                    let at = entry.at_ms;
+                    let entry = EvidenceColumns::encode(entry, SQLITE)?;
+                    let mark = Statement::new(MARK_CONTRADICTION, |a| {
+                        a.push(delivery.tenant.as_str())
+                            .push(delivery.operation_id.as_str())
+                            .push(at);
+                    });
+                    Change::Contradiction(
+                        Append::new(&delivery.tenant, &delivery.operation_id, entry),
+                        mark,
+                    )
                 }
             };
             self.write(move |conn| {
@@ -1073,6 +1087,13 @@ impl Ledger for SqliteLedger {
                         if append.execute(conn)? == 0 {
                             return Ok(Finish::Unchanged(CallbackApplied::NoOperation));
                         }
+                        CallbackApplied::Appended
+                    }
+                    Change::Contradiction(append, mark) => {
+                        if append.execute(conn)? == 0 {
+                            return Ok(Finish::Unchanged(CallbackApplied::NoOperation));
+                        }
+                        mark.execute(conn)?;
                         CallbackApplied::Appended
                     }
                 };
@@ -1107,15 +1128,111 @@ impl Ledger for SqliteLedger {
         })
     }
 
-    fn quarantined_callbacks(
-        &self,
+    fn quarantined_callbacks<'a>(
+        &'a self,
+        scope: &'a TenantScope,
         limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<QuarantinedCallback>, LedgerError>> {
+    ) -> BoxFuture<'a, Result<Vec<QuarantinedCallback>, LedgerError>> {
         Box::pin(async move {
-            let rows = self
-                .read_rows(SELECT_CALLBACK_QUARANTINE, vec![i64::from(limit).into()])
-                .await?;
+            let rows = match scope {
+                TenantScope::AllTenants => {
+                    self.read_rows(SELECT_CALLBACK_QUARANTINE, vec![i64::from(limit).into()])
+                        .await?
+                }
+                TenantScope::Tenant(t) => {
+                    let args = vec![t.as_str().to_owned().into(), i64::from(limit).into()];
+                    self.read_rows(SELECT_TENANT_CALLBACK_QUARANTINE, args)
+                        .await?
+                }
+            };
             rows.iter().map(decode_quarantined_callback).collect()
+        })
+    }
+
+    fn callback_seen<'a>(
+        &'a self,
+        vendor: &'a str,
+        event_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LedgerError>> {
+        Box::pin(async move {
+            let seen = callback_seen(vendor, event_id);
+            self.read(move |conn| seen.exists(conn)).await
+        })
+    }
+
+    fn record_ignored_callback(
+        &self,
+        event: IgnoredCallback,
+    ) -> BoxFuture<'_, Result<CallbackRecorded, LedgerError>> {
+        Box::pin(async move {
+            let seen = callback_seen(&event.vendor, &event.event_id);
+            let record = CallbackEventColumns::ignored(&event, SQLITE);
+            let record = Statement::new(INSERT_CALLBACK_EVENT, |a| bind_callback_event(a, record));
+            self.write(move |conn| {
+                if seen.exists(conn)? {
+                    return Ok(Finish::Unchanged(CallbackRecorded::Duplicate));
+                }
+                record.execute(conn)?;
+                Ok(Finish::Commit(CallbackRecorded::Recorded))
+            })
+            .await
+        })
+    }
+
+    fn other_tenant_with<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        by: ProbeBy,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Tenant>, LedgerError>> {
+        Box::pin(async move {
+            let sql = match by {
+                ProbeBy::OperationId => SELECT_OTHER_TENANT_BY_ID,
+                ProbeBy::RemoteRef => SELECT_OTHER_TENANT_BY_REMOTE_REF,
+            };
+            let args = vec![value.to_owned().into(), tenant.as_str().to_owned().into()];
+            let rows = self.read_rows(sql, args).await?;
+            rows.first()
+                .map(|row| {
+                    row.try_get::<String>("tenant")
+                        .map(Tenant::new)
+                        .map_err(|e| LedgerError::Corrupt {
+                            operation: value.to_owned(),
+                            detail: format!("column tenant: {e}"),
+                        })
+                })
+                .transpose()
+        })
+    }
+
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let version = i64::try_from(expected_version).map_err(|_| {
+                LedgerError::Config(format!("version {expected_version} out of range"))
+            })?;
+            let clear = Statement::new(ACKNOWLEDGE_CONTRADICTION, |a| {
+                a.push(tenant.as_str()).push(id.as_str()).push(version);
+            });
+            let entry = evidence(
+                APPEND_EVIDENCE,
+                tenant,
+                id,
+                EvidenceColumns::encode(entry, SQLITE)?,
+            );
+            self.write(move |conn| {
+                let Some(row) = clear.rows(conn)?.into_iter().next() else {
+                    return Ok(Finish::Unchanged(None));
+                };
+                entry.execute(conn)?;
+                Ok(Finish::Commit(Some(decode_operation(&row)?)))
+            })
+            .await
         })
     }
 

@@ -369,15 +369,46 @@ INSERT INTO rw_callback_quarantine (
     vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence, received_ms
 ) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
+/// Every tenant's quarantined events, oldest first: ?1 limit.
 pub(super) const SELECT_CALLBACK_QUARANTINE: &str = "
 SELECT vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence, received_ms
 FROM rw_callback_quarantine ORDER BY id LIMIT ?1";
+
+/// One tenant's quarantined events, oldest first (index `rw_callback_quarantine_by_tenant`,
+/// whose entries are in `id` order for one tenant): ?1 tenant, ?2 limit.
+pub(super) const SELECT_TENANT_CALLBACK_QUARANTINE: &str = "
+SELECT vendor, event_id, event_type, tenant, match_by, match_value, reason, evidence, received_ms
+FROM rw_callback_quarantine WHERE tenant = ?1 ORDER BY id LIMIT ?2";
+
+/// A tenant other than ?2 with an operation whose id is ?1 (index
+/// `rw_operations_by_operation_id`).
+pub(super) const SELECT_OTHER_TENANT_BY_ID: &str =
+    "SELECT tenant FROM rw_operations WHERE operation_id = ?1 AND tenant <> ?2 LIMIT 1";
+
+/// A tenant other than ?2 with an operation whose vendor reference is ?1 (index
+/// `rw_operations_by_remote_ref`, led by the reference).
+pub(super) const SELECT_OTHER_TENANT_BY_REMOTE_REF: &str =
+    "SELECT tenant FROM rw_operations WHERE remote_ref = ?1 AND tenant <> ?2 LIMIT 1";
+
+/// Marks a contradiction of operation (?1, ?2) at ?3, keeping the first one's time; the
+/// version is advanced by the entry's [`Append`].
+pub(super) const MARK_CONTRADICTION: &str = "
+UPDATE rw_operations SET contradiction_ms = COALESCE(contradiction_ms, ?3)
+WHERE tenant = ?1 AND operation_id = ?2";
+
+/// Clears the contradiction of operation (?1, ?2) if it is still at version ?3 and carries one;
+/// the version advances (the acknowledgement's entry is inserted with it).
+pub(super) const ACKNOWLEDGE_CONTRADICTION: &str = "
+UPDATE rw_operations SET contradiction_ms = NULL, version = version + 1
+WHERE tenant = ?1 AND operation_id = ?2 AND version = ?3 AND contradiction_ms IS NOT NULL
+RETURNING *";
 
 /// Whether an operation exists: ?1 tenant, ?2 operation id.
 pub(super) const OPERATION_EXISTS: &str =
     "SELECT 1 FROM rw_operations WHERE tenant = ?1 AND operation_id = ?2";
 
-/// The oldest operation of ?1 with the vendor reference ?2 (index `rw_operations_by_remote_ref`).
+/// The oldest operation of ?1 with the vendor reference ?2 (index `rw_operations_by_remote_ref`,
+/// both its columns equal).
 pub(super) const SELECT_BY_REMOTE_REF: &str = "
 SELECT * FROM rw_operations WHERE tenant = ?1 AND remote_ref = ?2
 ORDER BY created_ms, rowid LIMIT 1";

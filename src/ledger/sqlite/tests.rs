@@ -484,6 +484,7 @@ async fn the_real_claim_and_sweep_statements_use_the_partial_indexes() {
         };
         let plan = plan_with(&ledger, explain, args).await;
         assert!(plan.contains(index), "{sql}\n{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{sql}\n{plan}");
     }
 }
 
@@ -569,6 +570,16 @@ async fn callback_lookups_read_their_indexes() {
             SELECT_BY_IDEMPOTENCY_KEY,
             "rw_operations_by_idempotency_key",
         ),
+        // Issue 27 item 7: the probes across tenants of an unmatched callback.
+        (SELECT_OTHER_TENANT_BY_ID, "rw_operations_by_operation_id"),
+        (
+            SELECT_OTHER_TENANT_BY_REMOTE_REF,
+            "rw_operations_by_remote_ref",
+        ),
+        (
+            SELECT_TENANT_CALLBACK_QUARANTINE,
+            "rw_callback_quarantine_by_tenant",
+        ),
     ] {
         let explain = format!("EXPLAIN QUERY PLAN {sql}");
         let plan = plan_with(
@@ -581,6 +592,43 @@ async fn callback_lookups_read_their_indexes() {
         )
         .await;
         assert!(plan.contains(index), "{sql}\n{plan}");
+    }
+    // The dedupe probe reads the dedupe table's key.
+    let plan = plan_with(
+        &ledger,
+        format!("EXPLAIN QUERY PLAN {SELECT_CALLBACK_EVENT}"),
+        vec![
+            rusqlite::types::Value::Text("stripe".into()),
+            rusqlite::types::Value::Text("evt_1".into()),
+        ],
+    )
+    .await;
+    assert!(
+        plan.contains("sqlite_autoindex_rw_callback_events_1"),
+        "{plan}"
+    );
+}
+
+/// The review queue's contradicted operations are read through their partial index, for one
+/// tenant and for all, never by scanning the finished rows.
+#[tokio::test]
+async fn contradicted_listing_reads_its_partial_index() {
+    use super::super::query::list_sql;
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    for q in [
+        OperationQuery::all_tenants().contradicted(),
+        OperationQuery::all_tenants()
+            .contradicted()
+            .order(Order::OldestFirst),
+        OperationQuery::tenant(Tenant::new("t")).contradicted(),
+    ] {
+        let plan = plan_of(
+            &ledger,
+            list_sql(&q, "rw_operations", "rowid", '?').unwrap(),
+        )
+        .await;
+        assert!(plan.contains("rw_operations_contradicted"), "{q:?}\n{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{q:?}\n{plan}");
     }
 }
 
