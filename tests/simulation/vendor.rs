@@ -1,6 +1,6 @@
 //! The simulated vendor: an in-process tower service with real idempotency semantics, its own
-//! count of side effects (the oracle), and a seeded schedule of faults; and the stack below the
-//! layer in one process incarnation ([`Gate`]).
+//! count of side effects (the oracle), a seeded schedule of faults and the events it calls
+//! back with; and the stack below the layer in one process incarnation ([`Gate`]).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -34,6 +34,35 @@ pub(crate) struct VendorConfig {
     pub(crate) faults: f64,
     /// Every create waits this long before applying (a focused test's slow vendor).
     pub(crate) force_pre_apply: Option<Duration>,
+    /// The events it calls back with for each side effect (`None`: it has no callbacks).
+    pub(crate) events: Option<EventPlan>,
+}
+
+/// What a vendor with callbacks sends for each side effect: always `ticket.created`; sometimes
+/// a `ticket.updated` PROCESSING first; and, where the vendor documents that a failure is not
+/// final (a Stripe `payment_intent.payment_failed` before the customer's retry succeeds), a
+/// `ticket.updated` REJECTED for an object that then succeeds. Each event is delivered on its
+/// own schedule (see `callbacks.rs`), so they arrive in any order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EventPlan {
+    /// The vendor documents failure events that a success may follow.
+    pub(crate) contradictions: bool,
+    /// Chance of a PROCESSING event before the success.
+    pub(crate) processing: f64,
+}
+
+/// One event the vendor calls back with, about one side effect.
+#[derive(Clone, Debug)]
+pub(crate) struct VendorEvent {
+    pub(crate) id: String,
+    /// `ticket.created` or `ticket.updated`.
+    pub(crate) kind: &'static str,
+    /// `SUCCEEDED`, `PROCESSING` or `REJECTED`.
+    pub(crate) status: &'static str,
+    pub(crate) op: String,
+    pub(crate) ticket: String,
+    /// The idempotency key the creating request carried (the mapping matches by it first).
+    pub(crate) key: Option<String>,
 }
 
 #[derive(Debug)]
@@ -58,6 +87,11 @@ pub(crate) struct VendorState {
     pub(crate) records: HashMap<String, String>,
     /// The oracle: every side effect, per operation.
     pub(crate) effects: HashMap<String, Vec<String>>,
+    /// The idempotency key each side effect of an operation was made with (same order).
+    pub(crate) effect_keys: HashMap<String, Vec<Option<String>>>,
+    /// Where the events go (the harness delivers them to the callback endpoint).
+    pub(crate) outbox: Option<tokio::sync::mpsc::UnboundedSender<VendorEvent>>,
+    pub(crate) next_event: u64,
     /// Operations whose applied key a restart forgot (the vendor broke its retention promise).
     pub(crate) forgot_applied: HashSet<String>,
     pub(crate) lookup_lag: HashMap<String, u32>,
@@ -105,6 +139,36 @@ impl VendorState {
         let at = self.origin.elapsed().as_millis();
         self.log.push(format!("{at:>6} ms vendor: {what}"));
     }
+
+    /// The events for a side effect just made (see [`EventPlan`]).
+    fn emit(&mut self, op: &str, ticket: &str, key: Option<&String>) {
+        let Some(plan) = self.cfg.events else {
+            return;
+        };
+        let mut events = Vec::new();
+        if plan.contradictions && self.rng.chance(0.35) {
+            events.push(("ticket.updated", "REJECTED"));
+        }
+        if self.rng.chance(plan.processing) {
+            events.push(("ticket.updated", "PROCESSING"));
+        }
+        events.push(("ticket.created", "SUCCEEDED"));
+        for (kind, status) in events {
+            let id = format!("evt_{}", self.next_event);
+            self.next_event += 1;
+            self.note(format!("{op}: event {id} {kind} {status} for {ticket}"));
+            if let Some(outbox) = &self.outbox {
+                let _ = outbox.send(VendorEvent {
+                    id,
+                    kind,
+                    status,
+                    op: op.to_owned(),
+                    ticket: ticket.to_owned(),
+                    key: key.cloned(),
+                });
+            }
+        }
+    }
 }
 
 impl SimVendor {
@@ -119,6 +183,9 @@ impl SimVendor {
                 keys: HashMap::new(),
                 records: HashMap::new(),
                 effects: HashMap::new(),
+                effect_keys: HashMap::new(),
+                outbox: None,
+                next_event: 1,
                 forgot_applied: HashSet::new(),
                 lookup_lag: HashMap::new(),
                 next_ticket: 1,
@@ -128,6 +195,11 @@ impl SimVendor {
                 origin: Instant::now(),
             })),
         }
+    }
+
+    /// Sends the vendor's events to `outbox` from now on.
+    pub(crate) fn call_back_to(&self, outbox: tokio::sync::mpsc::UnboundedSender<VendorEvent>) {
+        self.lock().outbox = Some(outbox);
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, VendorState> {
@@ -241,7 +313,8 @@ impl SimVendor {
         let key = headers
             .get("idempotency-key")
             .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+            // RFC 8941 quotes are not part of the key (the ledger stores it bare).
+            .map(|v| v.trim_matches('"').to_owned());
         let drop_before = {
             let mut s = self.lock();
             s.posts += 1;
@@ -374,7 +447,12 @@ impl SimVendor {
                 .entry(op.clone())
                 .or_default()
                 .push(ticket.clone());
+            s.effect_keys
+                .entry(op.clone())
+                .or_default()
+                .push(key.clone());
             s.records.insert(op.clone(), ticket.clone());
+            s.emit(&op, &ticket, key.as_ref());
             let body = format!(r#"{{"id":"{ticket}","operation_id":"{op}","status":"open"}}"#);
             if let Some(k) = &key {
                 s.keys.insert(
@@ -418,6 +496,20 @@ impl SimVendor {
 
     pub(crate) fn effects(&self, op: &str) -> Vec<String> {
         self.lock().effects.get(op).cloned().unwrap_or_default()
+    }
+
+    /// The side effects of `op` made with `key` (one row of the ledger sends one key).
+    pub(crate) fn effects_with_key(&self, op: &str, key: &str) -> Vec<String> {
+        let s = self.lock();
+        let (Some(tickets), Some(keys)) = (s.effects.get(op), s.effect_keys.get(op)) else {
+            return Vec::new();
+        };
+        tickets
+            .iter()
+            .zip(keys)
+            .filter(|(_, k)| k.as_deref() == Some(key))
+            .map(|(t, _)| t.clone())
+            .collect()
     }
 }
 
