@@ -19,7 +19,9 @@
 //!   never send them).
 //! - most vendors call back: signed events for each side effect (`ticket.created`, sometimes a
 //!   PROCESSING update first and, where the vendor documents that a failure is not final, a
-//!   REJECTED update for an object that then succeeds), delivered through the crate's real
+//!   REJECTED update for an object that then succeeds; the application's mapping reads it as
+//!   final, as the built-in Stripe mapping reads `payment_failed`, or as processing), delivered
+//!   through the crate's real
 //!   [`CallbackReceiver`](recoverable_write::callbacks::CallbackReceiver) at least once, late,
 //!   duplicated and in any order, again until accepted (a deferral, a dead process); a forger
 //!   without the secret posts now and then (`callbacks.rs`).
@@ -255,8 +257,9 @@ pub(crate) struct Run {
     pub(crate) mailer: Option<Arc<Mailer>>,
     pub(crate) decisions: Arc<Mutex<Vec<Decision>>>,
     pub(crate) told: Arc<Mutex<Vec<Told>>>,
-    /// The vendor documents failure events that a success may follow.
-    pub(crate) contradictions: bool,
+    /// The vendor sends failure events that a success may follow, and the application's
+    /// mapping reads them as final (`REJECTED`).
+    pub(crate) failures_read_as_final: bool,
     pub(crate) stats: Arc<Stats>,
 }
 
@@ -406,6 +409,8 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         retention = retention.identity(details + rng.ms(0, 4_000));
     }
     let erase_tenant = rng.chance(0.15);
+    // How the application maps the vendor's failure events (see `callbacks::receiver`).
+    let failures_final = rng.chance(0.5);
 
     let mem = Arc::new(MemoryLedger::new());
     let clocks = retention.clocks_for(Some(&contract));
@@ -500,7 +505,7 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
             .layer(guard.clone())
             .service(gate.clone());
         if let Some(m) = &mailer {
-            m.endpoint(Some(callbacks::receiver(&config)));
+            m.endpoint(Some(callbacks::receiver(&config, failures_final)));
         }
         let mut inc = Incarnation {
             tasks: Vec::new(),
@@ -661,14 +666,15 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
             mailer,
             decisions,
             told,
-            contradictions: events.is_some_and(|e| e.contradictions),
+            failures_read_as_final: failures_final && events.is_some_and(|e| e.contradictions),
             stats,
         };
         check(&run, &mut result).await;
         if opts.trace {
             eprintln!(
                 "seed {seed}: replay-safe {replay_safe} (retention {retention_secs} s), events {events:?}, \
-                 detached {detached}, hold replays {hold_replays}, reviewers {reviewers}, \
+                 failures read as final {failures_final}, detached {detached}, \
+                 hold replays {hold_replays}, reviewers {reviewers}, \
                  retention {} (clocks {clocks:?}, erase tenant {erase_tenant}), plant {:?}",
                 retention_on, opts.plant
             );

@@ -37,11 +37,23 @@ pub(crate) struct DeliveryPlan {
     pub(crate) forge: f64,
 }
 
-/// The endpoint a seed's vendor posts to: the receiver of the living incarnation.
-pub(crate) fn receiver(config: &recoverable_write::Config) -> CallbackReceiver {
+/// The endpoint a seed's vendor posts to: the receiver of the living incarnation. With
+/// `failures_final` the vendor's REJECTED updates mean rejected (as `ticket_mapping`, and the
+/// built-in Stripe mapping for `payment_intent.payment_failed`, read them); otherwise they mean
+/// processing, as an application maps them once the vendor documents that a success may
+/// follow a failure.
+pub(crate) fn receiver(
+    config: &recoverable_write::Config,
+    failures_final: bool,
+) -> CallbackReceiver {
+    let mut mapping = ticket_mapping();
+    if !failures_final {
+        let failures = std::mem::take(&mut mapping.rejected);
+        mapping.processing.extend(failures);
+    }
     CallbackReceiver::new(
         config,
-        ticket_mapping(),
+        mapping,
         StripeSignature::new(Secret::new(WEBHOOK_SECRET).expect("a long secret")),
         AccountTenants::default().account(TENANT, TENANT),
     )

@@ -15,8 +15,10 @@
 //!    `IN_FLIGHT` or `PREPARED` with nobody holding it.
 //! 4. A terminal state contradicted later is never silent: every event the vendor sent was
 //!    accepted and is in its operation's log (or in the callback quarantine); a `REJECTED` with a
-//!    side effect is allowed only where the vendor documents failures that a success follows,
-//!    the `REJECTED` came from such a callback, and the success is in the log after it.
+//!    side effect is allowed only where the vendor sends failures that a success may follow and
+//!    the application's mapping reads them as final (as the built-in Stripe mapping reads
+//!    `payment_intent.payment_failed`), the `REJECTED` came from such a callback, and the
+//!    success is in the log after it. Mapped as processing, a failure must never reject.
 //! 5. What a caller was told is what the ledger holds: `SUCCEEDED` with the same reference (or a
 //!    person deciding), also when the result was lost after the answer.
 //! 6. Retention touched only finished rows past their clocks; an unverified (forged) delivery
@@ -185,7 +187,7 @@ pub(crate) async fn check(run: &Run, result: &mut SeedResult) {
                 let stands = match row.state {
                     State::Succeeded => row.remote_ref == t.remote_ref || excused,
                     State::ManualReview => true,
-                    State::Rejected => run.contradictions && !effects.is_empty(),
+                    State::Rejected => run.failures_read_as_final && !effects.is_empty(),
                     _ => false,
                 };
                 if !stands {
@@ -422,9 +424,9 @@ fn terminal_contradictions(run: &Run, log: &[EvidenceEntry]) {
     }
 }
 
-/// Invariant 4: a `REJECTED` operation the vendor executed. Allowed only as documented: the
-/// vendor sends failures that a success may follow, the rejection came from such a callback,
-/// and the success is recorded after it.
+/// Invariant 4: a `REJECTED` operation the vendor executed. Allowed only where the vendor sends
+/// failures that a success may follow and the mapping reads them as final, the rejection came
+/// from such a callback, and the success is recorded after it.
 fn rejected_then_contradicted(
     run: &Run,
     id: &OperationId,
@@ -441,9 +443,10 @@ fn rejected_then_contradicted(
             .iter()
             .any(|e| matches!(e.entry.evidence, Some(Evidence::Succeeded { .. })))
     });
-    if run.contradictions && by_callback && success_after {
-        run.stats
-            .bump("REJECTED by a documented non-final failure, then the success recorded");
+    if run.failures_read_as_final && by_callback && success_after {
+        run.stats.bump(
+            "REJECTED by a failure event mapped as final, then the vendor's success recorded",
+        );
         return;
     }
     result.violations.push(format!(
@@ -451,7 +454,7 @@ fn rejected_then_contradicted(
         match (by_callback, success_after) {
             (true, false) => "; the success that followed is not in the log",
             (false, _) => "",
-            (true, true) => "; the vendor does not document such failures",
+            (true, true) => "; the mapping reads the vendor's failures as not final",
         }
     ));
 }
