@@ -57,7 +57,7 @@
 //! cargo test --all-features --test simulation -- --nocapture                  # CI: 5,000 seeds
 //! RW_SIM_SEED=1234 cargo test --all-features --test simulation -- --nocapture # one seed, traced
 //! RW_SIM_START=0 RW_SIM_SEEDS=100000 cargo test --release --all-features --test simulation simulation_seeds -- --nocapture
-//! RW_SIM_PLANT=stale-review RW_SIM_SEED=7 cargo test --all-features --test simulation simulation_seeds -- --nocapture
+//! RW_SIM_PLANT=stale-review RW_SIM_SEED=4 cargo test --all-features --test simulation simulation_seeds -- --nocapture
 //! ```
 //!
 //! `RW_SIM_THREADS` sets how many seeds run at once (default 2). `RW_SIM_PLANT` plants an old
