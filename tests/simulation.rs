@@ -1,696 +1,144 @@
-//! A seeded, deterministic simulation of the whole system (issue 10): writers calling through
-//! [`RecoverableWriteLayer`], several [`Recoverer`] workers, a reviewer, a ledger that "crashes"
-//! between any two writes, and a simulated vendor with real idempotency semantics and a seeded
-//! schedule of faults. Time is tokio's paused clock: every seed runs on its own current-thread
-//! runtime whose clock only moves when every task is idle, and the crate reads that clock through
-//! [`SimClock`], so leases, backoffs and windows are virtual and a seed's run is reproducible.
+//! A seeded, deterministic simulation of the whole system (issues 10 and 27): writers calling
+//! through the layer, several [`Recoverer`] workers, reviewers, retention, a vendor that calls
+//! back, and a ledger that "crashes" between any two writes. Time is tokio's paused clock: every
+//! seed runs on its own current-thread runtime whose clock only moves when every task is idle,
+//! and the crate reads that clock through [`SimClock`], so leases, backoffs, windows and
+//! retention clocks are virtual and a seed's run is reproducible. Everything is built from one
+//! [`Config`] per process incarnation, as an application builds it.
 //!
 //! What one seed does:
 //! - a [`SimVendor`] (an in-process tower service, no TCP) dedupes creates by idempotency key
 //!   within a retention, answers `GET /operations/{operation_id}` lookups, and keeps its own
-//!   authoritative count of side effects per operation. Its faults: connection refused, request
-//!   dropped before applying, applied then response dropped, delays before applying (always
-//!   shorter than the attempt timeout) and before answering, 500 after applying, 503 and 429 with
-//!   `Retry-After` before applying, validation 400s, restarts that forget idempotency keys (but
-//!   keep operation records) and restarts that keep everything, lookups that 404 for a while.
-//!   Half of the vendors protect keys in progress (409); the others only dedupe completed keys,
-//!   so two concurrent attempts of one operation execute twice (the crate must never send them).
-//! - "process incarnations": each incarnation has its own layer, recoverer workers, writers and
-//!   reviewer over a [`CrashLedger`] that lets its N-th write through and then fails every later
-//!   call; the harness then aborts the incarnation's tasks (requests already handed to the
-//!   vendor still complete there) and starts the next incarnation over the same store, whose
-//!   writers submit every operation again (the caller's own retry after a restart).
+//!   authoritative count of side effects per operation and key. Its faults: connection refused,
+//!   request dropped before applying, applied then response dropped, delays before applying
+//!   (always shorter than the attempt timeout) and before answering, 500 after applying, 503 and
+//!   429 with `Retry-After` before applying, validation 400s, restarts that forget idempotency
+//!   keys (but keep operation records) and restarts that keep everything, lookups that 404 for
+//!   a while. Half of the vendors protect keys in progress (409); the others only dedupe
+//!   completed keys, so two concurrent attempts of one operation execute twice (the crate must
+//!   never send them).
+//! - most vendors call back: signed events for each side effect (`ticket.created`, sometimes a
+//!   PROCESSING update first and, where the vendor documents that a failure is not final, a
+//!   REJECTED update for an object that then succeeds; the application's mapping reads it as
+//!   final, as the built-in Stripe mapping reads `payment_failed`, or as processing), delivered
+//!   through the crate's real
+//!   [`CallbackReceiver`](recoverable_write::callbacks::CallbackReceiver) at least once, late,
+//!   duplicated and in any order, again until accepted (a deferral, a dead process); a forger
+//!   without the secret posts now and then (`callbacks.rs`).
+//! - "process incarnations": each incarnation has its own configuration, layer, recoverer
+//!   workers, writers, reviewers, purger and callback endpoint over a [`CrashLedger`] that lets
+//!   its N-th write through and then fails every later call; the harness then aborts the
+//!   incarnation's tasks (requests already handed to the vendor still complete there) and
+//!   starts the next incarnation over the same store, whose writers submit every operation
+//!   again (the caller's own retry after a restart). Half of the seeds record results detached,
+//!   as the SQLite ledger does: the caller is answered before the result is written, and a crash
+//!   at that write loses it (the detached-result window).
 //! - one recoverer worker may run with a skewed clock (within the documented bound: less than
-//!   the lease margin).
-//! - a reviewer claims non-terminal operations (in-flight ones preferred) at random times and
-//!   resolves them with an honest decision: "confirmed not executed" only while the vendor has
-//!   no side effect for the operation (an attempt may still be on the wire: issue 10 item 1),
-//!   "confirmed succeeded" with the vendor's reference only when it has one, or "keep pending".
+//!   the lease margin); in some seeds an approval step denies replays for a while, so a row
+//!   waits `RETRY_READY` while evidence arrives.
+//! - up to two reviewers work the queue as people do (`reviewers.rs`): each reads the handoff
+//!   package and the vendor at one moment, decides at a later one naming the version it read,
+//!   claims exclusively and sometimes takes over from the other.
+//! - in half of the seeds retention runs with short clocks while writers repeat their intents:
+//!   purges of details and of rows, the erasure of an operation's details, and now and then the
+//!   erasure of the whole tenant.
 //!
-//! At the end: faults stop, recovery runs to quiescence (bounded), and the invariants are
-//! checked (see [`check`]). A failing seed prints `SIM FAILED seed=<n>: <invariant>` and the
-//! command that re-runs it alone.
+//! At the end: faults stop, recovery and the vendor's deliveries run to quiescence (bounded),
+//! and the invariants are checked (see `check.rs`: no side effect twice; no decision on a view
+//! older than the evidence; every operation terminal, in review, visibly pending, purged after
+//! it finished, or quarantined and counted; contradictions recorded, never silent). A failing
+//! seed prints `SIM FAILED seed=<n>: <invariant>` and the command that re-runs it alone.
+//!
+//! Not modelled: rows the store cannot decode (a [`MemoryLedger`] holds only rows it can
+//! decode, so the "quarantined and counted" branch of the check never runs here); several
+//! processes at once over one store (incarnations follow each other); real TCP.
 //!
 //! ```text
-//! cargo test --test simulation -- --nocapture                       # CI: 5,000 seeds
-//! RW_SIM_SEED=1234 cargo test --test simulation -- --nocapture      # one seed
-//! RW_SIM_START=0 RW_SIM_SEEDS=100000 cargo test --release --test simulation simulation_seeds -- --nocapture
+//! cargo test --all-features --test simulation -- --nocapture                  # CI: 5,000 seeds
+//! RW_SIM_SEED=1234 cargo test --all-features --test simulation -- --nocapture # one seed, traced
+//! RW_SIM_START=0 RW_SIM_SEEDS=100000 cargo test --release --all-features --test simulation simulation_seeds -- --nocapture
+//! RW_SIM_PLANT=stale-review RW_SIM_SEED=4 cargo test --all-features --test simulation simulation_seeds -- --nocapture
 //! ```
 //!
-//! `RW_SIM_THREADS` sets how many seeds run at once (default 2).
+//! `RW_SIM_THREADS` sets how many seeds run at once (default 2). `RW_SIM_PLANT` plants an old
+//! bug back: `live-lease` (issue 10 item 1; also `RW_SIM_PLANTED=1`) or `stale-review` (issue 27
+//! item 1).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, Response};
-use http_body_util::{BodyExt, Full};
-use recoverable_write::clock::Clock;
+use http::Request;
+use http_body_util::Full;
 use recoverable_write::contract::{EvidenceClass, KeyPlacement, RemoteRef, Replay, Rule};
-use recoverable_write::ledger::backend::Update;
-use recoverable_write::ledger::conformance::rewrite_changes;
-use recoverable_write::ledger::{BoxFuture, LedgerError, OperationRecord};
+use recoverable_write::ledger::OperationRecord;
+use recoverable_write::retention::{Retention, RetentionError};
+use recoverable_write::review::Reviews;
 use recoverable_write::state::ReviewDecision;
-use recoverable_write::testing::{ForwardingLedger, LedgerCall};
 use recoverable_write::{
-    BoxError, BudgetPolicy, Contract, HttpLookup, Ledger, MemoryLedger, Operation, OperationId,
-    RecoverableWriteLayer, SendOnceGuardLayer, State, Tenant,
+    Access, BudgetPolicy, Config, ConfigBuilder, Contract, Denied, HttpLookup, Ledger,
+    MemoryLedger, Operation, OperationId, Outcome, RecoverableWriteLayer, SendOnceGuardLayer,
+    State, Tenant,
 };
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
-const TENANT: &str = "tenant-sim";
+#[path = "simulation/callbacks.rs"]
+mod callbacks;
+#[path = "simulation/check.rs"]
+mod check;
+#[path = "simulation/ledgers.rs"]
+mod ledgers;
+#[path = "simulation/reviewers.rs"]
+mod reviewers;
+#[path = "simulation/vendor.rs"]
+mod vendor;
+#[path = "simulation/world.rs"]
+mod world;
+
+use callbacks::{DeliveryPlan, Mailer};
+use check::{check, trace};
+use ledgers::{Archive, CrashLedger, Tamper, TamperMode};
+use reviewers::{Decision, Reviewer, Versions};
+use vendor::{EventPlan, Gate, SimVendor, VendorConfig};
+use world::{Rng, SimClock};
+
+pub(crate) const TENANT: &str = "tenant-sim";
 /// Sent in the `Authorization` header by the stack below the layer; must never be stored.
-const AUTH_SECRET: &str = "SIMSECRETauth";
+pub(crate) const AUTH_SECRET: &str = "SIMSECRETauth";
 /// Sent as `?api_key=`; must never be stored (issue 10 item 13).
-const QUERY_SECRET: &str = "SIMSECRETquery";
+pub(crate) const QUERY_SECRET: &str = "SIMSECRETquery";
 const VENDOR: &str = "http://vendor.sim";
-
-// ---------------------------------------------------------------------------------------------
-// Randomness and time
-// ---------------------------------------------------------------------------------------------
-
-/// SplitMix64: small, seedable, and stable across crate versions.
-#[derive(Clone, Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed ^ 0x005E_ED0F_5EED)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-    fn ms(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(self.range(lo, hi))
-    }
-    fn fork(&mut self) -> Rng {
-        Rng(self.next())
-    }
-}
-
-/// The crate's clock in the simulation: tokio's paused clock from the seed's start, on a fixed
-/// epoch, plus a skew; jitter from the seed.
-#[derive(Debug)]
-struct SimClock {
-    origin: Instant,
-    skew_ms: i64,
-    jitter: Mutex<Rng>,
-}
-
-const EPOCH_MS: i64 = 1_800_000_000_000;
-
-impl Clock for SimClock {
-    fn now_ms(&self) -> i64 {
-        EPOCH_MS + self.origin.elapsed().as_millis() as i64 + self.skew_ms
-    }
-    fn jitter(&self) -> f64 {
-        self.jitter.lock().unwrap().unit()
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The simulated vendor
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Debug)]
-struct VendorConfig {
-    /// A concurrent create with a key still in progress gets 409 (Stripe); otherwise only
-    /// completed keys are deduplicated.
-    protect_in_progress: bool,
-    retention: Duration,
-    /// Longest delay before applying: shorter than the attempt timeout, so an attempt that was
-    /// handed to the vendor applies (or dies) inside its lease.
-    max_pre_apply: Duration,
-    max_response_delay: Duration,
-    /// Fault intensity (0: none).
-    faults: f64,
-    /// Every create waits this long before applying (a focused test's slow vendor).
-    force_pre_apply: Option<Duration>,
-}
-
-#[derive(Debug)]
-enum KeyEntry {
-    InProgress,
-    Done {
-        at: Instant,
-        op: String,
-        response: (u16, String),
-    },
-}
-
-#[derive(Debug)]
-struct VendorState {
-    rng: Rng,
-    cfg: VendorConfig,
-    faults_on: bool,
-    epoch: u64,
-    down_until: Option<Instant>,
-    keys: HashMap<String, KeyEntry>,
-    /// The vendor's own operation records (lookups), kept across every restart.
-    records: HashMap<String, String>,
-    /// The oracle: every side effect, per operation.
-    effects: HashMap<String, Vec<String>>,
-    /// Operations whose applied key a restart forgot (the vendor broke its retention promise).
-    forgot_applied: HashSet<String>,
-    lookup_lag: HashMap<String, u32>,
-    next_ticket: u64,
-    posts: u64,
-    unauthenticated: u64,
-    /// What happened at the vendor, for a traced seed (`RW_SIM_SEED`).
-    log: Vec<String>,
-    origin: Instant,
-}
-
-#[derive(Clone, Debug)]
-struct SimVendor {
-    st: Arc<Mutex<VendorState>>,
-}
-
-fn io_err(kind: std::io::ErrorKind, what: &str) -> BoxError {
-    Box::new(std::io::Error::new(kind, what.to_owned()))
-}
-
-fn json(status: u16, body: String) -> Response<Full<Bytes>> {
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .expect("valid response")
-}
-
-fn json_with(status: u16, body: String, header: (&'static str, String)) -> Response<Full<Bytes>> {
-    let mut r = json(status, body);
-    r.headers_mut()
-        .insert(header.0, header.1.parse().expect("header value"));
-    r
-}
-
-type VendorFuture = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>>;
-
-impl VendorState {
-    fn note(&mut self, what: String) {
-        let at = self.origin.elapsed().as_millis();
-        self.log.push(format!("{at:>6} ms vendor: {what}"));
-    }
-}
-
-impl SimVendor {
-    fn new(rng: Rng, cfg: VendorConfig) -> Self {
-        Self {
-            st: Arc::new(Mutex::new(VendorState {
-                rng,
-                cfg,
-                faults_on: true,
-                epoch: 0,
-                down_until: None,
-                keys: HashMap::new(),
-                records: HashMap::new(),
-                effects: HashMap::new(),
-                forgot_applied: HashSet::new(),
-                lookup_lag: HashMap::new(),
-                next_ticket: 1,
-                posts: 0,
-                unauthenticated: 0,
-                log: Vec::new(),
-                origin: Instant::now(),
-            })),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, VendorState> {
-        self.st
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn calm(&self) {
-        let mut s = self.lock();
-        s.faults_on = false;
-        s.down_until = None;
-    }
-
-    /// A restart: requests not yet applied die, keys in progress are lost; `forget` also loses
-    /// every completed key (operation records survive).
-    fn restart(&self, forget: bool, downtime: Duration) {
-        let mut s = self.lock();
-        s.epoch += 1;
-        s.note(format!(
-            "restart (forget keys: {forget}, down {downtime:?})"
-        ));
-        s.down_until = Some(Instant::now() + downtime);
-        let keys = std::mem::take(&mut s.keys);
-        for (k, e) in keys {
-            match e {
-                KeyEntry::InProgress => {}
-                KeyEntry::Done { op, .. } if forget => {
-                    s.forgot_applied.insert(op);
-                }
-                done => {
-                    s.keys.insert(k, done);
-                }
-            }
-        }
-    }
-
-    fn down(s: &VendorState) -> bool {
-        s.down_until.is_some_and(|t| Instant::now() < t)
-    }
-
-    async fn handle(self, req: Request<Full<Bytes>>) -> Result<Response<Full<Bytes>>, BoxError> {
-        let (parts, body) = req.into_parts();
-        let body = body.collect().await?.to_bytes();
-        let path = parts.uri.path().to_owned();
-        if parts.method == Method::GET
-            && let Some(op) = path.strip_prefix("/operations/")
-        {
-            return self.lookup(op.to_owned()).await;
-        }
-        if parts.method == Method::POST && path == "/tickets" {
-            return self.create(parts.headers, body).await;
-        }
-        Ok(json(404, r#"{"error":"no route"}"#.into()))
-    }
-
-    async fn lookup(self, op: String) -> Result<Response<Full<Bytes>>, BoxError> {
-        let (delay, answer) = {
-            let mut s = self.lock();
-            if Self::down(&s) {
-                return Err(io_err(std::io::ErrorKind::ConnectionRefused, "vendor down"));
-            }
-            let on = s.faults_on;
-            let f = s.cfg.faults;
-            let delay = if on && s.rng.chance(0.2 * f) {
-                s.rng.ms(1, 400)
-            } else {
-                Duration::ZERO
-            };
-            let lag = if on {
-                let r = s.rng.range(0, 3) as u32;
-                *s.lookup_lag.entry(op.clone()).or_insert(r)
-            } else {
-                0
-            };
-            let answer = if on && s.rng.chance(0.1 * f) {
-                json(500, r#"{"error":"internal"}"#.into())
-            } else if lag > 0 {
-                if let Some(l) = s.lookup_lag.get_mut(&op) {
-                    *l -= 1;
-                }
-                json(404, r#"{"error":"not_found"}"#.into())
-            } else {
-                match s.records.get(&op) {
-                    Some(t) => json(
-                        200,
-                        format!(
-                            r#"{{"operation_id":"{op}","status":"SUCCEEDED","resource_id":"{t}"}}"#
-                        ),
-                    ),
-                    None => json(404, r#"{"error":"not_found"}"#.into()),
-                }
-            };
-            (delay, answer)
-        };
-        tokio::time::sleep(delay).await;
-        Ok(answer)
-    }
-
-    async fn create(
-        self,
-        headers: http::HeaderMap,
-        body: Bytes,
-    ) -> Result<Response<Full<Bytes>>, BoxError> {
-        let op = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v["operation_id"].as_str().map(str::to_owned));
-        let Some(op) = op else {
-            return Ok(json(400, r#"{"error":{"code":"validation"}}"#.into()));
-        };
-        let key = headers
-            .get("idempotency-key")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let drop_before = {
-            let mut s = self.lock();
-            s.posts += 1;
-            if !headers.contains_key("authorization") {
-                s.unauthenticated += 1;
-            }
-            if Self::down(&s) {
-                return Err(io_err(std::io::ErrorKind::ConnectionRefused, "vendor down"));
-            }
-            let f = if s.faults_on { s.cfg.faults } else { 0.0 };
-            if s.rng.chance(0.06 * f) {
-                s.note("a create: connection refused".into());
-                return Err(io_err(std::io::ErrorKind::ConnectionRefused, "refused"));
-            }
-            s.rng.chance(0.06 * f)
-        };
-        if drop_before {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            return Err(io_err(
-                std::io::ErrorKind::ConnectionReset,
-                "reset before apply",
-            ));
-        }
-        // Once handed over, the request runs to its end at the vendor whatever the caller does.
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(self.clone().execute(op, key, tx));
-        match rx.await {
-            Ok(r) => r,
-            Err(_) => Err(io_err(
-                std::io::ErrorKind::ConnectionReset,
-                "vendor hung up",
-            )),
-        }
-    }
-
-    async fn execute(
-        self,
-        op: String,
-        key: Option<String>,
-        tx: tokio::sync::oneshot::Sender<Result<Response<Full<Bytes>>, BoxError>>,
-    ) {
-        let (epoch, pre) = {
-            let mut s = self.lock();
-            let now = Instant::now();
-            let retention = s.cfg.retention;
-            if let Some(k) = &key {
-                if let Some(KeyEntry::Done { at, .. }) = s.keys.get(k)
-                    && now.duration_since(*at) > retention
-                {
-                    s.keys.remove(k);
-                }
-                match s.keys.get(k) {
-                    Some(KeyEntry::Done { response, .. }) => {
-                        let (status, body) = response.clone();
-                        s.note(format!("{op}: replayed stored {status}"));
-                        let _ = tx.send(Ok(json_with(
-                            status,
-                            body,
-                            ("idempotent-replayed", "true".into()),
-                        )));
-                        return;
-                    }
-                    Some(KeyEntry::InProgress) => {
-                        s.note(format!("{op}: 409 key in progress"));
-                        let _ = tx.send(Ok(json(
-                            409,
-                            r#"{"error":{"code":"idempotency_key_in_use"}}"#.into(),
-                        )));
-                        return;
-                    }
-                    None => {}
-                }
-            }
-            let f = if s.faults_on { s.cfg.faults } else { 0.0 };
-            if s.rng.chance(0.05 * f) {
-                let secs = s.rng.range(1, 3);
-                let _ = tx.send(Ok(json_with(
-                    429,
-                    r#"{"error":{"code":"rate_limited"}}"#.into(),
-                    ("retry-after", secs.to_string()),
-                )));
-                return;
-            }
-            if s.rng.chance(0.05 * f) {
-                let _ = tx.send(Ok(json_with(
-                    503,
-                    r#"{"error":{"code":"unavailable"}}"#.into(),
-                    ("retry-after", "1".into()),
-                )));
-                return;
-            }
-            if s.rng.chance(0.02 * f) {
-                let _ = tx.send(Ok(json(
-                    400,
-                    r#"{"error":{"code":"validation","type":"invalid_request_error"}}"#.into(),
-                )));
-                return;
-            }
-            let max = s.cfg.max_pre_apply.as_millis() as u64;
-            let pre = if let Some(d) = s.cfg.force_pre_apply {
-                d
-            } else if s.rng.chance(0.35 * f.clamp(0.3, 1.0)) && f > 0.0 {
-                s.rng.ms(1, max)
-            } else {
-                Duration::ZERO
-            };
-            if let Some(k) = &key
-                && s.cfg.protect_in_progress
-            {
-                s.keys.insert(k.clone(), KeyEntry::InProgress);
-            }
-            s.note(format!("{op}: accepted, applies in {pre:?}"));
-            (s.epoch, pre)
-        };
-        tokio::time::sleep(pre).await;
-        let (delay, outcome) = {
-            let mut s = self.lock();
-            if s.epoch != epoch {
-                s.note(format!("{op}: killed by a restart before applying"));
-                let _ = tx.send(Err(io_err(
-                    std::io::ErrorKind::ConnectionReset,
-                    "vendor restarted",
-                )));
-                return;
-            }
-            // Apply: the side effect the oracle counts.
-            let ticket = format!("T{}", s.next_ticket);
-            s.next_ticket += 1;
-            s.effects
-                .entry(op.clone())
-                .or_default()
-                .push(ticket.clone());
-            s.records.insert(op.clone(), ticket.clone());
-            let body = format!(r#"{{"id":"{ticket}","operation_id":"{op}","status":"open"}}"#);
-            if let Some(k) = &key {
-                s.keys.insert(
-                    k.clone(),
-                    KeyEntry::Done {
-                        at: Instant::now(),
-                        op: op.clone(),
-                        response: (201, body.clone()),
-                    },
-                );
-            }
-            let f = if s.faults_on { s.cfg.faults } else { 0.0 };
-            let max = s.cfg.max_response_delay.as_millis() as u64;
-            let delay = if s.rng.chance(0.2 * f) {
-                s.rng.ms(1, max)
-            } else {
-                Duration::ZERO
-            };
-            let outcome = if s.rng.chance(0.08 * f) {
-                Err(io_err(
-                    std::io::ErrorKind::ConnectionReset,
-                    "reset after apply",
-                ))
-            } else if s.rng.chance(0.06 * f) {
-                Ok(json(500, r#"{"error":{"code":"internal"}}"#.into()))
-            } else {
-                Ok(json(201, body))
-            };
-            let shown = match &outcome {
-                Ok(r) => r.status().to_string(),
-                Err(e) => e.to_string(),
-            };
-            s.note(format!(
-                "{op}: APPLIED {ticket}, answers {shown} after {delay:?}"
-            ));
-            (delay, outcome)
-        };
-        tokio::time::sleep(delay).await;
-        let _ = tx.send(outcome);
-    }
-
-    fn effects(&self, op: &str) -> Vec<String> {
-        self.lock().effects.get(op).cloned().unwrap_or_default()
-    }
-}
-
-impl Service<Request<Full<Bytes>>> for SimVendor {
-    type Response = Response<Full<Bytes>>;
-    type Error = BoxError;
-    type Future = VendorFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
-        Box::pin(self.clone().handle(req))
-    }
-}
-
-/// The stack below the layer in one process incarnation: applies the credential at send time
-/// (as a real client stack does) and, once the incarnation is dead, sends nothing.
-#[derive(Clone, Debug)]
-struct Gate {
-    vendor: SimVendor,
-    dead: Arc<AtomicBool>,
-}
-
-impl Service<Request<Full<Bytes>>> for Gate {
-    type Response = Response<Full<Bytes>>;
-    type Error = BoxError;
-    type Future = VendorFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut req: Request<Full<Bytes>>) -> Self::Future {
-        if self.dead.load(Ordering::SeqCst) {
-            // A dead process sends nothing.
-            return Box::pin(async { Err(io_err(std::io::ErrorKind::Other, "process dead")) });
-        }
-        if !req.headers().contains_key("authorization") {
-            req.headers_mut().insert(
-                "authorization",
-                format!("Bearer {AUTH_SECRET}").parse().expect("header"),
-            );
-        }
-        self.vendor.call(req)
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Ledger wrappers: process crashes, and the planted bug
-// ---------------------------------------------------------------------------------------------
-
-/// One process incarnation's view of the shared store: its `crash_at`-th write goes through,
-/// then the process is dead and every later call fails.
-#[derive(Debug)]
-struct CrashLedger {
-    inner: Arc<dyn Ledger>,
-    writes: AtomicU64,
-    /// The write after which the process dies (0: never; the harness disarms it when the
-    /// schedule ends).
-    crash_at: Arc<AtomicU64>,
-    dead: Arc<AtomicBool>,
-    died: Arc<Notify>,
-}
-
-fn gone() -> LedgerError {
-    LedgerError::Unavailable("process crashed".into())
-}
-
-impl ForwardingLedger for CrashLedger {
-    fn inner(&self) -> &dyn Ledger {
-        &*self.inner
-    }
-
-    /// Every call fails once the process is dead; the `crash_at`-th write goes through, then
-    /// the process dies before it hears the answer.
-    fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
-    where
-        T: Send + 'a,
-        F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
-    {
-        Box::pin(async move {
-            if self.dead.load(Ordering::SeqCst) {
-                return Err(gone());
-            }
-            if !call.writes() {
-                return f(&*self.inner).await;
-            }
-            let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
-            let r = f(&*self.inner).await;
-            if self.crash_at.load(Ordering::SeqCst) == n {
-                self.dead.store(true, Ordering::SeqCst);
-                self.died.notify_one();
-                return Err(gone());
-            }
-            r
-        })
-    }
-}
-
-/// What [`Tamper`] changes in the updates it passes on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TamperMode {
-    /// The planted bug (issue 10 item 1 reintroduced): a reviewer's "confirmed not executed"
-    /// makes the operation sendable at once, ignoring the lease of an attempt that may still be
-    /// on the wire.
-    PlantItem1,
-    /// An exploration aid (`RW_SIM_WORKAROUND=1`) until the crate fixes the simulation's first
-    /// finding: a reviewer's claim of a `RETRY_READY` row keeps the live lease it carries, so
-    /// the simulation can look past that finding for the next one.
-    KeepLeaseOnReclaim,
-}
-
-/// A ledger that rewrites some updates on their way to the store (see [`TamperMode`]).
-#[derive(Debug)]
-struct Tamper {
-    inner: Arc<dyn Ledger>,
-    mode: TamperMode,
-}
-
-impl ForwardingLedger for Tamper {
-    fn inner(&self) -> &dyn Ledger {
-        &*self.inner
-    }
-
-    fn apply(
-        &self,
-        mut update: Update,
-    ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(async move {
-            match self.mode {
-                TamperMode::PlantItem1 => {
-                    if update.expect_state() == State::ManualReview
-                        && update.changes().state() == State::RetryReady
-                    {
-                        update = rewrite_changes(update, |c| {
-                            c.lease_until_ms = None;
-                            c.next_check_ms = Some(c.now_ms);
-                        });
-                    }
-                }
-                TamperMode::KeepLeaseOnReclaim => {
-                    if update.expect_state() == State::RetryReady
-                        && update.changes().state() == State::ManualReview
-                        && update.changes().lease_until_ms().is_none()
-                        && let Some(row) = self
-                            .inner
-                            .get(update.tenant(), update.operation_id())
-                            .await?
-                    {
-                        update = rewrite_changes(update, |c| c.lease_until_ms = row.lease_until_ms);
-                    }
-                }
-            }
-            self.inner.apply(update).await
-        })
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // One seed
 // ---------------------------------------------------------------------------------------------
+
+/// Counters of what a seed exercised (summed over a run and printed with it).
+#[derive(Debug, Default)]
+pub(crate) struct Stats(Mutex<BTreeMap<String, u64>>);
+
+impl Stats {
+    pub(crate) fn add(&self, what: &str, n: u64) {
+        if n > 0 {
+            *self.0.lock().unwrap().entry(what.to_owned()).or_default() += n;
+        }
+    }
+    pub(crate) fn bump(&self, what: &str) {
+        self.add(what, 1);
+    }
+    pub(crate) fn bump_owned(&self, what: String) {
+        *self.0.lock().unwrap().entry(what).or_default() += 1;
+    }
+    fn take(&self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
 
 /// What a seed found.
 #[derive(Debug, Default)]
@@ -710,46 +158,49 @@ struct SeedResult {
     ops: usize,
     succeeded: usize,
     manual: usize,
+    /// Operations retention deleted after they finished.
+    purged: usize,
+    /// Rows the store could not decode, set aside and counted.
+    quarantined: usize,
+    /// Vendor events that matched no operation, quarantined and listed.
+    quarantined_callbacks: usize,
+    stats: BTreeMap<String, u64>,
+}
+
+/// An old bug planted back, to show the simulation finds it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Plant {
+    #[default]
+    None,
+    /// Issue 10 item 1: a reviewer's "confirmed not executed" ignores a live attempt's lease
+    /// ([`TamperMode::PlantItem1`]).
+    LiveLease,
+    /// Issue 27 item 1: a reviewer's decision names the version re-read when it decides, not
+    /// the version of the view it decided on ([`Versions::ReReadAtDecision`]).
+    StaleReview,
+}
+
+impl Plant {
+    fn from_env() -> Self {
+        match std::env::var("RW_SIM_PLANT").as_deref() {
+            Ok("stale-review") => Self::StaleReview,
+            Ok("live-lease") => Self::LiveLease,
+            Ok(other) if !other.is_empty() => {
+                panic!("RW_SIM_PLANT={other}: live-lease or stale-review")
+            }
+            _ if std::env::var("RW_SIM_PLANTED").is_ok_and(|v| v == "1") => Self::LiveLease,
+            _ => Self::None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Options {
-    planted_item1: bool,
+    plant: Plant,
     /// See [`TamperMode::KeepLeaseOnReclaim`].
     workaround: bool,
     /// Print the vendor's log and every operation's evidence (a single seed).
     trace: bool,
-}
-
-/// Prints what happened, for a seed re-run alone.
-async fn trace(mem: &MemoryLedger, vendor: &SimVendor, ops: &[Operation]) {
-    let tenant = Tenant::new(TENANT);
-    for line in &vendor.lock().log {
-        eprintln!("{line}");
-    }
-    for op in ops {
-        let row = mem.get(&tenant, op.id()).await.ok().flatten();
-        eprintln!(
-            "--- {} {:?} effects {:?}",
-            op.id(),
-            row.as_ref().map(|r| r.state),
-            vendor.effects(op.id().as_str())
-        );
-        for e in mem.evidence(&tenant, op.id()).await.unwrap_or_default() {
-            let e = e.entry;
-            eprintln!(
-                "  {:>6} ms g{} {:<20} {:?}->{:?} attempt {:?} {:?} {}",
-                e.at_ms - EPOCH_MS,
-                e.generation.0,
-                e.kind,
-                e.from_state,
-                e.to_state,
-                e.attempt_id.map(|a| a.to_string()[..8].to_owned()),
-                e.evidence,
-                e.note.unwrap_or_default()
-            );
-        }
-    }
 }
 
 fn policy() -> BudgetPolicy {
@@ -788,6 +239,30 @@ fn request(op: &Operation) -> Request<Full<Bytes>> {
     req
 }
 
+/// A caller was answered `SUCCEEDED`.
+#[derive(Clone, Debug)]
+pub(crate) struct Told {
+    pub(crate) op: OperationId,
+    pub(crate) remote_ref: Option<String>,
+    pub(crate) at_ms: u128,
+}
+
+/// Everything the invariants read once a seed has run.
+pub(crate) struct Run {
+    pub(crate) mem: Arc<MemoryLedger>,
+    pub(crate) archive: Arc<Archive>,
+    pub(crate) vendor: SimVendor,
+    pub(crate) ops: Vec<Operation>,
+    pub(crate) reviews: Reviews,
+    pub(crate) mailer: Option<Arc<Mailer>>,
+    pub(crate) decisions: Arc<Mutex<Vec<Decision>>>,
+    pub(crate) told: Arc<Mutex<Vec<Told>>>,
+    /// The vendor sends failure events that a success may follow, and the application's
+    /// mapping reads them as final (`REJECTED`).
+    pub(crate) failures_read_as_final: bool,
+    pub(crate) stats: Arc<Stats>,
+}
+
 struct Incarnation {
     tasks: Vec<JoinHandle<()>>,
     recoverers: Vec<JoinHandle<()>>,
@@ -810,10 +285,65 @@ async fn joined(handles: Vec<JoinHandle<()>>, what: &str, violations: &mut Vec<S
     }
 }
 
+/// An approval step that denies replays (writes of `RETRY_READY` rows) now and then: the
+/// decision that made a row sendable is taken, its send waits, and evidence may arrive
+/// meanwhile (issue 27 item 2).
+fn approvals(rng: Rng) -> impl Fn(&OperationRecord, Access) -> Result<(), Denied> + Send + Sync {
+    let rng = Mutex::new(rng);
+    move |op: &OperationRecord, access: Access| {
+        if access == Access::Write
+            && op.state == State::RetryReady
+            && rng.lock().unwrap().chance(0.6)
+        {
+            Err(Denied::new(access, "approval pending"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Retention while writers repeat their intents: purges (the recoverer's periodic run), the
+/// erasure of one operation's details, and now and then of the whole tenant.
+async fn retention_runs(
+    config: Config,
+    ids: Vec<OperationId>,
+    erase_tenant: bool,
+    mut r: Rng,
+    stats: Arc<Stats>,
+) {
+    let purger = config.retention();
+    let tenant = Tenant::new(TENANT);
+    loop {
+        tokio::time::sleep(r.ms(200, 1_500)).await;
+        if purger.run().await.is_ok() {
+            stats.bump("retention: purge runs");
+        }
+        if r.chance(0.2) {
+            let id = &ids[r.range(0, ids.len() as u64 - 1) as usize];
+            let how = match purger.erase_details(&tenant, id).await {
+                Ok(_) => "erased",
+                Err(RetentionError::NotFinished { .. }) => "refused: not finished",
+                Err(RetentionError::NotFound { .. }) => "refused: deleted",
+                Err(_) => "failed",
+            };
+            stats.bump_owned(format!("retention: details erasure {how}"));
+        }
+        if erase_tenant && r.chance(0.05) {
+            let how = match purger.erase_tenant(&tenant).await {
+                Ok(_) => "erased",
+                Err(RetentionError::OpenOperations { .. }) => "refused: open operations",
+                Err(_) => "failed",
+            };
+            stats.bump_owned(format!("retention: tenant erasure {how}"));
+        }
+    }
+}
+
 async fn run_seed(seed: u64, opts: Options) -> SeedResult {
     let mut rng = Rng::new(seed);
     let origin = Instant::now();
     let mut result = SeedResult::default();
+    let stats = Arc::new(Stats::default());
 
     let replay_safe = rng.chance(0.6);
     let retention_secs = if rng.chance(0.3) { 20 } else { 86_400 };
@@ -823,6 +353,10 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         Contract::conservative()
     };
     let policy = policy();
+    let events = rng.chance(0.7).then(|| EventPlan {
+        contradictions: rng.chance(0.4),
+        processing: 0.2,
+    });
     let vendor_cfg = VendorConfig {
         protect_in_progress: rng.chance(0.5),
         retention: Duration::from_secs(retention_secs),
@@ -830,16 +364,31 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         max_response_delay: Duration::from_millis(policy.attempt_timeout_ms * 3 / 2),
         faults: [0.3, 1.0, 1.0, 2.0][rng.range(0, 3) as usize],
         force_pre_apply: None,
+        events,
     };
     let vendor = SimVendor::new(rng.fork(), vendor_cfg);
+    let mailer = events.map(|_| {
+        let plan = DeliveryPlan {
+            max_delay: rng.ms(0, 3_000),
+            late: 0.15,
+            duplicate: 0.3,
+            forge: 0.05,
+        };
+        let mailer = Mailer::new(plan, rng.fork());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        vendor.call_back_to(tx);
+        mailer.start(rx);
+        mailer
+    });
 
     let n_ops = rng.range(3, 7) as usize;
     let ops: Vec<Operation> = (0..n_ops)
         .map(|i| Operation::new(TENANT, "create_ticket", format!("s{seed}-i{i}")))
         .collect();
+    let ids: Vec<OperationId> = ops.iter().map(|o| o.id().clone()).collect();
     result.ops = n_ops;
     let crashes = rng.range(0, 3) as usize;
-    let reviewer_on = rng.chance(0.7);
+    let reviewers = [0, 1, 1, 2, 2][rng.range(0, 4) as usize];
     let workers = rng.range(1, 3) as usize;
     // Documented bound: skew below the lease margin is safe.
     let skew_ms = if rng.chance(0.3) {
@@ -849,21 +398,48 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         0
     };
     let schedule_end = Duration::from_millis(rng.range(3_000, 8_000));
+    let detached = rng.chance(0.5);
+    let hold_replays = rng.chance(0.3);
+    // Short retention clocks in half of the seeds. The identity clock may not be shorter than
+    // the vendor's key retention, so only a vendor with no documented retention gets a short one.
+    let retention_on = rng.chance(0.5);
+    let details = rng.ms(200, 3_000);
+    let mut retention = Retention::new().details(details).interval(None);
+    if !replay_safe && rng.chance(0.6) {
+        retention = retention.identity(details + rng.ms(0, 4_000));
+    }
+    let erase_tenant = rng.chance(0.15);
+    // How the application maps the vendor's failure events (see `callbacks::receiver`).
+    let failures_final = rng.chance(0.5);
 
     let mem = Arc::new(MemoryLedger::new());
-    let store: Arc<dyn Ledger> = if opts.planted_item1 {
-        Arc::new(Tamper {
-            inner: mem.clone(),
+    let clocks = retention.clocks_for(Some(&contract));
+    let archive = Arc::new(Archive {
+        inner: mem.clone(),
+        tenant: Tenant::new(TENANT),
+        ids: ids.clone(),
+        details_ms: clocks.details.as_millis() as i64,
+        identity_ms: clocks.identity.as_millis() as i64,
+        kept: Mutex::default(),
+    });
+    let store: Arc<dyn Ledger> = match (opts.plant, opts.workaround) {
+        (Plant::LiveLease, _) => Arc::new(Tamper {
+            inner: archive.clone(),
             mode: TamperMode::PlantItem1,
-        })
-    } else if opts.workaround {
-        Arc::new(Tamper {
-            inner: mem.clone(),
+        }),
+        (_, true) => Arc::new(Tamper {
+            inner: archive.clone(),
             mode: TamperMode::KeepLeaseOnReclaim,
-        })
-    } else {
-        mem.clone()
+        }),
+        _ => archive.clone(),
     };
+    let versions = if opts.plant == Plant::StaleReview {
+        Versions::ReReadAtDecision
+    } else {
+        Versions::OfTheView
+    };
+    let decisions: Arc<Mutex<Vec<Decision>>> = Arc::default();
+    let told: Arc<Mutex<Vec<Told>>> = Arc::default();
 
     // Vendor restarts at seeded times.
     let restarts = {
@@ -891,18 +467,34 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         let dead = Arc::new(AtomicBool::new(false));
         let died = Arc::new(Notify::new());
         let crash_at = Arc::new(AtomicU64::new(if last { 0 } else { rng.range(1, 80) }));
+        // In detached seeds the process often dies right after answering a caller.
+        let crash_at_result = Arc::new(AtomicU64::new(if !last && detached && rng.chance(0.5) {
+            rng.range(1, 4)
+        } else {
+            0
+        }));
         let ledger: Arc<dyn Ledger> = Arc::new(CrashLedger {
             inner: store.clone(),
             writes: AtomicU64::new(0),
             crash_at: crash_at.clone(),
             dead: dead.clone(),
             died: died.clone(),
+            detached,
+            crash_at_result: crash_at_result.clone(),
+            results: AtomicU64::new(0),
+            pending: Arc::default(),
+            stats: stats.clone(),
         });
-        let layer = RecoverableWriteLayer::from_arc(ledger.clone())
+        let mut builder = ConfigBuilder::new(ledger.clone())
             .contract(contract.clone())
             .budget(policy.clone())
-            .expect("a valid budget")
-            .clock(make_clock(0, &mut rng));
+            .clock(make_clock(0, &mut rng))
+            .retention(retention.clone());
+        if hold_replays {
+            builder = builder.authorizer(approvals(rng.fork()));
+        }
+        let config = builder.build().expect("a valid configuration");
+        let layer = config.layer();
         let gate = Gate {
             vendor: vendor.clone(),
             dead: dead.clone(),
@@ -912,6 +504,9 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
             .layer(layer.clone())
             .layer(guard.clone())
             .service(gate.clone());
+        if let Some(m) = &mailer {
+            m.endpoint(Some(callbacks::receiver(&config, failures_final)));
+        }
         let mut inc = Incarnation {
             tasks: Vec::new(),
             recoverers: Vec::new(),
@@ -924,7 +519,7 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
             )
             .tenant_header(http::HeaderName::from_static("x-tenant"))
             .timeout(Duration::from_millis(800));
-            let rec = layer
+            let rec = config
                 .recoverer()
                 .reconciler(lookup)
                 .replay_through(guard.layer(gate.clone()))
@@ -941,6 +536,15 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
                 }
             }));
         }
+        if retention_on {
+            inc.recoverers.push(tokio::spawn(retention_runs(
+                config.clone(),
+                ids.clone(),
+                erase_tenant,
+                rng.fork(),
+                stats.clone(),
+            )));
+        }
         // Writers: the first incarnation sends each operation once (some twice, some
         // concurrently); later ones submit every operation again, as a caller does on restart.
         for op in &ops {
@@ -954,6 +558,7 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
             for c in 0..copies {
                 let mut svc = writer.clone();
                 let op = op.clone();
+                let told = told.clone();
                 let later = if c > 0 && r.chance(0.5) {
                     r.ms(0, 1_500)
                 } else {
@@ -961,75 +566,35 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
                 };
                 inc.tasks.push(tokio::spawn(async move {
                     tokio::time::sleep(start + later).await;
-                    if let Ok(s) = svc.ready().await {
-                        let _ = s.call(request(&op)).await;
+                    if let Ok(s) = svc.ready().await
+                        && let Ok(res) = s.call(request(&op)).await
+                        && let Some(o) = res.extensions().get::<Outcome>()
+                        && o.state == State::Succeeded
+                    {
+                        told.lock().unwrap().push(Told {
+                            op: op.id().clone(),
+                            remote_ref: o.remote_ref.clone(),
+                            at_ms: origin.elapsed().as_millis(),
+                        });
                     }
                 }));
             }
         }
-        if reviewer_on {
-            let reviews = layer.reviews();
-            let v = vendor.clone();
-            let ids: Vec<OperationId> = ops.iter().map(|o| o.id().clone()).collect();
-            let led = ledger.clone();
-            let mut r = rng.fork();
-            inc.tasks.push(tokio::spawn(async move {
-                let tenant = Tenant::new(TENANT);
-                loop {
-                    tokio::time::sleep(r.ms(100, 1_200)).await;
-                    // Prefer an attempt that may still be on the wire.
-                    let mut rows = Vec::new();
-                    for id in &ids {
-                        if let Ok(Some(row)) = led.get(&tenant, id).await {
-                            rows.push(row);
-                        }
-                    }
-                    let live: Vec<&OperationRecord> =
-                        rows.iter().filter(|r| r.state == State::InFlight).collect();
-                    let open: Vec<&OperationRecord> = rows
-                        .iter()
-                        .filter(|r| !r.state.is_terminal() && r.state != State::Prepared)
-                        .collect();
-                    let pick = if !live.is_empty() && r.chance(0.7) {
-                        live[r.range(0, live.len() as u64 - 1) as usize]
-                    } else if !open.is_empty() {
-                        open[r.range(0, open.len() as u64 - 1) as usize]
-                    } else {
-                        continue;
-                    };
-                    let mut row = pick.clone();
-                    if row.state != State::ManualReview {
-                        match reviews
-                            .claim(&tenant, &row.operation_id, "sim-reviewer", row.version)
-                            .await
-                        {
-                            Ok(r) => row = r,
-                            Err(_) => continue,
-                        }
-                    }
-                    tokio::time::sleep(r.ms(0, 200)).await;
-                    let effects = v.effects(row.operation_id.as_str());
-                    // Honest: only what the vendor shows right now.
-                    let decision = if r.chance(0.2) {
-                        ReviewDecision::KeepPending
-                    } else if let Some(t) = effects.first() {
-                        ReviewDecision::ConfirmedSucceeded {
-                            remote_ref: Some(t.clone()),
-                        }
-                    } else {
-                        ReviewDecision::ConfirmedNotExecuted
-                    };
-                    let _ = reviews
-                        .resolve(
-                            &tenant,
-                            &row.operation_id,
-                            "sim-reviewer",
-                            row.version,
-                            decision,
-                        )
-                        .await;
+        for name in ["alice", "bob"].into_iter().take(reviewers) {
+            inc.tasks.push(tokio::spawn(
+                Reviewer {
+                    name,
+                    reviews: config.reviews(),
+                    ledger: ledger.clone(),
+                    vendor: vendor.clone(),
+                    ids: ids.clone(),
+                    rng: rng.fork(),
+                    versions,
+                    decisions: decisions.clone(),
+                    stats: stats.clone(),
                 }
-            }));
+                .run(),
+            ));
         }
 
         // Run until this incarnation dies or the schedule ends.
@@ -1040,6 +605,9 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         };
         if crashed {
             result.crashes += 1;
+            if let Some(m) = &mailer {
+                m.endpoint(None);
+            }
             abort_all(&inc.tasks);
             abort_all(&inc.recoverers);
             joined(inc.tasks, "writer/reviewer", &mut result.violations).await;
@@ -1050,6 +618,7 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         }
         // Faults stop (no more crashes either); recovery runs to quiescence (bounded).
         crash_at.store(0, Ordering::SeqCst);
+        crash_at_result.store(0, Ordering::SeqCst);
         abort_all(&inc.tasks);
         joined(inc.tasks, "writer/reviewer", &mut result.violations).await;
         restarts.abort();
@@ -1062,9 +631,10 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
             }
         }
         let tenant = Tenant::new(TENANT);
+        let outstanding = || mailer.as_ref().map_or(0, |m| m.outstanding());
         for _ in 0..600 {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let mut open = false;
+            let mut open = outstanding() > 0;
             for op in &ops {
                 if let Ok(Some(row)) = mem.get(&tenant, op.id()).await
                     && !row.state.is_terminal()
@@ -1079,136 +649,39 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         }
         abort_all(&inc.recoverers);
         joined(inc.recoverers, "recoverer", &mut result.violations).await;
-        // Let every request the vendor still holds finish.
+        // Let every request the vendor still holds finish, and its events arrive.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        check(&mem, &vendor, &ops, &layer, &mut result).await;
-        if opts.trace {
-            trace(&mem, &vendor, &ops).await;
+        for _ in 0..300 {
+            if outstanding() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        return result;
-    }
-}
-
-/// The invariants, against the vendor's own count.
-async fn check(
-    mem: &MemoryLedger,
-    vendor: &SimVendor,
-    ops: &[Operation],
-    layer: &RecoverableWriteLayer,
-    result: &mut SeedResult,
-) {
-    let tenant = Tenant::new(TENANT);
-    let forgot = vendor.lock().forgot_applied.clone();
-    if vendor.lock().unauthenticated > 0 {
-        result
-            .violations
-            .push("a request reached the vendor without its credential".into());
-    }
-    for op in ops {
-        let id = op.id();
-        let effects = vendor.effects(id.as_str());
-        let row = match mem.get(&tenant, id).await {
-            Ok(Some(row)) => row,
-            Ok(None) => {
-                if !effects.is_empty() {
-                    result
-                        .violations
-                        .push(format!("{id}: executed at the vendor but no ledger row"));
-                }
-                result
-                    .violations
-                    .push(format!("{id}: operation lost (no row after resubmission)"));
-                continue;
-            }
-            Err(e) => {
-                result
-                    .violations
-                    .push(format!("{id}: ledger read failed: {e}"));
-                continue;
-            }
+        let run = Run {
+            mem,
+            archive,
+            vendor,
+            ops,
+            reviews: config.reviews(),
+            mailer,
+            decisions,
+            told,
+            failures_read_as_final: failures_final && events.is_some_and(|e| e.contradictions),
+            stats,
         };
-        let log = mem.evidence(&tenant, id).await.unwrap_or_default();
-        if effects.len() > 1 {
-            if forgot.contains(id.as_str()) {
-                result.exempt_duplicates += 1;
-                result.notes.push(format!(
-                    "{id}: {} side effects ({effects:?}) after the vendor forgot its key",
-                    effects.len()
-                ));
-            } else {
-                result.violations.push(format!(
-                    "{id}: {} side effects at the vendor ({:?}), state {}",
-                    effects.len(),
-                    effects,
-                    row.state
-                ));
-            }
+        check(&run, &mut result).await;
+        if opts.trace {
+            eprintln!(
+                "seed {seed}: replay-safe {replay_safe} (retention {retention_secs} s), events {events:?}, \
+                 failures read as final {failures_final}, detached {detached}, \
+                 hold replays {hold_replays}, reviewers {reviewers}, \
+                 retention {} (clocks {clocks:?}, erase tenant {erase_tenant}), plant {:?}",
+                retention_on, opts.plant
+            );
+            trace(&run).await;
         }
-        match row.state {
-            // A vendor that forgot the key runs a replay anew; what it answers then is not held
-            // against the crate (noted, not failed).
-            State::Rejected if !effects.is_empty() && forgot.contains(id.as_str()) => {
-                result.exempt_duplicates += 1;
-                result.notes.push(format!(
-                    "{id}: REJECTED although executed ({effects:?}), after the vendor forgot its key"
-                ));
-            }
-            State::Rejected if !effects.is_empty() => result.violations.push(format!(
-                "{id}: REJECTED although the vendor executed it ({effects:?})"
-            )),
-            State::Succeeded => {
-                result.succeeded += 1;
-                if effects.is_empty() {
-                    result
-                        .violations
-                        .push(format!("{id}: SUCCEEDED but the vendor has no side effect"));
-                } else if !row.remote_ref.as_ref().is_some_and(|r| effects.contains(r)) {
-                    result.violations.push(format!(
-                        "{id}: SUCCEEDED with remote ref {:?}, vendor has {effects:?}",
-                        row.remote_ref
-                    ));
-                }
-            }
-            State::Rejected => {}
-            State::ManualReview => {
-                result.manual += 1;
-                if !log.iter().any(|e| e.entry.kind != "created") {
-                    result
-                        .violations
-                        .push(format!("{id}: MANUAL_REVIEW without evidence"));
-                }
-            }
-            State::Unknown | State::Processing | State::RetryReady => {
-                result.pending += 1;
-                if row.next_check_ms.is_none() {
-                    result
-                        .violations
-                        .push(format!("{id}: {} with no next check", row.state));
-                }
-            }
-            State::InFlight => result
-                .violations
-                .push(format!("{id}: IN_FLIGHT after quiescence, nobody holds it")),
-            State::Prepared => result.violations.push(format!(
-                "{id}: PREPARED after quiescence (never sent, nobody owns it)"
-            )),
-        }
-        // No credential stored: the row, its evidence, the handoff package.
-        let mut stored = format!("{row:?}");
-        for e in &log {
-            stored.push_str(&format!("{e:?}"));
-        }
-        if let Ok(h) = layer.reviews().handoff(&tenant, id).await {
-            stored.push_str(&format!("{h:?}"));
-        }
-        if stored.contains(AUTH_SECRET) {
-            result
-                .violations
-                .push(format!("{id}: the Authorization credential is stored"));
-        }
-        if stored.contains(QUERY_SECRET) {
-            result.query_secret_stored = true;
-        }
+        result.stats = run.stats.take();
+        return result;
     }
 }
 
@@ -1243,24 +716,37 @@ struct Summary {
     ops: usize,
     succeeded: usize,
     manual: usize,
+    purged: usize,
+    quarantined: usize,
+    quarantined_callbacks: usize,
+    stats: BTreeMap<String, u64>,
 }
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} seeds, {} failed; {} operations ({} succeeded, {} in review, {} still pending); \
-             {} process crashes; {} findings excused (vendor forgot a key); ?api_key stored in {} seeds",
+            "{} seeds, {} failed; {} operations ({} succeeded, {} in review, {} still pending, \
+             {} purged after they finished, {} quarantined rows); {} process crashes; \
+             {} findings excused (vendor forgot a key); {} callbacks quarantined; \
+             ?api_key stored in {} seeds",
             self.seeds,
             self.failed.len(),
             self.ops,
             self.succeeded,
             self.manual,
             self.pending,
+            self.purged,
+            self.quarantined,
             self.crashes,
             self.exempt,
+            self.quarantined_callbacks,
             self.query_secret_seeds.len()
-        )
+        )?;
+        for (what, n) in &self.stats {
+            write!(f, "\n  {n:>9}  {what}")?;
+        }
+        Ok(())
     }
 }
 
@@ -1293,6 +779,12 @@ fn run_many(seeds: Vec<u64>, opts: Options, threads: usize, stop_at_first: bool)
                     s.ops += r.ops;
                     s.succeeded += r.succeeded;
                     s.manual += r.manual;
+                    s.purged += r.purged;
+                    s.quarantined += r.quarantined;
+                    s.quarantined_callbacks += r.quarantined_callbacks;
+                    for (what, n) in std::mem::take(&mut r.stats) {
+                        *s.stats.entry(what).or_default() += n;
+                    }
                     if r.query_secret_stored {
                         s.query_secret_seeds.push(seed);
                     }
@@ -1300,12 +792,12 @@ fn run_many(seeds: Vec<u64>, opts: Options, threads: usize, stop_at_first: bool)
                         eprintln!("SIM NOTE seed={seed}: {n}");
                     }
                     if !r.violations.is_empty() {
-                        if !opts.planted_item1 || opts.trace {
+                        if opts.plant == Plant::None || opts.trace {
                             for v in &r.violations {
                                 eprintln!("SIM FAILED seed={seed}: {v}");
                             }
                             eprintln!(
-                                "  re-run: RW_SIM_SEED={seed} cargo test --test simulation simulation_seeds -- --nocapture"
+                                "  re-run: RW_SIM_SEED={seed} cargo test --all-features --test simulation simulation_seeds -- --nocapture"
                             );
                         }
                         s.failed.push((seed, r.violations));
@@ -1330,17 +822,18 @@ fn threads() -> usize {
     env_u64("RW_SIM_THREADS").map_or(2, |n| n as usize)
 }
 
-/// The CI run: 5,000 seeds by default (`RW_SIM_SEEDS`, `RW_SIM_START`, `RW_SIM_SEED`).
+/// The CI run: 5,000 seeds by default (`RW_SIM_SEEDS`, `RW_SIM_START`, `RW_SIM_SEED`,
+/// `RW_SIM_PLANT`).
 #[test]
 fn simulation_seeds() {
     let mut opts = Options {
+        plant: Plant::from_env(),
         workaround: std::env::var("RW_SIM_WORKAROUND").is_ok_and(|v| v == "1"),
         ..Options::default()
     };
     let seeds: Vec<u64> = match env_u64("RW_SIM_SEED") {
         Some(s) => {
             opts.trace = true;
-            opts.planted_item1 = std::env::var("RW_SIM_PLANTED").is_ok_and(|v| v == "1");
             vec![s]
         }
         None => {
@@ -1351,7 +844,7 @@ fn simulation_seeds() {
     };
     let t0 = std::time::Instant::now();
     let summary = run_many(seeds, opts, threads(), false);
-    eprintln!("simulation: {summary} in {:.1?}", t0.elapsed());
+    eprintln!("simulation: {summary}\nin {:.1?}", t0.elapsed());
     if !summary.query_secret_seeds.is_empty() {
         eprintln!(
             "simulation: the ?api_key= query credential is stored (issue 10 item 13; first \
@@ -1367,17 +860,12 @@ fn simulation_seeds() {
     );
 }
 
-/// A simulation that never finds anything is suspicious: with issue 10 item 1 planted back
-/// (a reviewer's "confirmed not executed" ignores a live attempt's lease), the same harness must
-/// find a duplicate side effect within a bounded number of seeds.
-#[test]
-fn simulation_catches_the_planted_item_1() {
-    let bound = env_u64("RW_SIM_PLANTED_SEEDS").unwrap_or(1_000);
-    let t0 = std::time::Instant::now();
+/// Runs seeds from 0 with `plant` until one fails with a violation containing `finding`.
+fn catch(plant: Plant, bound: u64, finding: &str) -> (Summary, Option<(u64, Vec<String>)>) {
     let summary = run_many(
         (0..bound).collect(),
         Options {
-            planted_item1: true,
+            plant,
             ..Options::default()
         },
         threads(),
@@ -1386,9 +874,21 @@ fn simulation_catches_the_planted_item_1() {
     let found = summary
         .failed
         .iter()
-        .find(|(_, v)| v.iter().any(|m| m.contains("side effects at the vendor")));
+        .find(|(_, v)| v.iter().any(|m| m.contains(finding)))
+        .cloned();
+    (summary, found)
+}
+
+/// A simulation that never finds anything is suspicious: with issue 10 item 1 planted back
+/// (a reviewer's "confirmed not executed" ignores a live attempt's lease), the same harness must
+/// find a duplicate side effect within a bounded number of seeds.
+#[test]
+fn simulation_catches_the_planted_item_1() {
+    let bound = env_u64("RW_SIM_PLANTED_SEEDS").unwrap_or(1_000);
+    let t0 = std::time::Instant::now();
+    let (summary, found) = catch(Plant::LiveLease, bound, "side effects at the vendor");
     eprintln!(
-        "planted item 1: {} seeds run in {:.1?}; found: {:?}",
+        "planted live lease: {} seeds run in {:.1?}; found: {:?}",
         summary.seeds,
         t0.elapsed(),
         found
@@ -1396,6 +896,31 @@ fn simulation_catches_the_planted_item_1() {
     assert!(
         found.is_some(),
         "the simulation did not catch the planted duplicate within {bound} seeds"
+    );
+}
+
+/// Issue 27 item 1 planted back: a reviewer's decision names the version it re-reads when it
+/// decides instead of the version of the view it decided on, so a "not executed" read before
+/// the vendor's success arrived is accepted. The invariant "no decision takes effect on a view
+/// older than the evidence" must catch it within a bounded number of seeds.
+#[test]
+fn planted_stale_review_is_caught() {
+    let bound = env_u64("RW_SIM_PLANTED_SEEDS").unwrap_or(2_000);
+    let t0 = std::time::Instant::now();
+    let (summary, found) = catch(
+        Plant::StaleReview,
+        bound,
+        "took effect on a view older than the evidence",
+    );
+    eprintln!(
+        "planted stale review: {} seeds run in {:.1?}; found: {:?}",
+        summary.seeds,
+        t0.elapsed(),
+        found
+    );
+    assert!(
+        found.is_some(),
+        "the simulation did not catch the planted stale review within {bound} seeds"
     );
 }
 
@@ -1427,6 +952,7 @@ fn a_second_review_cycle_keeps_the_live_attempts_lease() {
                 max_response_delay: Duration::ZERO,
                 faults: 0.0,
                 force_pre_apply: Some(Duration::from_millis(800)),
+                events: None,
             },
         );
         let mem = Arc::new(MemoryLedger::new());

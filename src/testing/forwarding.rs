@@ -7,7 +7,8 @@ use crate::ledger::{
     BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackPurge,
     CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, IgnoredCallback, Ledger,
     LedgerError, NewOperation, OldestPerState, OperationQuery, OperationRecord, Page, ProbeBy,
-    PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Released, StateCounts, TenantScope,
+    PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Released, Settled, StateCounts,
+    TenantScope,
 };
 use crate::{OperationId, State, Tenant};
 
@@ -24,6 +25,12 @@ macro_rules! forwarding_ledger {
         /// method of the inner ledger through [`around`](Self::around). [`record`](Self::record)
         /// and [`create_and_apply`](Self::create_and_apply) too go to the inner ledger's own
         /// methods: overriding [`apply`](Self::apply) does not change them.
+        ///
+        /// A forwarding ledger does not [detach results](Ledger::detaches_results), whatever
+        /// its inner ledger does: an attempt's result goes through [`record`](Self::record)
+        /// (and so through `around`). Override [`detaches_results`](Self::detaches_results) and
+        /// [`record_detached`](Self::record_detached) to model a store that answers before the
+        /// result is written (and may lose it in a crash).
         ///
         /// ```
         /// use std::sync::Arc;
@@ -80,6 +87,26 @@ macro_rules! forwarding_ledger {
                 f(self.inner())
             }
 
+            /// [`Ledger::detaches_results`]: `false` unless overridden (see the trait's docs).
+            fn detaches_results(&self) -> bool {
+                false
+            }
+
+            /// [`Ledger::record_detached`]: refused unless overridden, as by a ledger that does
+            /// not detach results. Not through [`around`](Self::around): it returns at once.
+            fn record_detached(
+                &self,
+                update: Update,
+                late: NewEvidence,
+                settled: Settled,
+            ) -> Result<(), LedgerError> {
+                let _ = (update, late, settled);
+                Err(LedgerError::Config(
+                    "this ledger does not record results detached (see Ledger::detaches_results)"
+                        .to_owned(),
+                ))
+            }
+
             $(
                 #[doc = concat!("[`Ledger::", stringify!($name), "`], through [`around`](Self::around).")]
                 fn $name<'a>(&'a self, $($arg: $ty),*) -> BoxFuture<'a, Result<$out, LedgerError>> {
@@ -99,6 +126,19 @@ macro_rules! forwarding_ledger {
         }
 
         impl<L: ForwardingLedger> Ledger for L {
+            fn detaches_results(&self) -> bool {
+                ForwardingLedger::detaches_results(self)
+            }
+
+            fn record_detached(
+                &self,
+                update: Update,
+                late: NewEvidence,
+                settled: Settled,
+            ) -> Result<(), LedgerError> {
+                ForwardingLedger::record_detached(self, update, late, settled)
+            }
+
             $(
                 fn $name<'a>(&'a self, $($arg: $ty),*) -> BoxFuture<'a, Result<$out, LedgerError>> {
                     ForwardingLedger::$name(self, $($arg),*)
