@@ -402,7 +402,7 @@ impl Reviews {
         reviewer: &str,
         expected_version: u64,
     ) -> Result<OperationRecord, ReviewError> {
-        self.claim_inner(tenant, op, reviewer, None, expected_version)
+        self.claim_inner(tenant, op, reviewer, None, expected_version, false)
             .await
     }
 
@@ -422,7 +422,7 @@ impl Reviews {
         expected_version: u64,
     ) -> Result<OperationRecord, ReviewError> {
         let reason = required(reason)?;
-        self.claim_inner(tenant, op, reviewer, Some(&reason), expected_version)
+        self.claim_inner(tenant, op, reviewer, Some(&reason), expected_version, false)
             .await
     }
 
@@ -444,13 +444,32 @@ impl Reviews {
         expected_version: u64,
     ) -> Result<OperationRecord, ReviewError> {
         let reason = required(reason)?;
+        self.claim_inner(tenant, op, reviewer, Some(&reason), expected_version, true)
+            .await
+    }
+
+    /// A claim, or with `take_over` a take-over of another reviewer's claim (audited with both
+    /// names); without it, another reviewer's claim refuses this one.
+    async fn claim_inner(
+        &self,
+        tenant: &Tenant,
+        op: &OperationId,
+        reviewer: &str,
+        reason: Option<&str>,
+        expected_version: u64,
+        take_over: bool,
+    ) -> Result<OperationRecord, ReviewError> {
         let (row, holder) = self.read_with_holder(tenant, op).await?;
         let reviewer = clean(reviewer);
+        check_version(&row, expected_version)?;
         let action = match holder {
-            Some(holder) if holder != reviewer => {
+            Some(holder) if holder != reviewer && take_over => {
                 format!("taken over from {holder} by {reviewer}")
             }
-            _ => format!("claimed by {reviewer}"),
+            other => {
+                check_holder(&row, other.as_deref(), &reviewer)?;
+                format!("claimed by {reviewer}")
+            }
         };
         self.apply(
             &row,
@@ -461,35 +480,6 @@ impl Reviews {
             "review_claimed",
             audit_note(
                 &action,
-                expected_version,
-                Some(expected_version + 1),
-                Some(&reason),
-            ),
-        )
-        .await
-    }
-
-    async fn claim_inner(
-        &self,
-        tenant: &Tenant,
-        op: &OperationId,
-        reviewer: &str,
-        reason: Option<&str>,
-        expected_version: u64,
-    ) -> Result<OperationRecord, ReviewError> {
-        let (row, holder) = self.read_with_holder(tenant, op).await?;
-        let reviewer = clean(reviewer);
-        check_version(&row, expected_version)?;
-        check_holder(&row, holder.as_deref(), &reviewer)?;
-        self.apply(
-            &row,
-            expected_version,
-            Event::ReviewClaim {
-                reviewer: reviewer.clone(),
-            },
-            "review_claimed",
-            audit_note(
-                &format!("claimed by {reviewer}"),
                 expected_version,
                 Some(expected_version + 1),
                 reason,

@@ -167,6 +167,26 @@ impl Fence {
     fn ticket_id(&self) -> String {
         self.vendor.tickets()[0].id.clone()
     }
+
+    /// A reviewer's "not executed" at `version`, read before the vendor's success was
+    /// recorded: refused as stale, and whatever the engine then does on its own, the
+    /// operation stays in review and the vendor sees no second POST.
+    async fn not_executed_is_refused_as_stale(&self, op: &Operation, version: u64) {
+        let refused = self
+            .rw
+            .reviews()
+            .resolve(op.tenant(), op.id(), "bob", version, not_executed())
+            .await
+            .expect_err("a decision on a view older than the evidence is refused");
+        assert!(
+            matches!(refused, ReviewError::VersionMismatch { .. }),
+            "{refused:?}"
+        );
+        self.settle().await;
+        assert_eq!(self.row(op).await.state, State::ManualReview);
+        assert_eq!(self.vendor.posts_received(), 1, "nothing was sent again");
+        assert_eq!(self.vendor.tickets_created(), 1);
+    }
 }
 
 fn not_executed() -> ReviewDecision {
@@ -188,19 +208,7 @@ async fn a_not_executed_resolve_on_a_view_read_before_a_success_callback_is_refu
         "{outcome:?}"
     );
 
-    let refused = reviews
-        .resolve(op.tenant(), op.id(), "bob", read.version, not_executed())
-        .await
-        .expect_err("a decision on a view older than the evidence is refused");
-    assert!(
-        matches!(refused, ReviewError::VersionMismatch { .. }),
-        "{refused:?}"
-    );
-    f.settle().await;
-    let row = f.row(&op).await;
-    assert_eq!(row.state, State::ManualReview);
-    assert_eq!(f.vendor.posts_received(), 1, "nothing was sent again");
-    assert_eq!(f.vendor.tickets_created(), 1);
+    f.not_executed_is_refused_as_stale(&op, read.version).await;
 
     // What the reviewer reads now puts the success first, and offers it as the resolution.
     let now = reviews.handoff(op.tenant(), op.id()).await.unwrap();
@@ -252,18 +260,9 @@ async fn a_not_executed_resolve_at_the_claims_version_after_a_success_callback_i
         "{outcome:?}"
     );
 
-    let refused = reviews
-        .resolve(op.tenant(), op.id(), "bob", claimed.version, not_executed())
-        .await
-        .expect_err("the claim's version predates the callback");
-    assert!(
-        matches!(refused, ReviewError::VersionMismatch { .. }),
-        "{refused:?}"
-    );
-    f.settle().await;
-    assert_eq!(f.row(&op).await.state, State::ManualReview);
-    assert_eq!(f.vendor.posts_received(), 1);
-    assert_eq!(f.vendor.tickets_created(), 1);
+    // The claim's version predates the callback.
+    f.not_executed_is_refused_as_stale(&op, claimed.version)
+        .await;
 }
 
 /// Item 1, with the success appended through `Ledger::append_evidence` (a late lookup answer,
@@ -272,7 +271,6 @@ async fn a_not_executed_resolve_at_the_claims_version_after_a_success_callback_i
 async fn a_not_executed_resolve_after_a_success_appended_to_the_ledger_is_refused() {
     let f = setup(1, FakeVendor::start().await).await;
     let op = f.escalated_after_the_key_expired("intent-fence-3").await;
-    let reviews = f.rw.reviews();
     let read = f.row(&op).await;
     f.rw.ledger()
         .append_evidence(
@@ -293,18 +291,7 @@ async fn a_not_executed_resolve_after_a_success_appended_to_the_ledger_is_refuse
         )
         .await
         .unwrap();
-    let refused = reviews
-        .resolve(op.tenant(), op.id(), "bob", read.version, not_executed())
-        .await
-        .expect_err("stale");
-    assert!(
-        matches!(refused, ReviewError::VersionMismatch { .. }),
-        "{refused:?}"
-    );
-    f.settle().await;
-    assert_eq!(f.row(&op).await.state, State::ManualReview);
-    assert_eq!(f.vendor.posts_received(), 1);
-    assert_eq!(f.vendor.tickets_created(), 1);
+    f.not_executed_is_refused_as_stale(&op, read.version).await;
 }
 
 /// Item 2: a valid "not executed" resolve makes the row sendable; the vendor's verified success
