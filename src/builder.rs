@@ -289,7 +289,13 @@ impl ConfigBuilder {
         };
         self.shared.policy.validate()?;
         self.shared.contracts.validate()?;
-        self.shared.retention.validate(&self.shared.contracts)?;
+        self.shared
+            .retention
+            .validate(&self.shared.contracts)
+            .map_err(|e| BuildError::Invalid {
+                field: e.field,
+                problem: e.problem,
+            })?;
         if self.shared.max_request_body == 0 {
             return Err(invalid("max_request_body", "must be at least 1 byte"));
         }

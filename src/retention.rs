@@ -104,6 +104,14 @@ impl Default for Retention {
     }
 }
 
+/// A retention setting out of bounds: which one, and what is wrong. The builder reports it as
+/// [`BuildError::Invalid`](crate::BuildError::Invalid).
+#[derive(Debug)]
+pub(crate) struct InvalidSetting {
+    pub(crate) field: &'static str,
+    pub(crate) problem: String,
+}
+
 impl Retention {
     /// The defaults: details 7 days, identity 35 days (at least each vendor's key retention),
     /// callback dedupe records 35 days, quarantined callbacks 90 days; purged every 10 minutes
@@ -206,8 +214,8 @@ impl Retention {
 
     /// Checks the settings against the contracts: every clock within bounds, no identity clock
     /// shorter than its details clock or than the vendor's key retention.
-    pub(crate) fn validate(&self, contracts: &crate::Contracts) -> Result<(), crate::BuildError> {
-        let invalid = |field, problem: String| crate::BuildError::Invalid { field, problem };
+    pub(crate) fn validate(&self, contracts: &crate::Contracts) -> Result<(), InvalidSetting> {
+        let invalid = |field, problem: String| InvalidSetting { field, problem };
         let max = Duration::from_secs(MAX_KEEP_SECS);
         for (field, d) in [
             ("retention.details", Some(self.details)),
