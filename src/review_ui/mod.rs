@@ -1560,6 +1560,63 @@ fn current_view(p: &HandoffPackage, now: i64) -> CurrentView {
     }
 }
 
+/// The fields every action's form carries, or the page that says what is wrong with them.
+// The error is the page answered at once, on a path that ends the request: not worth a box.
+#[allow(clippy::result_large_err)]
+fn posted_form(
+    who: &ReviewerIdentity,
+    base: &str,
+    form: &[(String, String)],
+) -> Result<Posted, Response> {
+    posted(form).map_err(|(status, why)| {
+        let heading = if status == StatusCode::FORBIDDEN {
+            "The form was refused"
+        } else {
+            "The form is incomplete"
+        };
+        message(status, Some(who), base, heading, vec![why], None)
+    })
+}
+
+/// The operation's tenant, if the form's security token is the one this page gave this person
+/// for this operation at the version it shows; otherwise the page to answer.
+// The error is the page answered at once, on a path that ends the request: not worth a box.
+#[allow(clippy::result_large_err)]
+async fn verified_tenant(
+    cfg: &ReviewUiConfig,
+    who: &ReviewerIdentity,
+    base: &str,
+    id: &OperationId,
+    post: &Posted,
+) -> Result<Tenant, Response> {
+    let tenant = tenant_for(cfg, post.tenant.as_deref(), id)
+        .await
+        .map_err(|l| lookup_failed(who, base, id, l))?;
+    if csrf::verify(
+        cfg.csrf_key.bytes(),
+        &who.name,
+        tenant.as_str(),
+        id.as_str(),
+        post.version,
+        &post.csrf,
+    ) {
+        Ok(tenant)
+    } else {
+        Err(message(
+            StatusCode::FORBIDDEN,
+            Some(who),
+            base,
+            "The form was refused",
+            vec![
+                "Its security token does not match this operation and your sign-in. Reload \
+                 the operation's page and use its form."
+                    .into(),
+            ],
+            None,
+        ))
+    }
+}
+
 async fn act(
     cfg: &ReviewUiConfig,
     who: &ReviewerIdentity,
@@ -1568,40 +1625,27 @@ async fn act(
     form: &[(String, String)],
     action: Result<Action, String>,
 ) -> Response {
-    let bad = |status: StatusCode, heading: &str, line: String| {
-        message(status, Some(who), base, heading, vec![line], None)
-    };
-    let post = match posted(form) {
+    let post = match posted_form(who, base, form) {
         Ok(p) => p,
-        Err((StatusCode::FORBIDDEN, why)) => {
-            return bad(StatusCode::FORBIDDEN, "The form was refused", why);
-        }
-        Err((status, why)) => return bad(status, "The form is incomplete", why),
+        Err(page) => return page,
     };
     let action = match action {
         Ok(a) => a,
-        Err(why) => return bad(StatusCode::BAD_REQUEST, "The form is incomplete", why),
+        Err(why) => {
+            return message(
+                StatusCode::BAD_REQUEST,
+                Some(who),
+                base,
+                "The form is incomplete",
+                vec![why],
+                None,
+            );
+        }
     };
-    let tenant = match tenant_for(cfg, post.tenant.as_deref(), &id).await {
+    let tenant = match verified_tenant(cfg, who, base, &id, &post).await {
         Ok(t) => t,
-        Err(l) => return lookup_failed(who, base, &id, l),
+        Err(page) => return page,
     };
-    if !csrf::verify(
-        cfg.csrf_key.bytes(),
-        &who.name,
-        tenant.as_str(),
-        id.as_str(),
-        post.version,
-        &post.csrf,
-    ) {
-        return bad(
-            StatusCode::FORBIDDEN,
-            "The form was refused",
-            "Its security token does not match this operation and your sign-in. Reload the \
-             operation's page and use its form."
-                .into(),
-        );
-    }
     let before = match load(cfg, Some(tenant.as_str()), &id).await {
         Ok(p) => p,
         Err(l) => return lookup_failed(who, base, &id, l),

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use super::{
     Chrome, CurrentView, EventView, Lookup, ReviewUiConfig, ReviewerIdentity, RowView, Shared,
     csrf, host_of, html, ledger_failed, load, lookup_failed, message, mount_base, now_ms, op_href,
-    pairs, posted, queue_root, scope_label, timeline, words,
+    pairs, queue_root, scope_label, timeline, words,
 };
 use crate::encoding::encode_component;
 use crate::ledger::{QUARANTINE_RELEASED, SkippedRow};
@@ -275,36 +275,14 @@ pub(super) async fn release(
 ) -> Response {
     let base = mount_base(original.path(), uri.path());
     let id = OperationId::new(id);
-    let bad = |status: StatusCode, heading: &str, line: String| {
-        message(status, Some(&who), &base, heading, vec![line], None)
-    };
-    let post = match posted(&form) {
+    let post = match super::posted_form(&who, &base, &form) {
         Ok(p) => p,
-        Err((StatusCode::FORBIDDEN, why)) => {
-            return bad(StatusCode::FORBIDDEN, "The form was refused", why);
-        }
-        Err((status, why)) => return bad(status, "The form is incomplete", why),
+        Err(page) => return page,
     };
-    let tenant = match super::tenant_for(&cfg, post.tenant.as_deref(), &id).await {
+    let tenant = match super::verified_tenant(&cfg, &who, &base, &id, &post).await {
         Ok(t) => t,
-        Err(l) => return lookup_failed(&who, &base, &id, l),
+        Err(page) => return page,
     };
-    if !csrf::verify(
-        cfg.csrf_key.bytes(),
-        &who.name,
-        tenant.as_str(),
-        id.as_str(),
-        post.version,
-        &post.csrf,
-    ) {
-        return bad(
-            StatusCode::FORBIDDEN,
-            "The form was refused",
-            "Its security token does not match this operation and your sign-in. Reload the \
-             operation's page and use its form."
-                .into(),
-        );
-    }
     let href = op_href(&base, &cfg, &tenant, &id);
     let result = cfg
         .reviews
@@ -406,10 +384,13 @@ pub(super) async fn release(
             }
         }
         Err(ReviewError::NotFound { .. }) => lookup_failed(&who, &base, &id, Lookup::NotFound),
-        Err(ReviewError::ReasonRequired) => bad(
+        Err(ReviewError::ReasonRequired) => message(
             StatusCode::BAD_REQUEST,
+            Some(&who),
+            &base,
             "The form is incomplete",
-            "A reason is required: say what changed (e.g. which version now runs).".into(),
+            vec!["A reason is required: say what changed (e.g. which version now runs).".into()],
+            None,
         ),
         Err(e) => ledger_failed(&who, &base, &e),
     }
