@@ -32,11 +32,12 @@ use std::time::{Duration, Instant};
 mod support;
 
 use bytes::Bytes;
+use recoverable_write::RecoverableWrite;
+use recoverable_write::SqliteLedger;
 use recoverable_write::ledger::conformance::{keep, update_of};
 use recoverable_write::ledger::{Ledger, NewOperation};
 use recoverable_write::retention::{Purger, Retention};
 use recoverable_write::state::State;
-use recoverable_write::{ConfigBuilder, SqliteLedger};
 use support::{first_claim, median, new_row, now_ms};
 
 const CHUNK: u64 = 50_000;
@@ -119,7 +120,7 @@ struct Pair {
 async fn soak(pair: Pair, total: u64) {
     let on = Arc::new(AtomicBool::new(false));
     let purged = Arc::new(AtomicU64::new(0));
-    let config = ConfigBuilder::new(pair.purging.clone())
+    let config = RecoverableWrite::builder(pair.purging.clone())
         .retention(
             Retention::new()
                 .details(Duration::from_secs(2))
@@ -128,7 +129,7 @@ async fn soak(pair: Pair, total: u64) {
         )
         .build()
         .expect("valid retention");
-    purgers(config.retention(), on.clone(), pair.purgers, purged.clone());
+    purgers(config.purger(), on.clone(), pair.purgers, purged.clone());
     println!(
         "\n{}: {total} operations into each ledger, chunks of {CHUNK}, {CONCURRENCY} tasks",
         pair.name

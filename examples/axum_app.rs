@@ -47,11 +47,12 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use recoverable_write::RecoverableWrite;
 use recoverable_write::layer::ResponseBody;
 use recoverable_write::ledger::Ledger;
 use recoverable_write::{
-    BudgetPolicy, Error, HttpLookup, Operation, OperationId, Outcome, RecoverableWriteLayer,
-    Recoverer, SendOnceGuardLayer, State as OpState, Tenant,
+    BudgetPolicy, Error, HttpLookup, Operation, OperationId, Outcome, Recoverer,
+    SendOnceGuardLayer, State as OpState, Tenant,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -127,9 +128,11 @@ pub fn build(vendor_base_url: &str, ledger: Arc<dyn Ledger>, policy: BudgetPolic
     let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
         .retry_canceled_requests(false)
         .build_http();
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone())
+    let rw = RecoverableWrite::builder(ledger.clone())
         .budget(policy.clone())
-        .expect("a valid budget");
+        .build()
+        .expect("a valid configuration");
+    let layer = rw.layer();
     let guard = SendOnceGuardLayer::new();
 
     // Where the timeout goes matters. Above the layer, a timeout would drop the layer's future
@@ -171,7 +174,7 @@ pub fn build(vendor_base_url: &str, ledger: Arc<dyn Ledger>, policy: BudgetPolic
         format!("{vendor_base_url}/operations/{{operation_id}}"),
     )
     .tenant_header(http::HeaderName::from_static(TENANT_HEADER));
-    let recoverer = layer
+    let recoverer = rw
         .recoverer()
         .reconciler(lookup)
         .replay_through(ServiceBuilder::new().layer(guard).service(client));

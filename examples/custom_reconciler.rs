@@ -43,12 +43,13 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use recoverable_write::RecoverableWrite;
 use recoverable_write::contract::Lookup;
 use recoverable_write::ledger::{BoxFuture, Ledger, OperationRecord};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
     Contract, Error, Evidence, MemoryLedger, Operation, OperationId, Reconciler,
-    RecoverableWriteLayer, SendOnceGuardLayer, State,
+    SendOnceGuardLayer, State,
 };
 use serde_json::{Value, json};
 use tower::{ServiceBuilder, ServiceExt};
@@ -233,13 +234,16 @@ async fn run() -> Result<(), BoxError> {
         });
     contract.validate()?;
 
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone()).contract(contract.clone());
+    let rw = RecoverableWrite::builder(ledger.clone())
+        .contract(contract.clone())
+        .build()?;
+    let layer = rw.layer();
     let guard = SendOnceGuardLayer::new();
     let writer = ServiceBuilder::new()
         .layer(layer.clone())
         .layer(guard.clone())
         .service(client.clone());
-    let recoverer = layer
+    let recoverer = rw
         .recoverer()
         .reconciler_for(
             contract.name.clone(),

@@ -24,6 +24,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use recoverable_write::RecoverableWrite;
 use recoverable_write::ledger::{Created, Ledger, PostgresLedgerOptions};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::testing::drill::{Writer, collected};
@@ -191,10 +192,12 @@ async fn run(ledger: &PostgresLedger) -> Result<(), BoxError> {
     let vendor = FakeVendor::start().await;
     let contract = Arc::new(Contract::conservative());
     let policy = BudgetPolicy::default();
-    let layer = RecoverableWriteLayer::from_arc(Arc::new(ledger.clone()) as Arc<dyn Ledger>)
+    let layer = RecoverableWrite::builder(ledger.clone())
         .contract((*contract).clone())
         .budget(policy.clone())
-        .expect("a valid budget");
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let client = Client::builder(TokioExecutor::new())
         .retry_canceled_requests(false) // one retry owner: the recovery engine
         .build_http::<Full<Bytes>>();

@@ -18,12 +18,11 @@ use http::{Method, Request};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use recoverable_write::RecoverableWrite;
 use recoverable_write::contract::{Contract, Contracts};
 use recoverable_write::ledger::Ledger;
 use recoverable_write::testing::FakeVendor;
-use recoverable_write::{
-    Operation, Outcome, RecoverableWriteLayer, SendOnceGuardLayer, SqliteLedger, State,
-};
+use recoverable_write::{Operation, Outcome, SendOnceGuardLayer, SqliteLedger, State};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const DEFAULT_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/contracts.toml");
@@ -121,7 +120,13 @@ async fn one_write(contracts: Contracts) -> Result<(), Box<dyn std::error::Error
         .retry_canceled_requests(false) // one retry owner: the recovery engine
         .build_http::<Full<Bytes>>();
     let mut service = ServiceBuilder::new()
-        .layer(RecoverableWriteLayer::from_arc(ledger.clone()).contracts(contracts))
+        .layer(
+            RecoverableWrite::builder(ledger.clone())
+                .contracts(contracts)
+                .build()
+                .expect("a valid configuration")
+                .layer(),
+        )
         .layer(SendOnceGuardLayer::new())
         .service(client);
 

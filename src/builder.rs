@@ -31,7 +31,7 @@
 //! # }
 //! ```
 //!
-//! Everything handed out by one [`Config`] shares the same ledger, contracts, budget,
+//! Everything handed out by one [`Handle`] shares the same ledger, contracts, budget,
 //! authorizer, notifier, clock and transport: a recoverer can no longer be built without the
 //! contracts its operations were made under, and a contract's `lookup` is the reconciler it
 //! gets (code-registered reconcilers still override it).
@@ -83,16 +83,19 @@ pub enum BuildError {
 }
 
 impl RecoverableWrite<()> {
-    /// The one entry point: a [`ConfigBuilder`] over `ledger`. See the [module docs](crate::builder).
-    pub fn builder(ledger: impl Ledger) -> ConfigBuilder {
-        ConfigBuilder::new(Arc::new(ledger))
+    /// The one entry point: a [`Builder`] over `ledger`. See the [module docs](crate::builder).
+    ///
+    /// To share one ledger with other code (the test kit, an outbox writer), pass an
+    /// `Arc<L>` or an `Arc<dyn Ledger>`: a shared ledger is a ledger.
+    pub fn builder(ledger: impl Ledger) -> Builder {
+        Builder::new(Arc::new(ledger))
     }
 }
 
-/// Builds a [`Config`]. Every setting has a safe default; [`build`](Self::build) validates them
+/// Builds a [`Handle`]. Every setting has a safe default; [`build`](Self::build) validates them
 /// all.
 #[must_use]
-pub struct ConfigBuilder {
+pub struct Builder {
     shared: Shared,
     transport: Option<Transport>,
     tenant_header: Option<HeaderName>,
@@ -104,9 +107,9 @@ pub struct ConfigBuilder {
     lookup_timeout: Duration,
 }
 
-impl fmt::Debug for ConfigBuilder {
+impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConfigBuilder")
+        f.debug_struct("Builder")
             .field("shared", &self.shared)
             .field("transport", &self.transport.is_some())
             .field("tenant_header", &self.tenant_header)
@@ -115,9 +118,8 @@ impl fmt::Debug for ConfigBuilder {
     }
 }
 
-impl ConfigBuilder {
-    /// A builder over a shared ledger.
-    pub fn new(ledger: Arc<dyn Ledger>) -> Self {
+impl Builder {
+    fn new(ledger: Arc<dyn Ledger>) -> Self {
         Self {
             shared: Shared::new(ledger),
             transport: None,
@@ -148,33 +150,47 @@ impl ConfigBuilder {
         self
     }
 
-    /// Consulted before every send (`Access::Write`) and every lookup (`Access::Query`).
+    /// Consulted before the first send of every operation ([`Access::Write`](crate::Access::Write)),
+    /// and by the recoverer before every replay and lookup. A refusal sends nothing
+    /// ([`Error::Denied`](crate::Error::Denied)).
     pub fn authorizer(mut self, authorizer: impl Authorizer) -> Self {
         self.shared.authorizer = SharedAuthorizer::new(authorizer);
         self
     }
 
-    /// The notification channel (one is made by default).
+    /// The notification channel shared by the layer, the recoverer and the reviews (one is made
+    /// by default).
     pub fn notifier(mut self, notifier: Notifier) -> Self {
         self.shared.notifier = notifier;
         self
     }
 
-    /// The clock leases and windows are read on (see [`clock`](crate::clock)).
+    /// The clock leases, due times and windows are read on (default
+    /// [`ProcessClock`](crate::clock::ProcessClock): the wall clock read once, advanced
+    /// monotonically). Shared by everything this builder hands out. See [`clock`](crate::clock)
+    /// for what it guarantees.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.shared.clock = SharedClock::new(clock);
         self
     }
 
-    /// Callers wait up to `bound` for the recovery engine instead of failing at once with
-    /// `Unknown` (see [`RecoverableWriteLayer::wait_for_resolution`]).
+    /// Instead of failing at once with [`Error::Unknown`](crate::Error::Unknown),
+    /// [`Error::Processing`](crate::Error::Processing) or
+    /// [`Error::RetryScheduled`](crate::Error::RetryScheduled), a call waits up to `bound` for the
+    /// recovery engine to resolve the operation. The wait listens to the engine's notifications
+    /// (and re-reads the ledger every 250 ms for engines in other processes); it never polls the
+    /// vendor itself.
     pub fn wait_for_resolution(mut self, bound: Duration) -> Self {
         self.shared.wait = Some(bound);
         self
     }
 
-    /// Track every write, not only requests that carry an [`Operation`](crate::Operation)
-    /// (see [`RecoverableWriteLayer::track_all_writes`]).
+    /// Tracks every write (any method but GET, HEAD, OPTIONS, TRACE), not only requests that
+    /// carry an [`Operation`](crate::Operation); a write without one gets a generated operation.
+    /// Off by default, for privacy: a tracked write's body and non-secret headers are stored in
+    /// the ledger, and an app-wide client also sends writes that are not business intents, such
+    /// as an OAuth token request whose body holds `client_secret`. Untracked writes pass through
+    /// marked [`Untracked`](crate::guard::Untracked), which the send-once guard lets through.
     pub fn track_all_writes(mut self, track: bool) -> Self {
         self.shared.track_all_writes = track;
         self
@@ -188,13 +204,15 @@ impl ConfigBuilder {
         self
     }
 
-    /// Largest request body a write may have (default 1 MiB).
+    /// Largest request body a write may have (default 1 MiB). Larger bodies fail with
+    /// [`Error::BodyTooLarge`](crate::Error::BodyTooLarge) and nothing is sent.
     pub fn max_request_body(mut self, bytes: usize) -> Self {
         self.shared.max_request_body = bytes;
         self
     }
 
-    /// Largest response body read to classify a write's answer (default 4 MiB).
+    /// Largest response body read to classify a write's answer (default 4 MiB). A larger one
+    /// counts as a lost response: the outcome is unknown and is reconciled.
     pub fn max_response_body(mut self, bytes: usize) -> Self {
         self.shared.max_response_body = bytes;
         self
@@ -282,7 +300,7 @@ impl ConfigBuilder {
     ///
     /// [`BuildError`] naming the first setting out of bounds: the budget, a contract, a body
     /// limit, the recovery lease.
-    pub fn build(self) -> Result<Config, BuildError> {
+    pub fn build(self) -> Result<Handle, BuildError> {
         let invalid = |field, problem: &str| BuildError::Invalid {
             field,
             problem: problem.to_owned(),
@@ -327,7 +345,7 @@ impl ConfigBuilder {
             }
         }
         reconcilers.extend(self.by_contract);
-        Ok(Config {
+        Ok(Handle {
             shared,
             transport: self.transport,
             default_reconciler: self.default_reconciler,
@@ -442,11 +460,12 @@ fn statuses(answer: &LookupAnswer) -> LookupStatuses {
     statuses
 }
 
-/// A validated configuration. Hands out the layer, the recoverer, the reviews and (feature
-/// `reqwest`) the reqwest middleware, all over the same ledger, contracts, budget, authorizer,
-/// notifier, clock and transport. Cheap to clone.
+/// The live handle over one validated configuration, made by [`Builder::build`]. Hands out the
+/// layer, the recoverer, the reviews, the purger and (feature `reqwest`) the reqwest
+/// middleware, all over the same ledger, contracts, budget, authorizer, notifier, clock and
+/// transport. Cheap to clone.
 #[derive(Clone)]
-pub struct Config {
+pub struct Handle {
     shared: Arc<Shared>,
     transport: Option<Transport>,
     default_reconciler: Option<Arc<dyn Reconciler>>,
@@ -456,9 +475,9 @@ pub struct Config {
     recovery_interval: Duration,
 }
 
-impl fmt::Debug for Config {
+impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
+        f.debug_struct("Handle")
             .field("shared", &self.shared)
             .field("transport", &self.transport.is_some())
             .field("reconcilers", &self.reconcilers.keys().collect::<Vec<_>>())
@@ -467,12 +486,7 @@ impl fmt::Debug for Config {
     }
 }
 
-impl Config {
-    /// A builder over `ledger` (the same as [`RecoverableWrite::builder`]).
-    pub fn builder(ledger: impl Ledger) -> ConfigBuilder {
-        ConfigBuilder::new(Arc::new(ledger))
-    }
-
+impl Handle {
     #[cfg(feature = "callbacks")]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
@@ -507,7 +521,7 @@ impl Config {
     /// Retention over this configuration's ledger and contracts: run a purge now, preview
     /// one, show an operation's retention dates, erase a tenant. The recoverer also purges on
     /// [`Retention::interval`].
-    pub fn retention(&self) -> Purger {
+    pub fn purger(&self) -> Purger {
         Purger::from_shared(self.shared.clone())
     }
 

@@ -19,7 +19,7 @@
 //! [`ProcessClock`] follows `tokio::time::Instant`, so a test runtime with paused time
 //! (`tokio::time::pause`) drives every lease and window of the crate deterministically. Inject
 //! another [`Clock`] (a skewed one, a seeded jitter) with
-//! [`RecoverableWriteLayer::clock`](crate::RecoverableWriteLayer::clock) or
+//! [`Builder::clock`](crate::Builder::clock) or
 //! [`Recoverer::clock`](crate::Recoverer::clock).
 
 use std::fmt;

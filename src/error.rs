@@ -310,8 +310,8 @@ pub enum Error {
 
 /// What becomes of an operation whose first send the [`Authorizer`](crate::Authorizer)
 /// refused (nothing was sent). Set with
-/// [`ConfigBuilder::denied_first_sends`](crate::ConfigBuilder::denied_first_sends) or
-/// [`RecoverableWriteLayer::denied_first_sends`](crate::RecoverableWriteLayer::denied_first_sends).
+/// [`Builder::denied_first_sends`](crate::Builder::denied_first_sends) or
+/// [`Builder::denied_first_sends`](crate::Builder::denied_first_sends).
 ///
 /// The caller's answer ([`Error::Denied`]) says which: a caller that gives up, or tries again
 /// under a new intent, must not find its first write sent later behind its back.

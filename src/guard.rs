@@ -13,7 +13,7 @@
 //! # Writes the layer chose not to track
 //!
 //! By default the layer tracks only requests that carry an [`Operation`](crate::Operation) (see
-//! [`RecoverableWriteLayer::track_all_writes`](crate::RecoverableWriteLayer::track_all_writes)).
+//! [`Builder::track_all_writes`](crate::Builder::track_all_writes)).
 //! A write it lets through untracked (an OAuth token request through an app-wide client, say) is
 //! marked with [`Untracked`], and the guard lets a marked write through: it is not recoverable
 //! by choice, and refusing it would break every client that shares the stack. A tracked write
@@ -24,14 +24,15 @@
 //!
 //! ```
 //! use tower::ServiceBuilder;
-//! use recoverable_write::{MemoryLedger, RecoverableWriteLayer, SendOnceGuardLayer};
-//! # fn wrap<S>(client: S) {
+//! use recoverable_write::{MemoryLedger, RecoverableWrite, SendOnceGuardLayer};
+//! # fn wrap<S>(client: S) -> Result<(), recoverable_write::BuildError> {
 //! let stack = ServiceBuilder::new()
-//!     .layer(RecoverableWriteLayer::new(MemoryLedger::new()))
+//!     .layer(RecoverableWrite::builder(MemoryLedger::new()).build()?.layer())
 //!     // ... timeouts, tracing, even a retry layer ...
 //!     .layer(SendOnceGuardLayer::new())
 //!     .service(client);
 //! # let _ = stack;
+//! # Ok(())
 //! # }
 //! ```
 //!

@@ -76,7 +76,7 @@
 //! One style, as in tower and tower-http: builders and layers are configured by value with
 //! setters named after what they set (`contracts(..)`, `budget(..)`, `Contract::lookup(..)`,
 //! `StripeSignature::secret(..)`), and read with getters of the same plain kind on the built
-//! value (`Config::ledger()`, `Config::contracts()`). The one `with_` left is
+//! value (`Handle::ledger()`, `Handle::contracts()`). The one `with_` left is
 //! [`Operation::with_id`], where a getter of the same name ([`Operation::id`]) exists.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
@@ -125,7 +125,7 @@ mod xml;
 
 pub use authorize::{Access, Authorizer, Denied};
 pub use budget::{BudgetBound, BudgetError, BudgetPolicy, ReplayLimiter};
-pub use builder::{BuildError, Config, ConfigBuilder};
+pub use builder::{BuildError, Builder, Handle};
 pub use contract::{Contract, Contracts};
 pub use error::{DeniedFirstSend, Error, Outcome};
 pub use evidence::{ConflictKind, Evidence};

@@ -3,7 +3,7 @@
 //!
 //! A [`Notifier`] is a broadcast channel shared by the layer and the recovery engine in one
 //! process. Callers that asked to wait for resolution
-//! ([`RecoverableWriteLayer::wait_for_resolution`](crate::RecoverableWriteLayer::wait_for_resolution))
+//! ([`Builder::wait_for_resolution`](crate::Builder::wait_for_resolution))
 //! await it instead of polling the vendor; reviewer tooling subscribes to see escalations and
 //! late evidence (seed 000: "a late response returns W731 after takeover: the system logs it as
 //! new evidence and notifies the reviewer"). Across processes the ledger stays the source of

@@ -243,7 +243,7 @@ impl fmt::Display for Generation {
 ///
 /// A write that reaches the layer without an `Operation` passes through untracked (nothing is
 /// stored: an OAuth token request through an app-wide client must not end up in the ledger).
-/// With [`RecoverableWriteLayer::track_all_writes`](crate::RecoverableWriteLayer::track_all_writes)
+/// With [`Builder::track_all_writes`](crate::Builder::track_all_writes)
 /// it gets a generated one (tenant [`Tenant::DEFAULT`], action `"<METHOD> <host><path>"`, a fresh
 /// intent): it is protected against lost responses, inner retries and crashes, but a caller that
 /// retries at a higher level without naming the operation creates a new intent. Name the

@@ -10,12 +10,12 @@
 //! use recoverable_write::reqwest::{
 //!     RecoverableWriteMiddleware, RecoverableWriteStrategy, SendOnceMiddleware, client_builder,
 //! };
-//! use recoverable_write::{MemoryLedger, Operation, RecoverableWriteLayer};
+//! use recoverable_write::{MemoryLedger, Operation, RecoverableWrite};
 //! use reqwest_middleware::ClientBuilder;
 //! use reqwest_retry::{RetryTransientMiddleware, policies::ExponentialBackoff};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let layer = RecoverableWriteLayer::new(MemoryLedger::new());
+//! let layer = RecoverableWrite::builder(MemoryLedger::new()).build()?.layer();
 //! let client = ClientBuilder::new(client_builder().build()?)   // reqwest's own retries off
 //!     .with(RecoverableWriteMiddleware::new(&layer))           // outermost: the retry owner
 //!     .with(RetryTransientMiddleware::new_with_policy_and_strategy(
@@ -57,13 +57,13 @@
 //!
 //! - The operation is named with `RequestBuilder::with_extension(Operation::new(..))`. As with
 //!   the layer, only requests naming one are tracked, unless the layer was built with
-//!   [`track_all_writes`](RecoverableWriteLayer::track_all_writes); other writes pass through
+//!   [`track_all_writes`](crate::Builder::track_all_writes); other writes pass through
 //!   marked [`Untracked`], which [`SendOnceMiddleware`] lets through.
 //! - Errors come back as `reqwest_middleware::Error::Middleware` wrapping a
 //!   [`crate::Error`]; use [`error`] / [`outcome`] to get at it.
 //! - Lookups and replays by the [`Recoverer`](crate::Recoverer) go through your own reqwest
 //!   client too: pass [`transport`]`(client)` to
-//!   [`ConfigBuilder::transport`](crate::ConfigBuilder::transport) (keep
+//!   [`Builder::transport`](crate::Builder::transport) (keep
 //!   [`SendOnceMiddleware`] in that client's chain). No second HTTP stack is needed.
 
 use std::sync::Arc;
@@ -91,7 +91,7 @@ pub fn client_builder() -> reqwest::ClientBuilder {
 }
 
 /// A tower service over your reqwest client, for the lookups and replays of the recovery engine
-/// ([`ConfigBuilder::transport`](crate::ConfigBuilder::transport)): reqwest users need no second
+/// ([`Builder::transport`](crate::Builder::transport)): reqwest users need no second
 /// HTTP client stack. Build the client it wraps without the [`RecoverableWriteMiddleware`] (the
 /// engine records its attempts itself), with [`SendOnceMiddleware`] in its chain and with
 /// [`client_builder`] (no redirects, no retries).
@@ -188,7 +188,7 @@ pub fn outcome(err: &reqwest_middleware::Error) -> Option<&Outcome> {
 }
 
 /// Same rule as the tower layer's: an [`Operation`] is tracked; any other write only with
-/// [`RecoverableWriteLayer::track_all_writes`].
+/// [`Builder::track_all_writes`](crate::Builder::track_all_writes).
 fn is_tracked(req: &reqwest::Request, ext: &Extensions, track_all_writes: bool) -> bool {
     ext.get::<Operation>().is_some() || (track_all_writes && !is_idempotent(req.method()))
 }

@@ -27,7 +27,7 @@
 //!
 //! Configuration that sets an identity clock shorter than the details clock, or shorter than
 //! a vendor's documented key retention, is refused by
-//! [`ConfigBuilder::build`](crate::ConfigBuilder::build).
+//! [`Builder::build`](crate::Builder::build).
 //!
 //! Purging runs in bounded batches through partial indexes (see
 //! [`Ledger::purge`](crate::Ledger::purge)): the [`Recoverer`](crate::Recoverer) runs it every
@@ -50,7 +50,7 @@
 //!             .identity(Duration::from_secs(40 * 24 * 3600)),
 //!     )
 //!     .build()?;
-//! let purger = config.retention();
+//! let purger = config.purger();
 //! let preview = purger.preview().await?; // what a run would drop; nothing changes
 //! let done = purger.run().await?;
 //! println!("{} rows slimmed, {} deleted", done.details.rows, done.identity.rows);
@@ -84,7 +84,7 @@ pub const DEFAULT_KEEP_QUARANTINED_CALLBACKS: Duration = Duration::from_secs(90 
 
 /// The ledger-wide retention settings (per-contract clocks override the two operation clocks:
 /// `keep_details_secs`, `keep_identity_secs`). Set with
-/// [`ConfigBuilder::retention`](crate::ConfigBuilder::retention); see the [module
+/// [`Builder::retention`](crate::Builder::retention); see the [module
 /// docs](self).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use]
@@ -470,7 +470,7 @@ pub enum RetentionError {
 }
 
 /// Runs retention over one configuration's ledger and contracts: from
-/// [`Config::retention`](crate::Config::retention). Cheap to clone.
+/// [`Handle::purger`](crate::Handle::purger). Cheap to clone.
 #[derive(Clone)]
 pub struct Purger {
     shared: Arc<Shared>,

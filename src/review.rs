@@ -275,7 +275,7 @@ pub struct AuthorizationState {
 }
 
 /// Review operations over a ledger. Get one from
-/// [`RecoverableWriteLayer::reviews`](crate::RecoverableWriteLayer::reviews) (shares the
+/// [`Handle::reviews`](crate::Handle::reviews) (shares the
 /// authorizer and notifier) or [`Reviews::new`].
 #[derive(Clone, Debug)]
 pub struct Reviews {

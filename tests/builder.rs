@@ -220,9 +220,13 @@ fn the_layer_refuses_an_invalid_budget_by_name() {
             "window_ms",
         ),
     ] {
-        let err = recoverable_write::RecoverableWriteLayer::new(MemoryLedger::new())
+        let err = RecoverableWrite::builder(MemoryLedger::new())
             .budget(policy)
+            .build()
             .unwrap_err();
+        let BuildError::Budget(err) = err else {
+            panic!("a budget error: {err}");
+        };
         assert_eq!(err.field(), field, "{err}");
     }
 }

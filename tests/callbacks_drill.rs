@@ -26,7 +26,7 @@ use recoverable_write::testing::{
     FakeVendor, ForwardingLedger, LedgerCall, OperationStatus, Ticket,
 };
 use recoverable_write::{
-    Config, Error, Evidence, MemoryLedger, Notice, Operation, RecoverableWrite, SendOnceGuardLayer,
+    Error, Evidence, Handle, MemoryLedger, Notice, Operation, RecoverableWrite, SendOnceGuardLayer,
     SqliteLedger, State,
 };
 use tower::ServiceBuilder;
@@ -35,7 +35,7 @@ const SECRET: &str = "whsec_drill_endpoint_secret";
 
 struct Setup {
     vendor: FakeVendor,
-    rw: Config,
+    rw: Handle,
     receiver: CallbackReceiver,
     signer: Signer,
 }

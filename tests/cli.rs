@@ -636,7 +636,7 @@ async fn late_evidence_after_a_claim_is_shown_first_and_refusals_have_exit_codes
         )
     );
     world
-        .layer
+        .rw
         .reviews()
         .resolve_with_reason(
             op.tenant(),

@@ -28,7 +28,7 @@ use recoverable_write::testing::drill::{
     self, CREDENTIAL, TENANT, authed_client, fast_policy, replay_safe_contract, ticket_body,
 };
 use recoverable_write::{
-    Operation, RecoverableWriteLayer, SendOnceGuardLayer, SqliteLedger, State, Tenant,
+    Operation, RecoverableWrite, SendOnceGuardLayer, SqliteLedger, State, Tenant,
 };
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -237,22 +237,18 @@ async fn child_main() {
     let final_run = var("RW_CRASH_FINAL") == "1";
 
     let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&db).await.expect("open ledger"));
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone())
+    let rw = RecoverableWrite::builder(ledger.clone())
         .budget(fast_policy())
-        .expect("a valid budget")
-        .contract(replay_safe_contract());
+        .contract(replay_safe_contract())
+        .build()
+        .expect("a valid configuration");
+    let layer = rw.layer();
     let guard = SendOnceGuardLayer::new();
     // The stack below the layer applies the credential at send time, as in the drills.
     let credential = Arc::new(Mutex::new(CREDENTIAL.to_owned()));
     let authed = authed_client(credential.clone());
-    let recoverer = drill::recoverer(
-        &layer,
-        &guard,
-        &base,
-        credential,
-        Duration::from_millis(100),
-    )
-    .interval(Duration::from_millis(20));
+    let recoverer = drill::recoverer(&rw, &guard, &base, credential, Duration::from_millis(100))
+        .interval(Duration::from_millis(20));
     // Boxed, as `Drill::writer` does: the boxed future is plainly `Send` for `tokio::spawn`.
     let writer: tower::util::BoxCloneSyncService<
         Request<Full<Bytes>>,

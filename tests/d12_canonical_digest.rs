@@ -60,7 +60,12 @@ fn request(drill: &Drill, op: &Operation, body: String) -> Request<Full<Bytes>> 
 
 async fn drill_with(contract: Contract) -> Drill {
     let mut drill = Drill::start().await;
-    drill.layer = drill.layer.clone().contract(contract);
+    drill.layer = drill
+        .builder()
+        .contract(contract)
+        .build()
+        .expect("a valid configuration")
+        .layer();
     drill
 }
 
@@ -256,7 +261,12 @@ async fn d12_field_digest_from_a_toml_configuration() {
     )
     .expect("valid configuration");
     let mut drill = Drill::start().await;
-    drill.layer = drill.layer.clone().contracts(contracts);
+    drill.layer = drill
+        .builder()
+        .contracts(contracts)
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let mut svc = drill.writer();
 
     let first = turn();

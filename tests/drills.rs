@@ -441,7 +441,10 @@ async fn ledger_down_means_nothing_is_sent() {
     let vendor = recoverable_write::testing::FakeVendor::start().await;
     let ledger = MemoryLedger::new();
     ledger.set_unavailable(true);
-    let layer = recoverable_write::RecoverableWriteLayer::new(ledger.clone());
+    let layer = recoverable_write::RecoverableWrite::builder(ledger.clone())
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let mut svc = tower::ServiceBuilder::new()
         .layer(layer)
         .layer(recoverable_write::SendOnceGuardLayer::new())
@@ -466,7 +469,12 @@ async fn ledger_down_means_nothing_is_sent() {
 #[tokio::test]
 async fn oversized_body_is_refused_before_anything_is_recorded_or_sent() {
     let drill = Drill::start().await;
-    let layer = drill.layer.clone().max_request_body(64);
+    let layer = drill
+        .builder()
+        .max_request_body(64)
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let mut svc = tower::ServiceBuilder::new()
         .layer(layer)
         .layer(drill.guard.clone())
@@ -535,13 +543,14 @@ async fn a_response_body_stalled_past_the_attempt_deadline_leaves_the_attempt_un
     let drill = Drill::start().await;
     let op = new_op("intent-stalled-body");
     let layer = drill
-        .layer
-        .clone()
+        .builder()
         .budget(recoverable_write::BudgetPolicy {
             attempt_timeout_ms: 200,
             ..fast_policy()
         })
-        .expect("a valid budget");
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = sent.clone();
     let mut svc = tower::ServiceBuilder::new()
@@ -639,14 +648,15 @@ async fn a_late_result_after_takeover_is_evidence_only() {
         .faults()
         .delay_response(Duration::from_millis(300), 1);
     let layer = drill
-        .layer
-        .clone()
+        .builder()
         .budget(recoverable_write::BudgetPolicy {
             attempt_timeout_ms: 2_000,
             lease_margin_ms: 1,
             ..fast_policy()
         })
-        .expect("a valid budget");
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let mut svc = tower::ServiceBuilder::new()
         .layer(layer)
         .layer(drill.guard.clone())

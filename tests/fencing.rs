@@ -25,7 +25,7 @@ use recoverable_write::state::ReviewDecision;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::testing::callbacks::{Signer, ticket_event, ticket_mapping};
 use recoverable_write::{
-    Access, BudgetPolicy, Config, Denied, Evidence, Operation, RecoverableWrite, Recoverer,
+    Access, BudgetPolicy, Denied, Evidence, Handle, Operation, RecoverableWrite, Recoverer,
     SendOnceGuardLayer, SqliteLedger, State,
 };
 
@@ -34,7 +34,7 @@ const SECRET: &str = "whsec_fencing_drill_0123456789abcdef";
 struct Fence {
     vendor: FakeVendor,
     _dir: tempfile::TempDir,
-    rw: Config,
+    rw: Handle,
     receiver: CallbackReceiver,
     signer: Signer,
     recoverer: Recoverer,
@@ -76,7 +76,7 @@ async fn setup(retention_secs: u64, vendor: FakeVendor) -> Fence {
         AccountTenants::default().account(TENANT, TENANT),
     );
     let recoverer = recoverer(
-        &rw.layer(),
+        &rw,
         &SendOnceGuardLayer::new(),
         &vendor.base_url(),
         Arc::new(Mutex::new(CREDENTIAL.to_owned())),

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use common::*;
 use http::{HeaderName, HeaderValue, Request, StatusCode};
 use http_body_util::Full;
+use recoverable_write::RecoverableWrite;
 use recoverable_write::contract::{KeyPlacement, Target};
 use recoverable_write::ledger::{Ledger, MemoryLedger};
 use recoverable_write::testing::FakeVendor;
@@ -54,10 +55,12 @@ async fn the_first_send_of_an_existing_prepared_row_uses_its_frozen_contract_and
     let frozen_body = ticket_body(&op, "E17");
 
     // The outbox: the row is made under the old configuration, in the caller's transaction.
-    let old_layer = RecoverableWriteLayer::from_arc(drill.ledger.clone())
+    let old_layer = RecoverableWrite::builder(drill.ledger.clone())
         .budget(fast_policy())
-        .expect("a valid budget")
-        .contract(old.clone());
+        .contract(old.clone())
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let outbox_req = Request::post(drill.vendor.url("/tickets"))
         .header("content-type", "application/json")
         .header("x-tenant", op.tenant().as_str())
@@ -74,10 +77,12 @@ async fn the_first_send_of_an_existing_prepared_row_uses_its_frozen_contract_and
     // The sender runs the new configuration (which still knows the old contract for the rows
     // made under it) and presents an equivalent payload: same fields, other order and spacing.
     let contracts = Contracts::new(new).route(Target::host("old-contract.example"), old);
-    let new_layer = RecoverableWriteLayer::from_arc(drill.ledger.clone())
+    let new_layer = RecoverableWrite::builder(drill.ledger.clone())
         .budget(fast_policy())
-        .expect("a valid budget")
-        .contracts(contracts);
+        .contracts(contracts)
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let mut svc = writer_over(&new_layer, &drill);
     let reordered = format!(
         r#"{{ "priority": "P2", "device_id": "E17",  "operation_id": "{}" }}"#,
@@ -114,7 +119,11 @@ async fn a_prepared_row_whose_contract_is_gone_is_not_sent() {
     let drill = Drill::start().await;
     let op = new_op("intent-gone");
     let old = named(Contract::conservative(), "retired");
-    let old_layer = RecoverableWriteLayer::from_arc(drill.ledger.clone()).contract(old);
+    let old_layer = RecoverableWrite::builder(drill.ledger.clone())
+        .contract(old)
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let req = Request::post(drill.vendor.url("/tickets"))
         .header("content-type", "application/json")
         .body(Bytes::from(ticket_body(&op, "E17")))
@@ -144,11 +153,13 @@ async fn a_prepared_row_whose_contract_is_gone_is_not_sent() {
 async fn a_key_that_cannot_be_placed_leaves_nothing_recorded_or_sent() {
     let drill = Drill::start().await;
     let ledger: Arc<dyn Ledger> = Arc::new(MemoryLedger::new());
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone()).contract(
-        Contract::conservative().key(KeyPlacement::JsonBody {
+    let layer = RecoverableWrite::builder(ledger.clone())
+        .contract(Contract::conservative().key(KeyPlacement::JsonBody {
             pointer: "/idempotency_key".into(),
-        }),
-    );
+        }))
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let mut svc = writer_over(&layer, &drill);
     let op = new_op("intent-not-json");
     let mut req = Request::post(drill.vendor.url("/tickets"))
@@ -263,7 +274,7 @@ async fn url_credentials_are_sent_but_never_stored() {
         row,
         drill.evidence(op.id()).await,
         drill
-            .layer
+            .rw
             .reviews()
             .handoff(&Tenant::new(TENANT), op.id())
             .await

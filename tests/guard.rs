@@ -10,6 +10,7 @@ use bytes::Bytes;
 use common::*;
 use http::{Request, Response};
 use http_body_util::Full;
+use recoverable_write::RecoverableWrite;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
     Error, MemoryLedger, Outcome, RecoverableWriteLayer, SendOnceGuardLayer, State,
@@ -181,10 +182,15 @@ async fn a_write_without_an_operation_is_not_stored_and_is_sent_once_unless_opte
             .service(http_client())
     };
 
-    let res = stack(RecoverableWriteLayer::new(ledger.clone()))
-        .oneshot(token_like_post(&vendor))
-        .await
-        .expect("an untracked write is sent");
+    let res = stack(
+        RecoverableWrite::builder(ledger.clone())
+            .build()
+            .expect("a valid configuration")
+            .layer(),
+    )
+    .oneshot(token_like_post(&vendor))
+    .await
+    .expect("an untracked write is sent");
     assert_eq!(res.status(), 201);
     assert!(res.extensions().get::<Outcome>().is_none());
     assert!(
@@ -196,10 +202,16 @@ async fn a_write_without_an_operation_is_not_stored_and_is_sent_once_unless_opte
     assert_eq!((stats.passed(), stats.refused_untracked()), (1, 0));
 
     // Opted in: the same kind of write is tracked (an operation is generated for it).
-    let res = stack(RecoverableWriteLayer::new(ledger.clone()).track_all_writes(true))
-        .oneshot(token_like_post(&vendor))
-        .await
-        .expect("a tracked write is sent");
+    let res = stack(
+        RecoverableWrite::builder(ledger.clone())
+            .track_all_writes(true)
+            .build()
+            .expect("a valid configuration")
+            .layer(),
+    )
+    .oneshot(token_like_post(&vendor))
+    .await
+    .expect("a tracked write is sent");
     assert_eq!(res.status(), 201);
     let o = res.extensions().get::<Outcome>().cloned().expect("tracked");
     assert_eq!(o.state, State::Succeeded);

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use common::*;
 use http_body_util::BodyExt;
+use recoverable_write::RecoverableWrite;
 use recoverable_write::authorize::{Access, Denied};
 use recoverable_write::ledger::{BoxFuture, Ledger, LedgerError, OperationRecord};
 use recoverable_write::testing::{FakeVendor, ForwardingLedger, LedgerCall};
@@ -101,9 +102,11 @@ async fn row(ledger: &Counting, intent: &str) -> OperationRecord {
 async fn a_new_write_costs_two_ledger_calls() {
     let vendor = FakeVendor::start().await;
     let ledger = Arc::new(Counting::default());
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone())
+    let layer = RecoverableWrite::builder(ledger.clone())
         .budget(fast_policy())
-        .expect("a valid budget");
+        .build()
+        .expect("a valid configuration")
+        .layer();
 
     let status = write(&layer, &vendor, "intent-two-calls")
         .await
@@ -132,16 +135,18 @@ async fn a_new_write_costs_two_ledger_calls() {
 async fn with_an_authorizer_the_claim_waits_for_the_check() {
     let vendor = FakeVendor::start().await;
     let ledger = Arc::new(Counting::default());
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone())
-        .budget(fast_policy())
-        .expect("a valid budget")
-        .authorizer(|op: &OperationRecord, access: Access| {
-            if op.intent_ref.starts_with("intent-denied") {
-                Err(Denied::new(access, "not this one"))
-            } else {
-                Ok(())
-            }
-        });
+    let builder = || {
+        RecoverableWrite::builder(ledger.clone())
+            .budget(fast_policy())
+            .authorizer(|op: &OperationRecord, access: Access| {
+                if op.intent_ref.starts_with("intent-denied") {
+                    Err(Denied::new(access, "not this one"))
+                } else {
+                    Ok(())
+                }
+            })
+    };
+    let layer = builder().build().expect("a valid configuration").layer();
 
     let status = write(&layer, &vendor, "intent-allowed")
         .await
@@ -174,7 +179,11 @@ async fn with_an_authorizer_the_claim_waits_for_the_check() {
     assert_eq!(vendor.tickets_created(), 1);
 
     // Queued by configuration: left PREPARED for the recoverer, and the caller is told so.
-    let queued = layer.clone().denied_first_sends(DeniedFirstSend::Queue);
+    let queued = builder()
+        .denied_first_sends(DeniedFirstSend::Queue)
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let err = write(&queued, &vendor, "intent-denied-queued")
         .await
         .expect_err("denied");
@@ -198,9 +207,11 @@ async fn with_an_authorizer_the_claim_waits_for_the_check() {
 async fn a_repeated_write_is_answered_from_the_ledger_without_a_claim() {
     let vendor = FakeVendor::start().await;
     let ledger = Arc::new(Counting::default());
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone())
+    let layer = RecoverableWrite::builder(ledger.clone())
         .budget(fast_policy())
-        .expect("a valid budget");
+        .build()
+        .expect("a valid configuration")
+        .layer();
 
     write(&layer, &vendor, "intent-again").await.expect("sent");
     let status = write(&layer, &vendor, "intent-again")

@@ -32,7 +32,7 @@ use recoverable_write::testing::drill::collected;
 use recoverable_write::testing::{FakeVendor, ForwardingLedger};
 use recoverable_write::{
     BudgetPolicy, Contract, Error, HttpLookup, IdempotencyKey, Operation, OperationId,
-    RecoverableWriteLayer, Recoverer, SendOnceGuardLayer, Tenant,
+    RecoverableWrite, RecoverableWriteLayer, Recoverer, SendOnceGuardLayer, Tenant,
 };
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection};
@@ -92,9 +92,11 @@ fn http_client() -> Client<HttpConnector, Full<Bytes>> {
 }
 
 fn layer(ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> RecoverableWriteLayer {
-    RecoverableWriteLayer::from_arc(ledger)
+    RecoverableWrite::builder(ledger)
         .budget(policy)
-        .expect("a valid budget")
+        .build()
+        .expect("a valid configuration")
+        .layer()
 }
 
 /// The full client stack: layer → guard → hyper-util client, bodies collected.
@@ -113,7 +115,9 @@ fn recoverer(ledger: Arc<dyn Ledger>, vendor_base: &str, lease: Duration) -> Rec
     )
     .tenant_header(HeaderName::from_static("x-tenant"))
     .timeout(Duration::from_secs(2));
-    RecoverableWriteLayer::from_arc(ledger)
+    RecoverableWrite::builder(ledger)
+        .build()
+        .expect("a valid configuration")
         .recoverer()
         .reconciler(lookup)
         .lease(lease)

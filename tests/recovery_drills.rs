@@ -92,7 +92,7 @@ async fn processing_without_a_lookup_escalates_once_instead_of_logging_refusals(
     )
     .await;
     let recoverer = drill
-        .layer
+        .rw
         .recoverer()
         .replay_through(
             tower::ServiceBuilder::new()
@@ -330,7 +330,7 @@ async fn d9_key_expired_and_record_cleaned_stops_automatic_writes_for_review() {
 
     // The reviewer gets everything in one package, with no credential and no body values.
     let package = drill
-        .layer
+        .rw
         .reviews()
         .handoff(op.tenant(), op.id())
         .await
@@ -736,9 +736,13 @@ async fn d27_a_reviewer_claim_while_recovery_is_about_to_replay_revokes_the_send
         }
     }
     let mut drill = Drill::start().await;
-    drill.layer = drill.layer.clone().authorizer(ClaimOnWrite(hook));
-    drill.recoverer = drill
-        .layer
+    let rw = drill
+        .builder()
+        .authorizer(ClaimOnWrite(hook))
+        .build()
+        .expect("a valid configuration");
+    drill.layer = rw.layer();
+    drill.recoverer = rw
         .recoverer()
         .replay_through(
             tower::ServiceBuilder::new()
@@ -746,7 +750,7 @@ async fn d27_a_reviewer_claim_while_recovery_is_about_to_replay_revokes_the_send
                 .service(authed_client(drill.credential.clone())),
         )
         .lease(Duration::from_millis(500));
-    *slot.lock().unwrap() = Some(drill.layer.reviews());
+    *slot.lock().unwrap() = Some(rw.reviews());
 
     let mut svc = drill.writer();
     let op = new_op("intent-d27");
@@ -777,7 +781,7 @@ async fn d27_a_reviewer_claim_while_recovery_is_about_to_replay_revokes_the_send
     );
 
     // The reviewer verified nothing happened and re-approves: same key, same bytes, fresh budget.
-    let reviews = drill.layer.reviews();
+    let reviews = drill.rw.reviews();
     let pkg = reviews.handoff(op.tenant(), op.id()).await.unwrap();
     let row = reviews
         .resolve(
@@ -835,7 +839,7 @@ async fn d27_a_reviewer_resolving_not_executed_while_the_attempt_is_on_the_wire_
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
     let lease_until = in_flight.lease_until_ms.expect("the attempt holds a lease");
-    let reviews = drill.layer.reviews();
+    let reviews = drill.rw.reviews();
     let claimed = reviews
         .claim(op.tenant(), op.id(), "alice", in_flight.version)
         .await
@@ -927,7 +931,7 @@ async fn d28_a_late_success_after_manual_review_is_evidence_and_surfaced_only() 
     let call = tokio::spawn(async move { send(&mut svc, req).await });
 
     // While the attempt is on the wire, a reviewer takes the operation over.
-    let reviews = drill.layer.reviews();
+    let reviews = drill.rw.reviews();
     let claimed = loop {
         if let Some(r) = drill
             .ledger
@@ -1003,11 +1007,13 @@ async fn d28_a_late_success_after_manual_review_is_evidence_and_surfaced_only() 
 async fn a_caller_can_wait_for_the_engine_to_resolve_its_operation() {
     let mut drill = Drill::start().await;
     drill.layer = drill
-        .layer
-        .clone()
-        .wait_for_resolution(Duration::from_secs(5));
+        .builder()
+        .wait_for_resolution(Duration::from_secs(5))
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let engine = drill
-        .layer
+        .rw
         .recoverer()
         .reconciler(
             recoverable_write::HttpLookup::new(
@@ -1092,7 +1098,7 @@ async fn a_panicking_pass_does_not_kill_the_spawned_recoverer() {
     drill.vendor.faults().drop_after_commit(1);
     let _ = send(&mut svc, drill.ticket_request(&op, "E17")).await;
     let handle = drill
-        .layer
+        .rw
         .recoverer()
         .reconciler(PanicsOnce::default())
         .lease(Duration::from_millis(200))
@@ -1196,9 +1202,11 @@ async fn a_prepared_row_whose_first_send_is_refused_goes_to_a_human() {
         tower::ServiceBuilder::new()
             .layer(
                 drill
-                    .layer
-                    .clone()
-                    .denied_first_sends(DeniedFirstSend::Queue),
+                    .builder()
+                    .denied_first_sends(DeniedFirstSend::Queue)
+                    .build()
+                    .expect("a valid configuration")
+                    .layer(),
             )
             .layer(drill.guard.clone())
             .service(authed_client(drill.credential.clone())),
@@ -1250,7 +1258,7 @@ async fn the_queue_gauges_count_open_states_and_find_the_oldest_in_review() {
     let _ = send(&mut svc, drill.ticket_request(&lost, "E18")).await;
     let row = drill.record(stuck.id()).await;
     drill
-        .layer
+        .rw
         .reviews()
         .claim(stuck.tenant(), stuck.id(), "alice", row.version)
         .await
@@ -1496,7 +1504,7 @@ fn a_row_from_a_newer_version_is_quarantined_counted_and_recovered_after_release
     // Every worker now runs the version that reads it (here: the value it knows).
     sql("last_result = NULL");
     let row = runtime.block_on(async {
-        let reviews = drill.layer.reviews();
+        let reviews = drill.rw.reviews();
         let aside = reviews
             .quarantine_package(op.tenant(), op.id())
             .await

@@ -204,7 +204,10 @@ async fn reqwest_write_without_an_operation_is_not_stored_unless_opted_in() {
         }
     };
 
-    let layer = recoverable_write::RecoverableWriteLayer::new(ledger.clone());
+    let layer = recoverable_write::RecoverableWrite::builder(ledger.clone())
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let res = send(layer).await.expect("an untracked write is sent");
     assert_eq!(res.status(), 201);
     assert!(res.extensions().get::<Outcome>().is_none());
@@ -213,8 +216,11 @@ async fn reqwest_write_without_an_operation_is_not_stored_unless_opted_in() {
     assert_eq!(vendor.tickets_created(), 1);
     assert_eq!((stats.passed(), stats.refused_untracked()), (1, 0));
 
-    let layer =
-        recoverable_write::RecoverableWriteLayer::new(ledger.clone()).track_all_writes(true);
+    let layer = recoverable_write::RecoverableWrite::builder(ledger.clone())
+        .track_all_writes(true)
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let res = send(layer).await.expect("a tracked write is sent");
     let o = res.extensions().get::<Outcome>().cloned().expect("tracked");
     assert_eq!(o.state, State::Succeeded);
@@ -320,7 +326,7 @@ impl JsonOrText for reqwest::Response {
 async fn reqwest_key_placed_in_the_query_is_sent_there_once() {
     use recoverable_write::contract::KeyPlacement;
     use recoverable_write::ledger::Ledger;
-    use recoverable_write::{Contract, MemoryLedger, RecoverableWriteLayer};
+    use recoverable_write::{Contract, MemoryLedger};
 
     // A vendor that records what it received.
     let seen: Arc<std::sync::Mutex<Vec<(String, String, String)>>> = Arc::default();
@@ -344,8 +350,11 @@ async fn reqwest_key_placed_in_the_query_is_sent_there_once() {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let ledger = Arc::new(MemoryLedger::new());
-    let layer = RecoverableWriteLayer::from_arc(ledger.clone())
-        .contract(Contract::conservative().key(KeyPlacement::query("rid")));
+    let layer = recoverable_write::RecoverableWrite::builder(ledger.clone())
+        .contract(Contract::conservative().key(KeyPlacement::query("rid")))
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let client = ClientBuilder::new(client_builder().build().expect("reqwest client"))
         .with(RecoverableWriteMiddleware::new(&layer))
         .with(SendOnceMiddleware::new())

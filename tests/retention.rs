@@ -17,8 +17,8 @@ use recoverable_write::ledger::{ClockSource, PostgresLedgerOptions, SqliteLedger
 use recoverable_write::retention::{Retention, RetentionError};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
-    BuildError, ConfigBuilder, Contracts, Error, Ledger, MemoryLedger, PostgresLedger,
-    RecoverableWrite, SendOnceGuardLayer, State, Tenant,
+    BuildError, Contracts, Error, Ledger, MemoryLedger, PostgresLedger, RecoverableWrite,
+    SendOnceGuardLayer, State, Tenant,
 };
 use tower::ServiceBuilder;
 
@@ -74,7 +74,7 @@ async fn backends() -> Vec<Backend> {
 }
 
 /// layer → guard → client, bodies collected (the drills' writer over this configuration).
-fn writer(config: &recoverable_write::Config) -> Writer {
+fn writer(config: &recoverable_write::Handle) -> Writer {
     collected(
         ServiceBuilder::new()
             .layer(config.layer())
@@ -101,7 +101,7 @@ async fn after_the_details_stage_a_repeat_sends_nothing_and_another_payload_conf
             .await
             .expect("vendor");
         let clock = TestClock::new();
-        let config = ConfigBuilder::new(ledger.clone())
+        let config = RecoverableWrite::builder(ledger.clone())
             .budget(fast_policy())
             .clock(clock.clone())
             .retention(short_retention())
@@ -124,7 +124,7 @@ async fn after_the_details_stage_a_repeat_sends_nothing_and_another_payload_conf
         assert_eq!(vendor.tickets_created(), 2, "{name}");
 
         // Before the details clock: nothing is due.
-        let purger = config.retention();
+        let purger = config.purger();
         let early = purger.run().await.unwrap();
         assert!(early.is_empty(), "{name}: {early:?}");
 
@@ -231,7 +231,7 @@ async fn a_plan_counts_each_operation_once_and_running_it_drops_only_what_it_lis
     for (name, ledger, _guard) in backends().await {
         let vendor = FakeVendor::start().await;
         let clock = TestClock::new();
-        let config = ConfigBuilder::new(ledger.clone())
+        let config = RecoverableWrite::builder(ledger.clone())
             .budget(fast_policy())
             .clock(clock.clone())
             .retention(short_retention())
@@ -248,7 +248,7 @@ async fn a_plan_counts_each_operation_once_and_running_it_drops_only_what_it_lis
         // `old` is past both clocks (2.5 days), `newer` past the details clock only (1 day).
         clock.advance(DAY + Duration::from_secs(60));
 
-        let purger = config.retention();
+        let purger = config.purger();
         let plan = purger.plan().await.unwrap();
         assert_eq!(plan.as_of_ms, clock.now_ms());
         let [line] = &plan.contracts[..] else {
@@ -302,7 +302,7 @@ async fn retention_shorter_than_it_must_be_is_refused_by_name() {
             .retention(retention)
             .build()
     };
-    let invalid = |r: Result<recoverable_write::Config, BuildError>| match r {
+    let invalid = |r: Result<recoverable_write::Handle, BuildError>| match r {
         Err(BuildError::Invalid { field, problem }) => (field, problem),
         other => panic!("expected a refusal, got {other:?}"),
     };
@@ -332,7 +332,7 @@ async fn retention_shorter_than_it_must_be_is_refused_by_name() {
     );
     // The default identity clock is raised to the vendor's retention instead.
     let config = build(Retention::new().details(Duration::from_secs(600)), stripe).unwrap();
-    assert!(config.retention().clocks("stripe-v1").identity >= DAY);
+    assert!(config.purger().clocks("stripe-v1").identity >= DAY);
 
     // A contract's own clocks are checked where it is read.
     let toml = r#"
@@ -350,7 +350,7 @@ keep_identity_secs = 3600
 async fn erasure_refuses_what_is_not_finished_and_takes_everything_else() {
     for (name, ledger, _guard) in backends().await {
         let vendor = FakeVendor::start().await;
-        let config = ConfigBuilder::new(ledger.clone())
+        let config = RecoverableWrite::builder(ledger.clone())
             .budget(fast_policy())
             .retention(Retention::keep_forever())
             .build()
@@ -365,7 +365,7 @@ async fn erasure_refuses_what_is_not_finished_and_takes_everything_else() {
         send(&mut svc, ticket_request(&vendor, &stuck, "E2"))
             .await
             .expect_err("lost");
-        let purger = config.retention();
+        let purger = config.purger();
 
         let refused = purger
             .erase_details(stuck.tenant(), stuck.id())

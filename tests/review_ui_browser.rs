@@ -168,7 +168,7 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
             "/ops",
             review_ui::router(
                 ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
-                    .reviews(drill.layer.reviews()),
+                    .reviews(drill.rw.reviews()),
             ),
         )
         .layer(middleware::from_fn(as_alice));

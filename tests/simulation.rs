@@ -4,7 +4,7 @@
 //! seed runs on its own current-thread runtime whose clock only moves when every task is idle,
 //! and the crate reads that clock through [`SimClock`], so leases, backoffs, windows and
 //! retention clocks are virtual and a seed's run is reproducible. Everything is built from one
-//! [`Config`] per process incarnation, as an application builds it.
+//! [`Handle`] per process incarnation, as an application builds it.
 //!
 //! What one seed does:
 //! - a [`SimVendor`] (an in-process tower service, no TCP) dedupes creates by idempotency key
@@ -73,15 +73,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
+use recoverable_write::RecoverableWrite;
 use recoverable_write::contract::{EvidenceClass, KeyPlacement, RemoteRef, Replay, Rule};
 use recoverable_write::ledger::OperationRecord;
 use recoverable_write::retention::{Retention, RetentionError};
 use recoverable_write::review::Reviews;
 use recoverable_write::state::ReviewDecision;
 use recoverable_write::{
-    Access, BudgetPolicy, Config, ConfigBuilder, Contract, Denied, HttpLookup, Ledger,
-    MemoryLedger, Operation, OperationId, Outcome, RecoverableWriteLayer, SendOnceGuardLayer,
-    State, Tenant,
+    Access, BudgetPolicy, Contract, Denied, Handle, HttpLookup, Ledger, MemoryLedger, Operation,
+    OperationId, Outcome, SendOnceGuardLayer, State, Tenant,
 };
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -305,13 +305,13 @@ fn approvals(rng: Rng) -> impl Fn(&OperationRecord, Access) -> Result<(), Denied
 /// Retention while writers repeat their intents: purges (the recoverer's periodic run), the
 /// erasure of one operation's details, and now and then of the whole tenant.
 async fn retention_runs(
-    config: Config,
+    config: Handle,
     ids: Vec<OperationId>,
     erase_tenant: bool,
     mut r: Rng,
     stats: Arc<Stats>,
 ) {
-    let purger = config.retention();
+    let purger = config.purger();
     let tenant = Tenant::new(TENANT);
     loop {
         tokio::time::sleep(r.ms(200, 1_500)).await;
@@ -485,7 +485,7 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
             pending: Arc::default(),
             stats: stats.clone(),
         });
-        let mut builder = ConfigBuilder::new(ledger.clone())
+        let mut builder = RecoverableWrite::builder(ledger.clone())
             .contract(contract.clone())
             .budget(policy.clone())
             .clock(make_clock(0, &mut rng))
@@ -956,11 +956,13 @@ fn a_second_review_cycle_keeps_the_live_attempts_lease() {
             },
         );
         let mem = Arc::new(MemoryLedger::new());
-        let layer = RecoverableWriteLayer::from_arc(mem.clone())
+        let rw = RecoverableWrite::builder(mem.clone())
             .contract(replay_safe_contract(86_400))
             .budget(policy())
-            .expect("a valid budget")
-            .clock(clock());
+            .clock(clock())
+            .build()
+            .expect("a valid configuration");
+        let layer = rw.layer();
         let gate = Gate {
             vendor: vendor.clone(),
             dead: Arc::new(AtomicBool::new(false)),
@@ -970,7 +972,7 @@ fn a_second_review_cycle_keeps_the_live_attempts_lease() {
             .layer(layer.clone())
             .layer(guard.clone())
             .service(gate.clone());
-        let recoverer = layer
+        let recoverer = rw
             .recoverer()
             .reconciler(HttpLookup::new(
                 gate.clone(),
@@ -978,7 +980,7 @@ fn a_second_review_cycle_keeps_the_live_attempts_lease() {
             ))
             .replay_through(guard.layer(gate.clone()))
             .lease(Duration::from_secs(2));
-        let reviews = layer.reviews();
+        let reviews = rw.reviews();
         let tenant = Tenant::new(TENANT);
         let op = Operation::new(TENANT, "create_ticket", "second-review");
         let id = op.id().clone();

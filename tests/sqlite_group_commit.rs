@@ -26,13 +26,13 @@ use bytes::Bytes;
 use common::*;
 use http::Request;
 use http_body_util::Full;
+use recoverable_write::RecoverableWrite;
 use recoverable_write::ledger::conformance::{T0, evidence_entry, keep, new_operation, update_of};
 use recoverable_write::ledger::{Created, Ledger, LedgerError, OperationRecord, SqliteLedger};
 use recoverable_write::state::{Clock, Event};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
-    AttemptId, BudgetPolicy, Operation, OperationId, RecoverableWriteLayer, SendOnceGuardLayer,
-    State,
+    AttemptId, BudgetPolicy, Operation, OperationId, SendOnceGuardLayer, State,
 };
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
@@ -95,9 +95,11 @@ where
         let ledger = SqliteLedger::open(&ledger).await.expect("open ledger");
         let svc = ServiceBuilder::new()
             .layer(
-                RecoverableWriteLayer::new(ledger.clone())
+                RecoverableWrite::builder(ledger.clone())
                     .budget(child_policy())
-                    .expect("a valid budget"),
+                    .build()
+                    .expect("a valid configuration")
+                    .layer(),
             )
             .layer(SendOnceGuardLayer::new())
             .service(http_client());

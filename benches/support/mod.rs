@@ -14,8 +14,9 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use recoverable_write::RecoverableWrite;
 use recoverable_write::ledger::Ledger;
-use recoverable_write::{BudgetPolicy, RecoverableWriteLayer, SendOnceGuardLayer};
+use recoverable_write::{BudgetPolicy, SendOnceGuardLayer};
 use tokio::net::TcpListener;
 use tower::util::BoxCloneService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
@@ -73,10 +74,12 @@ pub fn layered(ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> Svc {
     let svc = ServiceBuilder::new()
         // The bench's writes name no Operation: track them anyway (ad-hoc operations).
         .layer(
-            RecoverableWriteLayer::from_arc(ledger)
+            RecoverableWrite::builder(ledger)
                 .budget(policy)
-                .expect("a valid budget")
-                .track_all_writes(true),
+                .track_all_writes(true)
+                .build()
+                .expect("a valid configuration")
+                .layer(),
         )
         .layer(SendOnceGuardLayer::new())
         .service(client());

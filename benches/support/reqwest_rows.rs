@@ -5,7 +5,8 @@
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use recoverable_write::{MemoryLedger, RecoverableWriteLayer};
+use recoverable_write::MemoryLedger;
+use recoverable_write::RecoverableWrite;
 use tower::BoxError;
 use tower::util::BoxCloneService;
 
@@ -37,7 +38,11 @@ pub fn reqwest_layer_memory() -> Svc {
     use reqwest_retry::RetryTransientMiddleware;
     use reqwest_retry::policies::ExponentialBackoff;
     // The bench's writes name no Operation: track them anyway (ad-hoc operations).
-    let layer = RecoverableWriteLayer::new(MemoryLedger::new()).track_all_writes(true);
+    let layer = RecoverableWrite::builder(MemoryLedger::new())
+        .track_all_writes(true)
+        .build()
+        .expect("a valid configuration")
+        .layer();
     let client = reqwest_middleware::ClientBuilder::new(client_builder().build().expect("client"))
         .with(RecoverableWriteMiddleware::new(&layer))
         .with(RetryTransientMiddleware::new_with_policy_and_strategy(

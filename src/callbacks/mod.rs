@@ -23,7 +23,7 @@
 //!    never-sent (`PREPARED`) operation: quarantined
 //!    ([`Ledger::quarantine_callback`](crate::ledger::Ledger::quarantine_callback)).
 //!
-//! [`CallbackReceiver`] runs the five steps for one vendor over a [`Config`](crate::Config):
+//! [`CallbackReceiver`] runs the five steps for one vendor over a [`Handle`](crate::Handle):
 //! [`receive`](CallbackReceiver::receive) takes the raw headers and body (any framework), and
 //! [`router`](CallbackReceiver::router) mounts it in axum (feature `axum`). What each event
 //! came to is a [`DeliveryOutcome`]; the answer to the vendor is [`batch_status`] of them.

@@ -7,7 +7,7 @@ use http::{HeaderMap, StatusCode};
 use serde::Serialize;
 
 use super::{AccountTenants, CallbackMapping, DeliveryOutcome, MatchBy, ParsedEvent, Verifier};
-use crate::Config;
+use crate::Handle;
 use crate::contradiction::{CONTRADICTION, contradiction};
 use crate::core::Shared;
 use crate::core::engine;
@@ -33,7 +33,7 @@ pub const CALLBACK_KIND: &str = "callback";
 const NEVER_SENT: &str = "it names an operation that was never sent (PREPARED): it is not evidence about \
      a send of this operation";
 
-/// Receives one vendor's callbacks for the operations of a [`Config`]: the one function behind
+/// Receives one vendor's callbacks for the operations of a [`Handle`]: the one function behind
 /// the endpoint, for any framework ([`receive`](Self::receive) over the raw headers and body),
 /// and an axum handler with feature `axum` ([`router`](Self::router)).
 ///
@@ -81,7 +81,7 @@ const NEVER_SENT: &str = "it names an operation that was never sent (PREPARED): 
 ///
 /// ```no_run
 /// # #[cfg(feature = "axum")]
-/// # async fn run(rw: recoverable_write::Config) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn run(rw: recoverable_write::Handle) -> Result<(), Box<dyn std::error::Error>> {
 /// use recoverable_write::callbacks::{
 ///     AccountTenants, CallbackMapping, CallbackReceiver, Secret, StripeSignature,
 /// };
@@ -129,7 +129,7 @@ impl CallbackReceiver {
     /// operations of `config`, checking each delivery with `verifier` and mapping its account
     /// to a tenant with `accounts`.
     pub fn new(
-        config: &Config,
+        config: &Handle,
         mapping: CallbackMapping,
         verifier: impl Verifier + 'static,
         accounts: AccountTenants,

@@ -500,7 +500,7 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
     };
     let store = open(target, &cli.schema).await?;
     let ledger = store.ledger();
-    let config = match crate::ConfigBuilder::new(ledger.clone())
+    let config = match crate::RecoverableWrite::builder(ledger.clone())
         .contracts(contracts)
         .retention(retention)
         .build()
@@ -513,7 +513,7 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
     };
     let ctx = Ctx {
         ledger: ledger.clone(),
-        purger: config.retention(),
+        purger: config.purger(),
         contracts_file: cli.contracts.as_ref().map(|p| p.display().to_string()),
         reviews: Reviews::new(ledger),
         scope,

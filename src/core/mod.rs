@@ -617,7 +617,7 @@ pub const STATUS_CLASS_HEADER: &str = "recoverable-write-status-class";
 /// On a synthesized response: the vendor's reference of the created object, when known.
 pub const REMOTE_REF_HEADER: &str = "recoverable-write-remote-ref";
 /// On a stored response replayed to a repeat caller: `true` when its body was cut to the
-/// stored-body limit ([`stored_body_limit`](crate::ConfigBuilder::stored_body_limit), 64 KiB
+/// stored-body limit ([`stored_body_limit`](crate::Builder::stored_body_limit), 64 KiB
 /// by default), so it is not the vendor's whole answer (a JSON body may not even parse).
 /// [`Outcome::body_truncated`] says the same. The first caller, who got the live response, got
 /// all of it and no marker.
@@ -901,7 +901,7 @@ where
     }
 }
 
-/// With [`RecoverableWriteLayer::wait_for_resolution`], waits for the recovery engine to resolve
+/// With [`Builder::wait_for_resolution`](crate::Builder::wait_for_resolution), waits for the recovery engine to resolve
 /// the operation named by `err`; otherwise returns `err`.
 pub(crate) async fn await_resolution(
     shared: &Shared,

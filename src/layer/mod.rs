@@ -1,7 +1,7 @@
 //! [`RecoverableWriteLayer`]: makes consequential writes recoverable.
 //!
 //! For every request carrying an [`Operation`] extension (and, with
-//! [`RecoverableWriteLayer::track_all_writes`], every write: any method but GET, HEAD, OPTIONS,
+//! [`Builder::track_all_writes`](crate::Builder::track_all_writes), every write: any method but GET, HEAD, OPTIONS,
 //! TRACE) the service:
 //!
 //! 1. identifies the operation (the request's [`Operation`] extension, or a generated one);
@@ -34,7 +34,6 @@ mod future;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response};
@@ -45,10 +44,6 @@ use tower_service::Service;
 
 pub use self::future::ResponseFuture;
 use crate::BoxError;
-use crate::authorize::{Authorizer, SharedAuthorizer};
-use crate::budget::BudgetPolicy;
-use crate::clock::{Clock, SharedClock};
-use crate::contract::{Contract, Contracts};
 use crate::core::Shared;
 pub use crate::core::{
     DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_RESPONSE_BODY, DEFAULT_STORED_BODY, OUTCOME_HEADER,
@@ -63,23 +58,25 @@ use crate::operation::Operation;
 /// had to read them to classify them), untracked requests stream through.
 pub type ResponseBody<B> = Either<Full<Bytes>, B>;
 
-/// Applies [`RecoverableWrite`] to a service. See the [module docs](self).
+/// Applies [`RecoverableWrite`] to a service. Made by [`Handle::layer`](crate::Handle::layer):
+/// every setting comes from the one [builder](crate::builder), so the layer, the recoverer and
+/// the reviews always share one configuration. See the [module docs](self).
 ///
 /// ```no_run
 /// use bytes::Bytes;
 /// use http_body_util::Full;
 /// use hyper_util::client::legacy::Client;
 /// use hyper_util::rt::TokioExecutor;
-/// use recoverable_write::{RecoverableWriteLayer, SendOnceGuardLayer, SqliteLedger};
+/// use recoverable_write::{RecoverableWrite, SendOnceGuardLayer, SqliteLedger};
 /// use tower::ServiceBuilder;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let ledger = SqliteLedger::open("operations.db").await?;
+/// let rw = RecoverableWrite::builder(SqliteLedger::open("operations.db").await?).build()?;
 /// let client = Client::builder(TokioExecutor::new())
 ///     .retry_canceled_requests(false) // one retry owner: the recovery engine
 ///     .build_http::<Full<Bytes>>();
 /// let service = ServiceBuilder::new()
-///     .layer(RecoverableWriteLayer::new(ledger))
+///     .layer(rw.layer())
 ///     .layer(SendOnceGuardLayer::new())
 ///     .service(client);
 /// # let _ = service;
@@ -92,68 +89,13 @@ pub struct RecoverableWriteLayer {
 }
 
 impl RecoverableWriteLayer {
-    /// A layer over `ledger` with the conservative default contract and the default budget.
-    pub fn new(ledger: impl Ledger) -> Self {
-        Self::from_arc(Arc::new(ledger))
-    }
-
-    /// A layer over a shared ledger (the same one a [`Recoverer`](crate::Recoverer) uses).
-    pub fn from_arc(ledger: Arc<dyn Ledger>) -> Self {
-        Self {
-            shared: Arc::new(Shared::new(ledger)),
-        }
-    }
-
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
         Self { shared }
-    }
-
-    fn edit(mut self, f: impl FnOnce(&mut Shared)) -> Self {
-        f(Arc::make_mut(&mut self.shared));
-        self
-    }
-
-    /// Consulted before the first send of every operation ([`Access::Write`](crate::Access::Write)); the
-    /// [`Recoverer`](crate::Recoverer) built by [`recoverer`](Self::recoverer) consults it before
-    /// every replay and lookup too. A refusal sends nothing ([`Error::Denied`]).
-    pub fn authorizer(self, authorizer: impl Authorizer) -> Self {
-        let a = SharedAuthorizer::new(authorizer);
-        self.edit(|s| s.authorizer = a)
-    }
-
-    /// What becomes of an operation whose first send the authorizer refuses (see
-    /// [`DeniedFirstSend`](crate::DeniedFirstSend)): closed as `REJECTED` (the default), or
-    /// queued for the recoverer. The caller's [`Error::Denied`] says which.
-    pub fn denied_first_sends(self, fate: crate::DeniedFirstSend) -> Self {
-        self.edit(|s| s.denied_first_sends = fate)
-    }
-
-    /// The notification channel shared with the recoverer (one is made by default).
-    pub fn notifier(self, notifier: Notifier) -> Self {
-        self.edit(|s| s.notifier = notifier)
     }
 
     /// The notifier, to subscribe to resolutions, escalations and late evidence.
     pub fn notifications(&self) -> &Notifier {
         &self.shared.notifier
-    }
-
-    /// Instead of failing at once with [`Error::Unknown`], [`Error::Processing`] or
-    /// [`Error::RetryScheduled`], wait up to `bound` for the recovery engine to resolve the
-    /// operation. The wait listens to the engine's notifications (and re-reads the ledger every
-    /// 250 ms for engines in other processes); it never polls the vendor itself.
-    pub fn wait_for_resolution(self, bound: Duration) -> Self {
-        self.edit(|s| s.wait = Some(bound))
-    }
-
-    /// Tracks every write (any method but GET, HEAD, OPTIONS, TRACE), not only requests that
-    /// carry an [`Operation`]; a write without one gets a generated operation. Off by default,
-    /// for privacy: a tracked write's body and non-secret headers are stored in the ledger, and
-    /// an app-wide client also sends writes that are not business intents, such as an OAuth
-    /// token request whose body holds `client_secret`. Untracked writes pass through marked
-    /// [`Untracked`](crate::guard::Untracked), which the send-once guard lets through.
-    pub fn track_all_writes(self, track: bool) -> Self {
-        self.edit(|s| s.track_all_writes = track)
     }
 
     /// The operation row this layer would create for `req` under `op`, with the same contract
@@ -171,72 +113,6 @@ impl RecoverableWriteLayer {
                 req.body().clone(),
             )
             .0
-    }
-
-    /// Review operations (handoff package, claim, resolve) sharing this layer's ledger,
-    /// authorizer and notifier.
-    pub fn reviews(&self) -> crate::Reviews {
-        crate::Reviews::from_shared(self.shared.clone())
-    }
-
-    /// Retention over this layer's ledger, contracts and retention settings (see
-    /// [`crate::retention`]).
-    pub fn retention(&self) -> crate::retention::Purger {
-        crate::retention::Purger::from_shared(self.shared.clone())
-    }
-
-    /// A recovery engine sharing this layer's ledger, contracts, authorizer and notifier. Give
-    /// it a [`Reconciler`](crate::Reconciler) and the stack below the layer to replay through.
-    pub fn recoverer(&self) -> crate::Recoverer {
-        crate::Recoverer::from_shared(self.shared.clone())
-    }
-
-    /// The clock leases, due times and windows are read on (default [`ProcessClock`](crate::clock::ProcessClock):
-    /// the wall clock read once, advanced monotonically). Shared with the recoverer and the
-    /// reviews built from this layer. See [`clock`](crate::clock) for what it guarantees.
-    pub fn clock(self, clock: impl Clock) -> Self {
-        let c = SharedClock::new(clock);
-        self.edit(|s| s.clock = c)
-    }
-
-    /// The contracts chosen per target (default: the conservative contract for every target).
-    pub fn contracts(self, contracts: Contracts) -> Self {
-        self.edit(|s| s.contracts = contracts)
-    }
-
-    /// One contract for every target.
-    pub fn contract(self, contract: Contract) -> Self {
-        self.contracts(Contracts::new(contract))
-    }
-
-    /// The budget frozen onto new operations, validated.
-    ///
-    /// # Errors
-    ///
-    /// [`BudgetError`](crate::budget::BudgetError) naming the field out of bounds; the layer
-    /// is not changed.
-    pub fn budget(self, policy: BudgetPolicy) -> Result<Self, crate::budget::BudgetError> {
-        let policy = policy.validated()?;
-        Ok(self.edit(|s| s.policy = policy))
-    }
-
-    /// Largest request body a write may have (default 1 MiB). Larger bodies fail with
-    /// [`Error::BodyTooLarge`] and nothing is sent.
-    pub fn max_request_body(self, bytes: usize) -> Self {
-        self.edit(|s| s.max_request_body = bytes)
-    }
-
-    /// Largest response body the layer reads to classify a write's response (default 4 MiB).
-    /// A larger one counts as a lost response: the outcome is unknown and is reconciled.
-    pub fn max_response_body(self, bytes: usize) -> Self {
-        self.edit(|s| s.max_response_body = bytes)
-    }
-
-    /// How much of an authoritative response body is kept for callers that ask again
-    /// (default 64 KiB), after the contract's secret answer fields are replaced by `[redacted]`
-    /// (see [`Contract::secret_response_fields`](crate::Contract::secret_response_fields)).
-    pub fn stored_body_limit(self, bytes: usize) -> Self {
-        self.edit(|s| s.stored_body = bytes)
     }
 
     /// The ledger this layer records into.
@@ -286,7 +162,7 @@ impl<S> RecoverableWrite<S> {
 }
 
 /// Tracked: a request naming its [`Operation`], or, with
-/// [`RecoverableWriteLayer::track_all_writes`], any write.
+/// [`Builder::track_all_writes`](crate::Builder::track_all_writes), any write.
 fn is_tracked<B>(req: &Request<B>, track_all_writes: bool) -> bool {
     req.extensions().get::<Operation>().is_some()
         || (track_all_writes

@@ -61,6 +61,7 @@ pub use callback::{
 };
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod codec;
+mod forward;
 mod headers;
 pub use headers::{StoredHeaders, StoredHeadersIter};
 mod memory;

@@ -507,11 +507,14 @@ mod tests {
     use crate::ledger::Created;
     use crate::testing::FakeVendor;
     use crate::testing::drill::http_client;
-    use crate::{MemoryLedger, Operation, OperationId, RecoverableWriteLayer};
+    use crate::{MemoryLedger, Operation, OperationId, RecoverableWrite};
 
     /// A row for `tenant` naming operation `id`, as the layer would create it.
     async fn row(vendor: &FakeVendor, tenant: &str, id: &str) -> OperationRecord {
-        let layer = RecoverableWriteLayer::new(MemoryLedger::new());
+        let layer = RecoverableWrite::builder(MemoryLedger::new())
+            .build()
+            .expect("a valid configuration")
+            .layer();
         let op = Operation::new(tenant, "create_ticket", id).with_id(OperationId::new(id));
         let req = Request::post(vendor.url("/tickets"))
             .body(Bytes::from_static(br#"{"device_id":"E17"}"#))

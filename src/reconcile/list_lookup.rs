@@ -366,11 +366,14 @@ mod tests {
     use crate::ledger::Created;
     use crate::testing::FakeVendor;
     use crate::testing::drill::http_client;
-    use crate::{MemoryLedger, Operation, OperationId, RecoverableWriteLayer};
+    use crate::{MemoryLedger, Operation, OperationId, RecoverableWrite};
 
     /// A row naming operation `id`, as the layer would create it.
     async fn row(id: &str) -> OperationRecord {
-        let layer = RecoverableWriteLayer::new(MemoryLedger::new());
+        let layer = RecoverableWrite::builder(MemoryLedger::new())
+            .build()
+            .expect("a valid configuration")
+            .layer();
         let op = Operation::new("tenant-a", "create_ticket", id).with_id(OperationId::new(id));
         let req = Request::post("http://vendor.test/tickets")
             .body(Bytes::from_static(br#"{"device_id":"E17"}"#))

@@ -9,7 +9,7 @@
 //! `https://vendor.example/operations/{operation_id}`, and [`ListLookup`], a list or search
 //! filtered by a reference the client attached, such as
 //! `https://vendor.example/tickets?operation_id={operation_id}`. A contract's `lookup` builds
-//! either (see [`ConfigBuilder`](crate::ConfigBuilder)).
+//! either (see [`Builder`](crate::Builder)).
 
 mod answer;
 mod http_lookup;

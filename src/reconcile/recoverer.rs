@@ -86,8 +86,8 @@ pub struct RecoveryReport {
 /// recovered. A pass that panics is reported and counted, and the next one runs.
 ///
 /// There is no constructor of its own: a recoverer comes from the configuration its operations
-/// were made under ([`Config::recoverer`](crate::Config::recoverer), or
-/// [`RecoverableWriteLayer::recoverer`](crate::RecoverableWriteLayer::recoverer)), so it always
+/// were made under ([`Handle::recoverer`](crate::Handle::recoverer), or
+/// [`Handle::recoverer`](crate::Handle::recoverer)), so it always
 /// has their contracts, budget, authorizer, notifier and transport. A recoverer over a bare
 /// ledger does not compile:
 ///

@@ -152,13 +152,13 @@ impl ReviewUiConfig {
     }
 
     /// Shows each operation's retention dates (when its details and its row go), from the
-    /// application's retention settings: pass [`Config::retention`](crate::Config::retention).
+    /// application's retention settings: pass [`Handle::purger`](crate::Handle::purger).
     pub fn retention(mut self, purger: crate::retention::Purger) -> Self {
         self.retention = Some(purger);
         self
     }
 
-    /// Acts through these reviews (e.g. [`RecoverableWriteLayer::reviews`](crate::RecoverableWriteLayer::reviews),
+    /// Acts through these reviews (e.g. [`Handle::reviews`](crate::Handle::reviews),
     /// to share the layer's authorizer and notifier). They must be over the same ledger.
     pub fn reviews(mut self, reviews: Reviews) -> Self {
         self.reviews = reviews;

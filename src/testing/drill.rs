@@ -29,8 +29,9 @@ use crate::contract::{EvidenceClass, KeyPlacement, RemoteRef, Replay, Rule};
 use crate::guard::GuardStats;
 use crate::ledger::{EvidenceEntry, Ledger, OperationRecord};
 use crate::{
-    Access, BoxError, BudgetPolicy, Contract, Denied, Error, HttpLookup, Operation, OperationId,
-    Outcome, RecoverableWriteLayer, Recoverer, SendOnceGuardLayer, SqliteLedger, State, Tenant,
+    Access, BoxError, BudgetPolicy, Builder, Contract, Denied, Error, Handle, HttpLookup,
+    Operation, OperationId, Outcome, RecoverableWrite, RecoverableWriteLayer, Recoverer,
+    SendOnceGuardLayer, SqliteLedger, State, Tenant,
 };
 use bytes::Bytes;
 use http::{HeaderName, Request, Response};
@@ -80,7 +81,11 @@ pub struct Drill {
     pub dir: tempfile::TempDir,
     /// The ledger.
     pub ledger: Arc<dyn Ledger>,
-    /// The layer, configured from the options.
+    /// The handle the drill's layer, reviews and recoverer come from, configured from the
+    /// options.
+    pub rw: Handle,
+    /// The layer (`rw.layer()`; replace it with one from [`Drill::builder`] to change only the
+    /// write path's configuration).
     pub layer: RecoverableWriteLayer,
     /// The send-once guard below the layer (and below the replay path).
     pub guard: SendOnceGuardLayer,
@@ -232,16 +237,13 @@ impl Drill {
         own_file: bool,
     ) -> Self {
         let credential = Arc::new(Mutex::new(CREDENTIAL.to_owned()));
-        let mut layer = RecoverableWriteLayer::from_arc(ledger.clone())
-            .budget(options.policy.clone())
-            .expect("a valid budget")
-            .contract(options.contract.clone());
-        if let Some(a) = options.authorizer.clone() {
-            layer = layer.authorizer(move |op: &OperationRecord, access: Access| a(op, access));
-        }
+        let rw = builder(&ledger, &options)
+            .build()
+            .expect("a valid drill configuration");
+        let layer = rw.layer();
         let guard = SendOnceGuardLayer::new();
         let mut recoverer = recoverer(
-            &layer,
+            &rw,
             &guard,
             &vendor.base_url(),
             credential.clone(),
@@ -254,6 +256,7 @@ impl Drill {
             vendor,
             dir,
             ledger,
+            rw,
             layer,
             guard,
             recoverer,
@@ -261,6 +264,12 @@ impl Drill {
             options,
             own_file,
         }
+    }
+
+    /// A builder over the drill's ledger with the drill's budget, contract and authorizer:
+    /// change a setting and build a handle (`drill.layer = drill.builder().….build()?.layer()`).
+    pub fn builder(&self) -> Builder {
+        builder(&self.ledger, &self.options)
     }
 
     /// What the guard let through and refused.
@@ -344,12 +353,23 @@ impl Drill {
     }
 }
 
-/// The recovery engine the drills build for `layer`: an [`HttpLookup`] of the vendor's
+/// The builder a drill starts from: its ledger, budget, contract and authorizer.
+fn builder(ledger: &Arc<dyn Ledger>, options: &DrillOptions) -> Builder {
+    let mut builder = RecoverableWrite::builder(ledger.clone())
+        .budget(options.policy.clone())
+        .contract(options.contract.clone());
+    if let Some(a) = options.authorizer.clone() {
+        builder = builder.authorizer(move |op: &OperationRecord, access: Access| a(op, access));
+    }
+    builder
+}
+
+/// The recovery engine the drills build for `rw`: an [`HttpLookup`] of the vendor's
 /// `{vendor_base_url}/operations/{operation_id}` (tenant header `x-tenant`, 500 ms timeout) and a
 /// replay path through `guard`, both over [`authed_client`] with `credential`; the clock-skew
 /// margin `skew_margin` and a 2 s lease.
 pub fn recoverer(
-    layer: &RecoverableWriteLayer,
+    rw: &Handle,
     guard: &SendOnceGuardLayer,
     vendor_base_url: &str,
     credential: Arc<Mutex<String>>,
@@ -364,8 +384,7 @@ pub fn recoverer(
     let replay = ServiceBuilder::new()
         .layer(guard.clone())
         .service(authed_client(credential));
-    layer
-        .recoverer()
+    rw.recoverer()
         .reconciler(lookup)
         .replay_through(replay)
         .skew_margin(skew_margin)
