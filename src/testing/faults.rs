@@ -15,7 +15,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::store::{OperationStatus, StoredResponse};
-use super::vendor::{Shared, lock};
+use super::vendor::{VendorState, lock};
 
 /// A canned refusal, answered before the idempotency logic runs: nothing is created and nothing
 /// is stored against the key (like Stripe's 429, which runs before idempotency).
@@ -180,7 +180,7 @@ impl FaultPlan {
 /// handle to the same vendor; a clone does not keep the server running.
 #[derive(Clone)]
 pub struct Faults {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<VendorState>,
 }
 
 impl fmt::Debug for Faults {

@@ -31,7 +31,7 @@ use super::faults::Rejection;
 use super::store::{
     CreateTicket, PostOutcome, SeenRequest, Store, StoredResponse, payload_hash, ticket_json,
 };
-use super::vendor::{Shared, lock};
+use super::vendor::{VendorState, lock};
 
 /// Lets a handler close the connection its request arrived on.
 #[derive(Debug, Clone, Default)]
@@ -48,7 +48,7 @@ impl ConnectionControl {
     }
 }
 
-pub(crate) async fn accept_loop(shared: Arc<Shared>) {
+pub(crate) async fn accept_loop(shared: Arc<VendorState>) {
     let router = router(Arc::clone(&shared));
     loop {
         match poll_fn(|cx| shared.acceptor.poll_accept(cx)).await {
@@ -95,7 +95,7 @@ async fn serve_connection(
     }
 }
 
-fn router(shared: Arc<Shared>) -> Router {
+fn router(shared: Arc<VendorState>) -> Router {
     Router::new()
         .route("/tickets", post(create_ticket).get(list_tickets))
         .route("/operations/by-key/{key}", get(lookup_by_key))
@@ -106,7 +106,7 @@ fn router(shared: Arc<Shared>) -> Router {
 
 /// Records the request; returns its tenant and raw key header value.
 fn record(
-    shared: &Shared,
+    shared: &VendorState,
     store: &mut Store,
     method: Method,
     uri: &Uri,
@@ -215,7 +215,7 @@ fn respond_rejection(rejection: &Rejection) -> Response {
 }
 
 async fn create_ticket(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<VendorState>>,
     Extension(control): Extension<ConnectionControl>,
     uri: Uri,
     headers: HeaderMap,
@@ -304,7 +304,7 @@ enum Execution {
 
 /// Executes a validated create: pre-commit delay, idempotency decision and commit, then the
 /// post-commit faults (delay; drop the connection or answer an error status).
-async fn execute_create(shared: Arc<Shared>, create: CreateTicket) -> Execution {
+async fn execute_create(shared: Arc<VendorState>, create: CreateTicket) -> Execution {
     let before = lock(&shared.plan).take_delay_before_commit();
     if let Some(delay) = before {
         tokio::time::sleep(delay).await;
@@ -364,7 +364,7 @@ fn not_found_response() -> StoredResponse {
 }
 
 async fn lookup(
-    shared: Arc<Shared>,
+    shared: Arc<VendorState>,
     uri: Uri,
     headers: HeaderMap,
     find: impl FnOnce(&Store, &str, Instant) -> Option<StoredResponse>,
@@ -402,7 +402,7 @@ async fn lookup(
 }
 
 async fn lookup_by_id(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<VendorState>>,
     Path(operation_id): Path<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -414,7 +414,7 @@ async fn lookup_by_id(
 }
 
 async fn lookup_by_key(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<VendorState>>,
     Path(key): Path<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -432,7 +432,11 @@ async fn lookup_by_key(
 /// ([`FakeVendor::lookups_received`](super::FakeVendor::lookups_received)) and is refused with
 /// 401 for a revoked credential, as the other lookups are. The list is consistent at once (no
 /// lag): an eventually consistent search is the contract's `settle_secs`, tested on the engine.
-async fn list_tickets(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+async fn list_tickets(
+    State(shared): State<Arc<VendorState>>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let filter = uri.query().and_then(|q| {
         q.split('&')
             .filter_map(|pair| pair.split_once('='))
@@ -479,7 +483,7 @@ async fn list_tickets(State(shared): State<Arc<Shared>>, uri: Uri, headers: Head
 }
 
 async fn not_found(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<VendorState>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,

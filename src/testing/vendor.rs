@@ -26,7 +26,7 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Settings that do not change while the vendor runs.
 #[derive(Debug, Clone)]
-pub(crate) struct Config {
+pub(crate) struct VendorSettings {
     pub(crate) key_header: HeaderName,
     pub(crate) tenant_header: HeaderName,
     pub(crate) require_key: bool,
@@ -35,8 +35,8 @@ pub(crate) struct Config {
 
 /// State shared by the handle, the accept loop and every connection.
 #[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) config: Config,
+pub(crate) struct VendorState {
+    pub(crate) config: VendorSettings,
     pub(crate) store: Mutex<Store>,
     pub(crate) plan: Mutex<FaultPlan>,
     pub(crate) acceptor: Acceptor,
@@ -44,7 +44,7 @@ pub(crate) struct Shared {
     pub(crate) close_all: watch::Sender<u64>,
 }
 
-impl Shared {
+impl VendorState {
     pub(crate) fn close_connections(&self) {
         self.close_all.send_modify(|generation| *generation += 1);
     }
@@ -295,8 +295,8 @@ impl FakeVendorBuilder {
             self.first_ticket,
         );
         let (close_all, _) = watch::channel(0);
-        let shared = Arc::new(Shared {
-            config: Config {
+        let shared = Arc::new(VendorState {
+            config: VendorSettings {
                 key_header: self.key_header,
                 tenant_header: self.tenant_header,
                 require_key: self.require_key,
@@ -323,7 +323,7 @@ impl FakeVendorBuilder {
 /// Stops the server when the last [`FakeVendor`] clone is dropped.
 #[derive(Debug)]
 struct Running {
-    shared: Arc<Shared>,
+    shared: Arc<VendorState>,
 }
 
 impl Drop for Running {
@@ -332,7 +332,7 @@ impl Drop for Running {
     }
 }
 
-fn shut_down(shared: &Shared) {
+fn shut_down(shared: &VendorState) {
     shared.acceptor.shut_down();
     shared.close_connections();
 }
@@ -449,7 +449,7 @@ impl FakeVendor {
         shut_down(self.shared());
     }
 
-    fn shared(&self) -> &Shared {
+    fn shared(&self) -> &VendorState {
         &self.faults.shared
     }
 }
