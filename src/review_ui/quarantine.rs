@@ -8,11 +8,14 @@ use axum::extract::{Extension, OriginalUri, Path, State as AxState};
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
-use super::{
-    Chrome, CurrentView, EventView, Lookup, ReviewUiConfig, ReviewerIdentity, RowView, Shared,
-    csrf, host_of, html, ledger_failed, load, lookup_failed, message, mount_base, now_ms, op_href,
-    pairs, queue_root, scope_label, timeline, words,
+use super::forms::{posted_form, verified_tenant};
+use super::lookup::{Lookup, load, lookup_failed};
+use super::operation::{EventView, pairs, timeline};
+use super::queue::{RowView, host_of};
+use super::views::{
+    Chrome, CurrentView, html, ledger_failed, message, op_href, queue_root, scope_label,
 };
+use super::{ReviewUiConfig, ReviewerIdentity, Shared, csrf, mount_base, now_ms, words};
 use crate::encoding::encode_component;
 use crate::ledger::{QUARANTINE_RELEASED, SkippedRow};
 use crate::operation::OperationId;
@@ -275,11 +278,11 @@ pub(super) async fn release(
 ) -> Response {
     let base = mount_base(original.path(), uri.path());
     let id = OperationId::new(id);
-    let post = match super::posted_form(&who, &base, &form) {
+    let post = match posted_form(&who, &base, &form) {
         Ok(p) => p,
         Err(page) => return page,
     };
-    let tenant = match super::verified_tenant(&cfg, &who, &base, &id, &post).await {
+    let tenant = match verified_tenant(&cfg, &who, &base, &id, &post).await {
         Ok(t) => t,
         Err(page) => return page,
     };
@@ -362,7 +365,7 @@ pub(super) async fn release(
                 }
                 Err(_) => (None, None),
             };
-            let current = p.as_ref().map(|p| super::current_view(p, now));
+            let current = p.as_ref().map(|p| super::views::current_view(p, now));
             match already {
                 Some(note) => refused(
                     "Already done",
