@@ -66,7 +66,9 @@
 //!   transport for recovery.
 //! - `axum`: `IntoResponse` for [`Outcome`] and [`Error`] ([`responses`]).
 //! - `cli`: the operators' command line, the `recoverable-write` binary (not library API), on a
-//!   SQLite file or a PostgreSQL URL; see the [runbook](guide::runbook).
+//!   SQLite file (with `sqlite`) or a PostgreSQL URL (with `postgres`:
+//!   `cargo install recoverable-write --features cli,postgres`); see the
+//!   [runbook](guide::runbook).
 //! - `review-ui`: the embeddable review page, an axum `Router` (`review_ui`).
 //! - `callbacks`: verified, deduplicated vendor callbacks as evidence (`callbacks`).
 //! - `metrics` (default): counters, histograms and gauges through the `metrics` facade.
