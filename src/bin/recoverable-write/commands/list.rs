@@ -166,33 +166,20 @@ impl QuarantinedRow {
     }
 }
 
+/// One page of `list` (its JSON as printed).
+#[derive(Serialize)]
+struct Listing {
+    operations: Vec<Row>,
+    quarantined: Vec<QuarantinedRow>,
+    next_cursor: Option<String>,
+    skipped: Vec<String>,
+}
+
 impl Ctx {
     pub(super) async fn list(&self, a: ListArgs) -> Result<String, CliError> {
         let asked = ListedStates::parse(&a.state)?;
-        let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         // The filters but the states, shared by the listing and its quarantined section.
-        let mut base = OperationQuery::scoped(self.scope.clone())
-            .limit(a.limit)
-            .order(if a.oldest_first {
-                Order::OldestFirst
-            } else {
-                Order::NewestFirst
-            });
-        if let Some(c) = a.contract {
-            base = base.contract(c);
-        }
-        if let Some(h) = a.host {
-            base = base.host(h.to_ascii_lowercase());
-        }
-        if let Some(d) = a.older_than {
-            base = base.created_before(self.now_ms.saturating_sub(ms(d)));
-        }
-        if let Some(d) = a.unchanged_for {
-            base = base.updated_before(self.now_ms.saturating_sub(ms(d)));
-        }
-        if let Some(t) = a.text {
-            base = base.text(TextMatch::Prefix(t));
-        }
+        let base = self.filters(&a);
         let mut q = match &asked {
             ListedStates::Quarantined => base.clone().quarantined_only(),
             ListedStates::States { states, .. } => base.clone().states(states.iter().copied()),
@@ -234,44 +221,77 @@ impl Ctx {
                     .map(|s| QuarantinedRow::new(s, self.now_ms)),
             );
         }
-        let next = page.next.map(|c| c.to_string());
+        let listing = Listing {
+            operations: rows,
+            quarantined,
+            next_cursor: page.next.map(|c| c.to_string()),
+            skipped,
+        };
         if self.json {
-            #[derive(Serialize)]
-            struct Out<'a> {
-                operations: &'a [Row],
-                quarantined: &'a [QuarantinedRow],
-                next_cursor: Option<&'a str>,
-                skipped: &'a [String],
-            }
-            return to_json(&Out {
-                operations: &rows,
-                quarantined: &quarantined,
-                next_cursor: next.as_deref(),
-                skipped: &skipped,
-            });
+            return to_json(&listing);
         }
+        Ok(self.text(&asked, &listing))
+    }
+
+    /// The query of `list`'s filters, the states and the cursor aside.
+    fn filters(&self, a: &ListArgs) -> OperationQuery {
+        let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let mut base = OperationQuery::scoped(self.scope.clone())
+            .limit(a.limit)
+            .order(if a.oldest_first {
+                Order::OldestFirst
+            } else {
+                Order::NewestFirst
+            });
+        if let Some(c) = &a.contract {
+            base = base.contract(c.clone());
+        }
+        if let Some(h) = &a.host {
+            base = base.host(h.to_ascii_lowercase());
+        }
+        if let Some(d) = a.older_than {
+            base = base.created_before(self.now_ms.saturating_sub(ms(d)));
+        }
+        if let Some(d) = a.unchanged_for {
+            base = base.updated_before(self.now_ms.saturating_sub(ms(d)));
+        }
+        if let Some(t) = &a.text {
+            base = base.text(TextMatch::Prefix(t.clone()));
+        }
+        base
+    }
+
+    /// The listing as text: the operations then the quarantined rows, or the quarantined rows
+    /// alone when only they were asked.
+    fn text(&self, asked: &ListedStates, listing: &Listing) -> String {
         let all = matches!(self.scope, TenantScope::AllTenants);
-        if asked == ListedStates::Quarantined {
+        let quarantined = &listing.quarantined;
+        if *asked == ListedStates::Quarantined {
             let mut out = if quarantined.is_empty() {
                 "no quarantined rows match\n".to_owned()
             } else {
-                render::quarantined_list(&quarantined, all)
+                render::quarantined_list(quarantined, all)
             };
-            if let Some(next) = &next {
+            if let Some(next) = &listing.next_cursor {
                 out.push_str(&format!("more: add --cursor {next}\n"));
             }
-            return Ok(out);
+            return out;
         }
-        let mut out = render::list(&rows, next.as_deref(), &skipped, all);
+        let mut out = render::list(
+            &listing.operations,
+            listing.next_cursor.as_deref(),
+            &listing.skipped,
+            all,
+        );
         if !quarantined.is_empty() {
             out.push_str(&format!(
                 "\nquarantined: {} row(s) this version cannot use; recovery skips them until they \
                  are released (`show OP`, then `quarantine release OP`)\n",
                 quarantined.len()
             ));
-            out.push_str(&render::quarantined_list(&quarantined, all));
+            out.push_str(&render::quarantined_list(quarantined, all));
         }
-        Ok(out)
+        out
     }
 }
 

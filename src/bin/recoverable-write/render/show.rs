@@ -15,6 +15,7 @@ use recoverable_write::state::State;
 
 use super::table;
 
+/// `show` of a readable operation, section by section.
 pub(crate) fn show(
     pkg: &HandoffPackage,
     e: &Explanation,
@@ -23,6 +24,21 @@ pub(crate) fn show(
 ) -> String {
     let mut out = String::new();
     let o = &mut out;
+    identity(o, pkg);
+    contradiction(o, pkg);
+    vendor_ref_and_late_success(o, pkg);
+    explanation(o, e);
+    request(o, pkg);
+    budget_and_times(o, pkg, now_ms);
+    attempts(o, pkg);
+    evidence(o, pkg);
+    audit_trail(o, audit);
+    next_commands(o, pkg);
+    out
+}
+
+/// What the operation is, its state and what that state means.
+fn identity(o: &mut String, pkg: &HandoffPackage) {
     let _ = writeln!(
         o,
         "operation  {}  (tenant {}, action {}, intent {})",
@@ -39,6 +55,10 @@ pub(crate) fn show(
         pkg.state, pkg.version, pkg.generation
     );
     let _ = writeln!(o, "           {}", state_meaning(pkg.state));
+}
+
+/// A contradicted final state: since when, what to do, and the contradicting entries.
+fn contradiction(o: &mut String, pkg: &HandoffPackage) {
     if let Some(at) = pkg.contradiction_ms {
         let _ = writeln!(
             o,
@@ -59,6 +79,11 @@ pub(crate) fn show(
             );
         }
     }
+}
+
+/// The vendor's reference; a success reported after the escalation comes first, with the
+/// resolution it offers.
+fn vendor_ref_and_late_success(o: &mut String, pkg: &HandoffPackage) {
     let late_success = review::late_success(&pkg.evidence);
     if let Some(r) = &pkg.remote_ref {
         let _ = writeln!(o, "vendor ref {r}");
@@ -86,6 +111,10 @@ pub(crate) fn show(
             l.seq, pkg.operation_id, pkg.version
         );
     }
+}
+
+/// Why it is stuck and what the engine would do next.
+fn explanation(o: &mut String, e: &Explanation) {
     let _ = writeln!(o, "\n{}", e.headline);
     if !e.warnings.is_empty() {
         o.push('\n');
@@ -98,7 +127,10 @@ pub(crate) fn show(
         let _ = writeln!(o, "  - {w}");
     }
     let _ = writeln!(o, "\nwhat the engine would do next\n  {}", e.next);
+}
 
+/// The request, redacted: no credential, no body value.
+fn request(o: &mut String, pkg: &HandoffPackage) {
     let p = &pkg.parameters;
     let _ = writeln!(o, "\nrequest (redacted: no credential, no body value)");
     let _ = writeln!(o, "  {} {}", p.method, p.url);
@@ -119,7 +151,10 @@ pub(crate) fn show(
     };
     let _ = writeln!(o, "  body      {} bytes{fields}", p.body_bytes);
     let _ = writeln!(o, "  payload   {}", p.payload_hash);
+}
 
+/// The budget, the authorization, the times.
+fn budget_and_times(o: &mut String, pkg: &HandoffPackage, now_ms: i64) {
     let b = &pkg.budget;
     let window = match b.deadline_ms {
         Some(d) if d <= now_ms => format!(
@@ -163,7 +198,10 @@ pub(crate) fn show(
     if let Some(n) = pkg.next_check_ms {
         let _ = writeln!(o, "next check {}", format_time(n));
     }
+}
 
+/// Every attempt sent and its result.
+fn attempts(o: &mut String, pkg: &HandoffPackage) {
     let _ = writeln!(o, "\nattempts ({})", pkg.attempts.len());
     for (i, a) in pkg.attempts.iter().enumerate() {
         let result = a
@@ -179,7 +217,10 @@ pub(crate) fn show(
             format_time(a.registered_ms)
         );
     }
+}
 
+/// The evidence timeline, counted from the operation's creation.
+fn evidence(o: &mut String, pkg: &HandoffPackage) {
     let _ = writeln!(o, "\ntimeline");
     let start = if pkg.created_ms > 0 {
         pkg.created_ms
@@ -187,7 +228,10 @@ pub(crate) fn show(
         pkg.evidence.first().map_or(0, |e| e.at_ms)
     };
     timeline(o, &pkg.evidence, start);
+}
 
+/// Who did what, when, why, on which version.
+fn audit_trail(o: &mut String, audit: &[AuditEntry]) {
     let _ = writeln!(o, "\naudit (who, when, why, version)");
     if audit.is_empty() {
         let _ = writeln!(o, "  no review action yet");
@@ -207,7 +251,10 @@ pub(crate) fn show(
             a.reason.as_deref().unwrap_or("not given")
         );
     }
+}
 
+/// The commands that act on an unfinished operation's current version.
+fn next_commands(o: &mut String, pkg: &HandoffPackage) {
     if !pkg.state.is_terminal() {
         let op = &pkg.operation_id;
         let v = pkg.version;
@@ -232,7 +279,6 @@ pub(crate) fn show(
             );
         }
     }
-    out
 }
 
 /// The evidence timeline, times counted from `start`.
