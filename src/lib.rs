@@ -65,8 +65,10 @@
 //! - `reqwest`: the reqwest-middleware adapter ([`reqwest`](mod@crate::reqwest)) and the reqwest
 //!   transport for recovery.
 //! - `axum`: `IntoResponse` for [`Outcome`] and [`Error`] ([`responses`]).
-//! - `cli`: the operators' command line, the `recoverable-write` binary (`cli`), on a SQLite
-//!   file or a PostgreSQL URL; see the [runbook](guide::runbook).
+//! - `cli`: the operators' command line, the `recoverable-write` binary (not library API), on a
+//!   SQLite file (with `sqlite`) or a PostgreSQL URL (with `postgres`:
+//!   `cargo install recoverable-write --features cli,postgres`); see the
+//!   [runbook](guide::runbook).
 //! - `review-ui`: the embeddable review page, an axum `Router` (`review_ui`).
 //! - `callbacks`: verified, deduplicated vendor callbacks as evidence (`callbacks`).
 //! - `metrics` (default): counters, histograms and gauges through the `metrics` facade.
@@ -87,8 +89,6 @@ pub mod budget;
 pub mod builder;
 #[cfg(feature = "callbacks")]
 pub mod callbacks;
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod clock;
 pub mod contract;
 pub mod contradiction;

@@ -333,11 +333,10 @@ async fn views(rw: &Handle, ledger_path: &Path, op: &Operation) -> Vec<(&'static
     }
     #[cfg(feature = "cli")]
     {
-        use clap::Parser;
+        // The command line is the `recoverable-write` binary: run it as an operator would.
         let ledger = format!("sqlite:{}", ledger_path.display());
         for (name, json) in [("show", false), ("show --json", true)] {
             let mut args = vec![
-                "recoverable-write",
                 "--ledger",
                 &ledger,
                 "--tenant",
@@ -348,9 +347,20 @@ async fn views(rw: &Handle, ledger_path: &Path, op: &Operation) -> Vec<(&'static
             if json {
                 args.push("--json");
             }
-            let cli = recoverable_write::cli::Cli::parse_from(args);
-            let out = recoverable_write::cli::run(cli).await.expect("show");
-            views.push((name, out));
+            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_recoverable-write"))
+                .env_remove("RECOVERABLE_WRITE_LEDGER")
+                .env_remove("RECOVERABLE_WRITE_SCHEMA")
+                .env_remove("RECOVERABLE_WRITE_CONTRACTS")
+                .args(args)
+                .output()
+                .await
+                .expect("run the CLI");
+            assert!(
+                out.status.success(),
+                "show: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            views.push((name, String::from_utf8(out.stdout).expect("utf-8 stdout")));
         }
     }
     let _ = ledger_path;
