@@ -201,17 +201,15 @@ fn normalize_uri(uri: &Uri) -> String {
 
 /// A SHA-256 digest as lower-case hex, written on the stack and shared (one allocation).
 fn hex_inline(digest: &[u8]) -> InlineStr<64> {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut buf = [0u8; 64];
-    let n = digest.len().min(32);
-    for (i, b) in digest[..n].iter().enumerate() {
-        buf[2 * i] = HEX[(b >> 4) as usize];
-        buf[2 * i + 1] = HEX[(b & 0xf) as usize];
+    if let Some(out) = buf.get_mut(..2 * digest.len())
+        && ::hex::encode_to_slice(digest, out).is_ok()
+        && let Ok(s) = std::str::from_utf8(out)
+    {
+        return InlineStr::new(s);
     }
-    match std::str::from_utf8(&buf[..2 * n]) {
-        Ok(s) if n == digest.len() => InlineStr::new(s),
-        _ => InlineStr::from_string(hex(digest)),
-    }
+    // Longer than a SHA-256 digest: not inline.
+    InlineStr::from_string(hex(digest))
 }
 
 #[cfg(test)]

@@ -210,23 +210,12 @@ impl Operation {
     }
 }
 
+/// Hex digits (either case) to bytes; `None` unless an even number of hex digits.
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    let hex_val = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let b = s.as_bytes();
-    if !b.len().is_multiple_of(2) {
-        return None;
-    }
-    b.chunks(2)
-        .map(|p| Some(hex_val(p[0])? << 4 | hex_val(p[1])?))
-        .collect()
+    ::hex::decode(s).ok()
 }
 
+/// Bytes as lower-case hex (stored hashes and signatures depend on the case).
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(HEX[(b >> 4) as usize] as char);
-        s.push(HEX[(b & 0xf) as usize] as char);
-    }
-    s
+    ::hex::encode(bytes)
 }
