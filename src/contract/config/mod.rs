@@ -44,7 +44,7 @@
 //!
 //! The contract's `name` (frozen on every operation row) is the table's key unless `name` is
 //! given. `extends` names a contract of the file first, then a built-in profile
-//! ([`profiles::by_name`]); a contract that extends its own table key
+//! ([`profiles::by_name`](super::profiles::by_name)); a contract that extends its own table key
 //! (`[contracts.stripe-v1] extends = "stripe-v1"`) means the built-in one; extending its own
 //! name when there is no such built-in is refused ([`ConfigErrorKind::ExtendsItself`]). Cycles
 //! are refused, and so is a chain of more than [`MAX_EXTENDS_DEPTH`] contracts of the file
