@@ -35,7 +35,7 @@ fn send_refused_is_not_executed() {
     };
     let c = Contract::conservative();
     assert_eq!(c.classify_error(&refused).label(), "not_executed");
-    let boxed: crate::BoxError = Box::new(wrap("service error", refused));
+    let boxed: tower::BoxError = Box::new(wrap("service error", refused));
     let e = c.classify_error(&*boxed);
     let Evidence::NotExecuted { why, .. } = e else {
         panic!("{e:?}")
