@@ -118,14 +118,7 @@ pub enum KeyError {
 
 /// Hex digits (either case) to bytes; `None` unless an even number of hex digits.
 pub(crate) fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    s.as_bytes()
-        .chunks(2)
-        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
-        .collect()
+    hex::decode(s).ok()
 }
 
 #[cfg(test)]

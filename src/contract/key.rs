@@ -1,14 +1,122 @@
-//! Placing the idempotency key in a request.
+//! Placing the idempotency key in a request: where it goes ([`KeyPlacement`], [`KeyFormat`]),
+//! its length check, and writing it into a header, a JSON or form body, or the query.
+
+use std::fmt;
 
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::uri::PathAndQuery;
 use http::{HeaderName, HeaderValue, Uri};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::Contract;
 use super::error::{ContractError, ContractErrorKind as Kind};
-use super::{Contract, KeyFormat, KeyPlacement};
 use crate::encoding::{decode_component, encode_component};
+
+/// Where the idempotency key goes in the request.
+///
+/// In JSON or TOML the placement is tagged by `in`:
+/// `{ "in": "header", "name": "Idempotency-Key", "format": "quoted" }`,
+/// `{ "in": "json_body", "pointer": "/idempotency_key" }`, `{ "in": "query", "name": "requestId" }`,
+/// `{ "in": "form_body", "name": "ClientToken" }`, `{ "in": "none" }`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "in", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum KeyPlacement {
+    /// A request header (Stripe, Adyen, PayPal, the IETF draft). An existing header of the same
+    /// name is replaced.
+    Header {
+        /// Header name, e.g. `Idempotency-Key` or `PayPal-Request-Id`.
+        name: String,
+        /// How the value is written.
+        #[serde(default)]
+        format: KeyFormat,
+    },
+    /// A string field in a JSON object body (Square's `idempotency_key`). Intermediate objects
+    /// are created when missing; a body that is not a JSON object is refused.
+    JsonBody {
+        /// RFC 6901 pointer to the field, e.g. `/idempotency_key` or `/meta/request_id`.
+        pointer: String,
+    },
+    /// A query parameter (Google's `requestId`), percent-encoded and appended to the query;
+    /// other parameters are kept as they are.
+    Query {
+        /// Parameter name.
+        name: String,
+    },
+    /// A field of an `application/x-www-form-urlencoded` body (the EC2 Query API's
+    /// `ClientToken`), percent-encoded and appended; other fields are kept as they are.
+    FormBody {
+        /// Field name.
+        name: String,
+    },
+    /// No key is sent: the vendor has no idempotency (Twilio's outbound API). The operation
+    /// still has a key in the ledger; it protects nothing at the vendor, so such a contract's
+    /// replay must be [`Replay::Unsafe`](super::Replay::Unsafe). In JSON or TOML: `{ "in": "none" }`.
+    #[serde(rename = "none", alias = "omitted")]
+    Omitted,
+}
+
+impl KeyPlacement {
+    /// The key in a header, written as is.
+    pub fn header(name: impl Into<String>) -> Self {
+        Self::Header {
+            name: name.into(),
+            format: KeyFormat::Plain,
+        }
+    }
+
+    /// The key in a JSON body field at `pointer` (Square: `/idempotency_key`).
+    pub fn json_body(pointer: impl Into<String>) -> Self {
+        Self::JsonBody {
+            pointer: pointer.into(),
+        }
+    }
+
+    /// The key in a query parameter (Google: `requestId`).
+    pub fn query(name: impl Into<String>) -> Self {
+        Self::Query { name: name.into() }
+    }
+
+    /// The key in a form body field (EC2: `ClientToken`).
+    pub fn form_body(name: impl Into<String>) -> Self {
+        Self::FormBody { name: name.into() }
+    }
+}
+
+impl fmt::Display for KeyPlacement {
+    /// A short description: `header Idempotency-Key`, `header Idempotency-Key (quoted)`,
+    /// `json body /idempotency_key`, `query requestId`, `form body ClientToken`, `none`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Header {
+                name,
+                format: KeyFormat::Plain,
+            } => write!(f, "header {name}"),
+            Self::Header {
+                name,
+                format: KeyFormat::Quoted,
+            } => write!(f, "header {name} (quoted)"),
+            Self::JsonBody { pointer } => write!(f, "json body {pointer}"),
+            Self::Query { name } => write!(f, "query {name}"),
+            Self::FormBody { name } => write!(f, "form body {name}"),
+            Self::Omitted => f.write_str("none"),
+        }
+    }
+}
+
+/// How a key is written into a header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum KeyFormat {
+    /// The key as is: `Idempotency-Key: 8e03...` (Stripe, Adyen, PayPal).
+    #[default]
+    Plain,
+    /// An RFC 8941 sf-string, quoted: `Idempotency-Key: "8e03..."` (the IETF draft).
+    Quoted,
+}
 
 pub(super) fn check_len(contract: &Contract, key: &str) -> Result<(), ContractError> {
     let err = |kind| ContractError::new(&contract.name, "key", kind);

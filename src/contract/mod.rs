@@ -61,14 +61,11 @@
 //! "what do we now *know* about a write that may have executed?", so the answer has more classes,
 //! and the default for anything undocumented is "unknown", never "failed".
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::evidence::Evidence;
 use crate::operation::{IdempotencyKey, PayloadDigest};
@@ -77,8 +74,10 @@ mod classify;
 pub mod config;
 mod error;
 mod key;
+mod lookup;
 pub(crate) use key::key_header;
 pub mod profiles;
+mod reference;
 mod registry;
 mod retry_after;
 mod rules;
@@ -87,17 +86,11 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-/// Names a contract and pins its exact content, frozen on the operation row.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContractRef {
-    /// The contract's name (e.g. `stripe-v1`); shared, so copies cost a reference count.
-    pub name: Arc<str>,
-    /// SHA-256 of the contract's canonical serialization; shared like `name`.
-    pub hash: Arc<str>,
-}
-
 pub use config::{ConfigError, ConfigErrorKind};
 pub use error::{ContractError, ContractErrorKind};
+pub use key::{KeyFormat, KeyPlacement};
+pub use lookup::{AnswerFormat, Lookup, LookupAnswer, NotFound};
+pub use reference::ContractRef;
 pub use registry::{Contracts, Target};
 pub use retry_after::{MAX_RETRY_AFTER, parse_retry_after, retry_after_from_headers};
 pub use rules::{BodyMatch, EvidenceClass, HeaderMatch, Rule, StatusMatch, XmlMatch};
@@ -258,110 +251,6 @@ fn default_max_key_len() -> usize {
     DEFAULT_MAX_KEY_LEN
 }
 
-/// Where the idempotency key goes in the request.
-///
-/// In JSON or TOML the placement is tagged by `in`:
-/// `{ "in": "header", "name": "Idempotency-Key", "format": "quoted" }`,
-/// `{ "in": "json_body", "pointer": "/idempotency_key" }`, `{ "in": "query", "name": "requestId" }`,
-/// `{ "in": "form_body", "name": "ClientToken" }`, `{ "in": "none" }`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "in", rename_all = "snake_case", deny_unknown_fields)]
-#[non_exhaustive]
-pub enum KeyPlacement {
-    /// A request header (Stripe, Adyen, PayPal, the IETF draft). An existing header of the same
-    /// name is replaced.
-    Header {
-        /// Header name, e.g. `Idempotency-Key` or `PayPal-Request-Id`.
-        name: String,
-        /// How the value is written.
-        #[serde(default)]
-        format: KeyFormat,
-    },
-    /// A string field in a JSON object body (Square's `idempotency_key`). Intermediate objects
-    /// are created when missing; a body that is not a JSON object is refused.
-    JsonBody {
-        /// RFC 6901 pointer to the field, e.g. `/idempotency_key` or `/meta/request_id`.
-        pointer: String,
-    },
-    /// A query parameter (Google's `requestId`), percent-encoded and appended to the query;
-    /// other parameters are kept as they are.
-    Query {
-        /// Parameter name.
-        name: String,
-    },
-    /// A field of an `application/x-www-form-urlencoded` body (the EC2 Query API's
-    /// `ClientToken`), percent-encoded and appended; other fields are kept as they are.
-    FormBody {
-        /// Field name.
-        name: String,
-    },
-    /// No key is sent: the vendor has no idempotency (Twilio's outbound API). The operation
-    /// still has a key in the ledger; it protects nothing at the vendor, so such a contract's
-    /// replay must be [`Replay::Unsafe`]. In JSON or TOML: `{ "in": "none" }`.
-    #[serde(rename = "none", alias = "omitted")]
-    Omitted,
-}
-
-impl KeyPlacement {
-    /// The key in a header, written as is.
-    pub fn header(name: impl Into<String>) -> Self {
-        Self::Header {
-            name: name.into(),
-            format: KeyFormat::Plain,
-        }
-    }
-
-    /// The key in a JSON body field at `pointer` (Square: `/idempotency_key`).
-    pub fn json_body(pointer: impl Into<String>) -> Self {
-        Self::JsonBody {
-            pointer: pointer.into(),
-        }
-    }
-
-    /// The key in a query parameter (Google: `requestId`).
-    pub fn query(name: impl Into<String>) -> Self {
-        Self::Query { name: name.into() }
-    }
-
-    /// The key in a form body field (EC2: `ClientToken`).
-    pub fn form_body(name: impl Into<String>) -> Self {
-        Self::FormBody { name: name.into() }
-    }
-}
-
-impl fmt::Display for KeyPlacement {
-    /// A short description: `header Idempotency-Key`, `header Idempotency-Key (quoted)`,
-    /// `json body /idempotency_key`, `query requestId`, `form body ClientToken`, `none`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Header {
-                name,
-                format: KeyFormat::Plain,
-            } => write!(f, "header {name}"),
-            Self::Header {
-                name,
-                format: KeyFormat::Quoted,
-            } => write!(f, "header {name} (quoted)"),
-            Self::JsonBody { pointer } => write!(f, "json body {pointer}"),
-            Self::Query { name } => write!(f, "query {name}"),
-            Self::FormBody { name } => write!(f, "form body {name}"),
-            Self::Omitted => f.write_str("none"),
-        }
-    }
-}
-
-/// How a key is written into a header.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum KeyFormat {
-    /// The key as is: `Idempotency-Key: 8e03...` (Stripe, Adyen, PayPal).
-    #[default]
-    Plain,
-    /// An RFC 8941 sf-string, quoted: `Idempotency-Key: "8e03..."` (the IETF draft).
-    Quoted,
-}
-
 /// What a same-key replay inside the retention window does at the vendor.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -396,267 +285,6 @@ impl Replay {
         }
     }
 }
-
-/// How an operation whose outcome is unknown can be looked up at the vendor.
-///
-/// This is data: it describes the vendor, and the recovery engine chooses the
-/// [`Reconciler`](crate::reconcile::Reconciler) from it. URL templates take the placeholders
-/// `{operation_id}`, `{idempotency_key}`, `{tenant}` and `{remote_ref}` (the last one is only
-/// known once a response named the created object). A template starting with `/` or `?` is
-/// relative to the operation's own URL (same scheme and host: for a regional API, the same
-/// region).
-///
-/// In JSON or TOML the lookup is tagged by `kind`:
-/// `{ kind = "http_get", url_template = "/operations/{operation_id}" }`,
-/// `{ kind = "list_by_reference", url_template = "/v1/charges?limit=100", items_pointer = "/data",
-/// reference_pointer = "/metadata/operation_id" }`, `{ kind = "same_key_replay" }`,
-/// `{ kind = "webhooks", events = ["payment.created"] }`, `{ kind = "unavailable" }`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-#[non_exhaustive]
-pub enum Lookup {
-    /// `GET` one resource by a template naming the operation or its key, e.g.
-    /// `https://vendor.example/operations/{operation_id}`. A 404 proves nothing.
-    ///
-    /// Placeholders (values percent-encoded): `{operation_id}`, `{idempotency_key}`,
-    /// `{tenant}`, and `{remote_ref}`, the vendor's reference of the created object as recorded
-    /// on the operation from its own earlier evidence. A URL holding `{operation_id}`,
-    /// `{idempotency_key}` or `{remote_ref}` identifies the operation (see
-    /// [`LookupAnswer::operation_id`]). While the operation has no remote reference, a
-    /// `{remote_ref}` lookup is not made: its answer is [`Evidence::Unknown`](crate::Evidence)
-    /// (nothing proven, never a miss that could mean "not executed"), and the operation stays
-    /// `UNKNOWN`. Today the engine records a remote reference only with a success, so a
-    /// `{remote_ref}` lookup serves operations whose reference is put on the row by other
-    /// evidence; pair it with a lookup by id or key for lost responses.
-    HttpGet {
-        /// The URL template.
-        url_template: String,
-        /// How the answer is read (defaults documented on [`LookupAnswer`]).
-        #[serde(default, skip_serializing_if = "LookupAnswer::is_default")]
-        answer: LookupAnswer,
-    },
-    /// `GET` a list or search filtered by a reference the client attached (Stripe metadata,
-    /// EC2's `client-token` filter) and find the item carrying it. Only an item that carries the
-    /// reference identifies the operation; an empty list proves nothing, and nothing at all
-    /// before `settle_secs` when the list is eventually consistent. Several items carrying the
-    /// reference prove nothing either (none is picked). The answer is JSON, or XML with
-    /// `answer.format = "xml"` (EC2's `DescribeInstances`). Built as a
-    /// [`ListLookup`](crate::reconcile::ListLookup).
-    ListByReference {
-        /// The list URL template (the filter, if the vendor has one, goes in the query).
-        url_template: String,
-        /// Where the items are in the answer (e.g. `/data`; in XML, a path such as
-        /// `/DescribeInstancesResponse/reservationSet/item`); `None`: the answer is the array
-        /// of items (in XML, the root element's children are).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        items_pointer: Option<String>,
-        /// Where an item carries the reference (e.g. `/metadata/operation_id`); `None` when
-        /// the filter in the URL already matches on it.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reference_pointer: Option<String>,
-        /// The reference value, a template (default `{operation_id}`; EC2: `{idempotency_key}`).
-        #[serde(default = "default_reference")]
-        reference: String,
-        /// How the item carrying the reference is read (defaults documented on
-        /// [`LookupAnswer`], pointers relative to the item). `not_found` must stay `unknown`:
-        /// an empty list or a 404 never proves that a write was not executed.
-        #[serde(default, skip_serializing_if = "LookupAnswer::is_default")]
-        answer: LookupAnswer,
-    },
-    /// Send the frozen request again with the same key inside the retention window: the vendor
-    /// answers with the first result or the current state, never a second execution. Only for a
-    /// contract whose [`Replay`] is safe.
-    SameKeyReplay,
-    /// No lookup API: the vendor announces outcomes by webhook (Adyen, Square). Until an event
-    /// arrives the operation stays unknown, and goes to manual review when the window ends.
-    Webhooks {
-        /// The events that report the outcome (e.g. `payment.created`), for the handoff.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        events: Vec<String>,
-    },
-    /// The vendor offers no way to find out: an unknown outcome goes to manual review.
-    Unavailable,
-}
-
-/// What a 404 or 410 from a lookup means (the contract's `answer.not_found`).
-///
-/// The default, [`NotFound::Unknown`], is the only safe reading for most vendors: a lookup that
-/// is eventually consistent, scoped by tenant, or whose record is written after the side effect
-/// answers 404 for a write that happened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum NotFound {
-    /// Weak evidence: the operation stays unknown (`unknown`).
-    #[default]
-    Unknown,
-    /// The vendor guarantees that a 404 means the write was never registered (`not_executed`).
-    ///
-    /// **Dangerous**: the operation becomes `RETRY_READY` and is replayed with the same key. If
-    /// the vendor did execute the write (a lagging replica, a record cleaned up early, another
-    /// tenant scope), the replay executes it a second time. Only for a lookup endpoint whose
-    /// record is written atomically with the side effect and read from the primary.
-    NotExecuted,
-}
-
-impl NotFound {
-    /// The values a contract may give, as an error names them.
-    pub const EXPECTED: &'static str = "unknown, not_executed";
-
-    /// Reads the contract's value (`unknown` or `not_executed`, exactly).
-    pub fn parse(value: &str) -> Option<Self> {
-        match value {
-            "unknown" => Some(Self::Unknown),
-            "not_executed" => Some(Self::NotExecuted),
-            _ => None,
-        }
-    }
-
-    /// The contract's name for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Unknown => "unknown",
-            Self::NotExecuted => "not_executed",
-        }
-    }
-}
-
-/// How the answer of an [`Lookup::HttpGet`] (or the item of a [`Lookup::ListByReference`]) is
-/// read. Every field is optional; in TOML:
-/// `answer = { status = "/state", remote_ref = "/ticket/id", succeeded = ["OPEN", "CLOSED"] }`.
-///
-/// | field | default | meaning |
-/// |---|---|---|
-/// | `format` | `json` | how the answer is parsed: `json` or `xml` (see below) |
-/// | `status` | `/status` | JSON pointer to the status |
-/// | `remote_ref` | `/resource_id` | JSON pointer to the created object's reference |
-/// | `operation_id` | none when the URL template holds `{operation_id}` or `{idempotency_key}` (the URL identifies the operation), else `/operation_id` | JSON pointer where the answer must repeat the operation id for it to count |
-/// | `succeeded` | `SUCCEEDED`, `SUCCESS`, `COMPLETED`, `DONE` | statuses meaning done |
-/// | `processing` | `PROCESSING`, `PENDING`, `IN_PROGRESS`, `RUNNING` | still running |
-/// | `rejected` | `REJECTED`, `FAILED`, `DECLINED` | refused, no side effect |
-/// | `not_executed` | `NOT_EXECUTED` | the vendor's record says it never ran |
-/// | `not_found` | `unknown` | what a 404/410 means: `unknown` (weak evidence: the operation stays unknown) or `not_executed` |
-///
-/// Statuses compare case-insensitively; any other status is weak evidence. A 404 is never
-/// proof of anything by default: a vendor whose lookup is eventually consistent, or whose record
-/// is written after the side effect, answers 404 for a write that happened.
-///
-/// `not_found = "not_executed"` is only for a vendor whose lookup endpoint **guarantees** that a
-/// 404 means the write was never registered (the record is written atomically with the side
-/// effect, read from the primary, kept at least as long as the recovery window). It is
-/// dangerous: a 404 read as "not executed" authorises a replay with the same key, and if the
-/// vendor did execute the write (its record lagging, cleaned up, or kept elsewhere) the replay
-/// executes it a second time. It is refused with `settle_secs` (a lookup that may lag cannot
-/// prove absence) and on a `list_by_reference` lookup (an empty list never proves it).
-///
-/// For a [`Lookup::ListByReference`] the pointers are relative to the item carrying the
-/// reference, and `operation_id` has no default (the reference identifies the item).
-///
-/// `format = "xml"` reads an XML answer (the AWS Query APIs): every pointer of the lookup is
-/// then a path of element names, written like a pointer. From the answer it starts at the root
-/// element (`/DescribeInstancesResponse/reservationSet/item`); from an item, at the item's
-/// children (`/instancesSet/item/instanceId`). Names are compared without their namespace, a
-/// step takes every element of its name (a list's items), and a value is the trimmed text of the
-/// first element the path selects. An answer that is not well-formed XML (or holds a DTD) proves
-/// nothing: [`Evidence::Unknown`](crate::Evidence).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LookupAnswer {
-    /// How the answer is parsed: `json` (the default) or `xml`.
-    #[serde(default, skip_serializing_if = "AnswerFormat::is_json")]
-    pub format: AnswerFormat,
-    /// JSON pointer to the status (default `/status`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-    /// JSON pointer to the remote reference (default `/resource_id`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote_ref: Option<String>,
-    /// JSON pointer where the answer names the operation (see the table for the default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operation_id: Option<String>,
-    /// Statuses meaning done.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub succeeded: Option<Vec<String>>,
-    /// Statuses meaning still running.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub processing: Option<Vec<String>>,
-    /// Statuses meaning refused with no side effect.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rejected: Option<Vec<String>>,
-    /// Statuses meaning never executed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_executed: Option<Vec<String>>,
-    /// What a 404 or 410 means: `unknown` (the default: weak evidence) or `not_executed`
-    /// (see the danger above; parsed by [`NotFound::parse`]).
-    /// Any other value is refused by [`Contract::validate`], naming `lookup.answer.not_found`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_found: Option<String>,
-}
-
-/// How a lookup's answer is parsed ([`LookupAnswer::format`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum AnswerFormat {
-    /// A JSON document; pointers are RFC 6901 JSON pointers.
-    #[default]
-    Json,
-    /// An XML document; pointers are paths of element names (see [`LookupAnswer`]).
-    Xml,
-}
-
-impl AnswerFormat {
-    /// Whether it is the default, JSON (left out of the contract's serialization).
-    pub fn is_json(&self) -> bool {
-        *self == Self::Json
-    }
-}
-
-impl LookupAnswer {
-    /// All defaults (the field is left out of the contract's serialization).
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-}
-
-fn default_reference() -> String {
-    "{operation_id}".to_owned()
-}
-
-impl Lookup {
-    /// A `GET` by URL template, its answer read with the defaults of [`LookupAnswer`].
-    pub fn http_get(url_template: impl Into<String>) -> Self {
-        Self::HttpGet {
-            url_template: url_template.into(),
-            answer: LookupAnswer::default(),
-        }
-    }
-
-    /// The name used in JSON and TOML (`http_get`, `list_by_reference`, ...).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::HttpGet { .. } => "http_get",
-            Self::ListByReference { .. } => "list_by_reference",
-            Self::SameKeyReplay => "same_key_replay",
-            Self::Webhooks { .. } => "webhooks",
-            Self::Unavailable => "unavailable",
-        }
-    }
-}
-
-impl fmt::Display for Lookup {
-    /// A short description: `GET /operations/{operation_id}`, `same-key replay`, ...
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::HttpGet { url_template, .. } => write!(f, "GET {url_template}"),
-            Self::ListByReference { url_template, .. } => write!(f, "list {url_template}"),
-            Self::SameKeyReplay => f.write_str("same-key replay"),
-            Self::Webhooks { events } if events.is_empty() => f.write_str("webhooks"),
-            Self::Webhooks { events } => write!(f, "webhooks ({})", events.join(", ")),
-            Self::Unavailable => f.write_str("none (manual review)"),
-        }
-    }
-}
-
 /// Where the created object's id (the remote reference) sits in a success body.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -871,24 +499,6 @@ impl Contract {
         self
     }
 
-    /// The contract's name and the SHA-256 (lower-case hex) of its canonical JSON serialization
-    /// (object keys sorted, no whitespace). Stable across runs and processes; any change to any
-    /// field changes the hash. Frozen on each operation row.
-    pub fn reference(&self) -> ContractRef {
-        ContractRef {
-            name: self.name.as_str().into(),
-            hash: crate::operation::hex(&Sha256::digest(self.canonical_json().as_bytes())).into(),
-        }
-    }
-
-    /// The canonical JSON serialization hashed by [`Contract::reference`].
-    pub fn canonical_json(&self) -> String {
-        let value = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
-        let mut canonical = String::new();
-        write_canonical(&value, &mut canonical);
-        canonical
-    }
-
     /// Checks that the contract is usable: header names valid, JSON pointers well-formed,
     /// status ranges within `100..=599` and ordered, every rule constrains the status,
     /// `max_key_len` holds a generated key, and the numeric fields are within their bounds
@@ -939,37 +549,5 @@ impl Contract {
     /// (timeouts, resets, incomplete messages, unknown errors) is `Unknown`.
     pub fn classify_error(&self, err: &(dyn std::error::Error + 'static)) -> Evidence {
         classify::error(err)
-    }
-}
-
-/// Writes a JSON value in canonical form: object keys sorted, no whitespace.
-fn write_canonical(value: &serde_json::Value, out: &mut String) {
-    use serde_json::Value;
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&serde_json::to_string(k).unwrap_or_default());
-                out.push(':');
-                write_canonical(v, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(v, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&serde_json::to_string(scalar).unwrap_or_default()),
     }
 }
