@@ -196,14 +196,23 @@ fn frozen_field(op: &OperationRecord, pointer: &str) -> Option<String> {
     body.pointer(pointer)?.as_str().map(str::to_owned)
 }
 
+/// Log what `RUST_LOG` asks for (`recoverable_write=info`, `debug`, ...), else only warnings.
+fn init_tracing() {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| v.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::WARN));
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer())
+        .with(filter)
+        .init();
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    init_tracing();
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

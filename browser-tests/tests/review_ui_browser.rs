@@ -8,8 +8,6 @@
 //! Without them the test is skipped with a message, unless `CI=true`: then it fails.
 #![cfg(feature = "review-ui")]
 
-mod common;
-
 use std::net::TcpListener as StdListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,10 +17,10 @@ use axum::Router;
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use common::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use recoverable_write::review_ui::{self, ReviewUiConfig, ReviewerIdentity};
+use recoverable_write::testing::drill::*;
 use recoverable_write::{State, Tenant};
 
 /// chromedriver, killed when the test ends however it ends.
@@ -178,7 +176,8 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
 
     let (_driver, webdriver) = start_driver(&chromedriver).await;
     let client = browser(&webdriver, &chromium).await;
-    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/review-ui-screenshots");
+    // The repository's `target/` (this package is `browser-tests/` in the workspace).
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/review-ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
 
     let run = async {
