@@ -1,4 +1,7 @@
 use super::*;
+use conn::Conn;
+use sql::*;
+use writer::Finish;
 
 /// The value of `pragma` on the writer's connection, between batches.
 async fn writer_pragma(ledger: &SqliteLedger, pragma: &'static str) -> String {
