@@ -107,6 +107,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// The provided implementation calls `record` and returns its row
     /// ([`Recorded::Row`]). [`MemoryLedger`] answers [`Recorded::Applied`] instead of copying
     /// its row out.
+    ///
+    /// [`MemoryLedger`]: super::MemoryLedger
     fn record_unread(&self, update: Update) -> BoxFuture<'_, Result<Recorded, LedgerError>> {
         let written = self.record(update);
         Box::pin(async move {
@@ -121,6 +123,9 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// it without waiting for the store. The provided implementation answers `false`;
     /// [`SqliteLedger`] answers `true` unless
     /// [`SqliteLedgerOptions::detached_results`] turned it off.
+    ///
+    /// [`SqliteLedger`]: super::SqliteLedger
+    /// [`SqliteLedgerOptions::detached_results`]: super::SqliteLedgerOptions::detached_results
     fn detaches_results(&self) -> bool {
         false
     }
@@ -154,6 +159,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// encoded); `settled` is then dropped without a call. Once queued, every outcome, a
     /// failure included, goes to `settled`. The provided implementation fails with
     /// [`LedgerError::Config`]: ask [`detaches_results`](Self::detaches_results) first.
+    ///
+    /// [`SqliteLedger`]: super::SqliteLedger
     fn record_detached(
         &self,
         update: Update,
@@ -229,6 +236,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// rows it can decode ([`MemoryLedger`]). A backend whose rows can become undecodable must
     /// quarantine them and override this, [`count_by_state`](Self::count_by_state),
     /// [`list`](Self::list) and [`release_quarantined`](Self::release_quarantined).
+    ///
+    /// [`MemoryLedger`]: super::MemoryLedger
     fn quarantined(&self, limit: u32) -> BoxFuture<'_, Result<Vec<QuarantinedRow>, LedgerError>> {
         let _ = limit;
         Box::pin(async { Ok(Vec::new()) })
@@ -254,6 +263,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// # Errors
     ///
     /// [`LedgerError::Unavailable`] if the store failed (nothing changed).
+    ///
+    /// [`QUARANTINE_RELEASED`]: super::QUARANTINE_RELEASED
     fn release_quarantined<'a>(
         &'a self,
         tenant: &'a Tenant,
@@ -328,6 +339,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// read the whole history).
     ///
     /// The provided implementation returns [`LedgerError::Config`], as [`list`](Self::list).
+    ///
+    /// [`OPEN_STATES`]: super::OPEN_STATES
     fn count_by_state<'a>(
         &'a self,
         scope: &'a TenantScope,
@@ -341,6 +354,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     ///
     /// The provided implementation reads the first page of [`list`](Self::list) for each
     /// state, oldest first, one row each; so a backend without listing returns its error.
+    ///
+    /// [`WATCHED_STATES`]: super::WATCHED_STATES
     fn oldest<'a>(
         &'a self,
         scope: &'a TenantScope,
@@ -523,6 +538,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     ///
     /// The provided implementation returns [`LedgerError::Config`], as
     /// [`finished_contracts`](Self::finished_contracts).
+    ///
+    /// [`PurgeStage`]: super::PurgeStage
     fn purge(&self, batch: PurgeBatch) -> BoxFuture<'_, Result<Purged, LedgerError>> {
         let _ = batch;
         Box::pin(async { Err(retention::retention_unsupported()) })
@@ -533,6 +550,8 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     ///
     /// The provided implementation returns [`LedgerError::Config`], as
     /// [`finished_contracts`](Self::finished_contracts).
+    ///
+    /// [`CallbackRecords`]: super::CallbackRecords
     fn purge_callbacks(&self, batch: CallbackPurge) -> BoxFuture<'_, Result<Purged, LedgerError>> {
         let _ = batch;
         Box::pin(async { Err(retention::retention_unsupported()) })

@@ -30,6 +30,8 @@
 //! both the row and the evidence log. Times are fixed milliseconds (no clock, no sleeps).
 //! Concurrency checks spawn tasks on the multi-threaded runtime [`run`] builds, so races between
 //! callers really happen.
+//!
+//! [`Ledger`]: crate::ledger::Ledger
 
 use std::future::Future;
 
