@@ -3,10 +3,9 @@
 //! quarantine is listed per tenant before its limit, and a contradiction of a final state marks
 //! the operation for the review queue until a person acknowledges it.
 
-use super::{
-    RawChanges, T0, apply_ok, delivery, evidence_entry, get, keep, kinds, log, must, new_operation,
-    put, quarantined, succeeded_by_callback, update_of,
-};
+use super::callback_delivery::{delivery, quarantined, succeeded_by_callback};
+use super::fixtures::{RawChanges, T0, evidence_entry, keep, new_operation, update_of};
+use super::helpers::{apply_ok, get, kinds, log, must, put};
 use crate::contradiction::{CONTRADICTION, CONTRADICTION_ACKNOWLEDGED};
 use crate::evidence::Evidence;
 use crate::ledger::{

@@ -2,8 +2,12 @@
 //! `postgres://postgres@127.0.0.1:5432/test`); without one they print why and pass, except
 //! in CI (`CI=true`).
 
+use std::time::Duration;
+
+use sqlx::postgres::PgConnection;
+use sqlx::{AssertSqlSafe, Connection};
+
 use super::*;
-use sqlx::Connection;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 

@@ -1,0 +1,62 @@
+//! Listing and counting operations (the review queue's reads).
+
+use super::MemoryLedger;
+use super::tables::Row;
+use crate::ledger::{
+    Cursor, LedgerError, OPEN_STATES, OperationQuery, Order, Page, StateCounts, TenantScope,
+};
+
+impl MemoryLedger {
+    pub(super) fn list_now(&self, q: &OperationQuery) -> Result<Page, LedgerError> {
+        q.validate()?;
+        let after = q.after.as_ref().map(Cursor::parts).transpose()?;
+        let t = self.tables()?;
+        let key = |row: &Row| {
+            (
+                row.record.created_ms,
+                i64::try_from(row.created_seq).unwrap_or(i64::MAX),
+            )
+        };
+        let newest = q.order == Order::NewestFirst;
+        let mut hits: Vec<(&Row, (i64, i64))> = t
+            .operations
+            .rows()
+            .filter(|row| q.matches(&row.record))
+            .map(|row| (row, key(row)))
+            .filter(|(_, k)| match after {
+                None => true,
+                Some(c) if newest => *k < c,
+                Some(c) => *k > c,
+            })
+            .collect();
+        hits.sort_by_key(|(_, k)| *k);
+        if newest {
+            hits.reverse();
+        }
+        let limit = q.limit as usize;
+        let next = (hits.len() > limit).then(|| {
+            let (created, k) = hits[limit - 1].1;
+            Cursor::new(created, k)
+        });
+        let rows = hits
+            .into_iter()
+            .take(limit)
+            .map(|(row, _)| row.record.clone())
+            .collect();
+        Ok(Page::new(rows, next, Vec::new()))
+    }
+
+    pub(super) fn count_now(&self, scope: &TenantScope) -> Result<StateCounts, LedgerError> {
+        let t = self.tables()?;
+        let mut counts = StateCounts::default();
+        for state in OPEN_STATES {
+            let n = t
+                .operations
+                .rows()
+                .filter(|row| row.record.state == state && scope.contains(&row.record.tenant))
+                .count();
+            counts.set(state, n as u64);
+        }
+        Ok(counts)
+    }
+}

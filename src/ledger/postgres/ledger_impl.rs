@@ -1,0 +1,468 @@
+//! The [`Ledger`] implementation of [`PostgresLedger`].
+
+use sqlx::AssertSqlSafe;
+
+use super::text::{check_key, check_new};
+use super::writer::finish;
+use super::{
+    POSTGRES, PostgresLedger, bind_args, decode_counts, decode_evidence, decode_operation,
+    decode_page, decode_quarantined, decode_quarantined_callback, unavailable,
+};
+use crate::ledger::callback::check_effect;
+use crate::ledger::codec::{EvidenceColumns, RowColumns};
+use crate::ledger::{
+    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackPurge,
+    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, IgnoredCallback, Ledger,
+    LedgerError, NewEvidence, NewOperation, OldestPerState, OperationQuery, OperationRecord, Page,
+    ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Released, StateCounts,
+    TenantScope, Update, check_first_update, first_applied, store_entries,
+};
+use crate::operation::{OperationId, Tenant};
+use crate::state::State;
+
+impl Ledger for PostgresLedger {
+    fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
+        Box::pin(async move {
+            let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+            // Outside a transaction each statement commits on its own: the insert and its
+            // `created` entry are one statement.
+            self.create_in(&mut conn, new).await
+        })
+    }
+
+    fn create_and_apply(
+        &self,
+        new: NewOperation,
+        first: Update,
+    ) -> BoxFuture<'_, Result<Created, LedgerError>> {
+        Box::pin(async move {
+            check_first_update(&new, &first)?;
+            check_new(&new)?;
+            let created_at = new.now_ms;
+            let created = EvidenceColumns::encode(store_entries::created(created_at), POSTGRES)?;
+            let (row, entry) = first_applied(new, first);
+            let claimed = EvidenceColumns::encode(entry, POSTGRES)?;
+            let r = RowColumns::encode(&row, POSTGRES)?;
+            let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+            // One statement: the row and both entries commit together, or not at all.
+            let rows = sqlx::query(AssertSqlSafe(self.sql.insert_claimed.clone()))
+                .bind(self.caller_now(created_at))
+                .bind(created_at)
+                .bind(r.tenant)
+                .bind(r.operation_id)
+                .bind(r.action)
+                .bind(r.intent_ref)
+                .bind(r.idempotency_key)
+                .bind(r.payload_hash)
+                .bind(r.request_method)
+                .bind(r.request_url)
+                .bind(r.request_headers)
+                .bind(r.request_body)
+                .bind(r.contract_name)
+                .bind(r.contract_hash)
+                .bind(r.budget_policy)
+                .bind(r.state)
+                .bind(r.last_result)
+                .bind(r.generation)
+                .bind(r.attempts_used)
+                .bind(r.queries_used)
+                .bind(r.may_have_applied)
+                .bind(r.current_attempt)
+                .bind(r.lease_until_ms)
+                .bind(r.next_check_ms)
+                .bind(r.deadline_ms)
+                .bind(r.remote_ref)
+                .bind(r.reason)
+                .bind(r.response.status.map(i32::from))
+                .bind(r.response.headers)
+                .bind(r.response.body)
+                .bind(r.updated_ms)
+                .bind(created.attempt_id)
+                .bind(created.generation)
+                .bind(created.kind)
+                .bind(created.from_state)
+                .bind(created.to_state)
+                .bind(created.evidence)
+                .bind(created.note)
+                .bind(created.at_ms)
+                .bind(claimed.attempt_id)
+                .bind(claimed.generation)
+                .bind(claimed.kind)
+                .bind(claimed.from_state)
+                .bind(claimed.to_state)
+                .bind(claimed.evidence)
+                .bind(claimed.note)
+                .bind(claimed.at_ms)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            match rows.first() {
+                Some(inserted) => Ok(Created::New(decode_operation(inserted)?)),
+                None => {
+                    self.existing(
+                        &mut conn,
+                        &row.tenant,
+                        &row.operation_id,
+                        &row.action,
+                        &row.intent_ref,
+                    )
+                    .await
+                }
+            }
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            check_key(tenant, id)?;
+            let row = sqlx::query(AssertSqlSafe(self.sql.select_by_id.clone()))
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            row.as_ref().map(decode_operation).transpose()
+        })
+    }
+
+    fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.apply_with(&self.pool, self.sql.apply.clone(), update))
+    }
+
+    fn record(
+        &self,
+        update: Update,
+    ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.apply_with(&self.pool, self.sql.apply_after_send.clone(), update))
+    }
+
+    fn claim_due(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let claimed = self.claim_in(&mut tx, now_ms, lease_ms, limit).await;
+            finish(tx, claimed).await
+        })
+    }
+
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let claimed = self
+                .claim_prepared_in(&mut tx, now_ms, older_than_ms, lease_ms, limit)
+                .await;
+            finish(tx, claimed).await
+        })
+    }
+
+    fn quarantined(&self, limit: u32) -> BoxFuture<'_, Result<Vec<QuarantinedRow>, LedgerError>> {
+        Box::pin(async move {
+            let rows = sqlx::query(AssertSqlSafe(self.sql.select_quarantined.clone()))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            rows.iter().map(decode_quarantined).collect()
+        })
+    }
+
+    fn release_quarantined<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        note: Option<String>,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Released, LedgerError>> {
+        Box::pin(self.release_now(tenant, id, expected_version, note, now_ms))
+    }
+
+    fn sweep_expired(
+        &self,
+        now_ms: i64,
+    ) -> BoxFuture<'_, Result<Vec<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let swept = self.sweep_in(&mut tx, now_ms).await;
+            finish(tx, swept).await
+        })
+    }
+
+    fn append_evidence<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<(), LedgerError>> {
+        Box::pin(async move {
+            check_key(tenant, id)?;
+            let at_ms = self.caller_now(entry.at_ms);
+            let e = EvidenceColumns::encode(entry, POSTGRES)?;
+            sqlx::query(AssertSqlSafe(self.sql.append_evidence.clone()))
+                .bind(at_ms)
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .bind(e.attempt_id)
+                .bind(e.generation)
+                .bind(e.kind)
+                .bind(e.from_state)
+                .bind(e.to_state)
+                .bind(e.evidence)
+                .bind(e.note)
+                .execute(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            Ok(())
+        })
+    }
+
+    fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
+        Box::pin(async move {
+            let sql = crate::ledger::query::list_sql(query, &self.sql.operations, "seq", '$')?;
+            let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            decode_page(&rows, query.page_size())
+        })
+    }
+
+    fn count_by_state<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+    ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
+        Box::pin(async move {
+            let ops = &self.sql.operations;
+            let sql = crate::ledger::query::count_sql(scope, ops, ops, '$')?;
+            let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            decode_counts(&rows)
+        })
+    }
+
+    fn oldest<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        states: &'a [State],
+    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
+        Box::pin(crate::ledger::query::oldest_via_list(self, scope, states))
+    }
+
+    fn evidence<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
+        Box::pin(async move {
+            check_key(tenant, id)?;
+            let rows = sqlx::query(AssertSqlSafe(self.sql.select_evidence.clone()))
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            rows.iter().map(|row| decode_evidence(row, id)).collect()
+        })
+    }
+
+    fn apply_callback(
+        &self,
+        delivery: CallbackDelivery,
+        effect: CallbackEffect,
+    ) -> BoxFuture<'_, Result<CallbackApplied, LedgerError>> {
+        Box::pin(async move {
+            check_effect(&delivery, &effect)?;
+            check_key(&delivery.tenant, &delivery.operation_id)?;
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let applied = self.apply_callback_in(&mut tx, delivery, effect).await;
+            match applied {
+                Ok(applied @ (CallbackApplied::Applied(_) | CallbackApplied::Appended)) => {
+                    tx.commit().await.map_err(unavailable)?;
+                    Ok(applied)
+                }
+                // Stale or no operation: the dedupe record goes with the rest.
+                other => {
+                    let _ = tx.rollback().await;
+                    other
+                }
+            }
+        })
+    }
+
+    fn quarantine_callback(
+        &self,
+        event: QuarantinedCallback,
+    ) -> BoxFuture<'_, Result<CallbackQuarantined, LedgerError>> {
+        Box::pin(async move {
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let stored = self.quarantine_callback_in(&mut tx, event).await;
+            finish(tx, stored).await
+        })
+    }
+
+    fn quarantined_callbacks<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<QuarantinedCallback>, LedgerError>> {
+        Box::pin(async move {
+            let query = match scope {
+                TenantScope::AllTenants => {
+                    sqlx::query(AssertSqlSafe(self.sql.select_callback_quarantine.clone()))
+                }
+                TenantScope::Tenant(t) if t.as_str().contains('\0') => return Ok(Vec::new()),
+                TenantScope::Tenant(t) => sqlx::query(AssertSqlSafe(
+                    self.sql.select_tenant_callback_quarantine.clone(),
+                ))
+                .bind(t.as_str()),
+            };
+            let rows = query
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            rows.iter().map(decode_quarantined_callback).collect()
+        })
+    }
+
+    fn callback_seen<'a>(
+        &'a self,
+        vendor: &'a str,
+        event_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LedgerError>> {
+        Box::pin(async move {
+            // A text with a NUL byte cannot be stored, so it was never recorded.
+            if vendor.contains('\0') || event_id.contains('\0') {
+                return Ok(false);
+            }
+            let row = sqlx::query(AssertSqlSafe(self.sql.select_callback_event.clone()))
+                .bind(vendor)
+                .bind(event_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            Ok(row.is_some())
+        })
+    }
+
+    fn record_ignored_callback(
+        &self,
+        event: IgnoredCallback,
+    ) -> BoxFuture<'_, Result<CallbackRecorded, LedgerError>> {
+        Box::pin(async move {
+            let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+            self.record_ignored_in(&mut conn, event).await
+        })
+    }
+
+    fn other_tenant_with<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        by: ProbeBy,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Tenant>, LedgerError>> {
+        Box::pin(async move {
+            if tenant.as_str().contains('\0') || value.contains('\0') {
+                return Ok(None);
+            }
+            let sql = match by {
+                ProbeBy::OperationId => self.sql.other_tenant_by_id.clone(),
+                ProbeBy::RemoteRef => self.sql.other_tenant_by_remote_ref.clone(),
+            };
+            let found: Option<String> = sqlx::query_scalar(AssertSqlSafe(sql))
+                .bind(value)
+                .bind(tenant.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            Ok(found.map(Tenant::new))
+        })
+    }
+
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            check_key(tenant, id)?;
+            let version = i64::try_from(expected_version).map_err(|_| {
+                LedgerError::Config(format!("version {expected_version} out of range"))
+            })?;
+            let at_ms = self.caller_now(entry.at_ms);
+            let e = EvidenceColumns::encode(entry, POSTGRES)?;
+            let row = sqlx::query(AssertSqlSafe(self.sql.acknowledge_contradiction.clone()))
+                .bind(at_ms)
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .bind(e.attempt_id)
+                .bind(e.generation)
+                .bind(e.kind)
+                .bind(e.from_state)
+                .bind(e.to_state)
+                .bind(e.evidence)
+                .bind(e.note)
+                .bind(version)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            row.as_ref().map(decode_operation).transpose()
+        })
+    }
+
+    fn find_by_remote_ref<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        remote_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.find_one(self.sql.select_by_remote_ref.clone(), tenant, remote_ref))
+    }
+
+    fn find_by_idempotency_key<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.find_one(self.sql.select_by_idempotency_key.clone(), tenant, key))
+    }
+
+    fn finished_contracts(&self) -> BoxFuture<'_, Result<Vec<String>, LedgerError>> {
+        Box::pin(self.finished_contracts_now())
+    }
+
+    fn purge(&self, batch: PurgeBatch) -> BoxFuture<'_, Result<Purged, LedgerError>> {
+        Box::pin(self.purge_now(batch))
+    }
+
+    fn purge_callbacks(&self, batch: CallbackPurge) -> BoxFuture<'_, Result<Purged, LedgerError>> {
+        Box::pin(self.purge_callbacks_now(batch))
+    }
+
+    fn reclaim_space(&self) -> BoxFuture<'_, Result<u64, LedgerError>> {
+        Box::pin(self.reclaim_space_now())
+    }
+}
