@@ -67,7 +67,14 @@ pub struct NewOperation {
 }
 
 /// One operation row.
+///
+/// Its fields are public to read — by authorizers, reconcilers, notifiers and operators' tools —
+/// and the struct is `#[non_exhaustive]` (as `http::request::Parts` is): a later version can add
+/// a field without breaking them, and code outside this crate cannot build a row from nothing.
+/// A backend makes a new row with [`NewOperation::into_prepared`] and keeps it current with the
+/// [`Update`](crate::ledger::backend::Update)s the engine hands it (see [`backend`](crate::ledger::backend)).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct OperationRecord {
     /// Tenant.
     pub tenant: Tenant,
