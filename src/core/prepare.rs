@@ -28,6 +28,10 @@ use crate::state::{Event, State};
 /// A step's answer when there is nothing to send: the response from the ledger.
 type Answered = Response<Full<Bytes>>;
 
+/// A first send ready to be claimed: the operation's row, the request built for it, and the
+/// contract it was built under.
+type Sendable = (OperationRecord, Request<Bytes>, Arc<Contract>);
+
 /// What the preparation phase decided.
 // Unboxed: the context is moved into the write path's one boxed future at once.
 #[allow(clippy::large_enum_variant)]
@@ -190,6 +194,8 @@ async fn create_or_get(
 /// is nothing to send (it is resolved, or the recovery engine owns it); an error when this
 /// call's payload or key is not the operation's, or its contract is not configured any more.
 /// Otherwise its first send, built from the request and the contract frozen on its row.
+// The write path's own error, returned as it is (no box on the way back).
+#[allow(clippy::result_large_err)]
 fn adopt_existing(
     shared: &Shared,
     r: OperationRecord,
@@ -198,7 +204,7 @@ fn adopt_existing(
     contract: &Contract,
     bytes: &Bytes,
     payload_hash: &PayloadHash,
-) -> Result<Result<(OperationRecord, Request<Bytes>, Arc<Contract>), Answered>, Error> {
+) -> Result<Result<Sendable, Answered>, Error> {
     if payload_conflicts(&r, payload_hash) {
         return Err(Error::Conflict {
             operation: r.operation_id,

@@ -314,6 +314,8 @@ fn count_unknown(row: &OperationRecord) {
 /// is authoritative but `unrecorded` (an outage, or the operation was taken over: the vendor's
 /// answer is still the truth for this caller); the stored result of an operation resolved
 /// otherwise; else an error with the operation's state.
+// The write path's own error, returned as it is (no box on the way back).
+#[allow(clippy::result_large_err)]
 fn answer_caller(
     row: OperationRecord,
     response: Option<Response<Bytes>>,
