@@ -33,11 +33,11 @@
 //! ([`Reviews::acknowledge_contradiction`]), which takes it out of the queue.
 //! Seed 000: a reviewer must not take `MANUAL_REVIEW` as proof that the old request was
 //! cancelled — the vendor's deduplication stays essential.
-//!
-//! Here: [`Reviews`] and [`ReviewError`]. Beside it: `package` (the handoff package a reviewer
-//! reads), `claim` (claims and take-overs), `resolve` (resolutions and acknowledgements),
-//! `audit` (the audit notes), `evidence` (reading the log for a decision: what arrived since
-//! it), and `quarantine` (rows this version cannot decode).
+
+// Here: `Reviews` and `ReviewError`. Beside it: `package` (the handoff package a reviewer
+// reads), `claim` (claims and take-overs), `resolve` (resolutions and acknowledgements), `audit`
+// (the audit notes), `evidence` (reading the log for a decision: what arrived since it), and
+// `quarantine` (rows this version cannot decode).
 
 use std::sync::Arc;
 
