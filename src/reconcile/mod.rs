@@ -14,15 +14,22 @@
 mod answer;
 mod http_lookup;
 mod list_lookup;
+mod pass;
+mod recover;
 mod recoverer;
+mod replay;
+mod settle;
+mod transport;
+mod worker;
 
 pub use self::http_lookup::{HttpLookup, LookupStatuses};
 pub use self::list_lookup::ListLookup;
-pub use self::recoverer::{Recoverer, RecovererHandle, RecoveryReport};
+pub use self::recoverer::{Recoverer, RecoveryReport};
+pub use self::worker::RecovererHandle;
 pub use crate::contract::NotFound;
 /// The stack lookups and replays go through, boxed.
-pub(crate) type Transport = self::recoverer::ReplayService;
-pub(crate) use self::recoverer::boxed_transport;
+pub(crate) type Transport = self::transport::ReplayService;
+pub(crate) use self::transport::boxed_transport;
 
 use crate::evidence::Evidence;
 use crate::ledger::{BoxFuture, OperationRecord};

@@ -1,0 +1,116 @@
+//! The [`Purger`]: retention run over one configuration's ledger and contracts, and what it
+//! tells about one operation.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::report::millis;
+use super::{Clocks, PurgePlan, PurgeReport, Retention, RetentionDates, RetentionError};
+use crate::core::Shared;
+use crate::ledger::OperationRecord;
+
+/// Runs retention over one configuration's ledger and contracts: from
+/// [`Handle::purger`](crate::Handle::purger). Cheap to clone.
+#[derive(Clone)]
+pub struct Purger {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Purger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Purger")
+            .field("retention", &self.shared.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Purger {
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Retention {
+        &self.shared.retention
+    }
+
+    /// The clocks of operations frozen with contract `name`.
+    pub fn clocks(&self, contract: &str) -> Clocks {
+        let c = self.shared.contracts.get(contract).map(|c| &**c);
+        self.shared.retention.clocks_for(c)
+    }
+
+    /// When `record`'s details and row go, if it is finished (`None` otherwise: it is kept
+    /// whatever its age).
+    pub fn dates(&self, record: &OperationRecord) -> Option<RetentionDates> {
+        if !record.state.is_terminal() {
+            return None;
+        }
+        let clocks = self.clocks(&record.contract.name);
+        let at = |d: Duration| {
+            record
+                .updated_ms
+                .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        };
+        Some(RetentionDates {
+            finished_ms: record.updated_ms,
+            details_until_ms: record.details_removed_ms.unwrap_or(at(clocks.details)),
+            details_removed: record.details_removed_ms.is_some(),
+            identity_until_ms: at(clocks.identity),
+        })
+    }
+
+    /// Purges everything due now, stage by stage, in bounded batches; then gives space back.
+    /// Counted in `recoverable_write_retention_rows_total{stage}` and
+    /// `recoverable_write_retention_bytes_total{stage}` (feature `metrics`). Does nothing under
+    /// [`Retention::keep_forever`].
+    ///
+    /// # Errors
+    ///
+    /// [`RetentionError::Ledger`]: the batches before the failure are committed.
+    pub async fn run(&self) -> Result<PurgeReport, RetentionError> {
+        self.pass(false, self.shared.clock.now_ms(), None).await
+    }
+
+    /// What [`run`](Self::run) would drop now, counted; nothing changes.
+    ///
+    /// # Errors
+    ///
+    /// [`RetentionError::Ledger`].
+    pub async fn preview(&self) -> Result<PurgeReport, RetentionError> {
+        self.pass(true, self.shared.clock.now_ms(), None).await
+    }
+
+    /// What [`run`](Self::run) would drop now, contract by contract, with the clocks each
+    /// contract gets; nothing changes. Show it to the person who confirms a purge, then
+    /// [`run_plan`](Self::run_plan) it.
+    ///
+    /// # Errors
+    ///
+    /// [`RetentionError::Ledger`].
+    pub async fn plan(&self) -> Result<PurgePlan, RetentionError> {
+        let now = self.shared.clock.now_ms();
+        let mut contracts = Vec::new();
+        let total = self.pass(true, now, Some(&mut contracts)).await?;
+        let settings = &self.shared.retention;
+        Ok(PurgePlan {
+            as_of_ms: now,
+            contracts,
+            keep_callback_deliveries_ms: millis(settings.callback_deliveries),
+            keep_quarantined_callbacks_ms: settings.quarantined_callbacks.map(millis),
+            total,
+        })
+    }
+
+    /// Purges what was due when `plan` (made by this purger) was made: what it showed, and
+    /// nothing that became due while a person read it (a row another purge took meanwhile is
+    /// simply not found again). Like [`run`](Self::run) otherwise.
+    ///
+    /// # Errors
+    ///
+    /// [`RetentionError::Ledger`]: the batches before the failure are committed.
+    pub async fn run_plan(&self, plan: &PurgePlan) -> Result<PurgeReport, RetentionError> {
+        self.pass(false, plan.as_of_ms, None).await
+    }
+}
