@@ -139,11 +139,15 @@ fn named(code: &str) -> BTreeSet<String> {
     out
 }
 
+/// The source files under `dir`, unit tests aside (`tests.rs` files and `tests/` folders: tests
+/// may reach anywhere).
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read src") {
         let path = entry.expect("entry").path();
         if path.is_dir() {
-            sources(&path, out);
+            if path.file_name().is_some_and(|n| n != "tests") {
+                sources(&path, out);
+            }
         } else if path.extension().is_some_and(|e| e == "rs")
             && path.file_name().is_some_and(|n| n != "tests.rs")
         {
@@ -218,6 +222,42 @@ fn imports_only_point_down_a_layer() {
     assert!(
         gone.is_empty(),
         "these no longer go up a layer: remove them from KNOWN in tests/layers.rs: {gone:#?}"
+    );
+}
+
+/// Every `.rs` file under `dir`, tests included.
+fn all_rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            all_rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The longest a source file may be: a file holds one responsibility (issue 28).
+const MAX_LINES: usize = 800;
+
+#[test]
+fn no_source_file_is_over_800_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    all_rust_files(&root.join("src"), &mut files);
+    let mut long: Vec<(String, usize)> = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).expect("read source");
+            let rel = f.strip_prefix(root).unwrap_or(f).display().to_string();
+            (rel, text.lines().count())
+        })
+        .filter(|(_, n)| *n > MAX_LINES)
+        .collect();
+    long.sort_by(|a, b| b.1.cmp(&a.1));
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines (split them by responsibility): {long:#?}"
     );
 }
 
