@@ -244,8 +244,8 @@ impl BudgetPolicy {
     }
 }
 
-/// A server's or reconciler's delay hint held to [`MAX_RETRY_AFTER`](crate::contract::MAX_RETRY_AFTER)
-/// (a year): a hint that long is past every recovery window anyway, and the bound keeps
+/// A server's or reconciler's delay hint held to one year, as a `Retry-After` is
+/// (the cap): a hint that long is past every recovery window anyway, and the bound keeps
 /// `now + hint` from overflowing the ledger's millisecond timestamps.
 pub fn clamp_hint(hint: Duration) -> Duration {
     hint.min(crate::contract::MAX_RETRY_AFTER)

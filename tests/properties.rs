@@ -1,6 +1,7 @@
-//! Property tests for the parsers and classifiers that see input from outside: Retry-After
-//! values, contract files (TOML and JSON), vendor responses under every built-in profile, and the
-//! canonical JSON digest (issue 10, "property-based or fuzz tests").
+//! Property tests for the parsers and classifiers that see input from outside: contract files
+//! (TOML and JSON), vendor responses under every built-in profile, and the canonical JSON digest
+//! (issue 10, "property-based or fuzz tests"). Retry-After values, parsed by a crate-private
+//! function, are tested the same way in `src/contract/tests/retry_after_properties.rs`.
 //!
 //! The default case counts suit CI. The long run (at least 100,000 cases per property):
 //!
@@ -16,9 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
-use recoverable_write::contract::{
-    Contracts, MAX_RETRY_AFTER, parse_retry_after, profiles, retry_after_from_headers,
-};
+use recoverable_write::contract::{Contracts, profiles};
 use recoverable_write::operation::{PayloadDigest, PayloadHash};
 use serde_json::{Map, Value};
 
@@ -39,77 +38,6 @@ fn cases(default: u32) -> Config {
 /// A fixed "now" so dates in the past and future are both exercised deterministically.
 fn now() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_780_000_000)
-}
-
-/// Retry-After strings: numbers of any size, signed, fractional, dates valid and odd, garbage.
-fn retry_after_text() -> impl Strategy<Value = String> {
-    prop_oneof![
-        any::<u64>().prop_map(|n| n.to_string()),
-        any::<i64>().prop_map(|n| n.to_string()),
-        "[0-9]{18,60}",
-        "[ \t]{0,3}[0-9]{1,12}[ \t]{0,3}",
-        "[0-9]{1,6}\\.[0-9]{1,6}",
-        "[+-]?[0-9]{1,10}[a-z]{0,3}",
-        any::<u32>().prop_map(|secs| {
-            httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(u64::from(secs) * 2))
-        }),
-        (
-            "(Mon|Tue|Wed|Thu|Fri|Sat|Sun|Xyz)",
-            0u32..40,
-            "(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec|Foo)",
-            0u32..100_000,
-            0u32..30,
-            0u32..70,
-            0u32..70,
-        )
-            .prop_map(|(wd, d, m, y, h, mi, s)| format!(
-                "{wd}, {d:02} {m} {y:04} {h:02}:{mi:02}:{s:02} GMT"
-            )),
-        "(Sunday|Monday), [0-9]{2}-[A-Za-z]{3}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT",
-        "[A-Za-z]{3} [A-Za-z]{3} [ 0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}",
-        "\\PC{0,40}",
-    ]
-}
-
-proptest! {
-    #![proptest_config(cases(2_000))]
-
-    /// Any header value: no panic, and a result never beyond the documented bound.
-    #[test]
-    fn retry_after_is_bounded_and_never_panics(
-        text in retry_after_text(),
-        raw in proptest::collection::vec(any::<u8>(), 0..48),
-        now_secs in any::<u64>(),
-    ) {
-        let nows = [now(), UNIX_EPOCH, UNIX_EPOCH + Duration::from_secs(now_secs % (1 << 40))];
-        for now in nows {
-            if let Ok(v) = HeaderValue::from_str(&text) {
-                if let Some(d) = parse_retry_after(&v, now) {
-                    prop_assert!(d <= MAX_RETRY_AFTER, "{text:?} gave {d:?}");
-                }
-                let mut headers = HeaderMap::new();
-                headers.insert(http::header::RETRY_AFTER, v);
-                if let Some(d) = retry_after_from_headers(&headers, now) {
-                    prop_assert!(d <= MAX_RETRY_AFTER);
-                }
-            }
-            if let Ok(v) = HeaderValue::from_bytes(&raw)
-                && let Some(d) = parse_retry_after(&v, now)
-            {
-                prop_assert!(d <= MAX_RETRY_AFTER);
-            }
-        }
-    }
-
-    /// A plain number of seconds means that many seconds, clamped to the bound.
-    #[test]
-    fn retry_after_seconds_are_read_as_seconds(secs in any::<u64>()) {
-        let v = HeaderValue::from_str(&secs.to_string()).unwrap();
-        prop_assert_eq!(
-            parse_retry_after(&v, now()),
-            Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
-        );
-    }
 }
 
 /// A valid configuration to mutate: routes, `extends` chains, rules, digest, lookup.
@@ -269,6 +197,36 @@ fn json_value(depth: u32) -> impl Strategy<Value = Value> {
 /// Statuses any vendor might send, the odd ones included.
 fn status() -> impl Strategy<Value = StatusCode> {
     (100u16..1000).prop_map(|s| StatusCode::from_u16(s).expect("100..999 is valid"))
+}
+
+/// Retry-After strings: numbers of any size, signed, fractional, dates valid and odd, garbage.
+fn retry_after_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<u64>().prop_map(|n| n.to_string()),
+        any::<i64>().prop_map(|n| n.to_string()),
+        "[0-9]{18,60}",
+        "[ \t]{0,3}[0-9]{1,12}[ \t]{0,3}",
+        "[0-9]{1,6}\\.[0-9]{1,6}",
+        "[+-]?[0-9]{1,10}[a-z]{0,3}",
+        any::<u32>().prop_map(|secs| {
+            httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(u64::from(secs) * 2))
+        }),
+        (
+            "(Mon|Tue|Wed|Thu|Fri|Sat|Sun|Xyz)",
+            0u32..40,
+            "(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec|Foo)",
+            0u32..100_000,
+            0u32..30,
+            0u32..70,
+            0u32..70,
+        )
+            .prop_map(|(wd, d, m, y, h, mi, s)| format!(
+                "{wd}, {d:02} {m} {y:04} {h:02}:{mi:02}:{s:02} GMT"
+            )),
+        "(Sunday|Monday), [0-9]{2}-[A-Za-z]{3}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT",
+        "[A-Za-z]{3} [A-Za-z]{3} [ 0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}",
+        "\\PC{0,40}",
+    ]
 }
 
 /// Response headers with names profiles look at, and junk.

@@ -41,8 +41,7 @@
 //!
 //!    429 and 503 are `Unknown` by default: only a contract that documents them as "not executed"
 //!    (Stripe's 429) turns them into `NotExecuted`. `Retry-After` (and `retry-after-ms`, or a
-//!    spent `x-ratelimit-remaining` with its `x-ratelimit-reset`; see
-//!    [`retry_after_from_headers`]) fills `retry_after` on `Processing`, `NotExecuted` and
+//!    spent `x-ratelimit-remaining` with its `x-ratelimit-reset`) fills `retry_after` on `Processing`, `NotExecuted` and
 //!    `Unknown`.
 //! 3. A success must carry the remote reference when the contract requires one: a 2xx without
 //!    it (an empty body, a missing field) is `Unknown`, because it does not positively identify
@@ -92,7 +91,9 @@ pub use key::{KeyFormat, KeyPlacement};
 pub use lookup::{AnswerFormat, Lookup, LookupAnswer, NotFound};
 pub use reference::ContractRef;
 pub use registry::{Contracts, Target};
-pub use retry_after::{MAX_RETRY_AFTER, parse_retry_after, retry_after_from_headers};
+#[cfg(test)]
+use retry_after::retry_after_from_headers;
+pub(crate) use retry_after::{MAX_RETRY_AFTER, parse_retry_after};
 pub use rules::{BodyMatch, EvidenceClass, HeaderMatch, Rule, StatusMatch, XmlMatch};
 
 /// The length of a generated key (a hyphenated UUID v4): the smallest `max_key_len` allowed.

@@ -6,7 +6,7 @@ use http::{HeaderMap, HeaderValue};
 
 /// The longest hint returned. A longer one (or a date further away) is clamped: a hint that long
 /// is past every recovery window anyway, and the clamp keeps deadline arithmetic from overflowing.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// Parses a `Retry-After` value: delay-seconds, or an HTTP-date in any of the three formats
 /// RFC 9110 §5.6.7 says recipients must accept (IMF-fixdate `Sun, 06 Nov 1994 08:49:37 GMT`,
@@ -17,18 +17,9 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// [`Duration::ZERO`]. Anything else (a negative or fractional number, a malformed date, a date
 /// whose weekday does not match) gives `None`. Results are clamped to [`MAX_RETRY_AFTER`].
 ///
-/// ```
-/// use std::time::{Duration, UNIX_EPOCH};
-/// use http::HeaderValue;
-/// use recoverable_write::contract::parse_retry_after;
 ///
-/// let now = UNIX_EPOCH + Duration::from_secs(784_111_717); // Sun, 06 Nov 1994 08:48:37 GMT
-/// let v = HeaderValue::from_static("120");
-/// assert_eq!(parse_retry_after(&v, now), Some(Duration::from_secs(120)));
-/// let v = HeaderValue::from_static("Sunday, 06-Nov-94 08:49:37 GMT");
-/// assert_eq!(parse_retry_after(&v, now), Some(Duration::from_secs(60)));
-/// ```
-pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
+/// (`Sunday, 06-Nov-94 08:49:37 GMT` read at 08:48:37 that day is 60 s.)
+pub(crate) fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
     let s = value.to_str().ok()?.trim();
     if s.is_empty() {
         return None;
@@ -54,7 +45,7 @@ pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duratio
 /// 3. `x-ratelimit-remaining: 0` with `x-ratelimit-reset` (epoch seconds): the time left until
 ///    the reset. GitHub sends its primary rate limit this way, often as a 403 without
 ///    `Retry-After`; a reset in the past gives [`Duration::ZERO`].
-pub fn retry_after_from_headers(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+pub(crate) fn retry_after_from_headers(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let ms = headers.get("retry-after-ms").and_then(|v| {
         let s = v.to_str().ok()?.trim();
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {

@@ -49,18 +49,9 @@ pub(super) fn verify(
         .is_ok()
 }
 
+/// The token's bytes; an empty or malformed token is none.
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    if b.is_empty() || !b.len().is_multiple_of(2) {
-        return None;
-    }
-    b.chunks(2)
-        .map(|p| {
-            let hi = (p[0] as char).to_digit(16)?;
-            let lo = (p[1] as char).to_digit(16)?;
-            u8::try_from(hi << 4 | lo).ok()
-        })
-        .collect()
+    ::hex::decode(s).ok().filter(|b| !b.is_empty())
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod default_mapping;
 mod key_placement;
 mod never_panic;
 mod retry_after_header;
+mod retry_after_properties;
 mod serialization;
 mod target_selection;
 mod transport_errors;

@@ -91,3 +91,12 @@ fn retry_after_ms_is_preferred() {
         Some(Duration::from_secs(9))
     );
 }
+
+#[test]
+fn the_documented_examples_hold() {
+    let now = UNIX_EPOCH + Duration::from_secs(784_111_717); // Sun, 06 Nov 1994 08:48:37 GMT
+    let v = HeaderValue::from_static("120");
+    assert_eq!(parse_retry_after(&v, now), Some(Duration::from_secs(120)));
+    let v = HeaderValue::from_static("Sunday, 06-Nov-94 08:49:37 GMT");
+    assert_eq!(parse_retry_after(&v, now), Some(Duration::from_secs(60)));
+}
