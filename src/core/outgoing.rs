@@ -91,7 +91,7 @@ impl Carried {
 
 /// Why an attempt's request could not be built. Nothing was claimed or sent.
 #[derive(Debug)]
-pub(crate) enum BuildError {
+pub(crate) enum OutgoingError {
     /// The contract could not place the key in this request.
     Key(ContractError),
     /// The frozen request does not make a valid request (a corrupt row).
@@ -102,7 +102,7 @@ pub(crate) enum BuildError {
     Secrets(Unstored),
 }
 
-/// Which secrets the ledger does not keep, for [`BuildError::Secrets`].
+/// Which secrets the ledger does not keep, for [`OutgoingError::Secrets`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Unstored {
     /// The contract's `secret_body_fields`.
@@ -131,10 +131,10 @@ pub(crate) fn build(
     contract: &Contract,
     key: &IdempotencyKey,
     carried: Carried,
-) -> Result<Request<Bytes>, BuildError> {
+) -> Result<Request<Bytes>, OutgoingError> {
     let (mut parts, body) = frozen
         .to_request()
-        .map_err(|e| BuildError::Frozen(e.to_string()))?
+        .map_err(|e| OutgoingError::Frozen(e.to_string()))?
         .into_parts();
     // Secret path segments: the caller's own path, if it is the frozen one with its secrets;
     // a replay sends the stored path (the marker in place) only when its stack puts them back.
@@ -147,7 +147,7 @@ pub(crate) fn build(
             Some(caller)
         }
         None if contract.replay_supplies_path_secrets => None,
-        _ => return Err(BuildError::Secrets(Unstored::PathSegments)),
+        _ => return Err(OutgoingError::Secrets(Unstored::PathSegments)),
     };
     parts.uri = with_credentials(
         &parts.uri,
@@ -155,7 +155,7 @@ pub(crate) fn build(
         &carried.query,
         path.as_deref(),
     )
-    .map_err(BuildError::Frozen)?;
+    .map_err(OutgoingError::Frozen)?;
     for (name, value) in carried.headers {
         parts.headers.append(name, value);
     }
@@ -167,11 +167,11 @@ pub(crate) fn build(
         _ if contract.secret_body_fields.is_empty() => body,
         Some(caller) if redact_body(&caller, &contract.secret_body_fields) == frozen.body => caller,
         None if contract.replay_supplies_body_secrets => body,
-        _ => return Err(BuildError::Secrets(Unstored::BodyFields)),
+        _ => return Err(OutgoingError::Secrets(Unstored::BodyFields)),
     };
     let body = contract
         .attach_key(&mut parts, body, key)
-        .map_err(BuildError::Key)?;
+        .map_err(OutgoingError::Key)?;
     parts.headers.remove(http::header::CONTENT_LENGTH);
     Ok(Request::from_parts(parts, body))
 }
@@ -222,7 +222,7 @@ pub(crate) fn build_first(
     frozen: &FrozenRequest,
     contract: &Contract,
     key: &IdempotencyKey,
-) -> Result<(Request<Bytes>, Caller), BuildError> {
+) -> Result<(Request<Bytes>, Caller), OutgoingError> {
     if sent_as_frozen(&parts, &body, frozen, contract) {
         let placed = match &contract.key {
             KeyPlacement::Header { name, .. } => key_header(name).map(|h| {
@@ -233,7 +233,7 @@ pub(crate) fn build_first(
         };
         let body = contract
             .attach_key(&mut parts, body, key)
-            .map_err(BuildError::Key)?;
+            .map_err(OutgoingError::Key)?;
         parts.headers.remove(http::header::CONTENT_LENGTH);
         return Ok((Request::from_parts(parts, body), Caller::Sent(placed)));
     }
@@ -564,12 +564,12 @@ mod tests {
         let carried = Carried::take(&mut other, &contract);
         assert!(matches!(
             build(&frozen, &contract, &key, carried),
-            Err(BuildError::Secrets(Unstored::PathSegments))
+            Err(OutgoingError::Secrets(Unstored::PathSegments))
         ));
         // A replay: refused, or sent with the marker for the stack to replace.
         let err = build(&frozen, &contract, &key, Carried::nothing()).unwrap_err();
         assert!(
-            matches!(err, BuildError::Secrets(Unstored::PathSegments)),
+            matches!(err, OutgoingError::Secrets(Unstored::PathSegments)),
             "{err:?}"
         );
         let supplied = contract.clone().replay_supplied_path_secrets(true);
@@ -599,6 +599,6 @@ mod tests {
             Carried::nothing(),
         )
         .unwrap_err();
-        assert!(matches!(err, BuildError::Key(_)), "{err:?}");
+        assert!(matches!(err, OutgoingError::Key(_)), "{err:?}");
     }
 }

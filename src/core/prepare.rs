@@ -375,13 +375,13 @@ async fn deny_first_send(
     }
 }
 
-fn build_error(operation: &crate::OperationId, e: outgoing::BuildError) -> Error {
+fn build_error(operation: &crate::OperationId, e: outgoing::OutgoingError) -> Error {
     match e {
-        outgoing::BuildError::Key(source) => Error::KeyPlacement { source },
-        outgoing::BuildError::Secrets(_) => Error::SecretsUnavailable {
+        outgoing::OutgoingError::Key(source) => Error::KeyPlacement { source },
+        outgoing::OutgoingError::Secrets(_) => Error::SecretsUnavailable {
             operation: operation.clone(),
         },
-        outgoing::BuildError::Frozen(detail) => Error::Ledger {
+        outgoing::OutgoingError::Frozen(detail) => Error::Ledger {
             operation: Some(operation.clone()),
             source: crate::ledger::LedgerError::Corrupt {
                 operation: operation.to_string(),

@@ -272,8 +272,8 @@ fn replay_request(row: &OperationRecord, contract: &Contract) -> Result<Request<
         outgoing::Carried::nothing(),
     )
     .map_err(|e| match e {
-        outgoing::BuildError::Key(e) => format!("the key cannot be placed: {e}"),
-        outgoing::BuildError::Frozen(e) => format!("the frozen request does not rebuild: {e}"),
-        outgoing::BuildError::Secrets(which) => which.why_not_replayed().to_owned(),
+        outgoing::OutgoingError::Key(e) => format!("the key cannot be placed: {e}"),
+        outgoing::OutgoingError::Frozen(e) => format!("the frozen request does not rebuild: {e}"),
+        outgoing::OutgoingError::Secrets(which) => which.why_not_replayed().to_owned(),
     })
 }
