@@ -64,7 +64,7 @@ use recoverable_write::ledger::PostgresLedger;
 use recoverable_write::ledger::backend::Update;
 use recoverable_write::ledger::conformance::{evidence_entry, keep, update_of};
 use recoverable_write::ledger::{Ledger, OperationRecord, SqliteLedgerOptions, Synchronous};
-use recoverable_write::state::{Clock, Event, State};
+use recoverable_write::state::{Event, State, Tick};
 use recoverable_write::{AttemptId, SqliteLedger};
 use support::{first_claim, fresh_operation, median, new_row, now_ms};
 
@@ -73,7 +73,7 @@ fn claim(r: &OperationRecord) -> Update {
     let now = now_ms();
     r.update_on(
         &Event::ClaimSend,
-        Clock {
+        Tick {
             now_ms: now,
             jitter: 0.0,
         },

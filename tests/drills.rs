@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use http::StatusCode;
 use recoverable_write::ledger::backend::NewEvidence;
-use recoverable_write::state::{Clock, Event};
+use recoverable_write::state::{Event, Tick};
 use recoverable_write::{AttemptId, Error, Evidence, MemoryLedger, Operation, State};
 
 #[tokio::test]
@@ -348,7 +348,7 @@ async fn d15_crash_after_registration_before_send_is_verified_not_resent() {
     let claim = created
         .update_on(
             &Event::ClaimSend,
-            Clock {
+            Tick {
                 now_ms: now_ms(),
                 jitter: 0.0,
             },

@@ -12,7 +12,7 @@ use recoverable_write::ledger::{
     Created, Ledger, LedgerError, MemoryLedger, OperationRecord, SqliteLedger, SqliteLedgerOptions,
     Synchronous,
 };
-use recoverable_write::state::{Clock, Event, State};
+use recoverable_write::state::{Event, State, Tick};
 use recoverable_write::{AttemptId, OperationId, Tenant};
 
 recoverable_write::ledger_conformance_tests!(memory, make = async { MemoryLedger::new() });
@@ -421,7 +421,7 @@ async fn sqlite_two_handles_on_one_file_let_exactly_one_sender_win() {
             let update = r
                 .update_on(
                     &Event::ClaimSend,
-                    Clock {
+                    Tick {
                         now_ms: now,
                         jitter: 0.0,
                     },

@@ -18,7 +18,7 @@ use recoverable_write::ledger::{
     CallbackApplied, CallbackDelivery, CallbackEffect, ClockSource, Created, Ledger, LedgerError,
     OperationRecord, PostgresLedger, PostgresLedgerOptions,
 };
-use recoverable_write::state::{Clock, Event, State};
+use recoverable_write::state::{Event, State, Tick};
 use recoverable_write::{AttemptId, Evidence, Generation, OperationId, Tenant};
 use sqlx::{AssertSqlSafe, Connection};
 
@@ -466,7 +466,7 @@ async fn create_and_apply_follows_the_database_clock_when_a_worker_is_an_hour_of
         let first = new
             .first_update_on(
                 &Event::ClaimSend,
-                Clock {
+                Tick {
                     now_ms: now,
                     jitter: 0.0,
                 },
@@ -546,7 +546,7 @@ async fn leases_and_due_times_follow_the_database_clock_when_a_worker_is_an_hour
         let claim = r
             .update_on(
                 &Event::ClaimSend,
-                Clock {
+                Tick {
                     now_ms: now,
                     jitter: 0.0,
                 },
@@ -1163,7 +1163,7 @@ async fn instances_receiving_one_callback_concurrently_apply_it_once() {
                         operation_id: read.operation_id.clone(),
                         received_at_ms: T0 + 5,
                     };
-                    let clock = Clock {
+                    let clock = Tick {
                         now_ms: T0 + 5,
                         jitter: 0.0,
                     };

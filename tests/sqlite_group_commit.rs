@@ -29,7 +29,7 @@ use http_body_util::Full;
 use recoverable_write::RecoverableWrite;
 use recoverable_write::ledger::conformance::{T0, evidence_entry, keep, new_operation, update_of};
 use recoverable_write::ledger::{Created, Ledger, LedgerError, OperationRecord, SqliteLedger};
-use recoverable_write::state::{Clock, Event};
+use recoverable_write::state::{Event, Tick};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
     AttemptId, BudgetPolicy, Operation, OperationId, SendOnceGuardLayer, State,
@@ -431,7 +431,7 @@ fn claim(r: &OperationRecord) -> recoverable_write::ledger::backend::Update {
     let now = T0 + 1;
     r.update_on(
         &Event::ClaimSend,
-        Clock {
+        Tick {
             now_ms: now,
             jitter: 0.0,
         },

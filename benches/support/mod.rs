@@ -161,7 +161,7 @@ pub fn first_claim(
     let now = now_ms();
     new.first_update_on(
         &recoverable_write::state::Event::ClaimSend,
-        recoverable_write::state::Clock {
+        recoverable_write::state::Tick {
             now_ms: now,
             jitter: 0.0,
         },

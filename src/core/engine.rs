@@ -11,11 +11,11 @@ use crate::ledger::{
 };
 use crate::notify::{Notice, Notifier};
 use crate::operation::{AttemptId, Generation, OperationId, Tenant};
-use crate::state::{Clock, Event, Refused, State, transition};
+use crate::state::{Event, Refused, State, Tick, transition};
 
 /// The state machine's view of now, from the configuration's clock.
-pub(crate) fn clock(shared: &Shared) -> Clock {
-    Clock {
+pub(crate) fn clock(shared: &Shared) -> Tick {
+    Tick {
         now_ms: shared.clock.now_ms(),
         jitter: shared.clock.jitter(),
     }

@@ -22,7 +22,7 @@ use std::borrow::Cow;
 
 use crate::evidence::Evidence;
 use crate::operation::{AttemptId, Generation, OperationId, Tenant};
-use crate::state::{Clock, Event, Refused, State, Transition};
+use crate::state::{Event, Refused, State, Tick, Transition};
 
 use super::{LedgerError, NewOperation, OperationRecord, StoredResponse};
 
@@ -244,7 +244,7 @@ impl OperationRecord {
         self.updated_ms = c.now_ms;
     }
 
-    /// Runs the state machine ([`state::transition`](crate::state::transition)) for `event` on
+    /// Runs the state machine (the [pure transition function](crate::state)) for `event` on
     /// this row and builds the conditional update that applies its transition, with `evidence`
     /// appended (its generation and, unless set, its from and to states are filled in).
     ///
@@ -258,7 +258,7 @@ impl OperationRecord {
     pub fn update_on(
         &self,
         event: &Event,
-        clock: Clock,
+        clock: Tick,
         attempt: Option<AttemptId>,
         lease_until_ms: Option<i64>,
         response: Option<StoredResponse>,
@@ -342,7 +342,7 @@ impl NewOperation {
     pub fn first_update_on(
         &self,
         event: &Event,
-        clock: Clock,
+        clock: Tick,
         attempt: Option<AttemptId>,
         lease_until_ms: Option<i64>,
         evidence: NewEvidence,

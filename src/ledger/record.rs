@@ -264,7 +264,7 @@ impl NewOperation {
 impl NewOperation {
     /// The state-machine view of the row this operation will be once stored (`PREPARED`,
     /// nothing used yet).
-    pub fn snapshot(&self) -> crate::state::Snapshot<'_> {
+    pub(crate) fn snapshot(&self) -> crate::state::Snapshot<'_> {
         crate::state::Snapshot {
             state: State::Prepared,
             may_have_applied: false,
@@ -278,7 +278,7 @@ impl NewOperation {
 
 impl OperationRecord {
     /// The state-machine view of this row.
-    pub fn snapshot(&self) -> crate::state::Snapshot<'_> {
+    pub(crate) fn snapshot(&self) -> crate::state::Snapshot<'_> {
         crate::state::Snapshot {
             state: self.state,
             may_have_applied: self.may_have_applied,

@@ -3,7 +3,7 @@
 //! Two axes are tracked, as seed 000 asks: what we know of the business result (UNKNOWN,
 //! PROCESSING, SUCCEEDED, REJECTED) and what the scheduler may do (PREPARED, IN_FLIGHT,
 //! RETRY_READY, MANUAL_REVIEW). One [`State`] carries both where they coincide;
-//! [`Transition::last_result`] keeps the business result while a human holds the operation.
+//! the last business result is kept on the row while a human holds the operation.
 //!
 //! ```text
 //!               claim (fence+1, attempt registered, lease)
@@ -206,7 +206,7 @@ pub enum ReviewDecision {
 
 /// The parts of an operation row the state machine reads.
 #[derive(Clone, Copy, Debug)]
-pub struct Snapshot<'a> {
+pub(crate) struct Snapshot<'a> {
     /// Current state.
     pub state: State,
     /// Sticky: some attempt may have been applied by the vendor.
@@ -221,9 +221,10 @@ pub struct Snapshot<'a> {
     pub policy: &'a BudgetPolicy,
 }
 
-/// The clock and randomness the pure function is given.
+/// The moment and the randomness a transition is given: the time the engine read from its
+/// [`Clock`](crate::clock::Clock), and a jitter draw for backoff.
 #[derive(Clone, Copy, Debug)]
-pub struct Clock {
+pub struct Tick {
     /// Now, in milliseconds since the Unix epoch.
     pub now_ms: i64,
     /// A uniform random number in `[0, 1)` for backoff jitter.
@@ -232,7 +233,7 @@ pub struct Clock {
 
 /// The outcome of an allowed event: what the row becomes.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Transition {
+pub(crate) struct Transition {
     /// The next state.
     pub to: State,
     /// Whether the generation is incremented (every claim of send or recovery rights).
@@ -292,7 +293,11 @@ impl Refused {
 ///
 /// Refusals (`Err`) mean the event must not change the row. Late evidence for a terminal or
 /// `MANUAL_REVIEW` operation is refused here and appended to the evidence log by the caller.
-pub fn transition(s: &Snapshot<'_>, event: &Event, clock: Clock) -> Result<Transition, Refused> {
+pub(crate) fn transition(
+    s: &Snapshot<'_>,
+    event: &Event,
+    clock: Tick,
+) -> Result<Transition, Refused> {
     let stay = || Transition {
         to: s.state,
         bump_generation: false,

@@ -8,7 +8,7 @@ use super::fixtures::{RawChanges, T0, evidence_entry, keep, new_operation, updat
 use super::helpers::{apply_ok, create, get, ids, kinds, log, must, put};
 use crate::ledger::{Ledger, NewEvidence, OperationRecord};
 use crate::operation::{AttemptId, Generation};
-use crate::state::{Clock, Event, State, transition};
+use crate::state::{Event, State, Tick, transition};
 
 /// `claim_due` takes exactly the `UNKNOWN`/`PROCESSING`/`RETRY_READY` rows whose next check is due and whose
 /// lease is absent or over; each claimed row gets generation+1, version+1, the new lease and a
@@ -285,7 +285,7 @@ pub async fn concurrent_claim_send_has_exactly_one_winner<L: Ledger>(ledger: L) 
             let t = match transition(
                 &r.snapshot(),
                 &Event::ClaimSend,
-                Clock {
+                Tick {
                     now_ms: now,
                     jitter: 0.5,
                 },

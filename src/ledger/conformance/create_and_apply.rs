@@ -9,7 +9,7 @@ use super::fixtures::{T0, new_operation};
 use super::helpers::{apply_ok, create, first_claim, get, kinds, log, must};
 use crate::ledger::{Created, Ledger, LedgerError, NewOperation};
 use crate::operation::{Generation, OperationId};
-use crate::state::{Clock, Event, State, transition};
+use crate::state::{Event, State, Tick, transition};
 
 /// `create_and_apply` stores the row and applies the claim in one step: the row comes back
 /// `IN_FLIGHT` at generation 1, version 1, exactly as `create_or_get` then `apply` of the same
@@ -50,7 +50,7 @@ pub async fn create_and_apply_creates_and_claims_in_one_step<L: Ledger>(ledger: 
             &match transition(
                 &created.snapshot(),
                 &Event::ClaimSend,
-                Clock {
+                Tick {
                     now_ms: now,
                     jitter: 0.5,
                 },

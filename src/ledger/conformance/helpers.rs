@@ -6,7 +6,7 @@ use crate::ledger::{
     Created, EvidenceEntry, Ledger, LedgerError, NewEvidence, NewOperation, OperationRecord, Update,
 };
 use crate::operation::{AttemptId, Generation};
-use crate::state::{Clock, Event, State, transition};
+use crate::state::{Event, State, Tick, transition};
 
 pub(super) fn must<T>(result: Result<T, LedgerError>, what: &str) -> T {
     match result {
@@ -107,7 +107,7 @@ pub(super) fn first_claim(new: &NewOperation, now: i64, note: &str) -> (AttemptI
     let t = match transition(
         &new.snapshot(),
         &Event::ClaimSend,
-        Clock {
+        Tick {
             now_ms: now,
             jitter: 0.5,
         },
@@ -135,7 +135,7 @@ pub(super) fn step(r: &OperationRecord, event: &Event, now_ms: i64) -> crate::st
     match transition(
         &r.snapshot(),
         event,
-        Clock {
+        Tick {
             now_ms,
             jitter: 0.5,
         },

@@ -132,8 +132,8 @@ impl Row {
     }
 }
 
-fn clock(now_ms: i64) -> Clock {
-    Clock {
+fn clock(now_ms: i64) -> Tick {
+    Tick {
         now_ms,
         jitter: 0.5,
     }

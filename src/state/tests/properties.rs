@@ -100,7 +100,7 @@ fn check_step(
     policy: &BudgetPolicy,
     row: Row,
     event: &Event,
-    clk: Clock,
+    clk: Tick,
 ) -> Result<Option<Transition>, TestCaseError> {
     let snap = row.snapshot(policy);
     let r = transition(&snap, event, clk);
@@ -286,7 +286,7 @@ proptest! {
         let mut was_terminal = false;
         for (event, dt, jitter) in &steps {
             now += dt;
-            let clk = Clock { now_ms: now, jitter: *jitter };
+            let clk = Tick { now_ms: now, jitter: *jitter };
             let before = row;
             let t = check_step(&policy, row, event, clk)?;
             if was_terminal {
@@ -322,6 +322,6 @@ proptest! {
         dt in 0i64..=70_000,
         jitter in 0.0f64..1.0,
     ) {
-        check_step(&policy, row, &event, Clock { now_ms: T0 + dt, jitter })?;
+        check_step(&policy, row, &event, Tick { now_ms: T0 + dt, jitter })?;
     }
 }

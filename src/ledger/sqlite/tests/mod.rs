@@ -99,9 +99,9 @@ pub(super) async fn plan_of(ledger: &SqliteLedger, sql: crate::ledger::query::Sq
 /// The claim of send rights on the fresh row of `new`, as the layer builds it.
 #[cfg(feature = "test-util")]
 fn first_claim(new: &NewOperation) -> Update {
-    use crate::state::{Clock, Event, transition};
+    use crate::state::{Event, Tick, transition};
     let now = new.now_ms;
-    let clock = Clock {
+    let clock = Tick {
         now_ms: now,
         jitter: 0.0,
     };
