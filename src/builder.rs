@@ -54,7 +54,7 @@ use crate::clock::{Clock, SharedClock};
 use crate::contract::{Contract, ContractError, Contracts, Lookup, LookupAnswer};
 use crate::core::Shared;
 use crate::layer::{RecoverableWrite, RecoverableWriteLayer};
-use crate::ledger::Ledger;
+use crate::ledger::FullLedger;
 use crate::notify::Notifier;
 use crate::reconcile::{
     HttpLookup, ListLookup, LookupStatuses, NotFound, Reconciler, Recoverer, Transport,
@@ -87,7 +87,7 @@ impl RecoverableWrite<()> {
     ///
     /// To share one ledger with other code (the test kit, an outbox writer), pass an
     /// `Arc<L>` or an `Arc<dyn Ledger>`: a shared ledger is a ledger.
-    pub fn builder(ledger: impl Ledger) -> Builder {
+    pub fn builder(ledger: impl FullLedger) -> Builder {
         Builder::new(Arc::new(ledger))
     }
 }
@@ -96,6 +96,7 @@ impl RecoverableWrite<()> {
 /// all.
 #[must_use]
 pub struct Builder {
+    ledger: Arc<dyn FullLedger>,
     shared: Shared,
     transport: Option<Transport>,
     tenant_header: Option<HeaderName>,
@@ -119,9 +120,10 @@ impl fmt::Debug for Builder {
 }
 
 impl Builder {
-    fn new(ledger: Arc<dyn Ledger>) -> Self {
+    fn new(ledger: Arc<dyn FullLedger>) -> Self {
         Self {
-            shared: Shared::new(ledger),
+            shared: Shared::new(ledger.clone()),
+            ledger,
             transport: None,
             tenant_header: None,
             default_reconciler: None,
@@ -346,6 +348,7 @@ impl Builder {
         }
         reconcilers.extend(self.by_contract);
         Ok(Handle {
+            ledger: self.ledger,
             shared,
             transport: self.transport,
             default_reconciler: self.default_reconciler,
@@ -466,6 +469,7 @@ fn statuses(answer: &LookupAnswer) -> LookupStatuses {
 /// transport. Cheap to clone.
 #[derive(Clone)]
 pub struct Handle {
+    ledger: Arc<dyn FullLedger>,
     shared: Arc<Shared>,
     transport: Option<Transport>,
     default_reconciler: Option<Arc<dyn Reconciler>>,
@@ -522,12 +526,16 @@ impl Handle {
     /// one, show an operation's retention dates, erase a tenant. The recoverer also purges on
     /// [`Retention::interval`].
     pub fn purger(&self) -> Purger {
-        Purger::from_shared(self.shared.clone())
+        Purger::from_parts(
+            self.shared.clone(),
+            self.ledger.clone(),
+            self.ledger.clone(),
+        )
     }
 
     /// The reviews API (handoff package, claim, resolve).
     pub fn reviews(&self) -> Reviews {
-        Reviews::from_shared(self.shared.clone())
+        Reviews::from_parts(self.shared.clone(), self.ledger.clone())
     }
 
     /// The notifier, to subscribe to resolutions, escalations and late evidence.
@@ -536,8 +544,8 @@ impl Handle {
     }
 
     /// The ledger.
-    pub fn ledger(&self) -> &Arc<dyn Ledger> {
-        &self.shared.ledger
+    pub fn ledger(&self) -> &Arc<dyn FullLedger> {
+        &self.ledger
     }
 
     /// The contracts.

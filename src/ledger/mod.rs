@@ -32,10 +32,10 @@
 //! counted, listed and released once a version that can read them runs: see
 //! [`Ledger::quarantined`] and [`Ledger::release_quarantined`].
 //!
-//! Vendor callbacks (webhooks) are stored through [`Ledger::apply_callback`] (the dedupe
+//! Vendor callbacks (webhooks) are stored through [`CallbackLedger::apply_callback`] (the dedupe
 //! record, the compare-and-swap and the evidence in one transaction),
-//! [`Ledger::quarantine_callback`] and the lookups [`Ledger::find_by_remote_ref`] and
-//! [`Ledger::find_by_idempotency_key`].
+//! [`CallbackLedger::quarantine_callback`] and the lookups [`ListingLedger::find_by_remote_ref`] and
+//! [`ListingLedger::find_by_idempotency_key`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -87,17 +87,25 @@ mod postgres;
 #[cfg(feature = "postgres")]
 pub use postgres::{ClockSource, PostgresLedger, PostgresLedgerOptions};
 
+mod callback_ledger;
 #[cfg(feature = "test-util")]
 pub mod conformance;
 mod error;
+mod full_ledger;
 mod ledger_trait;
+mod listing_ledger;
 mod record;
+mod retention_ledger;
+pub use callback_ledger::CallbackLedger;
 pub use error::LedgerError;
+pub use full_ledger::{FullLedger, Housekeeping};
 pub use ledger_trait::Ledger;
+pub use listing_ledger::ListingLedger;
 pub use record::{
     Created, EvidenceEntry, NewOperation, OperationRecord, QuarantinedRow, Recorded, Settled,
     StoredResponse,
 };
+pub use retention_ledger::RetentionLedger;
 
 /// A boxed, `Send` future, as returned by [`Ledger`] methods (the trait stays object safe).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
