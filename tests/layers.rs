@@ -254,7 +254,7 @@ fn no_source_file_is_over_800_lines() {
         })
         .filter(|(_, n)| *n > MAX_LINES)
         .collect();
-    long.sort_by(|a, b| b.1.cmp(&a.1));
+    long.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     assert!(
         long.is_empty(),
         "files over {MAX_LINES} lines (split them by responsibility): {long:#?}"
