@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use http::HeaderName;
+use recoverable_write::Ledger;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
     BudgetPolicy, BuildError, Contracts, Error, MemoryLedger, RecoverableWrite, SendOnceGuardLayer,
@@ -31,7 +32,7 @@ lookup = { kind = "http_get", url_template = "/operations/{operation_id}" }
 
 async fn run_until(
     recoverer: &recoverable_write::Recoverer,
-    ledger: &std::sync::Arc<dyn recoverable_write::Ledger>,
+    ledger: &impl recoverable_write::Ledger,
     op: &recoverable_write::Operation,
     done: impl Fn(State) -> bool,
 ) -> recoverable_write::ledger::OperationRecord {
@@ -189,7 +190,10 @@ async fn the_faces_of_one_configuration_share_the_ledger() {
         .build()
         .unwrap();
     let layer_ledger = rw.layer().ledger().clone();
-    assert!(std::sync::Arc::ptr_eq(&layer_ledger, rw.ledger()));
+    assert!(std::ptr::addr_eq(
+        std::sync::Arc::as_ptr(&layer_ledger),
+        std::sync::Arc::as_ptr(rw.ledger())
+    ));
     let missing = rw
         .reviews()
         .handoff(

@@ -82,7 +82,7 @@ const NEVER_SENT: &str = "it names an operation that was never sent (PREPARED): 
 ///
 /// ```no_run
 /// # #[cfg(feature = "axum")]
-/// # async fn run(rw: recoverable_write::Handle) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn run(rw: recoverable_write::Handle<recoverable_write::MemoryLedger>) -> Result<(), Box<dyn std::error::Error>> {
 /// use recoverable_write::callbacks::{
 ///     AccountTenants, CallbackMapping, CallbackReceiver, Secret, StripeSignature,
 /// };
@@ -137,8 +137,8 @@ impl CallbackReceiver {
     /// The ledger must store callbacks ([`CallbackLedger`]) and find operations by vendor
     /// reference and idempotency key ([`ListingLedger`]): for a ledger without them this does
     /// not compile.
-    pub fn new(
-        config: &Handle,
+    pub fn new<L: CallbackLedger + ListingLedger>(
+        config: &Handle<L>,
         mapping: CallbackMapping,
         verifier: impl Verifier + 'static,
         accounts: AccountTenants,

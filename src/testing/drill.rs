@@ -27,7 +27,7 @@ use super::FakeVendor;
 use crate::ResponseBody;
 use crate::contract::{EvidenceClass, KeyPlacement, RemoteRef, Replay, Rule};
 use crate::guard::GuardStats;
-use crate::ledger::{EvidenceEntry, FullLedger, OperationRecord};
+use crate::ledger::{EvidenceEntry, FullLedger, Ledger, OperationRecord};
 use crate::{
     Access, BoxError, BudgetPolicy, Builder, Contract, Denied, Error, Handle, HttpLookup,
     Operation, OperationId, Outcome, RecoverableWrite, RecoverableWriteLayer, Recoverer,
@@ -83,7 +83,7 @@ pub struct Drill {
     pub ledger: Arc<dyn FullLedger>,
     /// The handle the drill's layer, reviews and recoverer come from, configured from the
     /// options.
-    pub rw: Handle,
+    pub rw: Handle<Arc<dyn FullLedger>>,
     /// The layer (`rw.layer()`; replace it with one from [`Drill::builder`] to change only the
     /// write path's configuration).
     pub layer: RecoverableWriteLayer,
@@ -272,7 +272,7 @@ impl Drill {
 
     /// A builder over the drill's ledger with the drill's budget, contract and authorizer:
     /// change a setting and build a handle (`drill.layer = drill.builder().….build()?.layer()`).
-    pub fn builder(&self) -> Builder {
+    pub fn builder(&self) -> Builder<Arc<dyn FullLedger>> {
         builder(&self.ledger, &self.options)
     }
 
@@ -358,7 +358,7 @@ impl Drill {
 }
 
 /// The builder a drill starts from: its ledger, budget, contract and authorizer.
-fn builder(ledger: &Arc<dyn FullLedger>, options: &DrillOptions) -> Builder {
+fn builder(ledger: &Arc<dyn FullLedger>, options: &DrillOptions) -> Builder<Arc<dyn FullLedger>> {
     let mut builder = RecoverableWrite::builder(ledger.clone())
         .budget(options.policy.clone())
         .contract(options.contract.clone());
@@ -372,8 +372,8 @@ fn builder(ledger: &Arc<dyn FullLedger>, options: &DrillOptions) -> Builder {
 /// `{vendor_base_url}/operations/{operation_id}` (tenant header `x-tenant`, 500 ms timeout) and a
 /// replay path through `guard`, both over [`authed_client`] with `credential`; the clock-skew
 /// margin `skew_margin` and a 2 s lease.
-pub fn recoverer(
-    rw: &Handle,
+pub fn recoverer<L: Ledger>(
+    rw: &Handle<L>,
     guard: &SendOnceGuardLayer,
     vendor_base_url: &str,
     credential: Arc<Mutex<String>>,
