@@ -49,7 +49,8 @@ pub enum CallbackEffect {
     /// version and marks the operation as carrying an unacknowledged contradiction
     /// ([`OperationRecord::contradiction_ms`], kept at the first one's time), so it is listed by
     /// [`OperationQuery::contradicted`](super::OperationQuery::contradicted) until a person
-    /// acknowledges it ([`ListingLedger::acknowledge_contradiction`](super::ListingLedger::acknowledge_contradiction)).
+    /// acknowledges it
+    /// ([`ListingLedger::acknowledge_contradiction`](super::ListingLedger::acknowledge_contradiction)).
     /// Nothing else changes: a final state stays final.
     Contradiction(NewEvidence),
 }
@@ -116,7 +117,8 @@ pub struct IgnoredCallback {
     pub received_at_ms: i64,
 }
 
-/// What [`CallbackLedger::record_ignored_callback`](super::CallbackLedger::record_ignored_callback) did.
+/// What [`CallbackLedger::record_ignored_callback`](super::CallbackLedger::record_ignored_callback)
+/// did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CallbackRecorded {
@@ -126,8 +128,8 @@ pub enum CallbackRecorded {
     Duplicate,
 }
 
-/// What a probe across tenants ([`CallbackLedger::other_tenant_with`](super::CallbackLedger::other_tenant_with))
-/// looks for.
+/// What a probe across tenants
+/// ([`CallbackLedger::other_tenant_with`](super::CallbackLedger::other_tenant_with)) looks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProbeBy {

@@ -15,10 +15,11 @@ use crate::operation::{OperationId, Tenant};
 /// recoverer) need. Object safe: use it as `Arc<dyn Ledger>`.
 ///
 /// The other capabilities are traits of their own that a backend implements when it can:
-/// [`ListingLedger`](super::ListingLedger) (the operators' queue), [`CallbackLedger`](super::CallbackLedger)
-/// (vendor callbacks) and [`RetentionLedger`](super::RetentionLedger) (purges); [`FullLedger`](super::FullLedger) is
-/// all of them. A missing capability is a compile error where it is needed, never an error at
-/// run time.
+/// [`ListingLedger`](super::ListingLedger) (the operators' queue),
+/// [`CallbackLedger`](super::CallbackLedger) (vendor callbacks) and
+/// [`RetentionLedger`](super::RetentionLedger) (purges); [`FullLedger`](super::FullLedger) is all
+/// of them. A missing capability is a compile error where it is needed, never an error at run
+/// time.
 ///
 /// All times are milliseconds since the Unix epoch supplied by the caller; a backend with a
 /// shared clock (PostgreSQL) may use its own clock instead, and documents it.
@@ -230,9 +231,11 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// `tracing::error!` (its tenant, operation id and the decode error, never its body) and go
     /// on with the healthy rows.
     ///
-    /// Quarantined rows stay visible: [`count_by_state`](super::ListingLedger::count_by_state) counts them
-    /// ([`StateCounts::quarantined`](super::StateCounts::quarantined)), [`list`](super::ListingLedger::list) lists them by their raw columns
-    /// ([`OperationQuery::quarantined_only`], [`Page::skipped`]), and
+    /// Quarantined rows stay visible: [`count_by_state`](super::ListingLedger::count_by_state)
+    /// counts them ([`StateCounts::quarantined`](super::StateCounts::quarantined)),
+    /// [`list`](super::ListingLedger::list) lists them by their raw columns
+    /// ([`OperationQuery::quarantined_only`](super::OperationQuery::quarantined_only),
+    /// [`Page::skipped`](super::Page::skipped)), and
     /// [`release_quarantined`](Self::release_quarantined) gives one back to recovery once a
     /// version that can read it runs (typically: the row was written by a newer version during
     /// a rolling deploy, and every worker is now upgraded).
@@ -303,9 +306,9 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>>;
 
     /// The capabilities the recoverer's background housekeeping runs through: the queue
-    /// gauges ([`ListingLedger`](super::ListingLedger): counts and the oldest rows) and the periodic retention purge
-    /// ([`RetentionLedger`](super::RetentionLedger)). The recoverer is available over every ledger, so it asks here
-    /// rather than in its type.
+    /// gauges ([`ListingLedger`](super::ListingLedger): counts and the oldest rows) and the
+    /// periodic retention purge ([`RetentionLedger`](super::RetentionLedger)). The recoverer is
+    /// available over every ledger, so it asks here rather than in its type.
     ///
     /// Absent means there is nothing to count or purge through; the recoverer skips that
     /// housekeeping. The provided implementation returns [`Housekeeping::default`] (neither).
