@@ -54,7 +54,8 @@ use recoverable_write::callbacks::{
     AccountTenants, CallbackReceiver, DeliveryOutcome, Secret, StripeSignature,
 };
 use recoverable_write::ledger::{
-    Ledger, OperationQuery, ProbeBy, SqliteLedgerOptions, Synchronous, TextMatch,
+    CallbackLedger, Ledger, ListingLedger, OperationQuery, ProbeBy, SqliteLedgerOptions,
+    Synchronous, TextMatch,
 };
 use recoverable_write::testing::callbacks::{SignedDelivery, Signer, ticket_mapping};
 use recoverable_write::{BudgetPolicy, OperationId, RecoverableWrite, SqliteLedger, State, Tenant};

@@ -57,6 +57,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::conformance::{RawChanges, keep, update_of};
 #[cfg(feature = "postgres")]
 use recoverable_write::ledger::{ClockSource, PostgresLedger, PostgresLedgerOptions};
@@ -383,9 +384,9 @@ fn scans(c: &mut Criterion, dir: &std::path::Path) -> Samples {
     }
     group.finish();
 
-    let ledgers: Vec<(u64, &dyn Ledger)> = files
+    let ledgers: Vec<(u64, &dyn FullLedger)> = files
         .iter()
-        .map(|(rows, ledger, _)| (*rows, ledger as &dyn Ledger))
+        .map(|(rows, ledger, _)| (*rows, ledger as &dyn FullLedger))
         .collect();
     listing(c, &rt, "listing", &ledgers, &record);
     #[cfg(feature = "postgres")]
@@ -399,9 +400,9 @@ fn scans(c: &mut Criterion, dir: &std::path::Path) -> Samples {
             );
             pg.push((rows, ledger));
         }
-        let ledgers: Vec<(u64, &dyn Ledger)> = pg
+        let ledgers: Vec<(u64, &dyn FullLedger)> = pg
             .iter()
-            .map(|(rows, ledger)| (*rows, ledger as &dyn Ledger))
+            .map(|(rows, ledger)| (*rows, ledger as &dyn FullLedger))
             .collect();
         listing(c, &rt, "listing_pg", &ledgers, &record);
         for (_, ledger) in pg {
@@ -426,7 +427,7 @@ fn listing(
     c: &mut Criterion,
     rt: &tokio::runtime::Runtime,
     group_name: &'static str,
-    ledgers: &[(u64, &dyn Ledger)],
+    ledgers: &[(u64, &dyn FullLedger)],
     record: &dyn Fn(&'static str, u64, f64),
 ) {
     let (page_name, count_name) = if group_name == "listing" {
@@ -660,7 +661,7 @@ fn memory(dir: &std::path::Path) {
         .enable_all()
         .build()
         .expect("runtime");
-    let sqlite = |file: &str| -> Arc<dyn Ledger> {
+    let sqlite = |file: &str| -> Arc<dyn FullLedger> {
         Arc::new(
             rt.block_on(SqliteLedger::open(dir.join(file)))
                 .expect("sqlite ledger"),

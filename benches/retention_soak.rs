@@ -34,6 +34,7 @@ mod support;
 use bytes::Bytes;
 use recoverable_write::RecoverableWrite;
 use recoverable_write::SqliteLedger;
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::conformance::{keep, update_of};
 use recoverable_write::ledger::{Ledger, NewOperation};
 use recoverable_write::retention::{Purger, Retention};
@@ -67,7 +68,7 @@ async fn lifecycle(ledger: &dyn Ledger) {
 }
 
 /// Writes `n` operations from [`CONCURRENCY`] tasks; returns operations per second.
-async fn chunk(ledger: Arc<dyn Ledger>, n: u64) -> f64 {
+async fn chunk(ledger: Arc<dyn FullLedger>, n: u64) -> f64 {
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -110,8 +111,8 @@ type SizeOf = Box<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output =
 
 struct Pair {
     name: &'static str,
-    purging: Arc<dyn Ledger>,
-    keeping: Arc<dyn Ledger>,
+    purging: Arc<dyn FullLedger>,
+    keeping: Arc<dyn FullLedger>,
     size_purging: SizeOf,
     size_keeping: SizeOf,
     purgers: usize,

@@ -49,6 +49,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use recoverable_write::RecoverableWrite;
 use recoverable_write::layer::ResponseBody;
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::Ledger;
 use recoverable_write::{
     BudgetPolicy, Error, HttpLookup, Operation, OperationId, Outcome, Recoverer,
@@ -109,7 +110,7 @@ pub type TicketClient = BoxCloneSyncService<Request<Full<Bytes>>, http::Response
 pub struct AppState {
     vendor_base_url: Arc<str>,
     tickets: TicketClient,
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn FullLedger>,
 }
 
 /// The app and its recovery engine, built together so they share one ledger and one contract.
@@ -122,7 +123,7 @@ pub struct App {
 
 /// Builds the app against the vendor at `vendor_base_url` (e.g. `http://127.0.0.1:4000`),
 /// recording into `ledger`, with `policy` frozen onto every new operation.
-pub fn build(vendor_base_url: &str, ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> App {
+pub fn build(vendor_base_url: &str, ledger: Arc<dyn FullLedger>, policy: BudgetPolicy) -> App {
     // One retry owner: the recovery engine. The client's own retry of "canceled" requests is
     // switched off, and the guard refuses any second send of an attempt by a layer below ours.
     let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
@@ -422,7 +423,7 @@ async fn demo() -> Result<(), BoxError> {
 
     let vendor = FakeVendor::builder().start().await?;
     let dir = tempfile::tempdir()?;
-    let ledger: Arc<dyn Ledger> =
+    let ledger: Arc<dyn FullLedger> =
         Arc::new(SqliteLedger::open(dir.path().join("operations.db")).await?);
     let app = build(&vendor.base_url(), ledger, BudgetPolicy::default());
     let engine = app.recoverer.clone().spawn();

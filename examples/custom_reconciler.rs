@@ -45,6 +45,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use recoverable_write::RecoverableWrite;
 use recoverable_write::contract::Lookup;
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::{BoxFuture, Ledger, OperationRecord};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
@@ -224,7 +225,7 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), BoxError> {
     let vendor = FakeVendor::builder().start().await?;
-    let ledger: Arc<dyn Ledger> = Arc::new(MemoryLedger::new());
+    let ledger: Arc<dyn FullLedger> = Arc::new(MemoryLedger::new());
     let client: HttpClient = Client::builder(TokioExecutor::new())
         .retry_canceled_requests(false)
         .build_http();

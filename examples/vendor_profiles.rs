@@ -20,6 +20,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use recoverable_write::RecoverableWrite;
 use recoverable_write::contract::{Contract, Contracts};
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::Ledger;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{Operation, Outcome, SendOnceGuardLayer, SqliteLedger, State};
@@ -100,7 +101,7 @@ fn lookup(c: &Contract) -> String {
 async fn one_write(contracts: Contracts) -> Result<(), Box<dyn std::error::Error>> {
     let vendor = FakeVendor::start().await;
     let dir = tempfile::tempdir()?;
-    let ledger: Arc<dyn Ledger> =
+    let ledger: Arc<dyn FullLedger> =
         Arc::new(SqliteLedger::open(dir.path().join("vendor-profiles.db")).await?);
 
     let url = vendor.url("/tickets");

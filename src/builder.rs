@@ -54,7 +54,7 @@ use crate::clock::{Clock, SharedClock};
 use crate::contract::{Contract, ContractError, Contracts, Lookup, LookupAnswer};
 use crate::core::Shared;
 use crate::layer::{RecoverableWrite, RecoverableWriteLayer};
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, ListingLedger, RetentionLedger};
 use crate::notify::Notifier;
 use crate::reconcile::{
     HttpLookup, ListLookup, LookupStatuses, NotFound, Reconciler, Recoverer, Transport,
@@ -86,16 +86,23 @@ impl RecoverableWrite<()> {
     /// The one entry point: a [`Builder`] over `ledger`. See the [module docs](crate::builder).
     ///
     /// To share one ledger with other code (the test kit, an outbox writer), pass an
-    /// `Arc<L>` or an `Arc<dyn Ledger>`: a shared ledger is a ledger.
-    pub fn builder(ledger: impl Ledger) -> Builder {
+    /// `Arc<L>` or an `Arc<dyn FullLedger>`: a shared ledger is a ledger, with every capability
+    /// of the one it holds.
+    ///
+    /// The ledger's type decides what the handle hands out: the layer and the recoverer over
+    /// any [`Ledger`]; the reviews with [`ListingLedger`]; the purger (and
+    /// [`Builder::retention`]) with [`RetentionLedger`] too; the callbacks receiver with
+    /// [`CallbackLedger`](crate::ledger::CallbackLedger).
+    pub fn builder<L: Ledger>(ledger: L) -> Builder<L> {
         Builder::new(Arc::new(ledger))
     }
 }
 
-/// Builds a [`Handle`]. Every setting has a safe default; [`build`](Self::build) validates them
-/// all.
+/// Builds a [`Handle`] over a ledger of type `L`. Every setting has a safe default;
+/// [`build`](Self::build) validates them all.
 #[must_use]
-pub struct Builder {
+pub struct Builder<L> {
+    ledger: Arc<L>,
     shared: Shared,
     transport: Option<Transport>,
     tenant_header: Option<HeaderName>,
@@ -107,7 +114,7 @@ pub struct Builder {
     lookup_timeout: Duration,
 }
 
-impl fmt::Debug for Builder {
+impl<L: Ledger> fmt::Debug for Builder<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("shared", &self.shared)
@@ -118,10 +125,11 @@ impl fmt::Debug for Builder {
     }
 }
 
-impl Builder {
-    fn new(ledger: Arc<dyn Ledger>) -> Self {
+impl<L: Ledger> Builder<L> {
+    fn new(ledger: Arc<L>) -> Self {
         Self {
-            shared: Shared::new(ledger),
+            shared: Shared::new(ledger.clone()),
+            ledger,
             transport: None,
             tenant_header: None,
             default_reconciler: None,
@@ -286,21 +294,13 @@ impl Builder {
         self
     }
 
-    /// Retention: how long finished operations keep their details and their rows, and how
-    /// often the recoverer purges (default [`Retention::new`]: 7 days, 35 days, every
-    /// 10 minutes). See [`crate::retention`].
-    pub fn retention(mut self, retention: Retention) -> Self {
-        self.shared.retention = retention;
-        self
-    }
-
     /// Validates everything and builds the configuration.
     ///
     /// # Errors
     ///
     /// [`BuildError`] naming the first setting out of bounds: the budget, a contract, a body
     /// limit, the recovery lease.
-    pub fn build(self) -> Result<Handle, BuildError> {
+    pub fn build(self) -> Result<Handle<L>, BuildError> {
         let invalid = |field, problem: &str| BuildError::Invalid {
             field,
             problem: problem.to_owned(),
@@ -346,6 +346,7 @@ impl Builder {
         }
         reconcilers.extend(self.by_contract);
         Ok(Handle {
+            ledger: self.ledger,
             shared,
             transport: self.transport,
             default_reconciler: self.default_reconciler,
@@ -354,6 +355,19 @@ impl Builder {
             recovery_lease: self.recovery_lease,
             recovery_interval: self.recovery_interval,
         })
+    }
+}
+
+impl<L: RetentionLedger> Builder<L> {
+    /// Retention: how long finished operations keep their details and their rows, and how
+    /// often the recoverer purges (default [`Retention::new`]: 7 days, 35 days, every
+    /// 10 minutes). See [`crate::retention`].
+    ///
+    /// Only for a ledger that can purge ([`RetentionLedger`]): on one that cannot, this does
+    /// not compile.
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.shared.retention = retention;
+        self
     }
 }
 
@@ -462,10 +476,14 @@ fn statuses(answer: &LookupAnswer) -> LookupStatuses {
 
 /// The live handle over one validated configuration, made by [`Builder::build`]. Hands out the
 /// layer, the recoverer, the reviews, the purger and (feature `reqwest`) the reqwest
-/// middleware, all over the same ledger, contracts, budget, authorizer, notifier, clock and
-/// transport. Cheap to clone.
-#[derive(Clone)]
-pub struct Handle {
+/// middleware, all over the same ledger (of type `L`), contracts, budget, authorizer, notifier,
+/// clock and transport. Cheap to clone.
+///
+/// What it hands out follows what the ledger can do: the layer and the recoverer over every
+/// [`Ledger`], the [reviews](Self::reviews) with [`ListingLedger`], the
+/// [purger](Self::purger) with [`ListingLedger`] and [`RetentionLedger`].
+pub struct Handle<L> {
+    ledger: Arc<L>,
     shared: Arc<Shared>,
     transport: Option<Transport>,
     default_reconciler: Option<Arc<dyn Reconciler>>,
@@ -475,7 +493,22 @@ pub struct Handle {
     recovery_interval: Duration,
 }
 
-impl fmt::Debug for Handle {
+impl<L> Clone for Handle<L> {
+    fn clone(&self) -> Self {
+        Self {
+            ledger: self.ledger.clone(),
+            shared: self.shared.clone(),
+            transport: self.transport.clone(),
+            default_reconciler: self.default_reconciler.clone(),
+            reconcilers: self.reconcilers.clone(),
+            limiter: self.limiter.clone(),
+            recovery_lease: self.recovery_lease,
+            recovery_interval: self.recovery_interval,
+        }
+    }
+}
+
+impl<L: Ledger> fmt::Debug for Handle<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Handle")
             .field("shared", &self.shared)
@@ -486,7 +519,7 @@ impl fmt::Debug for Handle {
     }
 }
 
-impl Handle {
+impl<L: Ledger> Handle<L> {
     #[cfg(feature = "callbacks")]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
@@ -518,26 +551,14 @@ impl Handle {
         r
     }
 
-    /// Retention over this configuration's ledger and contracts: run a purge now, preview
-    /// one, show an operation's retention dates, erase a tenant. The recoverer also purges on
-    /// [`Retention::interval`].
-    pub fn purger(&self) -> Purger {
-        Purger::from_shared(self.shared.clone())
-    }
-
-    /// The reviews API (handoff package, claim, resolve).
-    pub fn reviews(&self) -> Reviews {
-        Reviews::from_shared(self.shared.clone())
-    }
-
     /// The notifier, to subscribe to resolutions, escalations and late evidence.
     pub fn notifications(&self) -> &Notifier {
         &self.shared.notifier
     }
 
     /// The ledger.
-    pub fn ledger(&self) -> &Arc<dyn Ledger> {
-        &self.shared.ledger
+    pub fn ledger(&self) -> &Arc<L> {
+        &self.ledger
     }
 
     /// The contracts.
@@ -549,5 +570,41 @@ impl Handle {
     #[cfg(feature = "reqwest")]
     pub fn reqwest_middleware(&self) -> crate::reqwest::RecoverableWriteMiddleware {
         crate::reqwest::RecoverableWriteMiddleware::new(&self.layer())
+    }
+}
+
+impl<L: ListingLedger> Handle<L> {
+    /// The reviews API (handoff package, claim, resolve), for a ledger that lists its
+    /// operations ([`ListingLedger`]). A ledger with only the write path gets none:
+    ///
+    /// ```compile_fail
+    /// use recoverable_write::{Ledger, MemoryLedger, RecoverableWrite};
+    ///
+    /// /// A ledger known only by its write path (a memory ledger behind `impl Ledger`).
+    /// fn write_path_only() -> impl Ledger {
+    ///     MemoryLedger::new()
+    /// }
+    ///
+    /// let rw = RecoverableWrite::builder(write_path_only()).build().unwrap();
+    /// let _ = rw.layer(); // the write path: fine
+    /// let _ = rw.recoverer(); // recovery: fine
+    /// let _ = rw.reviews(); // error: `impl Ledger` is not a `ListingLedger`
+    /// ```
+    pub fn reviews(&self) -> Reviews {
+        Reviews::from_parts(self.shared.clone(), self.ledger.clone())
+    }
+}
+
+impl<L: ListingLedger + RetentionLedger> Handle<L> {
+    /// Retention over this configuration's ledger and contracts: run a purge now, preview
+    /// one, show an operation's retention dates, erase a tenant. The recoverer also purges on
+    /// [`Retention::interval`]. For a ledger that purges ([`RetentionLedger`]) and lists its
+    /// operations ([`ListingLedger`]: erasing a tenant counts its open operations first).
+    pub fn purger(&self) -> Purger {
+        Purger::from_parts(
+            self.shared.clone(),
+            self.ledger.clone(),
+            self.ledger.clone(),
+        )
     }
 }

@@ -135,7 +135,9 @@ pub use layer::{RecoverableWrite, RecoverableWriteLayer, ResponseBody};
 pub use ledger::PostgresLedger;
 #[cfg(feature = "sqlite")]
 pub use ledger::SqliteLedger;
-pub use ledger::{Ledger, MemoryLedger};
+pub use ledger::{
+    CallbackLedger, FullLedger, Ledger, ListingLedger, MemoryLedger, RetentionLedger,
+};
 pub use notify::{Notice, Notifier};
 pub use operation::{AttemptId, Generation, IdempotencyKey, Operation, OperationId, Tenant};
 pub use reconcile::{HttpLookup, ListLookup, Reconciler, Recoverer};

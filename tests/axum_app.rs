@@ -18,6 +18,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::Ledger;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::testing::drill::fast_policy;
@@ -26,7 +27,7 @@ use serde_json::{Value, json};
 
 struct World {
     vendor: FakeVendor,
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn FullLedger>,
     recoverer: Recoverer,
     base: String,
     http: Client<HttpConnector, Full<Bytes>>,
@@ -43,7 +44,7 @@ impl World {
     async fn start() -> Self {
         let vendor = FakeVendor::start().await;
         let dir = tempfile::tempdir().unwrap();
-        let ledger: Arc<dyn Ledger> =
+        let ledger: Arc<dyn FullLedger> =
             Arc::new(SqliteLedger::open(dir.path().join("ops.db")).await.unwrap());
         let app = axum_app::build(&vendor.base_url(), ledger.clone(), fast_policy());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

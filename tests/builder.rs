@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use http::HeaderName;
+use recoverable_write::Ledger;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
     BudgetPolicy, BuildError, Contracts, Error, MemoryLedger, RecoverableWrite, SendOnceGuardLayer,
@@ -31,7 +32,7 @@ lookup = { kind = "http_get", url_template = "/operations/{operation_id}" }
 
 async fn run_until(
     recoverer: &recoverable_write::Recoverer,
-    ledger: &std::sync::Arc<dyn recoverable_write::Ledger>,
+    ledger: &impl recoverable_write::Ledger,
     op: &recoverable_write::Operation,
     done: impl Fn(State) -> bool,
 ) -> recoverable_write::ledger::OperationRecord {
@@ -189,7 +190,10 @@ async fn the_faces_of_one_configuration_share_the_ledger() {
         .build()
         .unwrap();
     let layer_ledger = rw.layer().ledger().clone();
-    assert!(std::sync::Arc::ptr_eq(&layer_ledger, rw.ledger()));
+    assert!(std::ptr::addr_eq(
+        std::sync::Arc::as_ptr(&layer_ledger),
+        std::sync::Arc::as_ptr(rw.ledger())
+    ));
     let missing = rw
         .reviews()
         .handoff(
@@ -326,4 +330,180 @@ lookup = {{ kind = "http_get", url_template = "{lookup_base}/by-op/{{operation_i
         "{log:?}"
     );
     assert_eq!(vendor.tickets_created(), 1);
+}
+
+/// A ledger with the write path and recovery only ([`Ledger`]): no listing, no callbacks, no
+/// retention. It forwards to a memory ledger.
+#[derive(Debug, Default)]
+struct WritePathOnly(MemoryLedger);
+
+impl Ledger for WritePathOnly {
+    fn create_or_get(
+        &self,
+        new: recoverable_write::ledger::NewOperation,
+    ) -> recoverable_write::ledger::BoxFuture<
+        '_,
+        Result<recoverable_write::ledger::Created, recoverable_write::ledger::LedgerError>,
+    > {
+        self.0.create_or_get(new)
+    }
+
+    fn get<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a recoverable_write::OperationId,
+    ) -> recoverable_write::ledger::BoxFuture<
+        'a,
+        Result<
+            Option<recoverable_write::ledger::OperationRecord>,
+            recoverable_write::ledger::LedgerError,
+        >,
+    > {
+        self.0.get(tenant, id)
+    }
+
+    fn apply(
+        &self,
+        update: recoverable_write::ledger::backend::Update,
+    ) -> recoverable_write::ledger::BoxFuture<
+        '_,
+        Result<
+            Option<recoverable_write::ledger::OperationRecord>,
+            recoverable_write::ledger::LedgerError,
+        >,
+    > {
+        self.0.apply(update)
+    }
+
+    fn claim_due(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> recoverable_write::ledger::BoxFuture<
+        '_,
+        Result<
+            Vec<recoverable_write::ledger::OperationRecord>,
+            recoverable_write::ledger::LedgerError,
+        >,
+    > {
+        self.0.claim_due(now_ms, lease_ms, limit)
+    }
+
+    fn claim_prepared(
+        &self,
+        now_ms: i64,
+        older_than_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> recoverable_write::ledger::BoxFuture<
+        '_,
+        Result<
+            Vec<recoverable_write::ledger::OperationRecord>,
+            recoverable_write::ledger::LedgerError,
+        >,
+    > {
+        self.0
+            .claim_prepared(now_ms, older_than_ms, lease_ms, limit)
+    }
+
+    fn sweep_expired(
+        &self,
+        now_ms: i64,
+    ) -> recoverable_write::ledger::BoxFuture<
+        '_,
+        Result<
+            Vec<recoverable_write::ledger::OperationRecord>,
+            recoverable_write::ledger::LedgerError,
+        >,
+    > {
+        self.0.sweep_expired(now_ms)
+    }
+
+    fn append_evidence<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a recoverable_write::OperationId,
+        entry: recoverable_write::ledger::backend::NewEvidence,
+    ) -> recoverable_write::ledger::BoxFuture<'a, Result<(), recoverable_write::ledger::LedgerError>>
+    {
+        self.0.append_evidence(tenant, id, entry)
+    }
+
+    fn evidence<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a recoverable_write::OperationId,
+    ) -> recoverable_write::ledger::BoxFuture<
+        'a,
+        Result<
+            Vec<recoverable_write::ledger::EvidenceEntry>,
+            recoverable_write::ledger::LedgerError,
+        >,
+    > {
+        self.0.evidence(tenant, id)
+    }
+}
+
+/// Issue 28 item 4: a backend with only the write path ([`Ledger`], no listing, callbacks or
+/// retention) still gets the layer and the recoverer. A write whose response is lost is
+/// recovered by the spawned recoverer to exactly one ticket; its housekeeping (the gauges and
+/// the periodic purge) has nothing to run through and is skipped, not failed.
+#[tokio::test]
+async fn a_write_path_only_ledger_gets_the_layer_and_the_recoverer() {
+    let housekeeping = std::sync::Arc::new(WritePathOnly::default()).housekeeping();
+    assert!(!housekeeping.counts() && !housekeeping.purges());
+    assert!({
+        let full = std::sync::Arc::new(MemoryLedger::new()).housekeeping();
+        full.counts() && full.purges()
+    });
+
+    let vendor = FakeVendor::start().await;
+    let below = ServiceBuilder::new()
+        .layer(SendOnceGuardLayer::new())
+        .service(http_client());
+    let rw = RecoverableWrite::builder(WritePathOnly::default())
+        .contracts(contracts_toml())
+        .budget(fast_policy())
+        .transport(below.clone())
+        .lookup_tenant_header(HeaderName::from_static("x-tenant"))
+        .lookup_timeout(Duration::from_millis(500))
+        .recovery_lease(Duration::from_secs(2))
+        .recovery_interval(Duration::from_millis(10))
+        .build()
+        .expect("valid configuration");
+    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
+    let op = new_op("intent-write-path-only");
+    vendor.faults().drop_after_commit(1);
+    let err = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17"))
+        .await
+        .expect_err("the response is lost");
+    assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+
+    let recoverer = rw.recoverer();
+    assert_eq!(
+        recoverer.export_gauges().await.unwrap(),
+        None,
+        "nothing to count through"
+    );
+    let engine = recoverer.spawn();
+    let mut row = None;
+    for _ in 0..400 {
+        let now = rw
+            .ledger()
+            .get(op.tenant(), op.id())
+            .await
+            .unwrap()
+            .unwrap();
+        if now.state == State::Succeeded {
+            row = Some(now);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    engine.shutdown().await;
+    let row = row.expect("recovered by the spawned recoverer");
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(vendor.tickets_created(), 1, "one ticket, never two");
+    assert_eq!(vendor.posts_received(), 1);
 }

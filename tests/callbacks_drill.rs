@@ -14,6 +14,7 @@ use recoverable_write::callbacks::{
     StripeSignature,
 };
 use recoverable_write::contradiction::{CONTRADICTION, Contradiction};
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::conformance::new_operation;
 use recoverable_write::ledger::{
     BoxFuture, Ledger, LedgerError, OperationQuery, OperationRecord, TenantScope,
@@ -35,17 +36,18 @@ const SECRET: &str = "whsec_drill_endpoint_secret";
 
 struct Setup {
     vendor: FakeVendor,
-    rw: Handle,
+    rw: Handle<std::sync::Arc<dyn FullLedger>>,
     receiver: CallbackReceiver,
     signer: Signer,
 }
 
-async fn setup(ledger: impl Ledger) -> Setup {
+async fn setup(ledger: impl FullLedger) -> Setup {
     let vendor = FakeVendor::start().await;
-    let rw = RecoverableWrite::builder(ledger)
-        .budget(fast_policy())
-        .build()
-        .expect("valid configuration");
+    let rw =
+        RecoverableWrite::builder(std::sync::Arc::new(ledger) as std::sync::Arc<dyn FullLedger>)
+            .budget(fast_policy())
+            .build()
+            .expect("valid configuration");
     // The fake vendor's events carry the tenant as the account.
     let accounts = AccountTenants::default()
         .account(TENANT, TENANT)
@@ -115,7 +117,7 @@ async fn callback_entries(s: &Setup, op: &Operation) -> usize {
         .count()
 }
 
-async fn d29_two_deliveries_one_change(ledger: impl Ledger) {
+async fn d29_two_deliveries_one_change(ledger: impl FullLedger) {
     let s = setup(ledger).await;
     let op = lost_write(&s, "intent-d29-dup").await;
     let ticket = ticket_of(&s, &op);
@@ -533,7 +535,7 @@ async fn quarantined_callbacks_are_listed_by_the_cli() {
 
 /// A setup whose receiver reads the vendor's events with `mapping` (the accounts and secret of
 /// [`setup`]).
-async fn setup_with(ledger: impl Ledger, mapping: CallbackMapping) -> Setup {
+async fn setup_with(ledger: impl FullLedger, mapping: CallbackMapping) -> Setup {
     let mut s = setup(ledger).await;
     s.receiver = CallbackReceiver::new(
         &s.rw,
@@ -815,14 +817,14 @@ impl Recording {
 }
 
 impl ForwardingLedger for Recording {
-    fn inner(&self) -> &dyn Ledger {
+    fn inner(&self) -> &dyn FullLedger {
         &self.inner
     }
 
     fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
     where
         T: Send + 'a,
-        F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+        F: FnOnce(&'a dyn FullLedger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
     {
         self.calls.lock().unwrap().push(call);
         f(&self.inner)
@@ -902,7 +904,7 @@ async fn an_unmatched_event_costs_index_probes_and_a_redelivery_only_the_dedupe_
 struct ArcLedger(std::sync::Arc<Recording>);
 
 impl ForwardingLedger for ArcLedger {
-    fn inner(&self) -> &dyn Ledger {
+    fn inner(&self) -> &dyn FullLedger {
         &*self.0
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::{Ledger, PostgresLedgerOptions};
 use recoverable_write::state::ReviewDecision;
 use recoverable_write::testing::FakeVendor;
@@ -41,7 +42,7 @@ impl std::ops::Deref for World {
 }
 
 impl World {
-    async fn new(ledger: Arc<dyn Ledger>) -> Self {
+    async fn new(ledger: Arc<dyn FullLedger>) -> Self {
         Self::with_policy(
             ledger,
             BudgetPolicy {
@@ -52,7 +53,7 @@ impl World {
         .await
     }
 
-    async fn with_policy(ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> Self {
+    async fn with_policy(ledger: Arc<dyn FullLedger>, policy: BudgetPolicy) -> Self {
         let options = DrillOptions {
             contract: Contract::conservative().secret_body_field("/client_secret"),
             policy,
@@ -474,7 +475,7 @@ async fn review_with_the_cli(world: &World, cli: &Cli) {
 async fn sqlite_drill_to_review_then_claim_and_resolve_with_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ops.db");
-    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
     let world = World::new(ledger).await;
     let cli = Cli::new(format!("sqlite:{}", path.display()), None);
     review_with_the_cli(&world, &cli).await;
@@ -490,7 +491,7 @@ async fn postgres_drill_to_review_then_claim_and_resolve_with_the_cli() {
         .schema(schema.name.clone())
         .unwrap()
         .max_connections(4);
-    let ledger: Arc<dyn Ledger> =
+    let ledger: Arc<dyn FullLedger> =
         Arc::new(PostgresLedger::connect_with(&url, options).await.unwrap());
     let world = World::new(ledger).await;
     let cli = Cli::new(url.clone(), Some(schema.name.clone()));
@@ -503,7 +504,7 @@ async fn postgres_drill_to_review_then_claim_and_resolve_with_the_cli() {
 async fn late_evidence_after_a_claim_is_shown_first_and_refusals_have_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ops.db");
-    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
     // The response is held 1.5 s (the CLI must start and claim meanwhile), within the attempt
     // timeout: a late success, not a timeout.
     let world = World::with_policy(
@@ -729,7 +730,7 @@ async fn bad_ledgers_and_missing_scope_fail_clearly() {
 async fn purge_and_erase_with_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ops.db");
-    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
     let world = World::new(ledger.clone()).await;
     let cli = Cli::new(format!("sqlite:{}", path.display()), None);
     let (stuck, fine) = world.lost_response_to_review("intent-retention").await;
@@ -851,7 +852,7 @@ async fn purge_and_erase_with_the_cli() {
 async fn purge_needs_the_applications_contracts_shows_its_plan_and_deletes_only_with_yes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ops.db");
-    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
     let world = World::new(ledger.clone()).await;
     let cli = Cli::new(format!("sqlite:{}", path.display()), None);
     let (stuck, fine) = world.lost_response_to_review("intent-purge-plan").await;
@@ -1016,7 +1017,7 @@ async fn purge_needs_the_applications_contracts_shows_its_plan_and_deletes_only_
 async fn quarantined_rows_are_counted_listed_shown_and_released_with_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ops.db");
-    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
     let world = World::new(ledger).await;
     let cli = Cli::new(format!("sqlite:{}", path.display()), None);
     let op = new_op("intent-newer-row");

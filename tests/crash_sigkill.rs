@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::Ledger;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::testing::drill::{
@@ -236,7 +237,7 @@ async fn child_main() {
     let last: u64 = var("RW_CRASH_LAST").parse().expect("last");
     let final_run = var("RW_CRASH_FINAL") == "1";
 
-    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&db).await.expect("open ledger"));
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&db).await.expect("open ledger"));
     let rw = RecoverableWrite::builder(ledger.clone())
         .budget(fast_policy())
         .contract(replay_safe_contract())

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use common::*;
+use recoverable_write::Ledger;
 use recoverable_write::callbacks::{
     AccountTenants, CallbackReceiver, DeliveryOutcome, Secret, StripeSignature,
 };
@@ -34,7 +35,7 @@ const SECRET: &str = "whsec_fencing_drill_0123456789abcdef";
 struct Fence {
     vendor: FakeVendor,
     _dir: tempfile::TempDir,
-    rw: Handle,
+    rw: Handle<SqliteLedger>,
     receiver: CallbackReceiver,
     signer: Signer,
     recoverer: Recoverer,

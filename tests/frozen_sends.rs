@@ -14,6 +14,7 @@ use http::{HeaderName, HeaderValue, Request, StatusCode};
 use http_body_util::Full;
 use recoverable_write::RecoverableWrite;
 use recoverable_write::contract::{KeyPlacement, Target};
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::{Ledger, MemoryLedger};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{Contract, Contracts, Error, RecoverableWriteLayer, State, Tenant};
@@ -152,7 +153,7 @@ async fn a_prepared_row_whose_contract_is_gone_is_not_sent() {
 #[tokio::test]
 async fn a_key_that_cannot_be_placed_leaves_nothing_recorded_or_sent() {
     let drill = Drill::start().await;
-    let ledger: Arc<dyn Ledger> = Arc::new(MemoryLedger::new());
+    let ledger: Arc<dyn FullLedger> = Arc::new(MemoryLedger::new());
     let layer = RecoverableWrite::builder(ledger.clone())
         .contract(Contract::conservative().key(KeyPlacement::JsonBody {
             pointer: "/idempotency_key".into(),

@@ -13,6 +13,7 @@ use common::*;
 use http_body_util::BodyExt;
 use recoverable_write::RecoverableWrite;
 use recoverable_write::authorize::{Access, Denied};
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::{BoxFuture, Ledger, LedgerError, OperationRecord};
 use recoverable_write::testing::{FakeVendor, ForwardingLedger, LedgerCall};
 use recoverable_write::{
@@ -43,14 +44,14 @@ impl Counting {
 }
 
 impl ForwardingLedger for Counting {
-    fn inner(&self) -> &dyn Ledger {
+    fn inner(&self) -> &dyn FullLedger {
         &self.inner
     }
 
     fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
     where
         T: Send + 'a,
-        F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+        F: FnOnce(&'a dyn FullLedger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
     {
         let counter = match call {
             LedgerCall::CreateOrGet => Some(&self.create_or_get),

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::conformance::{
     self, T0, evidence_entry, keep, new_operation, update_of,
 };
@@ -152,7 +153,7 @@ async fn memory_clones_share_one_store() {
 
 #[tokio::test]
 async fn ledgers_work_behind_a_trait_object() {
-    let ledgers: Vec<Arc<dyn Ledger>> = vec![
+    let ledgers: Vec<Arc<dyn FullLedger>> = vec![
         Arc::new(MemoryLedger::new()),
         Arc::new(SqliteLedger::in_memory().await.unwrap()),
     ];

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use http::HeaderName;
+use recoverable_write::Ledger;
 use recoverable_write::RecoverableWrite as RecoverableWriteService;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
@@ -307,7 +308,7 @@ const LIST_LOOKUP: &str = r#"lookup = { kind = "list_by_reference", url_template
 fn configured(
     contracts: Contracts,
 ) -> (
-    recoverable_write::Handle,
+    recoverable_write::Handle<MemoryLedger>,
     RecoverableWriteService<recoverable_write::SendOnceGuard<HttpClient>>,
 ) {
     let below = ServiceBuilder::new()
@@ -327,7 +328,7 @@ fn configured(
 }
 
 async fn row_of(
-    rw: &recoverable_write::Handle,
+    rw: &recoverable_write::Handle<MemoryLedger>,
     op: &recoverable_write::Operation,
 ) -> recoverable_write::ledger::OperationRecord {
     rw.ledger()
@@ -339,7 +340,7 @@ async fn row_of(
 
 /// Recovery passes until `done` holds for the row (at most about 4 s).
 async fn recover_until(
-    rw: &recoverable_write::Handle,
+    rw: &recoverable_write::Handle<MemoryLedger>,
     op: &recoverable_write::Operation,
     done: impl Fn(&recoverable_write::ledger::OperationRecord) -> bool,
 ) -> recoverable_write::ledger::OperationRecord {
@@ -761,7 +762,7 @@ fn ec2_configured(
     ec2: &Ec2,
     more: &str,
 ) -> (
-    recoverable_write::Handle,
+    recoverable_write::Handle<MemoryLedger>,
     RecoverableWriteService<recoverable_write::SendOnceGuard<Ec2Service>>,
 ) {
     let contracts = Contracts::from_toml_str(

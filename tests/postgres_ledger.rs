@@ -10,6 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use recoverable_write::ledger::CallbackLedger;
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::backend::NewEvidence;
 use recoverable_write::ledger::conformance::{
     RawChanges, T0, evidence_entry, keep, new_operation, update_of, update_with,
@@ -418,7 +420,7 @@ async fn a_closed_ledger_is_unavailable_for_every_call() {
 async fn ledgers_work_behind_a_trait_object_and_nul_text_is_kept_readable() {
     let Some(url) = pg_url().await else { return };
     let schema = Schema::new(&url);
-    let ledger: Arc<dyn Ledger> = Arc::new(schema.ledger(ClockSource::Caller).await);
+    let ledger: Arc<dyn FullLedger> = Arc::new(schema.ledger(ClockSource::Caller).await);
     let r = create(&*ledger, "op-dyn").await;
     let changes = RawChanges {
         reason: Some("vendor said \0 nothing".to_owned()),

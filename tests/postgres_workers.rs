@@ -20,6 +20,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::backend::Update;
 use recoverable_write::ledger::{
     BoxFuture, ClockSource, Created, Ledger, LedgerError, NewOperation, OperationRecord,
@@ -91,7 +92,7 @@ fn http_client() -> Client<HttpConnector, Full<Bytes>> {
         .build_http()
 }
 
-fn layer(ledger: Arc<dyn Ledger>, policy: BudgetPolicy) -> RecoverableWriteLayer {
+fn layer(ledger: Arc<dyn FullLedger>, policy: BudgetPolicy) -> RecoverableWriteLayer {
     RecoverableWrite::builder(ledger)
         .budget(policy)
         .build()
@@ -108,7 +109,7 @@ fn writer(layer: &RecoverableWriteLayer) -> Writer {
     collected(svc)
 }
 
-fn recoverer(ledger: Arc<dyn Ledger>, vendor_base: &str, lease: Duration) -> Recoverer {
+fn recoverer(ledger: Arc<dyn FullLedger>, vendor_base: &str, lease: Duration) -> Recoverer {
     let lookup = HttpLookup::new(
         http_client(),
         format!("{vendor_base}/operations/{{operation_id}}"),
@@ -152,7 +153,7 @@ async fn send(svc: &mut Writer, req: Request<Full<Bytes>>) -> Result<Response<By
 /// response lost after the vendor committed: `n` UNKNOWN operations, `n` tickets.
 async fn lose_responses(
     vendor: &FakeVendor,
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn FullLedger>,
     n: usize,
     concurrency: usize,
 ) -> Duration {
@@ -383,7 +384,7 @@ async fn d16_crash_after_send_before_record_is_swept_to_unknown_and_recovered_wi
     let lease_until = row.lease_until_ms.expect("a lease");
 
     // Before the lease is over nobody may act: the sweep leaves it alone.
-    let worker: Arc<dyn Ledger> = Arc::new(schema.ledger(2).await);
+    let worker: Arc<dyn FullLedger> = Arc::new(schema.ledger(2).await);
     let recoverer = recoverer(worker.clone(), &vendor.base_url(), Duration::from_secs(5));
     let early = recoverer.run_once().await.expect("pass");
     assert_eq!(early.swept, 0, "the lease still runs");
@@ -452,7 +453,7 @@ struct PausingLedger {
 }
 
 impl ForwardingLedger for PausingLedger {
-    fn inner(&self) -> &dyn Ledger {
+    fn inner(&self) -> &dyn FullLedger {
         &self.inner
     }
 
@@ -491,7 +492,7 @@ impl recoverable_write::clock::Clock for TenSecondsAhead {
 async fn a_worker_clock_ahead_of_the_database_by_more_than_half_a_lease_still_recovers() {
     let Some(url) = pg_url().await else { return };
     let schema = Schema::new(&url);
-    let ledger: Arc<dyn Ledger> = Arc::new(schema.ledger(2).await);
+    let ledger: Arc<dyn FullLedger> = Arc::new(schema.ledger(2).await);
     let vendor = FakeVendor::start().await;
     lose_responses(&vendor, ledger.clone(), 3, 1).await;
 
@@ -548,7 +549,7 @@ async fn d17_paused_old_worker_is_refused_by_the_generation_after_a_new_worker_r
     let a_lease_until = held_by_a.lease_until_ms.expect("A holds a lease");
 
     // While A's lease runs, B cannot claim.
-    let b_ledger: Arc<dyn Ledger> = Arc::new(schema.ledger(2).await);
+    let b_ledger: Arc<dyn FullLedger> = Arc::new(schema.ledger(2).await);
     let b = recoverer(b_ledger.clone(), &vendor.base_url(), lease);
     assert_eq!(b.run_once().await.expect("pass").claimed, 0);
     while ledger.database_now_ms().await.expect("clock") <= a_lease_until {
@@ -643,7 +644,7 @@ async fn d18_eight_workers_recover_1000_lost_responses_with_one_send_each() {
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        let own: Arc<dyn Ledger> = Arc::new(schema.ledger(2).await);
+        let own: Arc<dyn FullLedger> = Arc::new(schema.ledger(2).await);
         let r = recoverer(own, &vendor.base_url(), Duration::from_secs(10));
         workers.push(tokio::spawn(drain(
             r,
@@ -876,7 +877,7 @@ async fn d18_eight_senders_race_for_each_outbox_operation_and_exactly_one_sends(
 
     let mut stacks = Vec::new();
     for _ in 0..SENDERS {
-        let own: Arc<dyn Ledger> = Arc::new(schema.ledger(2).await);
+        let own: Arc<dyn FullLedger> = Arc::new(schema.ledger(2).await);
         stacks.push(writer(&layer(own, fast_policy())));
     }
     let mut tasks = Vec::new();
@@ -1019,7 +1020,7 @@ async fn child_worker_process() {
         var("RW_CHILD_SCHEMA"),
         var("RW_CHILD_VENDOR"),
     );
-    let ledger: Arc<dyn Ledger> = Arc::new(connect(&url, &schema, 2).await);
+    let ledger: Arc<dyn FullLedger> = Arc::new(connect(&url, &schema, 2).await);
     match role.as_str() {
         // Send one write and wait for its answer; the parent kills us before it comes (D16).
         "send" => {

@@ -1263,7 +1263,12 @@ async fn the_queue_gauges_count_open_states_and_find_the_oldest_in_review() {
         .claim(stuck.tenant(), stuck.id(), "alice", row.version)
         .await
         .unwrap();
-    let (counts, oldest) = drill.recoverer.export_gauges().await.unwrap();
+    let (counts, oldest) = drill
+        .recoverer
+        .export_gauges()
+        .await
+        .unwrap()
+        .expect("a SQLite ledger lists: the gauges are read");
     assert_eq!(counts.get(State::ManualReview), Some(1));
     assert_eq!(counts.get(State::Unknown), Some(1));
     assert_eq!(
@@ -1427,6 +1432,7 @@ fn a_row_from_a_newer_version_is_quarantined_counted_and_recovered_after_release
             runtime.block_on(drill.recoverer.export_gauges())
         })
         .unwrap()
+        .expect("a SQLite ledger lists: the gauges are read")
     };
     let (drill, op) = runtime.block_on(async {
         let drill = Drill::start().await;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use recoverable_write::clock::{Clock, ProcessClock};
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::{ClockSource, PostgresLedgerOptions, SqliteLedger};
 use recoverable_write::retention::{Retention, RetentionError};
 use recoverable_write::testing::FakeVendor;
@@ -48,7 +49,11 @@ impl Clock for TestClock {
 }
 
 /// A backend's name, its ledger, and what must live as long as it (a directory, a schema).
-type Backend = (&'static str, Arc<dyn Ledger>, Box<dyn std::any::Any + Send>);
+type Backend = (
+    &'static str,
+    Arc<dyn FullLedger>,
+    Box<dyn std::any::Any + Send>,
+);
 
 /// Every backend this machine has: memory, a SQLite file, and PostgreSQL when reachable (in a
 /// schema of its own, on the caller's clock so the test's days count).
@@ -74,7 +79,7 @@ async fn backends() -> Vec<Backend> {
 }
 
 /// layer → guard → client, bodies collected (the drills' writer over this configuration).
-fn writer(config: &recoverable_write::Handle) -> Writer {
+fn writer<L: recoverable_write::Ledger>(config: &recoverable_write::Handle<L>) -> Writer {
     collected(
         ServiceBuilder::new()
             .layer(config.layer())
@@ -302,7 +307,7 @@ async fn retention_shorter_than_it_must_be_is_refused_by_name() {
             .retention(retention)
             .build()
     };
-    let invalid = |r: Result<recoverable_write::Handle, BuildError>| match r {
+    let invalid = |r: Result<recoverable_write::Handle<MemoryLedger>, BuildError>| match r {
         Err(BuildError::Invalid { field, problem }) => (field, problem),
         other => panic!("expected a refusal, got {other:?}"),
     };

@@ -18,6 +18,7 @@ use bytes::Bytes;
 use common::fast_policy;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use recoverable_write::Ledger;
 use recoverable_write::ledger::OperationRecord;
 use recoverable_write::{
     Contracts, Error, Evidence, Handle, Operation, RecoverableWrite, SendOnceGuardLayer,
@@ -206,7 +207,7 @@ fn configured<L>(
     contracts: Contracts,
     vendor: &Vendor,
     below: L,
-) -> (Handle, Writer)
+) -> (Handle<SqliteLedger>, Writer)
 where
     L: tower::Layer<Vendored>,
     L::Service: tower::Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = BoxError>
@@ -279,7 +280,7 @@ fn body_text(res: Response<Bytes>) -> String {
     String::from_utf8(res.into_body().to_vec()).unwrap()
 }
 
-async fn row(rw: &Handle, op: &Operation) -> OperationRecord {
+async fn row(rw: &Handle<SqliteLedger>, op: &Operation) -> OperationRecord {
     rw.ledger()
         .get(op.tenant(), op.id())
         .await
@@ -289,7 +290,7 @@ async fn row(rw: &Handle, op: &Operation) -> OperationRecord {
 
 /// Recovery passes until `done` holds for the row (at most about 4 s).
 async fn recover_until(
-    rw: &Handle,
+    rw: &Handle<SqliteLedger>,
     op: &Operation,
     done: impl Fn(&OperationRecord) -> bool,
 ) -> OperationRecord {
@@ -307,7 +308,11 @@ async fn recover_until(
 
 /// What a person sees of the operation, view by view: the handoff package (the review page and
 /// `show --json` are made of it), the review page's HTML, the CLI's `show` and `show --json`.
-async fn views(rw: &Handle, ledger_path: &Path, op: &Operation) -> Vec<(&'static str, String)> {
+async fn views(
+    rw: &Handle<SqliteLedger>,
+    ledger_path: &Path,
+    op: &Operation,
+) -> Vec<(&'static str, String)> {
     let pkg = rw
         .reviews()
         .handoff(op.tenant(), op.id())

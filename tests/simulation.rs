@@ -75,6 +75,7 @@ use http::Request;
 use http_body_util::Full;
 use recoverable_write::RecoverableWrite;
 use recoverable_write::contract::{EvidenceClass, KeyPlacement, RemoteRef, Replay, Rule};
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::OperationRecord;
 use recoverable_write::retention::{Retention, RetentionError};
 use recoverable_write::review::Reviews;
@@ -305,7 +306,7 @@ fn approvals(rng: Rng) -> impl Fn(&OperationRecord, Access) -> Result<(), Denied
 /// Retention while writers repeat their intents: purges (the recoverer's periodic run), the
 /// erasure of one operation's details, and now and then of the whole tenant.
 async fn retention_runs(
-    config: Handle,
+    config: Handle<Arc<dyn FullLedger>>,
     ids: Vec<OperationId>,
     erase_tenant: bool,
     mut r: Rng,
@@ -422,7 +423,7 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         identity_ms: clocks.identity.as_millis() as i64,
         kept: Mutex::default(),
     });
-    let store: Arc<dyn Ledger> = match (opts.plant, opts.workaround) {
+    let store: Arc<dyn FullLedger> = match (opts.plant, opts.workaround) {
         (Plant::LiveLease, _) => Arc::new(Tamper {
             inner: archive.clone(),
             mode: TamperMode::PlantItem1,
@@ -473,7 +474,7 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
         } else {
             0
         }));
-        let ledger: Arc<dyn Ledger> = Arc::new(CrashLedger {
+        let ledger: Arc<dyn FullLedger> = Arc::new(CrashLedger {
             inner: store.clone(),
             writes: AtomicU64::new(0),
             crash_at: crash_at.clone(),

@@ -9,19 +9,19 @@
 //! 2. **Parse** ([`parse`] with a [`CallbackMapping`]): the delivery becomes one or more
 //!    [`ParsedEvent`]s, each with the vendor's event id, what to match the operation by, the
 //!    vendor account and the [`Evidence`](crate::Evidence) it carries (none for ignored types).
-//! 3. **Deduplicate** ([`Ledger::callback_seen`](crate::ledger::Ledger::callback_seen)): an
+//! 3. **Deduplicate** ([`CallbackLedger::callback_seen`](crate::ledger::CallbackLedger::callback_seen)): an
 //!    event seen before is answered at once, before any matching; an event of an ignored type
 //!    is recorded for this and nothing else.
 //! 4. **Match** ([`AccountTenants`], [`Matcher`]): the account maps to a tenant, and the
 //!    operation is looked up in that tenant only, by the echoed idempotency key, the operation
 //!    id or the vendor's reference, each through an index.
-//! 5. **Apply** ([`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback)): in one
+//! 5. **Apply** ([`CallbackLedger::apply_callback`](crate::ledger::CallbackLedger::apply_callback)): in one
 //!    ledger transaction the event id is recorded and its evidence goes through the same pure
 //!    transition and compare-and-swap as a lookup answer; a second delivery of one event
 //!    changes nothing. Evidence that contradicts a final state raises an alarm
 //!    ([`contradiction`](crate::contradiction)). No match, a match in another tenant, or a
 //!    never-sent (`PREPARED`) operation: quarantined
-//!    ([`Ledger::quarantine_callback`](crate::ledger::Ledger::quarantine_callback)).
+//!    ([`CallbackLedger::quarantine_callback`](crate::ledger::CallbackLedger::quarantine_callback)).
 //!
 //! [`CallbackReceiver`] runs the five steps for one vendor over a [`Handle`](crate::Handle):
 //! [`receive`](CallbackReceiver::receive) takes the raw headers and body (any framework), and
@@ -146,7 +146,7 @@ pub enum DeliveryOutcome {
         why: String,
     },
     /// An event type the mapping does not map: recorded for dedupe
-    /// ([`Ledger::record_ignored_callback`](crate::ledger::Ledger::record_ignored_callback)),
+    /// ([`CallbackLedger::record_ignored_callback`](crate::ledger::CallbackLedger::record_ignored_callback)),
     /// nothing applied.
     Ignored,
     /// The signature did not verify: nothing was read or recorded.

@@ -15,8 +15,9 @@ use crate::error::Outcome;
 use crate::evidence::Evidence;
 use crate::ledger::backend::NewEvidence;
 use crate::ledger::{
-    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, CallbackRecorded,
-    IgnoredCallback, LedgerError, OperationRecord, ProbeBy, QuarantinedCallback,
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackQuarantined,
+    CallbackRecorded, IgnoredCallback, LedgerError, ListingLedger, OperationRecord, ProbeBy,
+    QuarantinedCallback,
 };
 use crate::notify::Notice;
 use crate::operation::{OperationId, Tenant};
@@ -43,18 +44,18 @@ const NEVER_SENT: &str = "it names an operation that was never sent (PREPARED): 
 ///    counted, and is answered `401` (nothing is parsed);
 /// 2. the [`CallbackMapping`] parses it into events (an Adyen delivery batches several);
 /// 3. each event is **deduplicated first**, by its vendor and event id
-///    ([`Ledger::callback_seen`](crate::ledger::Ledger::callback_seen), one probe of the
+///    ([`CallbackLedger::callback_seen`](crate::ledger::CallbackLedger::callback_seen), one probe of the
 ///    dedupe table's key): an event seen before is answered as a duplicate before anything
 ///    else is read, so a redelivered or replayed event costs the same whatever the ledger
 ///    holds. An event of a type the mapping ignores is recorded for deduplication and nothing
-///    else ([`Ledger::record_ignored_callback`](crate::ledger::Ledger::record_ignored_callback));
+///    else ([`CallbackLedger::record_ignored_callback`](crate::ledger::CallbackLedger::record_ignored_callback));
 /// 4. its account maps to a tenant ([`AccountTenants`]), and the operation is found **in that
 ///    tenant only**, by what the mapping names (the echoed idempotency key, the operation id,
 ///    or the vendor's reference), each through an index;
 /// 5. its evidence goes through the state machine as a lookup answer does (without spending a
 ///    query: [`Event::Callback`]), and the ledger records the event id and applies the change
 ///    in **one transaction**
-///    ([`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback)): a second delivery of
+///    ([`CallbackLedger::apply_callback`](crate::ledger::CallbackLedger::apply_callback)): a second delivery of
 ///    the event changes nothing, also when several instances receive it at once;
 /// 6. evidence that can no longer move the operation (a `processing` after `SUCCEEDED`,
 ///    anything in `MANUAL_REVIEW`) is appended as late evidence and surfaced to subscribers
@@ -71,7 +72,7 @@ const NEVER_SENT: &str = "it names an operation that was never sent (PREPARED): 
 ///    operation that was never sent (`PREPARED`: bytes leave only after `IN_FLIGHT` is durable,
 ///    so such an event is about another write, or the vendor got this one some other way) is
 ///    stored in the callback quarantine
-///    ([`Ledger::quarantined_callbacks`](crate::ledger::Ledger::quarantined_callbacks)), never
+///    ([`CallbackLedger::quarantined_callbacks`](crate::ledger::CallbackLedger::quarantined_callbacks)), never
 ///    applied, never dropped, and answered `200`.
 ///
 /// The answer is `200` once every event is accepted, recognised as a duplicate, ignored or
@@ -81,7 +82,7 @@ const NEVER_SENT: &str = "it names an operation that was never sent (PREPARED): 
 ///
 /// ```no_run
 /// # #[cfg(feature = "axum")]
-/// # async fn run(rw: recoverable_write::Handle) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn run(rw: recoverable_write::Handle<recoverable_write::MemoryLedger>) -> Result<(), Box<dyn std::error::Error>> {
 /// use recoverable_write::callbacks::{
 ///     AccountTenants, CallbackMapping, CallbackReceiver, Secret, StripeSignature,
 /// };
@@ -107,6 +108,10 @@ pub struct CallbackReceiver {
 #[derive(Debug)]
 struct Inner {
     shared: Arc<Shared>,
+    /// The dedupe table, the callback quarantine and the probes.
+    callbacks: Arc<dyn CallbackLedger>,
+    /// The lookups by vendor reference and idempotency key.
+    listing: Arc<dyn ListingLedger>,
     mapping: CallbackMapping,
     verifier: Box<dyn Verifier>,
     accounts: AccountTenants,
@@ -128,8 +133,12 @@ impl CallbackReceiver {
     /// A receiver of one vendor's callbacks (`mapping.vendor` scopes its event ids) for the
     /// operations of `config`, checking each delivery with `verifier` and mapping its account
     /// to a tenant with `accounts`.
-    pub fn new(
-        config: &Handle,
+    ///
+    /// The ledger must store callbacks ([`CallbackLedger`]) and find operations by vendor
+    /// reference and idempotency key ([`ListingLedger`]): for a ledger without them this does
+    /// not compile.
+    pub fn new<L: CallbackLedger + ListingLedger>(
+        config: &Handle<L>,
         mapping: CallbackMapping,
         verifier: impl Verifier + 'static,
         accounts: AccountTenants,
@@ -137,6 +146,8 @@ impl CallbackReceiver {
         Self {
             inner: Arc::new(Inner {
                 shared: config.shared().clone(),
+                callbacks: config.ledger().clone(),
+                listing: config.ledger().clone(),
                 mapping,
                 verifier: Box::new(verifier),
                 accounts,
@@ -197,7 +208,11 @@ impl CallbackReceiver {
         // Deduplicate first: a redelivered (or captured and replayed) event costs one probe of
         // the dedupe table's key, whatever it names and however big the ledger is. The ledger
         // checks again in the transaction that records the event: this is only the shortcut.
-        if shared.ledger.callback_seen(vendor, &event.event_id).await? {
+        if inner
+            .callbacks
+            .callback_seen(vendor, &event.event_id)
+            .await?
+        {
             tracing::debug!(vendor, event_id = %event.event_id, "callback delivered again");
             return Ok(DeliveryOutcome::Duplicate);
         }
@@ -226,14 +241,14 @@ impl CallbackReceiver {
                         .await?
                 }
                 MatchBy::IdempotencyKey => {
-                    shared
-                        .ledger
+                    inner
+                        .listing
                         .find_by_idempotency_key(&tenant, &matcher.value)
                         .await?
                 }
                 MatchBy::RemoteRef => {
-                    shared
-                        .ledger
+                    inner
+                        .listing
                         .find_by_remote_ref(&tenant, &matcher.value)
                         .await?
                 }
@@ -275,8 +290,7 @@ impl CallbackReceiver {
         );
         let recorded = self
             .inner
-            .shared
-            .ledger
+            .callbacks
             .record_ignored_callback(IgnoredCallback {
                 vendor: vendor.to_owned(),
                 event_id: event.event_id.clone(),
@@ -377,7 +391,7 @@ impl CallbackReceiver {
             },
         };
         let late = !matches!(effect, CallbackEffect::Apply(_));
-        let applied = shared.ledger.apply_callback(delivery, effect).await?;
+        let applied = inner.callbacks.apply_callback(delivery, effect).await?;
         let outcome = match applied {
             CallbackApplied::Applied(new_row) => {
                 tracing::info!(
@@ -468,7 +482,7 @@ impl CallbackReceiver {
 
     /// Whether an operation of another tenant carries the value: one probe through an index
     /// led by the operation id or the vendor reference
-    /// ([`Ledger::other_tenant_with`](crate::ledger::Ledger::other_tenant_with)), never a
+    /// ([`CallbackLedger::other_tenant_with`](crate::ledger::CallbackLedger::other_tenant_with)), never a
     /// listing. Keys are opaque and never searched across tenants.
     async fn belongs_elsewhere(
         &self,
@@ -482,8 +496,7 @@ impl CallbackReceiver {
         };
         match self
             .inner
-            .shared
-            .ledger
+            .callbacks
             .other_tenant_with(tenant, by, &matcher.value)
             .await
         {
@@ -508,8 +521,7 @@ impl CallbackReceiver {
             None => (None, None),
         };
         let stored = inner
-            .shared
-            .ledger
+            .callbacks
             .quarantine_callback(QuarantinedCallback {
                 vendor: vendor.to_owned(),
                 event_id: event.event_id.clone(),

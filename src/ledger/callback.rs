@@ -3,7 +3,7 @@
 //!
 //! The verification, parsing and mapping of a delivery live in `crate::callbacks` (feature
 //! `callbacks`); these are the ledger's side of it, available on every backend whatever the
-//! features. See [`Ledger::apply_callback`](super::Ledger::apply_callback).
+//! features. See [`CallbackLedger::apply_callback`](super::CallbackLedger::apply_callback).
 
 use crate::evidence::Evidence;
 use crate::operation::{OperationId, Tenant};
@@ -49,12 +49,13 @@ pub enum CallbackEffect {
     /// version and marks the operation as carrying an unacknowledged contradiction
     /// ([`OperationRecord::contradiction_ms`], kept at the first one's time), so it is listed by
     /// [`OperationQuery::contradicted`](super::OperationQuery::contradicted) until a person
-    /// acknowledges it ([`Ledger::acknowledge_contradiction`](super::Ledger::acknowledge_contradiction)).
+    /// acknowledges it
+    /// ([`ListingLedger::acknowledge_contradiction`](super::ListingLedger::acknowledge_contradiction)).
     /// Nothing else changes: a final state stays final.
     Contradiction(NewEvidence),
 }
 
-/// What [`Ledger::apply_callback`](super::Ledger::apply_callback) did.
+/// What [`CallbackLedger::apply_callback`](super::CallbackLedger::apply_callback) did.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 // Returned once per delivery, like `Created`: no box for the row.
@@ -76,7 +77,7 @@ pub enum CallbackApplied {
 
 /// A verified event that matched no operation of its tenant (or named an account that maps to
 /// no tenant): stored for a human, never applied, never dropped (see
-/// [`Ledger::quarantine_callback`](super::Ledger::quarantine_callback)).
+/// [`CallbackLedger::quarantine_callback`](super::CallbackLedger::quarantine_callback)).
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuarantinedCallback {
     /// The vendor (or target) the event comes from.
@@ -101,7 +102,7 @@ pub struct QuarantinedCallback {
 
 /// A verified event of a type its mapping ignores: recorded in the dedupe table only (never its
 /// payload), so a redelivery is answered as a duplicate without being read again (see
-/// [`Ledger::record_ignored_callback`](super::Ledger::record_ignored_callback)).
+/// [`CallbackLedger::record_ignored_callback`](super::CallbackLedger::record_ignored_callback)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IgnoredCallback {
     /// The vendor (or target) the event comes from.
@@ -116,7 +117,8 @@ pub struct IgnoredCallback {
     pub received_at_ms: i64,
 }
 
-/// What [`Ledger::record_ignored_callback`](super::Ledger::record_ignored_callback) did.
+/// What [`CallbackLedger::record_ignored_callback`](super::CallbackLedger::record_ignored_callback)
+/// did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CallbackRecorded {
@@ -126,8 +128,8 @@ pub enum CallbackRecorded {
     Duplicate,
 }
 
-/// What a probe across tenants ([`Ledger::other_tenant_with`](super::Ledger::other_tenant_with))
-/// looks for.
+/// What a probe across tenants
+/// ([`CallbackLedger::other_tenant_with`](super::CallbackLedger::other_tenant_with)) looks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProbeBy {
@@ -137,7 +139,7 @@ pub enum ProbeBy {
     RemoteRef,
 }
 
-/// What [`Ledger::quarantine_callback`](super::Ledger::quarantine_callback) did.
+/// What [`CallbackLedger::quarantine_callback`](super::CallbackLedger::quarantine_callback) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CallbackQuarantined {
@@ -177,9 +179,4 @@ pub(crate) fn check_effect(
         )));
     }
     Ok(())
-}
-
-/// The error of the provided callback methods of [`Ledger`](super::Ledger).
-pub(crate) fn callbacks_unsupported() -> LedgerError {
-    LedgerError::Config("vendor callbacks not supported by this ledger".to_owned())
 }

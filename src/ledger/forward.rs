@@ -1,6 +1,7 @@
-//! A shared ledger is a ledger: `Arc<L>` (and `Arc<dyn Ledger>`) forwards every method to the
-//! ledger it holds, so one ledger can be handed to the builder, the test kit and the
-//! operator tools while each sees the backend's own implementation of every method.
+//! A shared ledger is a ledger: `Arc<L>` (and `Arc<dyn Ledger>`, `Arc<dyn FullLedger>`, …)
+//! forwards every method of every capability trait `L` implements to the ledger it holds, so
+//! one ledger can be handed to the builder, the test kit and the operator tools while each
+//! sees the backend's own implementation of every method.
 
 use std::sync::Arc;
 
@@ -105,16 +106,6 @@ impl<L: Ledger + ?Sized> Ledger for Arc<L> {
         (**self).append_evidence(tenant, id, entry)
     }
 
-    fn acknowledge_contradiction<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-        expected_version: u64,
-        entry: NewEvidence,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        (**self).acknowledge_contradiction(tenant, id, expected_version, entry)
-    }
-
     fn evidence<'a>(
         &'a self,
         tenant: &'a Tenant,
@@ -123,6 +114,12 @@ impl<L: Ledger + ?Sized> Ledger for Arc<L> {
         (**self).evidence(tenant, id)
     }
 
+    fn housekeeping(self: Arc<Self>) -> Housekeeping {
+        L::housekeeping(Arc::clone(&*self))
+    }
+}
+
+impl<L: ListingLedger + ?Sized> ListingLedger for Arc<L> {
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         (**self).list(query)
     }
@@ -142,6 +139,34 @@ impl<L: Ledger + ?Sized> Ledger for Arc<L> {
         (**self).oldest(scope, states)
     }
 
+    fn find_by_remote_ref<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        remote_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        (**self).find_by_remote_ref(tenant, remote_ref)
+    }
+
+    fn find_by_idempotency_key<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        (**self).find_by_idempotency_key(tenant, key)
+    }
+
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        (**self).acknowledge_contradiction(tenant, id, expected_version, entry)
+    }
+}
+
+impl<L: CallbackLedger + ?Sized> CallbackLedger for Arc<L> {
     fn apply_callback(
         &self,
         delivery: CallbackDelivery,
@@ -188,23 +213,9 @@ impl<L: Ledger + ?Sized> Ledger for Arc<L> {
     ) -> BoxFuture<'a, Result<Option<Tenant>, LedgerError>> {
         (**self).other_tenant_with(tenant, by, value)
     }
+}
 
-    fn find_by_remote_ref<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        remote_ref: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        (**self).find_by_remote_ref(tenant, remote_ref)
-    }
-
-    fn find_by_idempotency_key<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        (**self).find_by_idempotency_key(tenant, key)
-    }
-
+impl<L: RetentionLedger + ?Sized> RetentionLedger for Arc<L> {
     fn finished_contracts(&self) -> BoxFuture<'_, Result<Vec<String>, LedgerError>> {
         (**self).finished_contracts()
     }

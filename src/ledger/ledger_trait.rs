@@ -1,19 +1,25 @@
-//! The [`Ledger`] trait: durable storage for operations, their evidence, vendor callbacks and
-//! retention, behind one object-safe async trait.
+//! The [`Ledger`] trait: the write path and recovery (create, compare-and-swap, record, claim,
+//! sweep, evidence, quarantine), behind one object-safe async trait.
 
 use std::fmt;
+use std::sync::Arc;
 
 use super::{
-    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackPurge,
-    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, IgnoredCallback, LedgerError,
-    NewEvidence, NewOperation, OldestPerState, OperationQuery, OperationRecord, Page, ProbeBy,
-    PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Recorded, Released, Settled,
-    StateCounts, TenantScope, Update, callback, check_first_update, quarantine, query, retention,
+    BoxFuture, Created, EvidenceEntry, Housekeeping, LedgerError, NewEvidence, NewOperation,
+    OperationRecord, QuarantinedRow, Recorded, Released, Settled, Update, check_first_update,
+    quarantine,
 };
 use crate::operation::{OperationId, Tenant};
-use crate::state::State;
 
-/// Durable storage for operations. Object safe: use it as `Arc<dyn Ledger>`.
+/// Durable storage for operations: what the write path (the layer) and recovery (the
+/// recoverer) need. Object safe: use it as `Arc<dyn Ledger>`.
+///
+/// The other capabilities are traits of their own that a backend implements when it can:
+/// [`ListingLedger`](super::ListingLedger) (the operators' queue),
+/// [`CallbackLedger`](super::CallbackLedger) (vendor callbacks) and
+/// [`RetentionLedger`](super::RetentionLedger) (purges); [`FullLedger`](super::FullLedger) is all
+/// of them. A missing capability is a compile error where it is needed, never an error at run
+/// time.
 ///
 /// All times are milliseconds since the Unix epoch supplied by the caller; a backend with a
 /// shared clock (PostgreSQL) may use its own clock instead, and documents it.
@@ -225,17 +231,19 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// `tracing::error!` (its tenant, operation id and the decode error, never its body) and go
     /// on with the healthy rows.
     ///
-    /// Quarantined rows stay visible: [`count_by_state`](Self::count_by_state) counts them
-    /// ([`StateCounts::quarantined`]), [`list`](Self::list) lists them by their raw columns
-    /// ([`OperationQuery::quarantined_only`], [`Page::skipped`]), and
+    /// Quarantined rows stay visible: [`count_by_state`](super::ListingLedger::count_by_state)
+    /// counts them ([`StateCounts::quarantined`](super::StateCounts::quarantined)),
+    /// [`list`](super::ListingLedger::list) lists them by their raw columns
+    /// ([`OperationQuery::quarantined_only`](super::OperationQuery::quarantined_only),
+    /// [`Page::skipped`](super::Page::skipped)), and
     /// [`release_quarantined`](Self::release_quarantined) gives one back to recovery once a
     /// version that can read it runs (typically: the row was written by a newer version during
     /// a rolling deploy, and every worker is now upgraded).
     ///
     /// The provided implementation returns an empty list: right for a store that can only hold
     /// rows it can decode ([`MemoryLedger`]). A backend whose rows can become undecodable must
-    /// quarantine them and override this, [`count_by_state`](Self::count_by_state),
-    /// [`list`](Self::list) and [`release_quarantined`](Self::release_quarantined).
+    /// quarantine them and override this, [`count_by_state`](super::ListingLedger::count_by_state),
+    /// [`list`](super::ListingLedger::list) and [`release_quarantined`](Self::release_quarantined).
     ///
     /// [`MemoryLedger`]: super::MemoryLedger
     fn quarantined(&self, limit: u32) -> BoxFuture<'_, Result<Vec<QuarantinedRow>, LedgerError>> {
@@ -290,26 +298,6 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         entry: NewEvidence,
     ) -> BoxFuture<'a, Result<(), LedgerError>>;
 
-    /// Clears the operation's unacknowledged contradiction ([`OperationRecord::contradiction_ms`])
-    /// and appends `entry` (the person's audit note), advancing the version, in one transaction,
-    /// if the row is still at `expected_version`: an acknowledgement names the view it was made
-    /// on, so one made before another contradiction arrived is refused ([the fencing
-    /// rule](super#the-fencing-rule)). Nothing else changes. `Ok(None)`: the row moved (or does
-    /// not exist, or carries no contradiction) and nothing changed.
-    ///
-    /// The provided implementation returns [`LedgerError::Config`], as
-    /// [`apply_callback`](Self::apply_callback).
-    fn acknowledge_contradiction<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-        expected_version: u64,
-        entry: NewEvidence,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        let _ = (tenant, id, expected_version, entry);
-        Box::pin(async { Err(callback::callbacks_unsupported()) })
-    }
-
     /// The evidence log of one operation, oldest first.
     fn evidence<'a>(
         &'a self,
@@ -317,260 +305,21 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         id: &'a OperationId,
     ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>>;
 
-    /// One page of the operations matching `query`, in its order, with a keyset cursor to the
-    /// next page. Only rows in the query's [`TenantScope`] ever come back. Quarantined rows are
-    /// left out unless [`OperationQuery::include_quarantined`] or
-    /// [`OperationQuery::quarantined_only`], and then reported by their raw columns in
-    /// [`Page::skipped`] (never in [`Page::rows`], even if this version reads them now); a row
-    /// that cannot be decoded is reported there too and logged, never failing the page. A
-    /// read: the bundled backends never take the write path for it.
+    /// The capabilities the recoverer's background housekeeping runs through: the queue
+    /// gauges ([`ListingLedger`](super::ListingLedger): counts and the oldest rows) and the
+    /// periodic retention purge ([`RetentionLedger`](super::RetentionLedger)). The recoverer is
+    /// available over every ledger, so it asks here rather than in its type.
     ///
-    /// The provided implementation returns [`LedgerError::Config`] ("listing not supported by
-    /// this ledger"): a third-party backend keeps compiling, and overrides it to support
-    /// listing. Every bundled backend implements it.
-    fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
-        let _ = query;
-        Box::pin(async { Err(listing_unsupported()) })
+    /// Absent means there is nothing to count or purge through; the recoverer skips that
+    /// housekeeping. The provided implementation returns [`Housekeeping::default`] (neither).
+    /// A backend that implements the capability traits returns itself for each:
+    ///
+    /// ```ignore
+    /// fn housekeeping(self: Arc<Self>) -> Housekeeping {
+    ///     Housekeeping::default().listing(self.clone()).retention(self)
+    /// }
+    /// ```
+    fn housekeeping(self: Arc<Self>) -> Housekeeping {
+        Housekeeping::default()
     }
-
-    /// The number of operations in each open state ([`OPEN_STATES`]) within `scope`, and the
-    /// number of quarantined rows within `scope` ([`StateCounts::quarantined`]), counted apart
-    /// and in no state's count. Terminal states are not counted (they would make every scan
-    /// read the whole history).
-    ///
-    /// The provided implementation returns [`LedgerError::Config`], as [`list`](Self::list).
-    ///
-    /// [`OPEN_STATES`]: super::OPEN_STATES
-    fn count_by_state<'a>(
-        &'a self,
-        scope: &'a TenantScope,
-    ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
-        let _ = scope;
-        Box::pin(async { Err(listing_unsupported()) })
-    }
-
-    /// The oldest operation (by creation time) in each of `states` within `scope`
-    /// ([`WATCHED_STATES`] for the gauges), quarantined rows left out.
-    ///
-    /// The provided implementation reads the first page of [`list`](Self::list) for each
-    /// state, oldest first, one row each; so a backend without listing returns its error.
-    ///
-    /// [`WATCHED_STATES`]: super::WATCHED_STATES
-    fn oldest<'a>(
-        &'a self,
-        scope: &'a TenantScope,
-        states: &'a [State],
-    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
-        Box::pin(query::oldest_via_list(self, scope, states))
-    }
-
-    /// Applies one verified vendor event to the operation it was matched to, exactly once, in
-    /// **one transaction**:
-    ///
-    /// 1. records `(delivery.vendor, delivery.event_id)` in the dedupe table, with the event
-    ///    type, the operation and the received time; if it is already there (an earlier
-    ///    delivery, by this or any other instance), nothing else happens:
-    ///    [`CallbackApplied::Duplicate`];
-    /// 2. [`CallbackEffect::Apply`]: the compare-and-swap of [`apply`](Self::apply) with its
-    ///    evidence entry; if the row moved since it was read, the whole transaction is undone
-    ///    (the dedupe record too) and [`CallbackApplied::Stale`] asks the caller to read the
-    ///    operation again and retry. [`CallbackEffect::Append`]: the entry is appended as late
-    ///    evidence, the row unchanged;
-    /// 3. commits: [`CallbackApplied::Applied`] with the moved row, or
-    ///    [`CallbackApplied::Appended`].
-    ///
-    /// So two deliveries of one event produce one state change and one evidence entry, even
-    /// when several application instances receive them at the same moment: the dedupe record
-    /// and the change commit together or not at all. An operation that does not exist in the
-    /// delivery's tenant stores nothing ([`CallbackApplied::NoOperation`]): quarantine the event
-    /// with [`quarantine_callback`](Self::quarantine_callback).
-    ///
-    /// The provided implementation returns [`LedgerError::Config`] ("vendor callbacks not
-    /// supported by this ledger"): a third-party backend keeps compiling. Every bundled backend
-    /// implements it.
-    ///
-    /// # Errors
-    ///
-    /// [`LedgerError::Config`] if the update names another operation than the delivery (nothing
-    /// is written); [`LedgerError::Unavailable`] if the store failed (nothing is written: the
-    /// vendor should redeliver).
-    fn apply_callback(
-        &self,
-        delivery: CallbackDelivery,
-        effect: CallbackEffect,
-    ) -> BoxFuture<'_, Result<CallbackApplied, LedgerError>> {
-        let _ = (delivery, effect);
-        Box::pin(async { Err(callback::callbacks_unsupported()) })
-    }
-
-    /// Stores a verified event that matched no operation of its tenant (or one of another
-    /// tenant, or named an unknown account) in the callback quarantine, and records it in the
-    /// dedupe table, in one transaction: a redelivery is [`CallbackQuarantined::Duplicate`] and
-    /// stores nothing twice. A quarantined event is never applied, and kept until retention
-    /// removes it; list them with [`quarantined_callbacks`](Self::quarantined_callbacks).
-    ///
-    /// The provided implementation returns [`LedgerError::Config`], as
-    /// [`apply_callback`](Self::apply_callback).
-    fn quarantine_callback(
-        &self,
-        event: QuarantinedCallback,
-    ) -> BoxFuture<'_, Result<CallbackQuarantined, LedgerError>> {
-        let _ = event;
-        Box::pin(async { Err(callback::callbacks_unsupported()) })
-    }
-
-    /// The quarantined callback events within `scope`, oldest first (in the order they were
-    /// stored), at most `limit`. The limit applies after the scope: a tenant's first `limit`
-    /// events, never the first `limit` of every tenant filtered down. An event whose account
-    /// mapped to no tenant belongs to no tenant: only [`TenantScope::AllTenants`] lists it.
-    ///
-    /// The provided implementation returns [`LedgerError::Config`], as
-    /// [`apply_callback`](Self::apply_callback).
-    fn quarantined_callbacks<'a>(
-        &'a self,
-        scope: &'a TenantScope,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<QuarantinedCallback>, LedgerError>> {
-        let _ = (scope, limit);
-        Box::pin(async { Err(callback::callbacks_unsupported()) })
-    }
-
-    /// Whether the vendor event `(vendor, event_id)` is in the dedupe table already: a read
-    /// through its primary key, so a delivery seen before is answered before any matching (a
-    /// redelivered or replayed event costs one probe, whatever the ledger holds). Only a
-    /// shortcut: [`apply_callback`](Self::apply_callback),
-    /// [`quarantine_callback`](Self::quarantine_callback) and
-    /// [`record_ignored_callback`](Self::record_ignored_callback) still check the dedupe table
-    /// in their own transaction, which is what makes an event count once.
-    ///
-    /// The provided implementation answers `false` (every event then goes on to those
-    /// methods, which deduplicate it).
-    fn callback_seen<'a>(
-        &'a self,
-        vendor: &'a str,
-        event_id: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LedgerError>> {
-        let _ = (vendor, event_id);
-        Box::pin(async { Ok(false) })
-    }
-
-    /// Records a verified event of a type its mapping ignores in the dedupe table, and nothing
-    /// else (no payload, no quarantine): a redelivery is [`CallbackRecorded::Duplicate`].
-    ///
-    /// The provided implementation returns [`LedgerError::Config`], as
-    /// [`apply_callback`](Self::apply_callback).
-    fn record_ignored_callback(
-        &self,
-        event: IgnoredCallback,
-    ) -> BoxFuture<'_, Result<CallbackRecorded, LedgerError>> {
-        let _ = event;
-        Box::pin(async { Err(callback::callbacks_unsupported()) })
-    }
-
-    /// A tenant other than `tenant` with an operation whose id (or vendor reference, as `by`
-    /// says) is `value`, if any: how a callback that matched nothing in its own tenant is told
-    /// apart from one that names another tenant's operation. Read through an index on that
-    /// column alone (at most one row is read), never a listing: an unmatched callback costs
-    /// the same on a ledger of a thousand rows as on one of a million.
-    ///
-    /// The provided implementation answers `None` (the event is quarantined either way, with
-    /// a less precise reason).
-    fn other_tenant_with<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        by: ProbeBy,
-        value: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Tenant>, LedgerError>> {
-        let _ = (tenant, by, value);
-        Box::pin(async { Ok(None) })
-    }
-
-    /// The operation of `tenant` whose vendor reference ([`OperationRecord::remote_ref`]) is
-    /// `remote_ref`, read through an index on `(tenant, remote_ref)`. Never another tenant's.
-    /// If several carry it (a vendor that reuses references), the oldest.
-    ///
-    /// The provided implementation returns [`LedgerError::Config`], as
-    /// [`apply_callback`](Self::apply_callback).
-    fn find_by_remote_ref<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        remote_ref: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        let _ = (tenant, remote_ref);
-        Box::pin(async { Err(callback::callbacks_unsupported()) })
-    }
-
-    /// The operation of `tenant` whose idempotency key is `key` (a key a vendor echoes back in
-    /// a callback), read through an index on `(tenant, idempotency_key)`. Never another
-    /// tenant's. If several carry it, the oldest.
-    ///
-    /// The provided implementation returns [`LedgerError::Config`], as
-    /// [`apply_callback`](Self::apply_callback).
-    fn find_by_idempotency_key<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        let _ = (tenant, key);
-        Box::pin(async { Err(callback::callbacks_unsupported()) })
-    }
-    /// The names of the contracts frozen on finished (`SUCCEEDED` or `REJECTED`) operations
-    /// that are not quarantined, in name order: what a retention pass must visit. Read through
-    /// an index (one probe per name), never a scan of the rows.
-    ///
-    /// The provided implementation returns [`LedgerError::Config`] ("retention not supported
-    /// by this ledger"): a third-party backend keeps compiling, and its rows are kept forever.
-    /// Every bundled backend implements it.
-    fn finished_contracts(&self) -> BoxFuture<'_, Result<Vec<String>, LedgerError>> {
-        Box::pin(async { Err(retention::retention_unsupported()) })
-    }
-
-    /// Runs one bounded batch of a retention stage ([`PurgeStage`]) over the finished
-    /// operations `batch.scope` names, oldest finish first, at most `batch.limit` of them, in
-    /// one transaction. Operations in any other state, and quarantined rows, are never
-    /// touched, whatever their age. The details stage skips rows already slimmed; it leaves
-    /// `state`, `version` and `updated_ms` as they are. The identity stage deletes the rows and
-    /// their evidence together.
-    ///
-    /// With `batch.dry_run`, nothing changes and every matching row is counted.
-    ///
-    /// Returns what was dropped. A batch that returns fewer rows than its limit found no more.
-    ///
-    /// The provided implementation returns [`LedgerError::Config`], as
-    /// [`finished_contracts`](Self::finished_contracts).
-    ///
-    /// [`PurgeStage`]: super::PurgeStage
-    fn purge(&self, batch: PurgeBatch) -> BoxFuture<'_, Result<Purged, LedgerError>> {
-        let _ = batch;
-        Box::pin(async { Err(retention::retention_unsupported()) })
-    }
-
-    /// Deletes one bounded batch of callback records ([`CallbackRecords`]): dedupe records of
-    /// vendor events, or quarantined events, oldest first.
-    ///
-    /// The provided implementation returns [`LedgerError::Config`], as
-    /// [`finished_contracts`](Self::finished_contracts).
-    ///
-    /// [`CallbackRecords`]: super::CallbackRecords
-    fn purge_callbacks(&self, batch: CallbackPurge) -> BoxFuture<'_, Result<Purged, LedgerError>> {
-        let _ = batch;
-        Box::pin(async { Err(retention::retention_unsupported()) })
-    }
-
-    /// Gives the space freed by purges back to the file system where the store does not do
-    /// it by itself, a bounded amount per call; returns the bytes given back. SQLite runs an
-    /// incremental vacuum (files created by this version use `auto_vacuum = INCREMENTAL`) of
-    /// the free pages beyond a quarter of the file (those are kept for the next rows).
-    /// PostgreSQL's autovacuum makes the space reusable without help; on a server where it is
-    /// off, `PostgresLedger` runs a plain `VACUUM` of its tables (no blocking lock).
-    ///
-    /// The provided implementation does nothing and returns 0.
-    fn reclaim_space(&self) -> BoxFuture<'_, Result<u64, LedgerError>> {
-        Box::pin(async { Ok(0) })
-    }
-}
-
-/// The error of the provided [`Ledger::list`] and [`Ledger::count_by_state`].
-fn listing_unsupported() -> LedgerError {
-    LedgerError::Config("listing not supported by this ledger".to_owned())
 }

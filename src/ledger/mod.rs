@@ -1,9 +1,27 @@
 //! The ledger: where operations, their budgets and their evidence live.
 //!
-//! [`Ledger`] is one small async trait. Every state change goes through [`Ledger::apply`], a
-//! compare-and-swap the store performs in one statement: it succeeds only if the row is still in
-//! the expected state, at the expected generation and version. A decision computed from a stale
-//! read is refused by the store, never by a read-compare-write in Rust.
+//! A ledger is one small async trait per capability, each object safe:
+//!
+//! - [`Ledger`]: the write path and recovery (create, the compare-and-swap, results, claims,
+//!   the sweep, evidence, quarantined rows). All the layer and the recoverer need.
+//! - [`ListingLedger`]: the operators' queue (listing, counts, the oldest rows, the lookups by
+//!   vendor reference and idempotency key, acknowledging contradictions). The reviews, the
+//!   review page and the recoverer's queue gauges need it.
+//! - [`CallbackLedger`]: vendor callbacks stored exactly once, and their quarantine. The
+//!   callbacks receiver needs it.
+//! - [`RetentionLedger`]: purges of finished operations and callback records. The purger and
+//!   the recoverer's periodic purge need it.
+//! - [`FullLedger`]: all of them, for `Arc<dyn FullLedger>`.
+//!
+//! A backend implements what it can; a missing capability is a compile error where it is
+//! needed ([`Handle`](crate::Handle) hands out the reviews and the purger only for a ledger
+//! with theirs), never an error at run time. The recoverer reaches its housekeeping through
+//! [`Ledger::housekeeping`] ([`Housekeeping`]). `Arc<L>` forwards every trait `L` implements.
+//!
+//! Every state change goes through [`Ledger::apply`], a compare-and-swap the store performs in
+//! one statement: it succeeds only if the row is still in the expected state, at the expected
+//! generation and version. A decision computed from a stale read is refused by the store, never
+//! by a read-compare-write in Rust.
 //!
 //! # The fencing rule
 //!
@@ -32,10 +50,10 @@
 //! counted, listed and released once a version that can read them runs: see
 //! [`Ledger::quarantined`] and [`Ledger::release_quarantined`].
 //!
-//! Vendor callbacks (webhooks) are stored through [`Ledger::apply_callback`] (the dedupe
+//! Vendor callbacks (webhooks) are stored through [`CallbackLedger::apply_callback`] (the dedupe
 //! record, the compare-and-swap and the evidence in one transaction),
-//! [`Ledger::quarantine_callback`] and the lookups [`Ledger::find_by_remote_ref`] and
-//! [`Ledger::find_by_idempotency_key`].
+//! [`CallbackLedger::quarantine_callback`] and the lookups
+//! [`ListingLedger::find_by_remote_ref`] and [`ListingLedger::find_by_idempotency_key`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -87,17 +105,25 @@ mod postgres;
 #[cfg(feature = "postgres")]
 pub use postgres::{ClockSource, PostgresLedger, PostgresLedgerOptions};
 
+mod callback_ledger;
 #[cfg(feature = "test-util")]
 pub mod conformance;
 mod error;
+mod full_ledger;
 mod ledger_trait;
+mod listing_ledger;
 mod record;
+mod retention_ledger;
+pub use callback_ledger::CallbackLedger;
 pub use error::LedgerError;
+pub use full_ledger::{FullLedger, Housekeeping};
 pub use ledger_trait::Ledger;
+pub use listing_ledger::ListingLedger;
 pub use record::{
     Created, EvidenceEntry, NewOperation, OperationRecord, QuarantinedRow, Recorded, Settled,
     StoredResponse,
 };
+pub use retention_ledger::RetentionLedger;
 
 /// A boxed, `Send` future, as returned by [`Ledger`] methods (the trait stays object safe).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

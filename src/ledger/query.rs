@@ -1,7 +1,7 @@
 //! Listing and counting operations: what an operator (a command line, a review page, a gauge)
-//! needs to find stuck work. See [`Ledger::list`](super::Ledger::list),
-//! [`Ledger::count_by_state`](super::Ledger::count_by_state) and
-//! [`Ledger::oldest`](super::Ledger::oldest).
+//! needs to find stuck work. See [`ListingLedger::list`](super::ListingLedger::list),
+//! [`ListingLedger::count_by_state`](super::ListingLedger::count_by_state) and
+//! [`ListingLedger::oldest`](super::ListingLedger::oldest).
 //!
 //! Every query names its tenant ([`TenantScope::Tenant`]); a listing across tenants is an
 //! explicit operator capability, built only with [`OperationQuery::all_tenants`] or
@@ -435,7 +435,7 @@ impl Page {
     }
 }
 
-/// The states [`Ledger::count_by_state`](super::Ledger::count_by_state) counts: every state
+/// The states [`ListingLedger::count_by_state`](super::ListingLedger::count_by_state) counts: every state
 /// but the terminal ones. Terminal rows are the bulk of a ledger and grow without bound;
 /// counting them would read the whole history on every scan.
 pub const OPEN_STATES: [State; 6] = [
@@ -531,9 +531,10 @@ impl OldestPerState {
     }
 }
 
-/// [`Ledger::oldest`](super::Ledger::oldest) through [`Ledger::list`](super::Ledger::list): one
-/// first page of one row per state, oldest first (an index range read per state).
-pub(crate) async fn oldest_via_list<L: super::Ledger + ?Sized>(
+/// [`ListingLedger::oldest`](super::ListingLedger::oldest) through
+/// [`ListingLedger::list`](super::ListingLedger::list): one first page of one row per state,
+/// oldest first (an index range read per state).
+pub(crate) async fn oldest_via_list<L: super::ListingLedger + ?Sized>(
     ledger: &L,
     scope: &TenantScope,
     states: &[State],

@@ -137,11 +137,11 @@ pub struct OperationRecord {
     /// When evidence contradicting this operation's final state was first recorded
     /// ([`CallbackEffect::Contradiction`]: a success after `REJECTED`, a failure after
     /// `SUCCEEDED`, another vendor reference), while no person has acknowledged it
-    /// ([`Ledger::acknowledge_contradiction`]); `None` otherwise. Such operations are listed by
+    /// ([`ListingLedger::acknowledge_contradiction`]); `None` otherwise. Such operations are listed by
     /// [`OperationQuery::contradicted`].
     ///
     /// [`CallbackEffect::Contradiction`]: super::CallbackEffect::Contradiction
-    /// [`Ledger::acknowledge_contradiction`]: super::Ledger::acknowledge_contradiction
+    /// [`ListingLedger::acknowledge_contradiction`]: super::ListingLedger::acknowledge_contradiction
     /// [`OperationQuery::contradicted`]: super::OperationQuery::contradicted
     pub contradiction_ms: Option<i64>,
 }

@@ -60,7 +60,7 @@ pub enum PurgeScope {
     },
 }
 
-/// One bounded batch of one retention stage (see [`Ledger::purge`](super::Ledger::purge)).
+/// One bounded batch of one retention stage (see [`RetentionLedger::purge`](super::RetentionLedger::purge)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PurgeBatch {
     /// What to drop.
@@ -77,7 +77,7 @@ pub struct PurgeBatch {
 }
 
 /// A callback record kind with its own retention (see
-/// [`Ledger::purge_callbacks`](super::Ledger::purge_callbacks)).
+/// [`RetentionLedger::purge_callbacks`](super::RetentionLedger::purge_callbacks)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CallbackRecords {
@@ -148,9 +148,4 @@ impl Purged {
             bytes: self.bytes + other.bytes,
         }
     }
-}
-
-/// The error of the provided retention methods of [`Ledger`](super::Ledger).
-pub(crate) fn retention_unsupported() -> super::LedgerError {
-    super::LedgerError::Config("retention not supported by this ledger".to_owned())
 }

@@ -20,7 +20,7 @@ use super::Reconciler;
 use super::transport::{ReplayService, boxed_transport};
 use crate::budget::ReplayLimiter;
 use crate::core::Shared;
-use crate::ledger::{Ledger, OperationRecord};
+use crate::ledger::{Housekeeping, Ledger, OperationRecord};
 
 /// What one pass of the [`Recoverer`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -70,6 +70,12 @@ pub struct RecoveryReport {
 /// Rows a store cannot decode are quarantined by the store and skipped; the others are
 /// recovered. A pass that panics is reported and counted, and the next one runs.
 ///
+/// Beside the passes, [`run`](Recoverer::run) exports the queue gauges and runs the periodic
+/// retention purge, through what the ledger's [`Ledger::housekeeping`] gives: over a ledger
+/// without listing there is nothing to count through, over one without retention nothing to
+/// purge through, and the recoverer skips that housekeeping. Recovery itself needs only
+/// [`Ledger`].
+///
 /// There is no constructor of its own: a recoverer comes from the configuration its operations
 /// were made under ([`Handle::recoverer`](crate::Handle::recoverer), or
 /// [`Handle::recoverer`](crate::Handle::recoverer)), so it always
@@ -99,6 +105,8 @@ pub struct RecoveryReport {
 #[derive(Clone)]
 pub struct Recoverer {
     pub(super) shared: Arc<Shared>,
+    /// What the gauges and the periodic purge run through (from [`Ledger::housekeeping`]).
+    pub(super) housekeeping: Housekeeping,
     pub(super) default_reconciler: Option<Arc<dyn Reconciler>>,
     pub(super) by_contract: HashMap<String, Arc<dyn Reconciler>>,
     pub(super) replay: Option<ReplayService>,
@@ -115,6 +123,7 @@ impl fmt::Debug for Recoverer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Recoverer")
             .field("shared", &self.shared)
+            .field("housekeeping", &self.housekeeping)
             .field("default_reconciler", &self.default_reconciler)
             .field("by_contract", &self.by_contract.keys().collect::<Vec<_>>())
             .field("replay", &self.replay.is_some())
@@ -132,6 +141,7 @@ impl fmt::Debug for Recoverer {
 impl Recoverer {
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
         Self {
+            housekeeping: Arc::clone(&shared.ledger).housekeeping(),
             shared,
             default_reconciler: None,
             by_contract: HashMap::new(),

@@ -7,6 +7,7 @@ use tokio::task::JoinHandle;
 
 use super::recoverer::{Recoverer, RecoveryReport};
 use crate::ledger::{LedgerError, OldestPerState, StateCounts, TenantScope, WATCHED_STATES};
+use crate::retention::Purges;
 
 impl Recoverer {
     /// Reads the queue the operators own, across tenants (counts of the open states and of the
@@ -21,14 +22,17 @@ impl Recoverer {
     ///   state was created (0 when there is none), so an alert can fire on "the review queue is
     ///   older than N minutes".
     ///
-    /// Two indexed reads, flat in the number of finished operations.
-    pub async fn export_gauges(&self) -> Result<(StateCounts, OldestPerState), LedgerError> {
-        let counts = self
-            .ledger()
-            .count_by_state(&TenantScope::AllTenants)
-            .await?;
-        let oldest = self
-            .ledger()
+    /// Two indexed reads, flat in the number of finished operations. `None` when the ledger
+    /// has no listing ([`Ledger::housekeeping`](crate::ledger::Ledger::housekeeping) gives
+    /// none): there is nothing to count through, and nothing is exported.
+    pub async fn export_gauges(
+        &self,
+    ) -> Result<Option<(StateCounts, OldestPerState)>, LedgerError> {
+        let Some(ledger) = self.housekeeping.listing_ledger() else {
+            return Ok(None);
+        };
+        let counts = ledger.count_by_state(&TenantScope::AllTenants).await?;
+        let oldest = ledger
             .oldest(&TenantScope::AllTenants, &WATCHED_STATES)
             .await?;
         #[cfg(feature = "metrics")]
@@ -46,7 +50,7 @@ impl Recoverer {
                     .set(age);
             }
         }
-        Ok((counts, oldest))
+        Ok(Some((counts, oldest)))
     }
 
     /// Runs passes until `shutdown` completes. Ledger errors are logged and retried on the next
@@ -54,19 +58,25 @@ impl Recoverer {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut gauges_at: Option<tokio::time::Instant> = None;
-        // Retention runs in a task of its own: a backlog of purges never delays recovery.
-        let purger = crate::retention::Purger::from_shared(self.shared.clone());
+        // Retention runs in a task of its own: a backlog of purges never delays recovery. A
+        // ledger without retention has nothing to purge through.
+        let purges = self
+            .housekeeping
+            .retention_ledger()
+            .map(|ledger| Purges::new(self.shared.clone(), ledger.clone()));
         let mut purged_at: Option<tokio::time::Instant> = None;
         let mut purging: Option<AbortOnDrop> = None;
         loop {
-            if let Some(every) = self.shared.retention.purge_interval()
+            if let Some(purges) = &purges
+                && let Some(every) = self.shared.retention.purge_interval()
                 && purging.as_ref().is_none_or(|task| task.0.is_finished())
                 && purged_at.is_none_or(|at| at.elapsed() >= every)
             {
                 purged_at = Some(tokio::time::Instant::now());
-                purging = Some(spawn_purge(purger.clone()));
+                purging = Some(spawn_purge(purges.clone()));
             }
             if let Some(every) = self.gauges_every
+                && self.housekeeping.counts()
                 && gauges_at.is_none_or(|at| at.elapsed() >= every)
             {
                 gauges_at = Some(tokio::time::Instant::now());
@@ -100,9 +110,9 @@ impl Recoverer {
 }
 
 /// Runs one retention purge in a task of its own, and reports what it did.
-fn spawn_purge(purger: crate::retention::Purger) -> AbortOnDrop {
+fn spawn_purge(purges: Purges) -> AbortOnDrop {
     AbortOnDrop(tokio::spawn(async move {
-        match purger.run().await {
+        match purges.run().await {
             Ok(report) if !report.is_empty() => {
                 tracing::info!(
                     details = report.details.rows,

@@ -21,7 +21,7 @@ impl Purger {
     /// first). [`RetentionError::Ledger`]: the batches before the failure are committed; run it
     /// again.
     pub async fn erase_tenant(&self, tenant: &Tenant) -> Result<PurgeReport, RetentionError> {
-        let ledger = &*self.shared.ledger;
+        let ledger = &*self.listing;
         let scope = TenantScope::Tenant(tenant.clone());
         let counts = ledger.count_by_state(&scope).await?;
         let open: u64 = counts.iter().map(|(_, n)| n).sum();
@@ -37,21 +37,23 @@ impl Purger {
                 example,
             });
         }
-        let now = self.shared.clock.now_ms();
-        let batch = self.shared.retention.batch;
+        let purges = &self.purges;
+        let now = purges.shared.clock.now_ms();
+        let batch = purges.shared.retention.batch;
         let mut report = PurgeReport::default();
         report.identity.add(
-            self.drain(PurgeBatch {
-                stage: PurgeStage::Identity,
-                scope: PurgeScope::Tenant(tenant.clone()),
-                limit: batch,
-                dry_run: false,
-                now_ms: now,
-            })
-            .await?,
+            purges
+                .drain(PurgeBatch {
+                    stage: PurgeStage::Identity,
+                    scope: PurgeScope::Tenant(tenant.clone()),
+                    limit: batch,
+                    dry_run: false,
+                    now_ms: now,
+                })
+                .await?,
         );
         for records in [CallbackRecords::Deliveries, CallbackRecords::Quarantine] {
-            let done = self
+            let done = purges
                 .drain_callbacks(CallbackPurge {
                     records,
                     scope: CallbackScope::Tenant(tenant.clone()),
@@ -61,7 +63,7 @@ impl Purger {
                 .await?;
             report.add_callbacks(records, done);
         }
-        report.space_reclaimed = self.reclaim().await?;
+        report.space_reclaimed = purges.reclaim().await?;
         tracing::info!(
             tenant = %tenant.as_str(),
             operations = report.identity.rows,
@@ -84,7 +86,7 @@ impl Purger {
         tenant: &Tenant,
         operation: &OperationId,
     ) -> Result<Purged, RetentionError> {
-        let ledger = &*self.shared.ledger;
+        let ledger = &*self.listing;
         let Some(row) = ledger.get(tenant, operation).await? else {
             return Err(RetentionError::NotFound {
                 tenant: tenant.as_str().to_owned(),
@@ -97,7 +99,9 @@ impl Purger {
                 state: row.state,
             });
         }
-        let done = ledger
+        let done = self
+            .purges
+            .ledger()
             .purge(PurgeBatch {
                 stage: PurgeStage::Details,
                 scope: PurgeScope::Operation {
@@ -106,7 +110,7 @@ impl Purger {
                 },
                 limit: 1,
                 dry_run: false,
-                now_ms: self.shared.clock.now_ms(),
+                now_ms: self.purges.shared.clock.now_ms(),
             })
             .await?;
         count(PurgeStage::Details.as_str(), done);

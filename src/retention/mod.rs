@@ -30,7 +30,7 @@
 //! [`Builder::build`](crate::Builder::build).
 //!
 //! Purging runs in bounded batches through partial indexes (see
-//! [`Ledger::purge`](crate::Ledger::purge)): the [`Recoverer`](crate::Recoverer) runs it every
+//! [`RetentionLedger::purge`](crate::RetentionLedger::purge)): the [`Recoverer`](crate::Recoverer) runs it every
 //! [`Retention::interval`] (default 10 minutes) in a task of its own, and [`Purger::run`] runs
 //! it on demand; [`Purger::preview`] counts what a run would drop. [`Purger::plan`] counts it
 //! contract by contract with the clocks each one gets, for a person to read before
@@ -70,6 +70,7 @@ mod report;
 mod settings;
 
 pub use self::error::RetentionError;
+pub(crate) use self::pass::Purges;
 pub use self::purger::Purger;
 pub use self::report::{ContractPlan, PurgePlan, PurgeReport, PurgedCount, RetentionDates};
 pub use self::settings::{

@@ -1,20 +1,52 @@
 //! One purge pass: every stage, contract by contract, in bounded batches, then the space given
 //! back; and the counters of what went.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::report::millis;
-use super::{Clocks, ContractPlan, PurgeReport, Purger, RetentionError};
+use super::{Clocks, ContractPlan, PurgeReport, RetentionError};
+use crate::core::Shared;
 use crate::ledger::{
     CallbackPurge, CallbackRecords, CallbackScope, LedgerError, PurgeBatch, PurgeScope, PurgeStage,
-    Purged,
+    Purged, RetentionLedger,
 };
 
 /// Batches per stage and contract in one run before it moves on (a backlog is finished by the
 /// next runs; each batch is its own transaction).
 const MAX_BATCHES: u32 = 10_000;
 
-impl Purger {
+/// The purges of one configuration, through its ledger's retention: what a
+/// [`Purger`](super::Purger) runs, and the recoverer's periodic purge (which needs no more of
+/// the ledger than its retention).
+#[derive(Clone)]
+pub(crate) struct Purges {
+    pub(super) shared: Arc<Shared>,
+    ledger: Arc<dyn RetentionLedger>,
+}
+
+impl Purges {
+    /// The purges over `shared`, whose ledger is `ledger`.
+    pub(crate) fn new(shared: Arc<Shared>, ledger: Arc<dyn RetentionLedger>) -> Self {
+        Self { shared, ledger }
+    }
+
+    /// The ledger the purges run through.
+    pub(super) fn ledger(&self) -> &dyn RetentionLedger {
+        &*self.ledger
+    }
+
+    /// The clocks of operations frozen with contract `name`.
+    pub(super) fn clocks(&self, contract: &str) -> Clocks {
+        let c = self.shared.contracts.get(contract).map(|c| &**c);
+        self.shared.retention.clocks_for(c)
+    }
+
+    /// Purges everything due now: [`Purger::run`](super::Purger::run).
+    pub(crate) async fn run(&self) -> Result<PurgeReport, RetentionError> {
+        self.pass(false, self.shared.clock.now_ms(), None).await
+    }
+
     /// One pass over every stage with the cutoffs of `now`; `lines` collects each contract's
     /// counts and clocks.
     pub(super) async fn pass(
@@ -27,7 +59,7 @@ impl Purger {
         if !self.shared.retention.enabled {
             return Ok(report);
         }
-        for contract in self.shared.ledger.finished_contracts().await? {
+        for contract in self.ledger.finished_contracts().await? {
             let clocks = self.clocks(&contract);
             let (deleted, slimmed) = self.purge_contract(&contract, clocks, dry_run, now).await?;
             report.identity.add(deleted);
@@ -137,7 +169,7 @@ impl Purger {
     /// Runs `batch` until a batch finds less than its limit (a dry run counts once).
     pub(super) async fn drain(&self, batch: PurgeBatch) -> Result<Purged, RetentionError> {
         let (label, limit, dry_run) = (batch.stage.as_str(), batch.limit, batch.dry_run);
-        let ledger = &*self.shared.ledger;
+        let ledger = &*self.ledger;
         drain(label, limit, dry_run, || ledger.purge(batch.clone())).await
     }
 
@@ -146,7 +178,7 @@ impl Purger {
         batch: CallbackPurge,
     ) -> Result<Purged, RetentionError> {
         let (label, limit, dry_run) = (batch.records.as_str(), batch.limit, batch.dry_run);
-        let ledger = &*self.shared.ledger;
+        let ledger = &*self.ledger;
         drain(label, limit, dry_run, || {
             ledger.purge_callbacks(batch.clone())
         })
@@ -157,7 +189,7 @@ impl Purger {
     pub(super) async fn reclaim(&self) -> Result<u64, RetentionError> {
         let mut total = 0;
         for _ in 0..MAX_BATCHES {
-            let step = self.shared.ledger.reclaim_space().await?;
+            let step = self.ledger.reclaim_space().await?;
             if step == 0 {
                 break;
             }

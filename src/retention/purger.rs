@@ -5,40 +5,52 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::pass::Purges;
 use super::report::millis;
 use super::{Clocks, PurgePlan, PurgeReport, Retention, RetentionDates, RetentionError};
 use crate::core::Shared;
-use crate::ledger::OperationRecord;
+use crate::ledger::{ListingLedger, OperationRecord, RetentionLedger};
 
 /// Runs retention over one configuration's ledger and contracts: from
-/// [`Handle::purger`](crate::Handle::purger). Cheap to clone.
+/// [`Handle::purger`](crate::Handle::purger), for a ledger with retention and listing (the
+/// right to erasure counts a tenant's open operations first). Cheap to clone.
 #[derive(Clone)]
 pub struct Purger {
-    pub(super) shared: Arc<Shared>,
+    /// The purges, through the ledger's retention.
+    pub(super) purges: Purges,
+    /// The same ledger's listing.
+    pub(super) listing: Arc<dyn ListingLedger>,
 }
 
 impl fmt::Debug for Purger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Purger")
-            .field("retention", &self.shared.retention)
+            .field("retention", &self.purges.shared.retention)
             .finish_non_exhaustive()
     }
 }
 
 impl Purger {
-    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
-        Self { shared }
+    /// A purger over `shared`, whose ledger is `retention` and `listing`.
+    pub(crate) fn from_parts(
+        shared: Arc<Shared>,
+        retention: Arc<dyn RetentionLedger>,
+        listing: Arc<dyn ListingLedger>,
+    ) -> Self {
+        Self {
+            purges: Purges::new(shared, retention),
+            listing,
+        }
     }
 
     /// The settings.
     pub fn settings(&self) -> &Retention {
-        &self.shared.retention
+        &self.purges.shared.retention
     }
 
     /// The clocks of operations frozen with contract `name`.
     pub fn clocks(&self, contract: &str) -> Clocks {
-        let c = self.shared.contracts.get(contract).map(|c| &**c);
-        self.shared.retention.clocks_for(c)
+        self.purges.clocks(contract)
     }
 
     /// When `record`'s details and row go, if it is finished (`None` otherwise: it is kept
@@ -70,7 +82,7 @@ impl Purger {
     ///
     /// [`RetentionError::Ledger`]: the batches before the failure are committed.
     pub async fn run(&self) -> Result<PurgeReport, RetentionError> {
-        self.pass(false, self.shared.clock.now_ms(), None).await
+        self.purges.run().await
     }
 
     /// What [`run`](Self::run) would drop now, counted; nothing changes.
@@ -79,7 +91,8 @@ impl Purger {
     ///
     /// [`RetentionError::Ledger`].
     pub async fn preview(&self) -> Result<PurgeReport, RetentionError> {
-        self.pass(true, self.shared.clock.now_ms(), None).await
+        let now = self.purges.shared.clock.now_ms();
+        self.purges.pass(true, now, None).await
     }
 
     /// What [`run`](Self::run) would drop now, contract by contract, with the clocks each
@@ -90,10 +103,10 @@ impl Purger {
     ///
     /// [`RetentionError::Ledger`].
     pub async fn plan(&self) -> Result<PurgePlan, RetentionError> {
-        let now = self.shared.clock.now_ms();
+        let now = self.purges.shared.clock.now_ms();
         let mut contracts = Vec::new();
-        let total = self.pass(true, now, Some(&mut contracts)).await?;
-        let settings = &self.shared.retention;
+        let total = self.purges.pass(true, now, Some(&mut contracts)).await?;
+        let settings = &self.purges.shared.retention;
         Ok(PurgePlan {
             as_of_ms: now,
             contracts,
@@ -111,6 +124,6 @@ impl Purger {
     ///
     /// [`RetentionError::Ledger`]: the batches before the failure are committed.
     pub async fn run_plan(&self, plan: &PurgePlan) -> Result<PurgeReport, RetentionError> {
-        self.pass(false, plan.as_of_ms, None).await
+        self.purges.pass(false, plan.as_of_ms, None).await
     }
 }

@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use crate::core::Shared;
 use crate::core::engine::{self, Applied, Extras};
-use crate::ledger::{Ledger, LedgerError, OperationRecord};
+use crate::ledger::{LedgerError, ListingLedger, OperationRecord};
 use crate::operation::{OperationId, Tenant};
 use crate::state::{Event, Refused};
 
@@ -138,18 +138,22 @@ pub enum ReviewError {
 #[derive(Clone, Debug)]
 pub struct Reviews {
     shared: Arc<Shared>,
+    /// The same ledger as `shared.ledger`, with its listing (quarantined rows, contradictions).
+    listing: Arc<dyn ListingLedger>,
 }
 
 impl Reviews {
     /// Reviews over `ledger`, with no authorizer (everything allowed) and its own notifier.
-    pub fn new(ledger: Arc<dyn Ledger>) -> Self {
+    pub fn new(ledger: Arc<dyn ListingLedger>) -> Self {
         Self {
-            shared: Arc::new(Shared::new(ledger)),
+            shared: Arc::new(Shared::new(ledger.clone())),
+            listing: ledger,
         }
     }
 
-    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
-        Self { shared }
+    /// Reviews over `shared`, whose ledger is `listing`.
+    pub(crate) fn from_parts(shared: Arc<Shared>, listing: Arc<dyn ListingLedger>) -> Self {
+        Self { shared, listing }
     }
 
     async fn read(

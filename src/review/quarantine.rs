@@ -201,7 +201,7 @@ impl Reviews {
                 .text(TextMatch::Exact(op.as_str().to_owned()))
                 .limit(10)
         };
-        let ledger = &self.shared.ledger;
+        let ledger = &self.listing;
         let mut page = ledger.list(&by_id().quarantined_only()).await?;
         if !page.skipped.iter().any(|s| s.operation_id == *op) {
             match ledger.get(tenant, op).await {

@@ -200,8 +200,7 @@ impl Reviews {
             at_ms: self.shared.clock.now_ms(),
         };
         match self
-            .shared
-            .ledger
+            .listing
             .acknowledge_contradiction(tenant, op, expected_version, entry)
             .await?
         {

@@ -34,7 +34,8 @@
 //! use std::sync::Arc;
 //! use axum::{Router, extract::Request, middleware::{self, Next}, response::Response};
 //! use recoverable_write::review_ui::{self, ReviewUiConfig, ReviewerIdentity};
-//! use recoverable_write::{Ledger, Tenant};
+//! use recoverable_write::ledger::ListingLedger;
+//! use recoverable_write::Tenant;
 //!
 //! async fn auth(mut req: Request, next: Next) -> Response {
 //!     // Your own authentication decides who this is and whether they may resolve.
@@ -42,7 +43,7 @@
 //!     next.run(req).await
 //! }
 //!
-//! # fn app(ledger: Arc<dyn Ledger>) -> Router {
+//! # fn app(ledger: Arc<dyn ListingLedger>) -> Router {
 //! let review = review_ui::router(ReviewUiConfig::for_tenant(ledger, Tenant::new("acme")));
 //! Router::new()
 //!     .nest("/ops", review)
@@ -75,7 +76,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 
 use self::views::message;
-use crate::ledger::{Ledger, TenantScope};
+use crate::ledger::{ListingLedger, TenantScope};
 use crate::operation::Tenant;
 use crate::review::Reviews;
 use crate::secret::Secret;
@@ -112,7 +113,7 @@ impl ReviewerIdentity {
 /// of them as an explicit operator capability), the reviews API and the CSRF key.
 #[derive(Clone)]
 pub struct ReviewUiConfig {
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn ListingLedger>,
     reviews: Reviews,
     scope: TenantScope,
     csrf_key: Secret,
@@ -131,19 +132,19 @@ impl fmt::Debug for ReviewUiConfig {
 }
 
 impl ReviewUiConfig {
-    /// The page for one tenant's operations.
-    pub fn for_tenant(ledger: Arc<dyn Ledger>, tenant: Tenant) -> Self {
+    /// The page for one tenant's operations. The ledger must list them ([`ListingLedger`]).
+    pub fn for_tenant(ledger: Arc<dyn ListingLedger>, tenant: Tenant) -> Self {
         Self::scoped(ledger, TenantScope::Tenant(tenant))
     }
 
     /// The page for every tenant's operations: the operator capability. Mount it only for
     /// people who may see every tenant.
-    pub fn all_tenants(ledger: Arc<dyn Ledger>) -> Self {
+    pub fn all_tenants(ledger: Arc<dyn ListingLedger>) -> Self {
         Self::scoped(ledger, TenantScope::AllTenants)
     }
 
     /// The page over `scope`. The CSRF key is 32 random bytes (see [`csrf_key`](Self::csrf_key)).
-    pub fn scoped(ledger: Arc<dyn Ledger>, scope: TenantScope) -> Self {
+    pub fn scoped(ledger: Arc<dyn ListingLedger>, scope: TenantScope) -> Self {
         Self {
             reviews: Reviews::new(ledger.clone()),
             ledger,
@@ -178,8 +179,9 @@ impl ReviewUiConfig {
     /// ```no_run
     /// # use std::sync::Arc;
     /// # use recoverable_write::review_ui::ReviewUiConfig;
-    /// # use recoverable_write::{Ledger, Secret, Tenant};
-    /// # fn demo(ledger: Arc<dyn Ledger>) -> Result<(), Box<dyn std::error::Error>> {
+    /// # use recoverable_write::ledger::ListingLedger;
+    /// # use recoverable_write::{Secret, Tenant};
+    /// # fn demo(ledger: Arc<dyn ListingLedger>) -> Result<(), Box<dyn std::error::Error>> {
     /// let config = ReviewUiConfig::for_tenant(ledger, Tenant::new("acme"))
     ///     .csrf_key(Secret::new(std::env::var("REVIEW_CSRF_KEY")?)?);
     /// # let _ = config;

@@ -27,7 +27,7 @@ use super::FakeVendor;
 use crate::ResponseBody;
 use crate::contract::{EvidenceClass, KeyPlacement, RemoteRef, Replay, Rule};
 use crate::guard::GuardStats;
-use crate::ledger::{EvidenceEntry, Ledger, OperationRecord};
+use crate::ledger::{EvidenceEntry, FullLedger, Ledger, OperationRecord};
 use crate::{
     Access, BoxError, BudgetPolicy, Builder, Contract, Denied, Error, Handle, HttpLookup,
     Operation, OperationId, Outcome, RecoverableWrite, RecoverableWriteLayer, Recoverer,
@@ -80,10 +80,10 @@ pub struct Drill {
     /// Holds the SQLite ledger file.
     pub dir: tempfile::TempDir,
     /// The ledger.
-    pub ledger: Arc<dyn Ledger>,
+    pub ledger: Arc<dyn FullLedger>,
     /// The handle the drill's layer, reviews and recoverer come from, configured from the
     /// options.
-    pub rw: Handle,
+    pub rw: Handle<Arc<dyn FullLedger>>,
     /// The layer (`rw.layer()`; replace it with one from [`Drill::builder`] to change only the
     /// write path's configuration).
     pub layer: RecoverableWriteLayer,
@@ -183,7 +183,7 @@ impl Drill {
     /// If the temp dir or the SQLite ledger cannot be created.
     pub async fn with(vendor: FakeVendor, options: DrillOptions) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let ledger: Arc<dyn Ledger> = Arc::new(
+        let ledger: Arc<dyn FullLedger> = Arc::new(
             SqliteLedger::open(dir.path().join("ledger.db"))
                 .await
                 .expect("open sqlite ledger"),
@@ -197,7 +197,11 @@ impl Drill {
     ///
     /// # Panics
     /// If the temp dir cannot be created.
-    pub fn with_ledger(vendor: FakeVendor, ledger: Arc<dyn Ledger>, options: DrillOptions) -> Self {
+    pub fn with_ledger(
+        vendor: FakeVendor,
+        ledger: Arc<dyn FullLedger>,
+        options: DrillOptions,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         Self::assemble(vendor, dir, ledger, options, false)
     }
@@ -217,7 +221,7 @@ impl Drill {
             own_file,
             ..
         } = self;
-        let ledger: Arc<dyn Ledger> = if own_file {
+        let ledger: Arc<dyn FullLedger> = if own_file {
             Arc::new(
                 SqliteLedger::open(dir.path().join("ledger.db"))
                     .await
@@ -232,7 +236,7 @@ impl Drill {
     fn assemble(
         vendor: FakeVendor,
         dir: tempfile::TempDir,
-        ledger: Arc<dyn Ledger>,
+        ledger: Arc<dyn FullLedger>,
         options: DrillOptions,
         own_file: bool,
     ) -> Self {
@@ -268,7 +272,7 @@ impl Drill {
 
     /// A builder over the drill's ledger with the drill's budget, contract and authorizer:
     /// change a setting and build a handle (`drill.layer = drill.builder().….build()?.layer()`).
-    pub fn builder(&self) -> Builder {
+    pub fn builder(&self) -> Builder<Arc<dyn FullLedger>> {
         builder(&self.ledger, &self.options)
     }
 
@@ -354,7 +358,7 @@ impl Drill {
 }
 
 /// The builder a drill starts from: its ledger, budget, contract and authorizer.
-fn builder(ledger: &Arc<dyn Ledger>, options: &DrillOptions) -> Builder {
+fn builder(ledger: &Arc<dyn FullLedger>, options: &DrillOptions) -> Builder<Arc<dyn FullLedger>> {
     let mut builder = RecoverableWrite::builder(ledger.clone())
         .budget(options.policy.clone())
         .contract(options.contract.clone());
@@ -368,8 +372,8 @@ fn builder(ledger: &Arc<dyn Ledger>, options: &DrillOptions) -> Builder {
 /// `{vendor_base_url}/operations/{operation_id}` (tenant header `x-tenant`, 500 ms timeout) and a
 /// replay path through `guard`, both over [`authed_client`] with `credential`; the clock-skew
 /// margin `skew_margin` and a 2 s lease.
-pub fn recoverer(
-    rw: &Handle,
+pub fn recoverer<L: Ledger>(
+    rw: &Handle<L>,
     guard: &SendOnceGuardLayer,
     vendor_base_url: &str,
     credential: Arc<Mutex<String>>,

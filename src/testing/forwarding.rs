@@ -1,27 +1,36 @@
-//! [`ForwardingLedger`]: a ledger that forwards to another, for tests that change one call.
+//! [`ForwardingLedger`]: a ledger of every capability that forwards to another, for tests that
+//! change one call.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::ledger::backend::{NewEvidence, Update};
 use crate::ledger::{
-    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackPurge,
-    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, IgnoredCallback, Ledger,
-    LedgerError, NewOperation, OldestPerState, OperationQuery, OperationRecord, Page, ProbeBy,
-    PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Released, Settled, StateCounts,
-    TenantScope,
+    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
+    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, FullLedger, Housekeeping,
+    IgnoredCallback, Ledger, LedgerError, ListingLedger, NewOperation, OldestPerState,
+    OperationQuery, OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback,
+    QuarantinedRow, Released, RetentionLedger, Settled, StateCounts, TenantScope,
 };
 use crate::{OperationId, State, Tenant};
 
-/// Writes [`ForwardingLedger`] and the [`Ledger`] impl over it from one list of the methods:
+/// Writes [`ForwardingLedger`] and the [`Ledger`], [`ListingLedger`], [`CallbackLedger`] and
+/// [`RetentionLedger`] impls over it from one list of the methods per trait:
 /// `name(args) -> output as LedgerCall variant`.
 macro_rules! forwarding_ledger {
-    ($( fn $name:ident($($arg:ident: $ty:ty),*) -> $out:ty as $call:ident; )*) => {
+    (
+        Ledger { $( fn $name:ident($($arg:ident: $ty:ty),*) -> $out:ty as $call:ident; )* }
+        $( $cap:ident {
+            $( fn $cname:ident($($carg:ident: $cty:ty),*) -> $cout:ty as $ccall:ident; )*
+        } )*
+    ) => {
         /// A [`Ledger`] made of another one, for tests that change one or two calls: count them,
         /// fail them after a crash, pause a worker inside one, rewrite an update on its way to
         /// the store.
         ///
         /// Implement [`inner`](Self::inner) and override what changes: every type that implements
-        /// this trait is a [`Ledger`], and each method it does not override goes to the same
+        /// this trait is a [`FullLedger`] (a [`Ledger`], [`ListingLedger`], [`CallbackLedger`]
+        /// and [`RetentionLedger`]), and each method it does not override goes to the same
         /// method of the inner ledger through [`around`](Self::around). [`record`](Self::record)
         /// and [`create_and_apply`](Self::create_and_apply) too go to the inner ledger's own
         /// methods: overriding [`apply`](Self::apply) does not change them.
@@ -36,7 +45,7 @@ macro_rules! forwarding_ledger {
         /// use std::sync::Arc;
         /// use std::sync::atomic::{AtomicUsize, Ordering};
         ///
-        /// use recoverable_write::ledger::{BoxFuture, Ledger, LedgerError};
+        /// use recoverable_write::ledger::{BoxFuture, FullLedger, Ledger, LedgerError};
         /// use recoverable_write::testing::{ForwardingLedger, LedgerCall};
         /// use recoverable_write::MemoryLedger;
         ///
@@ -48,14 +57,14 @@ macro_rules! forwarding_ledger {
         /// }
         ///
         /// impl ForwardingLedger for CountWrites {
-        ///     fn inner(&self) -> &dyn Ledger {
+        ///     fn inner(&self) -> &dyn FullLedger {
         ///         &self.inner
         ///     }
         ///
         ///     fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
         ///     where
         ///         T: Send + 'a,
-        ///         F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+        ///         F: FnOnce(&'a dyn FullLedger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
         ///     {
         ///         if call.writes() {
         ///             self.writes.fetch_add(1, Ordering::SeqCst);
@@ -64,12 +73,12 @@ macro_rules! forwarding_ledger {
         ///     }
         /// }
         ///
-        /// let ledger: Arc<dyn Ledger> = Arc::new(CountWrites::default());
+        /// let ledger: Arc<dyn FullLedger> = Arc::new(CountWrites::default());
         /// # let _ = ledger;
         /// ```
         pub trait ForwardingLedger: Send + Sync + fmt::Debug + 'static {
             /// The ledger every call goes to.
-            fn inner(&self) -> &dyn Ledger;
+            fn inner(&self) -> &dyn FullLedger;
 
             /// Runs one forwarded call: `f` makes the inner ledger's future for `call`. The
             /// provided implementation calls `f(self.inner())`; override it to count, delay or
@@ -81,7 +90,7 @@ macro_rules! forwarding_ledger {
             ) -> BoxFuture<'a, Result<T, LedgerError>>
             where
                 T: Send + 'a,
-                F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+                F: FnOnce(&'a dyn FullLedger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
             {
                 let _ = call;
                 f(self.inner())
@@ -113,6 +122,12 @@ macro_rules! forwarding_ledger {
                     self.around(LedgerCall::$call, move |l| l.$name($($arg),*))
                 }
             )*
+            $($(
+                #[doc = concat!("[`", stringify!($cap), "::", stringify!($cname), "`], through [`around`](Self::around).")]
+                fn $cname<'a>(&'a self, $($carg: $cty),*) -> BoxFuture<'a, Result<$cout, LedgerError>> {
+                    self.around(LedgerCall::$ccall, move |l| l.$cname($($carg),*))
+                }
+            )*)*
         }
 
         /// The methods of [`ForwardingLedger`].
@@ -123,6 +138,10 @@ macro_rules! forwarding_ledger {
                 #[doc = concat!("[`Ledger::", stringify!($name), "`].")]
                 $call,
             )*
+            $($(
+                #[doc = concat!("[`", stringify!($cap), "::", stringify!($cname), "`].")]
+                $ccall,
+            )*)*
         }
 
         impl<L: ForwardingLedger> Ledger for L {
@@ -144,11 +163,26 @@ macro_rules! forwarding_ledger {
                     ForwardingLedger::$name(self, $($arg),*)
                 }
             )*
+
+            fn housekeeping(self: Arc<Self>) -> Housekeeping {
+                Housekeeping::default().listing(self.clone()).retention(self)
+            }
         }
+
+        $(
+            impl<L: ForwardingLedger> $cap for L {
+                $(
+                    fn $cname<'a>(&'a self, $($carg: $cty),*) -> BoxFuture<'a, Result<$cout, LedgerError>> {
+                        ForwardingLedger::$cname(self, $($carg),*)
+                    }
+                )*
+            }
+        )*
     };
 }
 
 forwarding_ledger! {
+    Ledger {
     fn create_or_get(new: NewOperation) -> Created as CreateOrGet;
     fn create_and_apply(new: NewOperation, first: Update) -> Created as CreateAndApply;
     fn get(tenant: &'a Tenant, id: &'a OperationId) -> Option<OperationRecord> as Get;
@@ -163,16 +197,24 @@ forwarding_ledger! {
         note: Option<String>, now_ms: i64) -> Released as ReleaseQuarantined;
     fn append_evidence(tenant: &'a Tenant, id: &'a OperationId, entry: NewEvidence) -> ()
         as AppendEvidence;
+    fn evidence(tenant: &'a Tenant, id: &'a OperationId) -> Vec<EvidenceEntry> as Evidence;
+    }
+    ListingLedger {
+    fn list(query: &'a OperationQuery) -> Page as List;
+    fn count_by_state(scope: &'a TenantScope) -> StateCounts as CountByState;
+    fn oldest(scope: &'a TenantScope, states: &'a [State]) -> OldestPerState as Oldest;
+    fn find_by_remote_ref(tenant: &'a Tenant, remote_ref: &'a str) -> Option<OperationRecord>
+        as FindByRemoteRef;
+    fn find_by_idempotency_key(tenant: &'a Tenant, key: &'a str) -> Option<OperationRecord>
+        as FindByIdempotencyKey;
     fn acknowledge_contradiction(
         tenant: &'a Tenant,
         id: &'a OperationId,
         expected_version: u64,
         entry: NewEvidence
     ) -> Option<OperationRecord> as AcknowledgeContradiction;
-    fn evidence(tenant: &'a Tenant, id: &'a OperationId) -> Vec<EvidenceEntry> as Evidence;
-    fn list(query: &'a OperationQuery) -> Page as List;
-    fn count_by_state(scope: &'a TenantScope) -> StateCounts as CountByState;
-    fn oldest(scope: &'a TenantScope, states: &'a [State]) -> OldestPerState as Oldest;
+    }
+    CallbackLedger {
     fn apply_callback(delivery: CallbackDelivery, effect: CallbackEffect) -> CallbackApplied
         as ApplyCallback;
     fn quarantine_callback(event: QuarantinedCallback) -> CallbackQuarantined
@@ -184,14 +226,13 @@ forwarding_ledger! {
         as RecordIgnoredCallback;
     fn other_tenant_with(tenant: &'a Tenant, by: ProbeBy, value: &'a str) -> Option<Tenant>
         as OtherTenantWith;
-    fn find_by_remote_ref(tenant: &'a Tenant, remote_ref: &'a str) -> Option<OperationRecord>
-        as FindByRemoteRef;
-    fn find_by_idempotency_key(tenant: &'a Tenant, key: &'a str) -> Option<OperationRecord>
-        as FindByIdempotencyKey;
+    }
+    RetentionLedger {
     fn finished_contracts() -> Vec<String> as FinishedContracts;
     fn purge(batch: PurgeBatch) -> Purged as Purge;
     fn purge_callbacks(batch: CallbackPurge) -> Purged as PurgeCallbacks;
     fn reclaim_space() -> u64 as ReclaimSpace;
+    }
 }
 
 impl LedgerCall {

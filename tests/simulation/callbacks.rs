@@ -43,7 +43,7 @@ pub(crate) struct DeliveryPlan {
 /// processing, as an application maps them once the vendor documents that a success may
 /// follow a failure.
 pub(crate) fn receiver(
-    config: &recoverable_write::Handle,
+    config: &recoverable_write::Handle<std::sync::Arc<dyn recoverable_write::ledger::FullLedger>>,
     failures_final: bool,
 ) -> CallbackReceiver {
     let mut mapping = ticket_mapping();

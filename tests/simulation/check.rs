@@ -27,6 +27,7 @@
 use std::collections::HashSet;
 
 use recoverable_write::callbacks::DeliveryOutcome;
+use recoverable_write::ledger::CallbackLedger;
 use recoverable_write::ledger::{EvidenceEntry, LedgerError};
 use recoverable_write::review::{EvidenceSummary, says_may_have_applied};
 use recoverable_write::{Evidence, Ledger, OperationId, State, Tenant};

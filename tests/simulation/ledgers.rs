@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use recoverable_write::ledger::FullLedger;
+use recoverable_write::ledger::RetentionLedger;
 use recoverable_write::ledger::backend::{NewEvidence, Update};
 use recoverable_write::ledger::conformance::rewrite_changes;
 use recoverable_write::ledger::{
@@ -28,7 +30,7 @@ use crate::Stats;
 /// lost: the row stays `IN_FLIGHT` under its lease.
 #[derive(Debug)]
 pub(crate) struct CrashLedger {
-    pub(crate) inner: Arc<dyn Ledger>,
+    pub(crate) inner: Arc<dyn FullLedger>,
     pub(crate) writes: AtomicU64,
     /// The write after which the process dies (0: never; the harness disarms it when the
     /// schedule ends).
@@ -73,7 +75,7 @@ pub(crate) fn gone() -> LedgerError {
 }
 
 impl ForwardingLedger for CrashLedger {
-    fn inner(&self) -> &dyn Ledger {
+    fn inner(&self) -> &dyn FullLedger {
         &*self.inner
     }
 
@@ -82,7 +84,7 @@ impl ForwardingLedger for CrashLedger {
     fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
     where
         T: Send + 'a,
-        F: FnOnce(&'a dyn Ledger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+        F: FnOnce(&'a dyn FullLedger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
     {
         Box::pin(async move {
             // Every call sees the detached results queued before it.
@@ -262,7 +264,7 @@ impl Archive {
 }
 
 impl ForwardingLedger for Archive {
-    fn inner(&self) -> &dyn Ledger {
+    fn inner(&self) -> &dyn FullLedger {
         &*self.inner
     }
 
@@ -306,12 +308,12 @@ pub(crate) enum TamperMode {
 /// A ledger that rewrites some updates on their way to the store (see [`TamperMode`]).
 #[derive(Debug)]
 pub(crate) struct Tamper {
-    pub(crate) inner: Arc<dyn Ledger>,
+    pub(crate) inner: Arc<dyn FullLedger>,
     pub(crate) mode: TamperMode,
 }
 
 impl ForwardingLedger for Tamper {
-    fn inner(&self) -> &dyn Ledger {
+    fn inner(&self) -> &dyn FullLedger {
         &*self.inner
     }
 

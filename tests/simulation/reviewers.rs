@@ -15,6 +15,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use recoverable_write::ledger::FullLedger;
 use recoverable_write::review::{ReviewError, Reviews};
 use recoverable_write::state::ReviewDecision;
 use recoverable_write::{Ledger, OperationId, State, Tenant};
@@ -54,7 +55,7 @@ pub(crate) enum Versions {
 pub(crate) struct Reviewer {
     pub(crate) name: &'static str,
     pub(crate) reviews: Reviews,
-    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) ledger: Arc<dyn FullLedger>,
     pub(crate) vendor: SimVendor,
     pub(crate) ids: Vec<OperationId>,
     pub(crate) rng: Rng,

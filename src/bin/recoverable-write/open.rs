@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use recoverable_write::ledger::Ledger;
+use recoverable_write::ledger::FullLedger;
 #[cfg(feature = "sqlite")]
 use recoverable_write::ledger::SqliteLedger;
 #[cfg(feature = "postgres")]
@@ -28,7 +28,7 @@ enum Backend {
 }
 
 impl Store {
-    pub(crate) fn ledger(&self) -> Arc<dyn Ledger> {
+    pub(crate) fn ledger(&self) -> Arc<dyn FullLedger> {
         match self.backend {
             #[cfg(feature = "sqlite")]
             Backend::Sqlite(ref l) => l.clone(),

@@ -10,8 +10,9 @@ use super::fixtures::{
 use super::helpers::{apply_ok, create, get, kinds, log, must, put};
 use crate::evidence::Evidence;
 use crate::ledger::{
-    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackQuarantined, EvidenceEntry, Ledger,
-    LedgerError, NewEvidence, OperationRecord, QuarantinedCallback, Update,
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackQuarantined,
+    EvidenceEntry, Ledger, LedgerError, ListingLedger, NewEvidence, OperationRecord,
+    QuarantinedCallback, Update,
 };
 use crate::operation::Tenant;
 use crate::state::State;
@@ -61,7 +62,7 @@ fn count_kind(log: &[EvidenceEntry], kind: &str) -> usize {
 
 /// Checks one event applied twice: one state change, one evidence entry, and the second
 /// delivery (with an update computed from the moved row) is a duplicate that changes nothing.
-pub async fn callback_applies_once_and_a_redelivery_is_a_duplicate<L: Ledger>(ledger: L) {
+pub async fn callback_applies_once_and_a_redelivery_is_a_duplicate<L: CallbackLedger>(ledger: L) {
     let r = put(&ledger, "op-cb-1", State::Unknown, Some(T0), None).await;
     let first = must(
         ledger
@@ -131,7 +132,9 @@ pub async fn callback_applies_once_and_a_redelivery_is_a_duplicate<L: Ledger>(le
 
 /// Checks that a compare-and-swap that fails inside a callback stores nothing, not even the
 /// dedupe record: the caller reads again and the retry applies.
-pub async fn callback_with_a_stale_update_stores_nothing_and_is_retried<L: Ledger>(ledger: L) {
+pub async fn callback_with_a_stale_update_stores_nothing_and_is_retried<L: CallbackLedger>(
+    ledger: L,
+) {
     let r = put(&ledger, "op-cb-stale", State::Unknown, Some(T0), None).await;
     // Someone else moves the row first.
     let moved = apply_ok(
@@ -172,7 +175,7 @@ pub async fn callback_with_a_stale_update_stores_nothing_and_is_retried<L: Ledge
 
 /// Checks that an event that cannot move its operation is appended as late evidence, once, and
 /// leaves the row as it was.
-pub async fn callback_appends_late_evidence_once<L: Ledger>(ledger: L) {
+pub async fn callback_appends_late_evidence_once<L: CallbackLedger>(ledger: L) {
     let r = put(&ledger, "op-cb-late", State::Succeeded, None, None).await;
     let entry = NewEvidence {
         generation: r.generation,
@@ -214,7 +217,7 @@ pub async fn callback_appends_late_evidence_once<L: Ledger>(ledger: L) {
 
 /// Checks that a delivery matched to an operation that does not exist (or exists only in
 /// another tenant) stores nothing, so the event can still be quarantined.
-pub async fn callback_for_an_unknown_operation_stores_nothing<L: Ledger>(ledger: L) {
+pub async fn callback_for_an_unknown_operation_stores_nothing<L: CallbackLedger>(ledger: L) {
     let r = put(&ledger, "op-cb-real", State::Unknown, Some(T0), None).await;
     let mut ghost = r.clone();
     ghost.tenant = Tenant::new("tenant-b");
@@ -247,7 +250,7 @@ pub async fn callback_for_an_unknown_operation_stores_nothing<L: Ledger>(ledger:
 
 /// Checks that an update naming another operation than its delivery is refused before anything
 /// is written.
-pub async fn callback_update_for_another_operation_is_refused<L: Ledger>(ledger: L) {
+pub async fn callback_update_for_another_operation_is_refused<L: CallbackLedger>(ledger: L) {
     let a = put(&ledger, "op-cb-a", State::Unknown, Some(T0), None).await;
     let b = put(&ledger, "op-cb-b", State::Unknown, Some(T0), None).await;
     let refused = ledger
@@ -297,7 +300,7 @@ pub(super) fn quarantined(event_id: &str, reason: &str) -> QuarantinedCallback {
 /// Checks the callback quarantine: stored once per event (a redelivery is a duplicate), every
 /// field kept, listed oldest first within the limit, and sharing the dedupe table with applied
 /// events.
-pub async fn callbacks_are_quarantined_once_and_listed_in_order<L: Ledger>(ledger: L) {
+pub async fn callbacks_are_quarantined_once_and_listed_in_order<L: CallbackLedger>(ledger: L) {
     let first = quarantined("evt_q1", "no operation");
     let second = QuarantinedCallback {
         vendor: "paypal".to_owned(),
@@ -349,7 +352,9 @@ pub async fn callbacks_are_quarantined_once_and_listed_in_order<L: Ledger>(ledge
 
 /// Checks the lookups a callback is matched by: by remote reference and by idempotency key,
 /// only ever within the given tenant.
-pub async fn find_by_remote_ref_and_idempotency_key_stay_in_their_tenant<L: Ledger>(ledger: L) {
+pub async fn find_by_remote_ref_and_idempotency_key_stay_in_their_tenant<L: ListingLedger>(
+    ledger: L,
+) {
     let with_ref = |r: &OperationRecord| RawChanges {
         remote_ref: Some("W731".to_owned()),
         ..keep(r, State::Succeeded, T0 + 1)
@@ -412,7 +417,9 @@ pub async fn find_by_remote_ref_and_idempotency_key_stay_in_their_tenant<L: Ledg
 /// at once, each deciding on the same read) make exactly one state change and one evidence
 /// entry; the others are duplicates, or stale and then duplicates when they read again and
 /// retry, as the endpoint does.
-pub async fn concurrent_deliveries_of_one_event_change_the_state_once<L: Ledger>(ledger: L) {
+pub async fn concurrent_deliveries_of_one_event_change_the_state_once<L: CallbackLedger>(
+    ledger: L,
+) {
     const DELIVERIES: usize = 8;
     let r = put(&ledger, "op-cb-race", State::Unknown, Some(T0), None).await;
     let ledger = Arc::new(ledger);

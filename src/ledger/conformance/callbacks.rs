@@ -9,8 +9,8 @@ use super::helpers::{apply_ok, get, kinds, log, must, put};
 use crate::contradiction::{CONTRADICTION, CONTRADICTION_ACKNOWLEDGED};
 use crate::evidence::Evidence;
 use crate::ledger::{
-    CallbackApplied, CallbackEffect, CallbackQuarantined, CallbackRecorded, Created,
-    IgnoredCallback, Ledger, NewEvidence, OperationQuery, OperationRecord, ProbeBy,
+    CallbackApplied, CallbackEffect, CallbackLedger, CallbackQuarantined, CallbackRecorded,
+    Created, IgnoredCallback, ListingLedger, NewEvidence, OperationQuery, OperationRecord, ProbeBy,
     QuarantinedCallback, TenantScope,
 };
 use crate::operation::Tenant;
@@ -26,7 +26,7 @@ fn ignored(event_id: &str) -> IgnoredCallback {
     }
 }
 
-async fn seen<L: Ledger>(ledger: &L, event_id: &str) -> bool {
+async fn seen<L: CallbackLedger>(ledger: &L, event_id: &str) -> bool {
     must(
         ledger.callback_seen("stripe", event_id).await,
         "callback_seen",
@@ -37,7 +37,7 @@ async fn seen<L: Ledger>(ledger: &L, event_id: &str) -> bool {
 /// was applied, quarantined or ignored, never before; an ignored event is recorded once, and
 /// its id then counts as a duplicate for every other way of storing it. Event ids are scoped
 /// by vendor.
-pub async fn callbacks_are_seen_once_recorded_ignored_ones_included<L: Ledger>(ledger: L) {
+pub async fn callbacks_are_seen_once_recorded_ignored_ones_included<L: CallbackLedger>(ledger: L) {
     assert!(!seen(&ledger, "evt_i").await, "nothing recorded yet");
     for expected in [CallbackRecorded::Recorded, CallbackRecorded::Duplicate] {
         let got = must(
@@ -103,7 +103,7 @@ pub async fn callbacks_are_seen_once_recorded_ignored_ones_included<L: Ledger>(l
 /// Checks that the quarantine is listed per tenant before the limit applies: a tenant's first
 /// events, oldest first, whatever other tenants' events come before them; events of no tenant
 /// only in the all-tenants listing.
-pub async fn quarantined_callbacks_are_scoped_before_the_limit<L: Ledger>(ledger: L) {
+pub async fn quarantined_callbacks_are_scoped_before_the_limit<L: CallbackLedger>(ledger: L) {
     let of = |event_id: &str, tenant: Option<&str>| QuarantinedCallback {
         tenant: tenant.map(Tenant::new),
         ..quarantined(event_id, "no operation")
@@ -155,7 +155,7 @@ pub async fn quarantined_callbacks_are_scoped_before_the_limit<L: Ledger>(ledger
 
 /// Checks the probe across tenants: it finds another tenant holding the operation id or the
 /// vendor reference, never the asking tenant itself, and nothing for a value nobody holds.
-pub async fn other_tenant_with_finds_only_other_tenants<L: Ledger>(ledger: L) {
+pub async fn other_tenant_with_finds_only_other_tenants<L: CallbackLedger>(ledger: L) {
     let r = put(&ledger, "op-cb-probe", State::Unknown, Some(T0), None).await;
     let done = apply_ok(
         &ledger,
@@ -229,7 +229,7 @@ fn contradiction_entry(r: &OperationRecord, at_ms: i64) -> NewEvidence {
     }
 }
 
-async fn contradicted<L: Ledger>(ledger: &L, scope: TenantScope) -> Vec<String> {
+async fn contradicted<L: ListingLedger>(ledger: &L, scope: TenantScope) -> Vec<String> {
     let page = must(
         ledger
             .list(&OperationQuery::scoped(scope).contradicted())
@@ -247,7 +247,11 @@ async fn contradicted<L: Ledger>(ledger: &L, scope: TenantScope) -> Vec<String> 
 /// time), listed by the contradicted filter for its tenant and across tenants, and cleared only
 /// by an acknowledgement made on the current version, which is audited and advances the
 /// version.
-pub async fn contradiction_marks_the_operation_until_acknowledged<L: Ledger>(ledger: L) {
+pub async fn contradiction_marks_the_operation_until_acknowledged<
+    L: ListingLedger + CallbackLedger,
+>(
+    ledger: L,
+) {
     let r = put(&ledger, "op-cb-contra", State::Succeeded, None, None).await;
     let quiet = put(&ledger, "op-cb-quiet", State::Succeeded, None, None).await;
     assert_eq!(r.contradiction_ms, None);

@@ -5,7 +5,7 @@
 use super::fixtures::{RawChanges, T0, keep, new_operation, update_of};
 use super::helpers::{apply_ok, create, get, ids, must};
 use super::quarantine::corrupt;
-use crate::ledger::{Ledger, LedgerError, OperationRecord};
+use crate::ledger::{Ledger, LedgerError, ListingLedger, OperationRecord};
 use crate::operation::Tenant;
 use crate::state::State;
 
@@ -38,7 +38,7 @@ pub(super) async fn listed_row<L: Ledger>(
     apply_ok(ledger, update_of(&r, changes, "setup")).await
 }
 
-async fn list_ids<L: Ledger>(ledger: &L, q: crate::ledger::OperationQuery) -> Vec<String> {
+async fn list_ids<L: ListingLedger>(ledger: &L, q: crate::ledger::OperationQuery) -> Vec<String> {
     let page = must(ledger.list(&q).await, "list");
     assert!(page.skipped.is_empty(), "{:?}", page.skipped);
     page.rows
@@ -50,7 +50,7 @@ async fn list_ids<L: Ledger>(ledger: &L, q: crate::ledger::OperationQuery) -> Ve
 /// Every listing filter (state, tenant, contract, host, text, age, next check) keeps exactly
 /// the matching rows, in the asked order; another tenant's rows never appear unless the query
 /// is across all tenants; `%` and `_` in a text match are plain characters.
-pub async fn list_filters_by_state_tenant_contract_text_and_age<L: Ledger>(ledger: L) {
+pub async fn list_filters_by_state_tenant_contract_text_and_age<L: ListingLedger>(ledger: L) {
     use crate::ledger::{OperationQuery as Q, Order, TextMatch};
     let a = || Q::tenant(Tenant::new("tenant-a"));
     let s = |ms: i64| T0 + ms;
@@ -242,7 +242,7 @@ pub async fn list_filters_by_state_tenant_contract_text_and_age<L: Ledger>(ledge
 /// Keyset pages walk every row exactly once, no duplicates, no gaps, in order, even with ties
 /// on the creation time and rows added between pages (oldest first: the new, later rows come at
 /// the end; newest first: they are before the cursor and do not appear).
-pub async fn list_pages_walk_every_row_once_while_rows_are_added<L: Ledger>(ledger: L) {
+pub async fn list_pages_walk_every_row_once_while_rows_are_added<L: ListingLedger>(ledger: L) {
     use crate::ledger::{OperationQuery as Q, Order};
     let mut expected = Vec::new();
     for i in 0..23 {
@@ -342,7 +342,7 @@ pub async fn list_pages_walk_every_row_once_while_rows_are_added<L: Ledger>(ledg
 
 /// The page size defaults to 50, is at least 1 and at most 1000; the last page has no cursor;
 /// a garbled cursor is refused.
-pub async fn list_limit_bounds_and_cursor_errors<L: Ledger>(ledger: L) {
+pub async fn list_limit_bounds_and_cursor_errors<L: ListingLedger>(ledger: L) {
     use crate::ledger::{Cursor, DEFAULT_LIMIT, MAX_LIMIT, OperationQuery as Q};
     for i in 0..53 {
         listed_row(
@@ -390,7 +390,7 @@ pub async fn list_limit_bounds_and_cursor_errors<L: Ledger>(ledger: L) {
 
 /// Counts per open state and the oldest row per watched state, per tenant or across all;
 /// terminal states are not counted.
-pub async fn count_by_state_and_oldest_per_state<L: Ledger>(ledger: L) {
+pub async fn count_by_state_and_oldest_per_state<L: ListingLedger>(ledger: L) {
     use crate::ledger::{OPEN_STATES, TenantScope, WATCHED_STATES};
     let rows: [(&str, &str, i64, State); 9] = [
         ("tenant-a", "r1", 30, State::ManualReview),
@@ -462,7 +462,7 @@ pub async fn count_by_state_and_oldest_per_state<L: Ledger>(ledger: L) {
 
 /// A listing leaves quarantined rows out unless asked; a row that cannot be decoded is skipped
 /// and reported, and the rest of the page comes back.
-pub async fn list_skips_undecodable_rows_and_hides_quarantined_ones<L: Ledger>(ledger: L) {
+pub async fn list_skips_undecodable_rows_and_hides_quarantined_ones<L: ListingLedger>(ledger: L) {
     use crate::ledger::{OperationQuery as Q, Order, TenantScope};
     let q = || Q::tenant(Tenant::new("tenant-a")).order(Order::OldestFirst);
     let good = listed_row(

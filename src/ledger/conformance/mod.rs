@@ -1,7 +1,9 @@
 //! The ledger conformance suite: the behaviour every [`Ledger`] backend must have.
 //!
 //! Each check is a public `async fn` taking a fresh, empty ledger and panicking on the first
-//! violation. [`ledger_conformance_tests!`](crate::ledger_conformance_tests) turns the whole
+//! violation, bounded by the capability it exercises ([`Ledger`], or a listing, callback or
+//! retention check's trait); the macro below runs them all, on a
+//! [`FullLedger`](crate::ledger::FullLedger). [`ledger_conformance_tests!`](crate::ledger_conformance_tests) turns the whole
 //! suite into `#[test]` functions with one line, so a new backend gets every check at once:
 //!
 //! ```

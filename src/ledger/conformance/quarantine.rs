@@ -5,7 +5,7 @@ use super::fixtures::{ACTION, T0, keep, test_policy, update_of};
 use super::helpers::{get, ids, kinds, log, must, put};
 use super::listing::listed_row;
 use super::prepared::{PREPARED_AGE_MS, PREPARED_LEASE_MS, create_at};
-use crate::ledger::{Ledger, OperationRecord};
+use crate::ledger::{Ledger, ListingLedger, OperationRecord};
 use crate::operation::{Generation, OperationId, Tenant};
 use crate::state::State;
 
@@ -157,7 +157,9 @@ pub async fn corrupt_rows_are_quarantined_and_the_healthy_rows_recovered<L: Ledg
 /// clears the quarantine, appends an audited entry that advances the version, drops the lease
 /// the quarantining claim left, and recovery claims the row like any other. Two releases at
 /// once release it once.
-pub async fn quarantined_rows_are_counted_listed_and_released_once_readable<L: Ledger>(ledger: L) {
+pub async fn quarantined_rows_are_counted_listed_and_released_once_readable<L: ListingLedger>(
+    ledger: L,
+) {
     use crate::ledger::{OperationQuery as Q, Order, QUARANTINE_RELEASED, Released, TenantScope};
     let tenant = Tenant::new("tenant-a");
     let scope = TenantScope::Tenant(tenant.clone());

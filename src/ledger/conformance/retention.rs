@@ -11,8 +11,8 @@ use super::fixtures::{RawChanges, T0, evidence_entry, keep, new_operation, updat
 use super::helpers::{apply_ok, create, get, kinds, log, must, put};
 use crate::evidence::Evidence;
 use crate::ledger::{
-    CallbackApplied, CallbackDelivery, CallbackEffect, Created, Ledger, NewEvidence,
-    OperationRecord, QuarantinedCallback, StoredResponse,
+    CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, Created, Ledger,
+    NewEvidence, OperationRecord, QuarantinedCallback, RetentionLedger, StoredResponse,
 };
 use crate::operation::{FrozenHeaders, FrozenRequest, Tenant};
 use crate::state::State;
@@ -73,7 +73,10 @@ fn purge_batch(
     }
 }
 
-async fn purge<L: Ledger>(ledger: &L, batch: crate::ledger::PurgeBatch) -> crate::ledger::Purged {
+async fn purge<L: RetentionLedger>(
+    ledger: &L,
+    batch: crate::ledger::PurgeBatch,
+) -> crate::ledger::Purged {
     must(ledger.purge(batch).await, "purge")
 }
 
@@ -82,7 +85,9 @@ async fn purge<L: Ledger>(ledger: &L, batch: crate::ledger::PurgeBatch) -> crate
 /// their identity, state, remote reference, times, version and the shape of their evidence
 /// log; a slimmed row is not slimmed again. Non-terminal rows (however old), rows that
 /// finished after the cut-off and rows of another contract are untouched.
-pub async fn purge_details_slims_finished_rows_and_keeps_their_identity<L: Ledger>(ledger: L) {
+pub async fn purge_details_slims_finished_rows_and_keeps_their_identity<L: RetentionLedger>(
+    ledger: L,
+) {
     use crate::ledger::PurgeStage::Details;
     let old_ok = finished(
         &ledger,
@@ -227,7 +232,7 @@ pub async fn purge_details_slims_finished_rows_and_keeps_their_identity<L: Ledge
 /// (slimmed or not) with their evidence, oldest first within the limit; afterwards the intent is
 /// free again. Non-terminal rows older than any cut-off survive; the scopes of the right to
 /// erasure take one tenant's finished rows, or one finished row, whatever their age.
-pub async fn purge_identity_deletes_finished_rows_and_only_them<L: Ledger>(ledger: L) {
+pub async fn purge_identity_deletes_finished_rows_and_only_them<L: RetentionLedger>(ledger: L) {
     use crate::ledger::PurgeStage::{Details, Identity};
     let a = finished(
         &ledger,
@@ -365,7 +370,7 @@ pub async fn purge_identity_deletes_finished_rows_and_only_them<L: Ledger>(ledge
 /// Callback records have their own retention: dedupe records and quarantined events are
 /// deleted by age (oldest first, within the limit) or by tenant; a dry run counts; once a
 /// dedupe record is gone, a redelivery of its event is new again.
-pub async fn purge_callbacks_by_age_and_by_tenant<L: Ledger>(ledger: L) {
+pub async fn purge_callbacks_by_age_and_by_tenant<L: CallbackLedger + RetentionLedger>(ledger: L) {
     use crate::ledger::{CallbackPurge, CallbackRecords, CallbackScope};
     let r = put(&ledger, "op-c1", State::Unknown, Some(T0), None).await;
     for (event, at) in [("evt_old", T0 + 1), ("evt_new", T0 + 1_000)] {
@@ -489,7 +494,7 @@ pub async fn purge_callbacks_by_age_and_by_tenant<L: Ledger>(ledger: L) {
 
 /// Several workers purging the same stage at once each take different rows: every finished
 /// row is deleted exactly once, no batch fails, and the rows counted add up.
-pub async fn concurrent_purges_delete_each_row_once<L: Ledger>(ledger: L) {
+pub async fn concurrent_purges_delete_each_row_once<L: RetentionLedger>(ledger: L) {
     use crate::ledger::PurgeStage::Identity;
     for i in 0..40 {
         finished(

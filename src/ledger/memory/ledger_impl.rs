@@ -1,13 +1,17 @@
-//! The [`Ledger`] implementation of [`MemoryLedger`].
+//! The [`Ledger`], [`ListingLedger`], [`CallbackLedger`] and [`RetentionLedger`]
+//! implementations of [`MemoryLedger`].
+
+use std::sync::Arc;
 
 use super::MemoryLedger;
 use super::tables::{Delivery, apply_to};
 use crate::ledger::callback::{IGNORED, QUARANTINED, check_effect, outcome};
 use crate::ledger::{
-    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackPurge,
-    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, IgnoredCallback, Ledger,
-    LedgerError, NewEvidence, NewOperation, OldestPerState, OperationQuery, OperationRecord, Page,
-    ProbeBy, PurgeBatch, Purged, QuarantinedCallback, Recorded, StateCounts, TenantScope, Update,
+    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
+    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
+    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OldestPerState, OperationQuery,
+    OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, Recorded,
+    RetentionLedger, StateCounts, TenantScope, Update,
 };
 use crate::operation::{OperationId, Tenant};
 use crate::state::State;
@@ -70,27 +74,6 @@ impl Ledger for MemoryLedger {
         Box::pin(async move { self.sweep_expired_now(now_ms) })
     }
 
-    // `quarantined`: the provided empty list. Rows here are typed values, never undecodable.
-
-    fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
-        Box::pin(async move { self.list_now(query) })
-    }
-
-    fn count_by_state<'a>(
-        &'a self,
-        scope: &'a TenantScope,
-    ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
-        Box::pin(async move { self.count_now(scope) })
-    }
-
-    fn oldest<'a>(
-        &'a self,
-        scope: &'a TenantScope,
-        states: &'a [State],
-    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
-        Box::pin(crate::ledger::query::oldest_via_list(self, scope, states))
-    }
-
     fn append_evidence<'a>(
         &'a self,
         tenant: &'a Tenant,
@@ -114,6 +97,81 @@ impl Ledger for MemoryLedger {
         })
     }
 
+    // `quarantined`: the provided empty list. Rows here are typed values, never undecodable.
+
+    fn housekeeping(self: Arc<Self>) -> Housekeeping {
+        Housekeeping::default()
+            .listing(self.clone())
+            .retention(self)
+    }
+}
+
+impl ListingLedger for MemoryLedger {
+    fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
+        Box::pin(async move { self.list_now(query) })
+    }
+
+    fn count_by_state<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+    ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
+        Box::pin(async move { self.count_now(scope) })
+    }
+
+    fn oldest<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        states: &'a [State],
+    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
+        Box::pin(crate::ledger::query::oldest_via_list(self, scope, states))
+    }
+
+    fn acknowledge_contradiction<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let mut guard = self.tables()?;
+            let t = &mut *guard;
+            let Some(row) = t.operations.get_mut(tenant, id) else {
+                return Ok(None);
+            };
+            if row.record.version != expected_version || row.record.contradiction_ms.is_none() {
+                return Ok(None);
+            }
+            row.append(&mut t.next_seq, entry);
+            row.record.contradiction_ms = None;
+            Ok(Some(row.record.clone()))
+        })
+    }
+
+    fn find_by_remote_ref<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        remote_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let t = self.tables()?;
+            Ok(t.oldest_where(tenant, |r| r.remote_ref.as_deref() == Some(remote_ref)))
+        })
+    }
+
+    fn find_by_idempotency_key<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(async move {
+            let t = self.tables()?;
+            Ok(t.oldest_where(tenant, |r| r.idempotency_key.as_str() == key))
+        })
+    }
+}
+
+impl CallbackLedger for MemoryLedger {
     fn apply_callback(
         &self,
         delivery: CallbackDelivery,
@@ -259,51 +317,10 @@ impl Ledger for MemoryLedger {
                 .map(|r| r.tenant.clone()))
         })
     }
+}
 
-    fn acknowledge_contradiction<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-        expected_version: u64,
-        entry: NewEvidence,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(async move {
-            let mut guard = self.tables()?;
-            let t = &mut *guard;
-            let Some(row) = t.operations.get_mut(tenant, id) else {
-                return Ok(None);
-            };
-            if row.record.version != expected_version || row.record.contradiction_ms.is_none() {
-                return Ok(None);
-            }
-            row.append(&mut t.next_seq, entry);
-            row.record.contradiction_ms = None;
-            Ok(Some(row.record.clone()))
-        })
-    }
-
-    fn find_by_remote_ref<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        remote_ref: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(async move {
-            let t = self.tables()?;
-            Ok(t.oldest_where(tenant, |r| r.remote_ref.as_deref() == Some(remote_ref)))
-        })
-    }
-
-    fn find_by_idempotency_key<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(async move {
-            let t = self.tables()?;
-            Ok(t.oldest_where(tenant, |r| r.idempotency_key.as_str() == key))
-        })
-    }
-
+// `reclaim_space`: the provided 0. Freed rows leave their slots for the next rows.
+impl RetentionLedger for MemoryLedger {
     fn finished_contracts(&self) -> BoxFuture<'_, Result<Vec<String>, LedgerError>> {
         Box::pin(async move {
             let t = self.tables()?;

@@ -1,4 +1,5 @@
-//! The [`Ledger`] implementation of [`PostgresLedger`].
+//! The [`Ledger`], [`ListingLedger`], [`CallbackLedger`] and [`RetentionLedger`]
+//! implementations of [`PostgresLedger`].
 
 use sqlx::AssertSqlSafe;
 
@@ -11,14 +12,16 @@ use super::{
 use crate::ledger::callback::check_effect;
 use crate::ledger::codec::{EvidenceColumns, RowColumns};
 use crate::ledger::{
-    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackPurge,
-    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, IgnoredCallback, Ledger,
-    LedgerError, NewEvidence, NewOperation, OldestPerState, OperationQuery, OperationRecord, Page,
-    ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Released, StateCounts,
-    TenantScope, Update, check_first_update, first_applied, store_entries,
+    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
+    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
+    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OldestPerState, OperationQuery,
+    OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow,
+    Released, RetentionLedger, StateCounts, TenantScope, Update, check_first_update, first_applied,
+    store_entries,
 };
 use crate::operation::{OperationId, Tenant};
 use crate::state::State;
+use std::sync::Arc;
 
 impl Ledger for PostgresLedger {
     fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
@@ -236,6 +239,31 @@ impl Ledger for PostgresLedger {
         })
     }
 
+    fn evidence<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
+        Box::pin(async move {
+            check_key(tenant, id)?;
+            let rows = sqlx::query(AssertSqlSafe(self.sql.select_evidence.clone()))
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            rows.iter().map(|row| decode_evidence(row, id)).collect()
+        })
+    }
+
+    fn housekeeping(self: Arc<Self>) -> Housekeeping {
+        Housekeeping::default()
+            .listing(self.clone())
+            .retention(self)
+    }
+}
+
+impl ListingLedger for PostgresLedger {
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         Box::pin(async move {
             let sql = crate::ledger::query::list_sql(query, &self.sql.operations, "seq", '$')?;
@@ -270,23 +298,57 @@ impl Ledger for PostgresLedger {
         Box::pin(crate::ledger::query::oldest_via_list(self, scope, states))
     }
 
-    fn evidence<'a>(
+    fn acknowledge_contradiction<'a>(
         &'a self,
         tenant: &'a Tenant,
         id: &'a OperationId,
-    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(async move {
             check_key(tenant, id)?;
-            let rows = sqlx::query(AssertSqlSafe(self.sql.select_evidence.clone()))
+            let version = i64::try_from(expected_version).map_err(|_| {
+                LedgerError::Config(format!("version {expected_version} out of range"))
+            })?;
+            let at_ms = self.caller_now(entry.at_ms);
+            let e = EvidenceColumns::encode(entry, POSTGRES)?;
+            let row = sqlx::query(AssertSqlSafe(self.sql.acknowledge_contradiction.clone()))
+                .bind(at_ms)
                 .bind(tenant.as_str())
                 .bind(id.as_str())
-                .fetch_all(&self.pool)
+                .bind(e.attempt_id)
+                .bind(e.generation)
+                .bind(e.kind)
+                .bind(e.from_state)
+                .bind(e.to_state)
+                .bind(e.evidence)
+                .bind(e.note)
+                .bind(version)
+                .fetch_optional(&self.pool)
                 .await
                 .map_err(unavailable)?;
-            rows.iter().map(|row| decode_evidence(row, id)).collect()
+            row.as_ref().map(decode_operation).transpose()
         })
     }
 
+    fn find_by_remote_ref<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        remote_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.find_one(self.sql.select_by_remote_ref.clone(), tenant, remote_ref))
+    }
+
+    fn find_by_idempotency_key<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.find_one(self.sql.select_by_idempotency_key.clone(), tenant, key))
+    }
+}
+
+impl CallbackLedger for PostgresLedger {
     fn apply_callback(
         &self,
         delivery: CallbackDelivery,
@@ -400,56 +462,9 @@ impl Ledger for PostgresLedger {
             Ok(found.map(Tenant::new))
         })
     }
+}
 
-    fn acknowledge_contradiction<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-        expected_version: u64,
-        entry: NewEvidence,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(async move {
-            check_key(tenant, id)?;
-            let version = i64::try_from(expected_version).map_err(|_| {
-                LedgerError::Config(format!("version {expected_version} out of range"))
-            })?;
-            let at_ms = self.caller_now(entry.at_ms);
-            let e = EvidenceColumns::encode(entry, POSTGRES)?;
-            let row = sqlx::query(AssertSqlSafe(self.sql.acknowledge_contradiction.clone()))
-                .bind(at_ms)
-                .bind(tenant.as_str())
-                .bind(id.as_str())
-                .bind(e.attempt_id)
-                .bind(e.generation)
-                .bind(e.kind)
-                .bind(e.from_state)
-                .bind(e.to_state)
-                .bind(e.evidence)
-                .bind(e.note)
-                .bind(version)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(unavailable)?;
-            row.as_ref().map(decode_operation).transpose()
-        })
-    }
-
-    fn find_by_remote_ref<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        remote_ref: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(self.find_one(self.sql.select_by_remote_ref.clone(), tenant, remote_ref))
-    }
-
-    fn find_by_idempotency_key<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(self.find_one(self.sql.select_by_idempotency_key.clone(), tenant, key))
-    }
-
+impl RetentionLedger for PostgresLedger {
     fn finished_contracts(&self) -> BoxFuture<'_, Result<Vec<String>, LedgerError>> {
         Box::pin(self.finished_contracts_now())
     }

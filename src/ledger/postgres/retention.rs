@@ -4,7 +4,7 @@
 //! scan: the rows are locked by the same statement, so they cannot move), so workers purging at the same time take
 //! different rows instead of waiting for each other, and a row a request holds is left for the
 //! next pass. Autovacuum makes the space of deleted rows reusable; where the server runs without
-//! it, [`reclaim_space`](crate::ledger::Ledger::reclaim_space) runs a plain `VACUUM` of the
+//! it, [`reclaim_space`](crate::ledger::RetentionLedger::reclaim_space) runs a plain `VACUUM` of the
 //! ledger's tables.
 //!
 //! Cut-offs are the caller's times. With [`ClockSource::Database`](super::ClockSource) the rows'

@@ -17,7 +17,7 @@ use crate::ledger::{LedgerError, NewEvidence, OperationRecord, Update, store_ent
 use std::sync::Arc;
 
 impl PostgresLedger {
-    /// [`Ledger::apply_callback`](crate::ledger::Ledger::apply_callback) on one transaction,
+    /// [`CallbackLedger::apply_callback`](crate::ledger::CallbackLedger::apply_callback) on one transaction,
     /// left to the caller to commit (`Applied`, `Appended`) or roll back (anything else).
     pub(super) async fn apply_callback_in(
         &self,
@@ -89,7 +89,7 @@ impl PostgresLedger {
         })
     }
 
-    /// [`Ledger::record_ignored_callback`](crate::ledger::Ledger::record_ignored_callback): the
+    /// [`CallbackLedger::record_ignored_callback`](crate::ledger::CallbackLedger::record_ignored_callback): the
     /// dedupe record alone, one statement.
     pub(super) async fn record_ignored_in(
         &self,
@@ -104,7 +104,7 @@ impl PostgresLedger {
         })
     }
 
-    /// [`Ledger::quarantine_callback`](crate::ledger::Ledger::quarantine_callback) on one
+    /// [`CallbackLedger::quarantine_callback`](crate::ledger::CallbackLedger::quarantine_callback) on one
     /// transaction.
     pub(super) async fn quarantine_callback_in(
         &self,

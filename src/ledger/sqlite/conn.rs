@@ -42,7 +42,7 @@ impl Opener {
         let conn = Connection::open_with_flags(&self.path, flags).map_err(unavailable)?;
         conn.busy_timeout(self.busy_timeout).map_err(unavailable)?;
         // Space freed by retention goes back to the file system a bounded step at a time
-        // (`Ledger::reclaim_space`). Takes effect when the file is created; set before the
+        // (`RetentionLedger::reclaim_space`). Takes effect when the file is created; set before the
         // journal mode, as SQLite requires.
         //
         // Only the writer sets the journal mode: WAL is persistent in the file, and switching it

@@ -1,4 +1,5 @@
-//! The [`Ledger`] implementation of [`SqliteLedger`].
+//! The [`Ledger`], [`ListingLedger`], [`CallbackLedger`] and [`RetentionLedger`]
+//! implementations of [`SqliteLedger`].
 
 use super::conn::{Args, Conn};
 use super::sql::{
@@ -21,14 +22,16 @@ use crate::ledger::codec::{
     CallbackEventColumns, EvidenceColumns, QuarantinedCallbackColumns, RowColumns, UpdateColumns,
 };
 use crate::ledger::{
-    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackPurge,
-    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, IgnoredCallback, Ledger,
-    LedgerError, NewEvidence, NewOperation, OldestPerState, OperationQuery, OperationRecord, Page,
-    ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Recorded, Released, Settled,
-    StateCounts, TenantScope, Update, check_first_update, first_applied, store_entries,
+    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
+    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
+    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OldestPerState, OperationQuery,
+    OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow,
+    Recorded, Released, RetentionLedger, Settled, StateCounts, TenantScope, Update,
+    check_first_update, first_applied, store_entries,
 };
 use crate::operation::{OperationId, Tenant};
 use crate::state::State;
+use std::sync::Arc;
 
 impl Ledger for SqliteLedger {
     fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
@@ -278,6 +281,28 @@ impl Ledger for SqliteLedger {
         })
     }
 
+    fn evidence<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        id: &'a OperationId,
+    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
+        Box::pin(async move {
+            self.landed(tenant, id).await;
+            let rows = self
+                .read_rows(SELECT_EVIDENCE, key_args(tenant, id.as_str()))
+                .await?;
+            rows.iter().map(|row| decode_evidence(row, id)).collect()
+        })
+    }
+
+    fn housekeeping(self: Arc<Self>) -> Housekeeping {
+        Housekeeping::default()
+            .listing(self.clone())
+            .retention(self)
+    }
+}
+
+impl ListingLedger for SqliteLedger {
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         Box::pin(async move {
             // Quarantined rows are few: read them through their partial index, never through a
@@ -319,20 +344,55 @@ impl Ledger for SqliteLedger {
         Box::pin(crate::ledger::query::oldest_via_list(self, scope, states))
     }
 
-    fn evidence<'a>(
+    fn acknowledge_contradiction<'a>(
         &'a self,
         tenant: &'a Tenant,
         id: &'a OperationId,
-    ) -> BoxFuture<'a, Result<Vec<EvidenceEntry>, LedgerError>> {
+        expected_version: u64,
+        entry: NewEvidence,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(async move {
-            self.landed(tenant, id).await;
-            let rows = self
-                .read_rows(SELECT_EVIDENCE, key_args(tenant, id.as_str()))
-                .await?;
-            rows.iter().map(|row| decode_evidence(row, id)).collect()
+            let version = i64::try_from(expected_version).map_err(|_| {
+                LedgerError::Config(format!("version {expected_version} out of range"))
+            })?;
+            let clear = Statement::new(ACKNOWLEDGE_CONTRADICTION, |a| {
+                a.push(tenant.as_str()).push(id.as_str()).push(version);
+            });
+            let entry = evidence(
+                APPEND_EVIDENCE,
+                tenant,
+                id,
+                EvidenceColumns::encode(entry, SQLITE)?,
+            );
+            self.write(move |conn| {
+                let Some(row) = clear.rows(conn)?.into_iter().next() else {
+                    return Ok(Finish::Unchanged(None));
+                };
+                entry.execute(conn)?;
+                Ok(Finish::Commit(Some(decode_operation(&row)?)))
+            })
+            .await
         })
     }
 
+    fn find_by_remote_ref<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        remote_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.find_one(SELECT_BY_REMOTE_REF, tenant, remote_ref))
+    }
+
+    fn find_by_idempotency_key<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
+        Box::pin(self.find_one(SELECT_BY_IDEMPOTENCY_KEY, tenant, key))
+    }
+}
+
+impl CallbackLedger for SqliteLedger {
     fn apply_callback(
         &self,
         delivery: CallbackDelivery,
@@ -517,54 +577,9 @@ impl Ledger for SqliteLedger {
                 .transpose()
         })
     }
+}
 
-    fn acknowledge_contradiction<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        id: &'a OperationId,
-        expected_version: u64,
-        entry: NewEvidence,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(async move {
-            let version = i64::try_from(expected_version).map_err(|_| {
-                LedgerError::Config(format!("version {expected_version} out of range"))
-            })?;
-            let clear = Statement::new(ACKNOWLEDGE_CONTRADICTION, |a| {
-                a.push(tenant.as_str()).push(id.as_str()).push(version);
-            });
-            let entry = evidence(
-                APPEND_EVIDENCE,
-                tenant,
-                id,
-                EvidenceColumns::encode(entry, SQLITE)?,
-            );
-            self.write(move |conn| {
-                let Some(row) = clear.rows(conn)?.into_iter().next() else {
-                    return Ok(Finish::Unchanged(None));
-                };
-                entry.execute(conn)?;
-                Ok(Finish::Commit(Some(decode_operation(&row)?)))
-            })
-            .await
-        })
-    }
-
-    fn find_by_remote_ref<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        remote_ref: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(self.find_one(SELECT_BY_REMOTE_REF, tenant, remote_ref))
-    }
-
-    fn find_by_idempotency_key<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(self.find_one(SELECT_BY_IDEMPOTENCY_KEY, tenant, key))
-    }
-
+impl RetentionLedger for SqliteLedger {
     fn finished_contracts(&self) -> BoxFuture<'_, Result<Vec<String>, LedgerError>> {
         Box::pin(self.finished_contracts_now())
     }

@@ -95,7 +95,7 @@
 //! (a lookup by vendor reference or idempotency key waits for every queued result), so every
 //! later call about the operation (the caller asking again, a reviewer, the recovery engine)
 //! sees the result as if the caller had waited. Reads of other operations by their id never
-//! wait for it; listings and counts ([`Ledger::list`], [`Ledger::count_by_state`]) do not, and
+//! wait for it; listings and counts ([`ListingLedger::list`], [`ListingLedger::count_by_state`]) do not, and
 //! may show an operation as it was until its result lands, a batch later
 //! ([`SqliteLedger::wait_for_results`] waits for every queued result). A result whose
 //! precondition fails (the operation was taken over while the attempt was on the wire) is

@@ -414,8 +414,8 @@ mod tests {
     /// rows goes back to the file system: the file shrinks.
     #[tokio::test]
     async fn purged_space_is_given_back_to_the_file_system() {
-        use crate::ledger::Ledger;
         use crate::ledger::conformance::{keep, new_operation, update_of};
+        use crate::ledger::{Ledger, RetentionLedger};
         use crate::state::State;
 
         let dir = tempfile::tempdir().unwrap();

@@ -14,7 +14,7 @@ mod stats;
 use std::sync::Arc;
 
 use recoverable_write::ledger::{
-    Ledger, LedgerError, OperationQuery, OperationRecord, TenantScope, TextMatch,
+    FullLedger, LedgerError, ListingLedger, OperationQuery, OperationRecord, TenantScope, TextMatch,
 };
 use recoverable_write::operation::{OperationId, Tenant};
 use recoverable_write::operator::{self, AuditEntry};
@@ -31,7 +31,7 @@ pub(crate) use self::list::{QuarantinedRow, Row};
 
 /// What every command runs with: the open ledger, the settings, the tenant scope.
 pub(crate) struct Ctx {
-    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) ledger: Arc<dyn FullLedger>,
     pub(crate) purger: Purger,
     /// The contracts file given (`--contracts`), as printed.
     pub(crate) contracts_file: Option<String>,
