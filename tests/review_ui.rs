@@ -16,7 +16,7 @@ use common::*;
 use http::{StatusCode, header};
 use http_body_util::BodyExt;
 use recoverable_write::ledger::TenantScope;
-use recoverable_write::review_ui::{self, ReviewUiConfig, ReviewerIdentity};
+use recoverable_write::review_ui::{self, ReviewUiOptions, ReviewerIdentity};
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{KeyError, Operation, Secret, State, Tenant};
 use tower::ServiceExt;
@@ -42,13 +42,13 @@ async fn test_auth(mut req: Request, next: Next) -> Response {
 /// The CSRF key of the tests' page.
 const CSRF_KEY: &[u8] = b"review-ui test key: 32 bytes ok!";
 
-fn config(drill: &Drill) -> ReviewUiConfig {
-    ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+fn config(drill: &Drill) -> ReviewUiOptions {
+    ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
         .reviews(drill.rw.reviews())
         .csrf_key(Secret::new(CSRF_KEY).unwrap())
 }
 
-fn app(config: ReviewUiConfig) -> Router {
+fn app(config: ReviewUiOptions) -> Router {
     Router::new()
         .nest("/ops", review_ui::router(config))
         .layer(middleware::from_fn(test_auth))
@@ -223,7 +223,7 @@ async fn the_queue_lists_stuck_operations_with_ages_and_filters() {
     }
     // Another tenant's router does not see it.
     let other = self::app(
-        ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new("tenant-b"))
+        ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new("tenant-b"))
             .reviews(drill.rw.reviews()),
     );
     let a = get(&other, Some("alice"), "/ops?state=all").await;
@@ -435,7 +435,7 @@ async fn a_missing_or_forged_csrf_token_is_403() {
     }
     // A router with another key does not accept this router's tokens.
     let other = self::app(
-        ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+        ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
             .reviews(drill.rw.reviews()),
     );
     let a = post(
@@ -500,7 +500,7 @@ async fn an_empty_or_short_csrf_key_is_refused_and_a_token_forged_with_one_claim
 
     let forged = offline_token(b"", "alice", tenant, id, v);
     let default_key = app(
-        ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+        ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
             .reviews(drill.rw.reviews()),
     );
     for (page, router) in [("configured key", &keyed), ("default key", &default_key)] {
@@ -846,7 +846,7 @@ async fn a_claim_during_an_attempt_shows_the_late_success_prominently() {
 async fn an_all_tenants_router_finds_the_tenant_and_a_scoped_one_stays_in_its_tenant() {
     let (drill, op) = drill_in_review().await;
     let all = app(
-        ReviewUiConfig::scoped(drill.ledger.clone(), TenantScope::AllTenants)
+        ReviewUiOptions::scoped(drill.ledger.clone(), TenantScope::AllTenants)
             .reviews(drill.rw.reviews())
             .csrf_key(Secret::new(b"another key for every tenant....").unwrap()),
     );
@@ -963,7 +963,7 @@ async fn a_claim_from_the_page_while_unknown_stops_the_engine_before_it_replays(
 #[tokio::test]
 async fn the_operation_page_shows_the_retention_dates() {
     let (drill, op) = drill_in_review().await;
-    let with = app(config(&drill).retention(drill.rw.purger()));
+    let with = app(config(&drill).purger(drill.rw.purger()));
     let page = get(&with, Some("alice"), &op_path(&op)).await;
     assert_eq!(page.status, StatusCode::OK);
     assert!(

@@ -321,9 +321,9 @@ async fn views(
     let mut views = vec![("handoff package", serde_json::to_string(&pkg).unwrap())];
     #[cfg(feature = "review-ui")]
     {
-        use recoverable_write::review_ui::{self, ReviewUiConfig, ReviewerIdentity};
+        use recoverable_write::review_ui::{self, ReviewUiOptions, ReviewerIdentity};
         let page = review_ui::router(
-            ReviewUiConfig::for_tenant(rw.ledger().clone(), op.tenant().clone())
+            ReviewUiOptions::for_tenant(rw.ledger().clone(), op.tenant().clone())
                 .reviews(rw.reviews()),
         );
         let mut req = Request::get(format!("/op/{}", op.id()))

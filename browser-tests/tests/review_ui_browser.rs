@@ -19,7 +19,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
-use recoverable_write::review_ui::{self, ReviewUiConfig, ReviewerIdentity};
+use recoverable_write::review_ui::{self, ReviewUiOptions, ReviewerIdentity};
 use recoverable_write::testing::drill::*;
 use recoverable_write::{State, Tenant};
 
@@ -165,7 +165,7 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
         .nest(
             "/ops",
             review_ui::router(
-                ReviewUiConfig::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+                ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
                     .reviews(drill.rw.reviews()),
             ),
         )

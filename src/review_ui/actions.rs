@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use super::forms::{Posted, decision, field, posted_form, verified_tenant};
 use super::lookup::{Lookup, load, lookup_failed};
 use super::views::{current_view, ledger_failed, message, op_href};
-use super::{ReviewUiConfig, ReviewerIdentity, Shared, mount_base, now_ms, words};
+use super::{ReviewUiOptions, ReviewerIdentity, Shared, mount_base, now_ms, words};
 use crate::ledger::OperationRecord;
 use crate::operation::{OperationId, Tenant};
 use crate::review::{HandoffPackage, ReviewError};
@@ -86,7 +86,7 @@ pub(super) async fn resolve(
 /// Checks the form, acts through the reviews API, and answers: `303 See Other` back to the
 /// operation's page, or the page that says why nothing was changed.
 async fn act(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     who: &ReviewerIdentity,
     base: &str,
     id: OperationId,
@@ -148,7 +148,7 @@ fn stale_or_repeated(before: &HandoffPackage, who: &str, action: &Action, shown:
 /// The action, through the reviews API, which records the audit entry with it: who, when,
 /// why, from which version to which.
 async fn perform(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     who: &str,
     tenant: &Tenant,
     id: &OperationId,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::views::queue_root;
-use super::{ReviewUiConfig, words};
+use super::{ReviewUiOptions, words};
 use crate::encoding::encode_component;
 use crate::ledger::{Cursor, OPEN_STATES, OperationQuery, Order, TenantScope, TextMatch};
 use crate::operation::Tenant;
@@ -90,7 +90,7 @@ struct Asked {
 /// The queue's query, from the URL's parameters: the listing, its filters, and (for the first
 /// page of the open queue) the query of the quarantined rows shown above it.
 pub(super) fn build_query(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     params: &[(String, String)],
     now: i64,
 ) -> Result<(OperationQuery, FilterView, Option<OperationQuery>), BadFilter> {

@@ -7,7 +7,7 @@ use axum::response::Response;
 
 use super::lookup::{lookup_failed, tenant_for};
 use super::views::message;
-use super::{ReviewUiConfig, ReviewerIdentity, csrf};
+use super::{ReviewUiOptions, ReviewerIdentity, csrf};
 use crate::operation::{OperationId, Tenant};
 use crate::state::ReviewDecision;
 
@@ -114,7 +114,7 @@ pub(super) fn posted_form(
 // The error is the page answered at once, on a path that ends the request: not worth a box.
 #[allow(clippy::result_large_err)]
 pub(super) async fn verified_tenant(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     who: &ReviewerIdentity,
     base: &str,
     id: &OperationId,

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::views::{ledger_failed, message};
-use super::{ReviewUiConfig, ReviewerIdentity};
+use super::{ReviewUiOptions, ReviewerIdentity};
 use crate::ledger::{OperationQuery, TenantScope, TextMatch};
 use crate::operation::{OperationId, Tenant};
 use crate::review::{HandoffPackage, ReviewError};
@@ -20,7 +20,7 @@ pub(super) enum Lookup {
 /// The tenant an operation is looked up in: the router's, or (for every tenant) the one the
 /// URL names or the only one that has this id.
 pub(super) async fn tenant_for(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     given: Option<&str>,
     id: &OperationId,
 ) -> Result<Tenant, Lookup> {
@@ -60,7 +60,7 @@ pub(super) async fn tenant_for(
 
 /// The operation's handoff package.
 pub(super) async fn load(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     given_tenant: Option<&str>,
     id: &OperationId,
 ) -> Result<HandoffPackage, Lookup> {

@@ -33,7 +33,7 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use axum::{Router, extract::Request, middleware::{self, Next}, response::Response};
-//! use recoverable_write::review_ui::{self, ReviewUiConfig, ReviewerIdentity};
+//! use recoverable_write::review_ui::{self, ReviewUiOptions, ReviewerIdentity};
 //! use recoverable_write::ledger::ListingLedger;
 //! use recoverable_write::Tenant;
 //!
@@ -44,7 +44,7 @@
 //! }
 //!
 //! # fn app(ledger: Arc<dyn ListingLedger>) -> Router {
-//! let review = review_ui::router(ReviewUiConfig::for_tenant(ledger, Tenant::new("acme")));
+//! let review = review_ui::router(ReviewUiOptions::for_tenant(ledger, Tenant::new("acme")));
 //! Router::new()
 //!     .nest("/ops", review)
 //!     .layer(middleware::from_fn(auth))
@@ -112,18 +112,18 @@ impl ReviewerIdentity {
 /// How the review router is set up: the ledger, whose operations it serves (one tenant, or all
 /// of them as an explicit operator capability), the reviews API and the CSRF key.
 #[derive(Clone)]
-pub struct ReviewUiConfig {
+pub struct ReviewUiOptions {
     ledger: Arc<dyn ListingLedger>,
     reviews: Reviews,
     scope: TenantScope,
     csrf_key: Secret,
     page_size: u32,
-    retention: Option<crate::retention::Purger>,
+    purger: Option<crate::retention::Purger>,
 }
 
-impl fmt::Debug for ReviewUiConfig {
+impl fmt::Debug for ReviewUiOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReviewUiConfig")
+        f.debug_struct("ReviewUiOptions")
             .field("scope", &self.scope)
             .field("page_size", &self.page_size)
             .field("csrf_key", &"<redacted>")
@@ -131,7 +131,7 @@ impl fmt::Debug for ReviewUiConfig {
     }
 }
 
-impl ReviewUiConfig {
+impl ReviewUiOptions {
     /// The page for one tenant's operations. The ledger must list them ([`ListingLedger`]).
     pub fn for_tenant(ledger: Arc<dyn ListingLedger>, tenant: Tenant) -> Self {
         Self::scoped(ledger, TenantScope::Tenant(tenant))
@@ -151,14 +151,14 @@ impl ReviewUiConfig {
             scope,
             csrf_key: Secret::random(),
             page_size: 50,
-            retention: None,
+            purger: None,
         }
     }
 
     /// Shows each operation's retention dates (when its details and its row go), from the
     /// application's retention settings: pass [`Handle::purger`](crate::Handle::purger).
-    pub fn retention(mut self, purger: crate::retention::Purger) -> Self {
-        self.retention = Some(purger);
+    pub fn purger(mut self, purger: crate::retention::Purger) -> Self {
+        self.purger = Some(purger);
         self
     }
 
@@ -178,11 +178,11 @@ impl ReviewUiConfig {
     ///
     /// ```no_run
     /// # use std::sync::Arc;
-    /// # use recoverable_write::review_ui::ReviewUiConfig;
+    /// # use recoverable_write::review_ui::ReviewUiOptions;
     /// # use recoverable_write::ledger::ListingLedger;
     /// # use recoverable_write::{Secret, Tenant};
     /// # fn demo(ledger: Arc<dyn ListingLedger>) -> Result<(), Box<dyn std::error::Error>> {
-    /// let config = ReviewUiConfig::for_tenant(ledger, Tenant::new("acme"))
+    /// let config = ReviewUiOptions::for_tenant(ledger, Tenant::new("acme"))
     ///     .csrf_key(Secret::new(std::env::var("REVIEW_CSRF_KEY")?)?);
     /// # let _ = config;
     /// # Ok(()) }
@@ -199,11 +199,11 @@ impl ReviewUiConfig {
     }
 }
 
-type Shared = Arc<ReviewUiConfig>;
+type Shared = Arc<ReviewUiOptions>;
 
 /// The review page's router. Mount it behind your authentication, which inserts a
 /// [`ReviewerIdentity`] per request: `Router::new().nest("/ops", router(config))`.
-pub fn router(config: ReviewUiConfig) -> Router {
+pub fn router(config: ReviewUiOptions) -> Router {
     Router::new()
         .route("/", get(queue::queue))
         .route("/op/{id}", get(operation::operation))

@@ -12,7 +12,7 @@ use axum::response::Response;
 use super::lookup::{Lookup, load, lookup_failed, tenant_for};
 use super::views::{Chrome, html, ledger_failed, queue_root, scope_label};
 use super::{
-    ReviewUiConfig, ReviewerIdentity, Shared, csrf, mount_base, now_ms, quarantine, words,
+    ReviewUiOptions, ReviewerIdentity, Shared, csrf, mount_base, now_ms, quarantine, words,
 };
 use crate::encoding::encode_component;
 use crate::operation::OperationId;
@@ -155,8 +155,8 @@ fn done_flash(done: Option<&str>) -> &'static str {
 }
 
 /// When the operation's details and its row go, if the page knows the retention settings.
-async fn retention_line(cfg: &ReviewUiConfig, p: &HandoffPackage) -> Option<String> {
-    let purger = cfg.retention.as_ref()?;
+async fn retention_line(cfg: &ReviewUiOptions, p: &HandoffPackage) -> Option<String> {
+    let purger = cfg.purger.as_ref()?;
     Some(match cfg.ledger.get(&p.tenant, &p.operation_id).await {
         Ok(record) => record.and_then(|r| purger.dates(&r)).map_or_else(
             || crate::retention::RetentionDates::UNFINISHED.to_owned(),
@@ -167,7 +167,7 @@ async fn retention_line(cfg: &ReviewUiConfig, p: &HandoffPackage) -> Option<Stri
 }
 
 fn operation_view(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     who: &ReviewerIdentity,
     base: &str,
     p: &HandoffPackage,
@@ -243,7 +243,7 @@ fn clock_ago(ms: i64, now: i64) -> String {
 /// The claim and resolve forms, with the version shown and a security token bound to the
 /// person, the operation and that version (`claimed_by`: who holds it now).
 fn forms(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     who: &ReviewerIdentity,
     base: &str,
     p: &HandoffPackage,

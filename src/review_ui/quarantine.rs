@@ -15,7 +15,7 @@ use super::queue::{RowView, host_of};
 use super::views::{
     Chrome, CurrentView, html, ledger_failed, message, op_href, queue_root, scope_label,
 };
-use super::{ReviewUiConfig, ReviewerIdentity, Shared, csrf, mount_base, now_ms, words};
+use super::{ReviewUiOptions, ReviewerIdentity, Shared, csrf, mount_base, now_ms, words};
 use crate::encoding::encode_component;
 use crate::ledger::{QUARANTINE_RELEASED, SkippedRow};
 use crate::operation::OperationId;
@@ -27,7 +27,7 @@ pub(super) const LABEL: &str = "Quarantined";
 pub(super) const BADGE: &str = "b-quarantined";
 
 /// A queue row for a row reported by its raw columns.
-pub(super) fn row_view(base: &str, cfg: &ReviewUiConfig, r: &SkippedRow, now: i64) -> RowView {
+pub(super) fn row_view(base: &str, cfg: &ReviewUiOptions, r: &SkippedRow, now: i64) -> RowView {
     let c = &r.columns;
     let problem = if r.readable {
         format!("readable now: release it ({})", r.error)
@@ -66,7 +66,7 @@ pub(super) struct ReleaseForm {
 }
 
 fn release_form(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     who: &ReviewerIdentity,
     base: &str,
     q: &QuarantinePackage,
@@ -97,7 +97,7 @@ pub(super) struct Banner {
 }
 
 pub(super) fn banner(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     who: &ReviewerIdentity,
     base: &str,
     q: &QuarantinePackage,
@@ -139,7 +139,7 @@ struct QuarantinedPage {
 /// (redacted: body size and field names, header names, never a value), what is wrong and what
 /// to do.
 pub(super) fn page(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     who: &ReviewerIdentity,
     base: &str,
     q: &QuarantinePackage,

@@ -11,7 +11,7 @@ use super::filters::{
     state_options,
 };
 use super::views::{Chrome, html, ledger_failed, message, op_href, scope_label};
-use super::{ReviewUiConfig, ReviewerIdentity, Shared, mount_base, now_ms, quarantine, words};
+use super::{ReviewUiOptions, ReviewerIdentity, Shared, mount_base, now_ms, quarantine, words};
 use crate::ledger::{OperationQuery, OperationRecord, Page, StateCounts, TenantScope};
 
 /// A state's count above the queue, linking to its queue.
@@ -69,7 +69,7 @@ pub(super) fn host_of(url: &str) -> String {
     rest.split(['/', '?']).next().unwrap_or_default().to_owned()
 }
 
-fn row_view(base: &str, cfg: &ReviewUiConfig, r: &OperationRecord, now: i64) -> RowView {
+fn row_view(base: &str, cfg: &ReviewUiOptions, r: &OperationRecord, now: i64) -> RowView {
     let reason = r.reason.clone().unwrap_or_default();
     let reason = if reason.chars().count() > 90 {
         format!("{}…", crate::encoding::first_chars(&reason, 89))
@@ -161,7 +161,7 @@ pub(super) async fn queue(
 /// Contradicted final states are not in any open state's count: say so above the queue, with
 /// their count (one page of the partial index, whatever the history holds) and their queue.
 async fn contradicted_link(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     base: &str,
     scope: &TenantScope,
     tenant: &str,
@@ -206,7 +206,7 @@ fn count_links(base: &str, counts: &StateCounts, tenant: &str) -> Vec<CountLink>
 
 /// The page's rows. Rows reported by their raw columns (quarantined, or gone bad since their
 /// last claim) are listed too, with what is wrong.
-fn rows(cfg: &ReviewUiConfig, base: &str, page: &Page, now: i64) -> Vec<RowView> {
+fn rows(cfg: &ReviewUiOptions, base: &str, page: &Page, now: i64) -> Vec<RowView> {
     page.rows
         .iter()
         .map(|r| row_view(base, cfg, r, now))
@@ -220,7 +220,7 @@ fn rows(cfg: &ReviewUiConfig, base: &str, page: &Page, now: i64) -> Vec<RowView>
 
 /// The quarantined rows shown above the first page of the open queue (`query`), if any.
 async fn quarantined_aside(
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     base: &str,
     query: Option<&OperationQuery>,
     now: i64,

@@ -6,7 +6,7 @@ use askama::Template;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::{ReviewUiConfig, ReviewerIdentity, words};
+use super::{ReviewUiOptions, ReviewerIdentity, words};
 use crate::encoding::encode_component;
 use crate::ledger::TenantScope;
 use crate::operation::{OperationId, Tenant};
@@ -96,7 +96,7 @@ pub(super) fn queue_root(base: &str) -> String {
 /// One operation's address (naming its tenant when the router serves every tenant).
 pub(super) fn op_href(
     base: &str,
-    cfg: &ReviewUiConfig,
+    cfg: &ReviewUiOptions,
     tenant: &Tenant,
     id: &OperationId,
 ) -> String {
