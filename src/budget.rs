@@ -16,7 +16,7 @@
 //! durations ([`lease`](BudgetPolicy::lease), [`attempt_timeout`](BudgetPolicy::attempt_timeout),
 //! [`window`](BudgetPolicy::window), [`query_delay`](BudgetPolicy::query_delay)) saturate and
 //! clamp even for a policy that was never validated (a row written by an older version), and
-//! server or reconciler hints are held to a year ([`clamp_hint`], [`hint_ms`]).
+//! server or reconciler hints are held to a year.
 
 use std::time::Duration;
 
@@ -227,7 +227,7 @@ impl BudgetPolicy {
     ///
     /// Never overflows, whatever the policy or the hint: the backoff is held to
     /// [`MAX_QUERY_BACKOFF_MS`](Self::MAX_QUERY_BACKOFF_MS) and the hint (a server's
-    /// `Retry-After`, a reconciler's answer) to [`clamp_hint`].
+    /// `Retry-After`, a reconciler's answer) to a year.
     pub fn query_delay(&self, n: u32, hint: Option<Duration>, unit: f64) -> Duration {
         let cap = self.query_backoff_cap_ms.min(Self::MAX_QUERY_BACKOFF_MS);
         let exp = self
@@ -247,12 +247,12 @@ impl BudgetPolicy {
 /// A server's or reconciler's delay hint held to one year, as a `Retry-After` is
 /// (the cap): a hint that long is past every recovery window anyway, and the bound keeps
 /// `now + hint` from overflowing the ledger's millisecond timestamps.
-pub fn clamp_hint(hint: Duration) -> Duration {
+pub(crate) fn clamp_hint(hint: Duration) -> Duration {
     hint.min(crate::contract::MAX_RETRY_AFTER)
 }
 
 /// A hint in milliseconds, clamped as [`clamp_hint`] does, ready to add to a ledger timestamp.
-pub fn hint_ms(hint: Option<Duration>) -> i64 {
+pub(crate) fn hint_ms(hint: Option<Duration>) -> i64 {
     // At most a year of milliseconds (about 3.2e10): the conversion cannot fail.
     hint.map_or(0, |h| {
         i64::try_from(clamp_hint(h).as_millis()).unwrap_or(i64::MAX)

@@ -86,8 +86,7 @@ pub fn describe_evidence(e: &Evidence) -> String {
 }
 
 /// One review action read back from the evidence log (kinds `review_claimed`, `review` and
-/// `quarantine_released`, written by [`Reviews`](crate::Reviews) with
-/// [`audit_note`](crate::review::audit_note)).
+/// `quarantine_released`, written by [`Reviews`](crate::Reviews) in one fixed wording).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AuditEntry {
     /// Position in the evidence log.
@@ -163,8 +162,8 @@ pub fn late_evidence(pkg: &HandoffPackage) -> Vec<&EvidenceSummary> {
         .collect()
 }
 
-/// The claim that holds the operation now, if any ([`claim_holder`](crate::review::claim_holder):
-/// the latest claim or take-over that put it in review, until a resolution).
+/// The claim that holds the operation now, if any (the latest claim or take-over that put it in
+/// review, until a resolution).
 pub fn current_claim(pkg: &HandoffPackage) -> Option<AuditEntry> {
     crate::review::claim_holder(pkg.state, &pkg.evidence).and_then(AuditEntry::parse)
 }

@@ -10,7 +10,7 @@ pub const MAX_REASON_CHARS: usize = 500;
 /// The audit note of a review action: `{action}; version {from} -> {to}` (or
 /// `version {from} (unchanged)` when `to` is `None`), then `; reason: {reason}` when there is
 /// one. [`operator::AuditEntry::parse`](crate::operator::AuditEntry::parse) reads it back.
-pub fn audit_note(action: &str, from: u64, to: Option<u64>, reason: Option<&str>) -> String {
+pub(crate) fn audit_note(action: &str, from: u64, to: Option<u64>, reason: Option<&str>) -> String {
     let mut note = match to {
         Some(to) => format!("{action}; version {from} -> {to}"),
         None => format!("{action}; version {from} (unchanged)"),

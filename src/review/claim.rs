@@ -28,7 +28,7 @@ impl Reviews {
 
     /// [`claim`](Self::claim), with the reviewer's reason recorded in the audit entry:
     /// `claimed by {reviewer}; version {n} -> {n+1}; reason: {reason}` (evidence kind
-    /// `review_claimed`, at the time of the claim). See [`audit_note`].
+    /// `review_claimed`, at the time of the claim). [`operator::audit_trail`](crate::operator::audit_trail) reads it back.
     ///
     /// # Errors
     ///
@@ -136,7 +136,7 @@ impl Reviews {
 /// claim or take-over. `None` when the operation is not in review, or the engine escalated it
 /// and nobody has claimed it since. A resolution moves the operation out of review, which
 /// ends the claim; a kept-pending note does not.
-pub fn claim_holder(state: State, log: &[EvidenceSummary]) -> Option<&EvidenceSummary> {
+pub(crate) fn claim_holder(state: State, log: &[EvidenceSummary]) -> Option<&EvidenceSummary> {
     if state != State::ManualReview {
         return None;
     }

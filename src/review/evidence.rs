@@ -11,7 +11,7 @@ use crate::evidence::Evidence;
 /// into account: a person deciding must see it first, and a replay must not go out on a
 /// decision it contradicts (see [`says_may_have_applied`]). Entries that carry no observation
 /// (claims, notes, deferrals) are left out.
-pub fn evidence_since_decision(log: &[EvidenceSummary]) -> Vec<&EvidenceSummary> {
+pub(crate) fn evidence_since_decision(log: &[EvidenceSummary]) -> Vec<&EvidenceSummary> {
     let decided = log
         .iter()
         .rposition(|e| matches!(e.transition, Some((from, Some(to))) if from != Some(to)))

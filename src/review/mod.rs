@@ -16,7 +16,7 @@
 //!
 //! Every claim and resolution appends an audit entry to the operation's evidence (kinds
 //! `review_claimed` and `review`): who, when (the entry's time), the version transition and the
-//! reason ([`audit_note`]); [`operator::audit_trail`](crate::operator::audit_trail) reads them
+//! reason (a fixed wording); [`operator::audit_trail`](crate::operator::audit_trail) reads them
 //! back.
 //!
 //! A row this version cannot decode is quarantined by the recovery engine and skipped until a
@@ -54,10 +54,12 @@ mod package;
 pub(crate) mod quarantine;
 mod resolve;
 
-pub use self::audit::{MAX_REASON_CHARS, audit_note};
+pub use self::audit::MAX_REASON_CHARS;
+pub(crate) use self::audit::audit_note;
 use self::audit::{clean, required};
-pub use self::claim::claim_holder;
-pub use self::evidence::{evidence_since_decision, late_success, says_may_have_applied};
+pub(crate) use self::claim::claim_holder;
+pub(crate) use self::evidence::evidence_since_decision;
+pub use self::evidence::{late_success, says_may_have_applied};
 pub use self::package::{
     AttemptSummary, AuthorizationState, BudgetUsed, EvidenceSummary, HandoffPackage,
     ParameterSummary,

@@ -35,7 +35,7 @@ impl Reviews {
     /// [`resolve`](Self::resolve), with the reviewer's reason recorded in the audit entry, e.g.
     /// `confirmed succeeded (W731) by {reviewer}; version {n} -> {n+1}; reason: {reason}`
     /// (evidence kind `review`; a kept-pending note also advances the version, so every form
-    /// read before it is stale). See [`audit_note`].
+    /// read before it is stale). [`operator::audit_trail`](crate::operator::audit_trail) reads it back.
     ///
     /// # Errors
     ///
