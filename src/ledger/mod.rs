@@ -60,11 +60,12 @@ use std::pin::Pin;
 
 // The names the backends and the other submodules take from here (`use super::*`,
 // `crate::ledger::Tenant`).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use bytes::Bytes;
 
-use crate::operation::{
-    AttemptId, FrozenRequest, Generation, IdempotencyKey, OperationId, PayloadHash, Tenant,
-};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::operation::{AttemptId, FrozenRequest, Generation, IdempotencyKey, PayloadHash};
+use crate::operation::{OperationId, Tenant};
 use crate::state::State;
 
 pub mod backend;

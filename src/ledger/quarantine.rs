@@ -21,11 +21,14 @@
 //! can read it runs: the release re-decodes the row and, only if it decodes, gives it back to
 //! recovery.
 
+#[cfg(any(feature = "sqlite", feature = "postgres", test))]
 use std::borrow::Cow;
 
 use bytes::Bytes;
 
-use super::{Ledger, LedgerError, NewEvidence, OperationRecord};
+#[cfg(any(feature = "sqlite", feature = "postgres", test))]
+use super::NewEvidence;
+use super::{Ledger, LedgerError, OperationRecord};
 use crate::operation::{OperationId, Tenant};
 
 /// The evidence kind appended when a quarantined row is released.
@@ -116,6 +119,7 @@ pub struct RawColumns {
 }
 
 /// The entry appended when a row is released (`row` as decoded, before the release).
+#[cfg(any(feature = "sqlite", feature = "postgres", test))]
 pub(crate) fn released_entry(
     row: &OperationRecord,
     note: Option<String>,
@@ -136,6 +140,7 @@ pub(crate) fn released_entry(
 
 /// The outcome of a row that did not decode: the column its error names (the codec writes
 /// every error as `column NAME: what`), and the rest.
+#[cfg(any(feature = "sqlite", feature = "postgres", test))]
 pub(crate) fn undecodable(error: &LedgerError) -> Released {
     let detail = match error {
         LedgerError::Corrupt { detail, .. } => detail.clone(),
