@@ -564,6 +564,8 @@ mod tests {
                 body_fields: vec![],
                 payload_hash: "h".into(),
                 contract: "c@1".into(),
+                idempotency_key: "k".into(),
+                key_placement: None,
             },
             attempts: vec![],
             evidence: vec![

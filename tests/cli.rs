@@ -290,7 +290,23 @@ async fn review_with_the_cli(world: &World, cli: &Cli) {
         assert!(text.contains(needle), "{needle:?} missing:\n{text}");
     }
     assert!(!text.contains("client_secret"), "{text}");
+    // The key the vendor saw (its ticket records it), to look the write up by; without the
+    // application's contracts the CLI says it cannot tell where the key was sent.
+    let seen = world
+        .vendor
+        .tickets()
+        .into_iter()
+        .find(|t| t.operation_id.as_deref() == Some(id))
+        .and_then(|t| t.idempotency_key)
+        .expect("the vendor saw a key");
+    let key_line = format!("key       {seen} (where it was sent: give --contracts to know)");
+    assert!(text.contains(&key_line), "{key_line:?} missing:\n{text}");
     let pkg = cli.run(&["show", id, "--json"]).await.json();
+    assert_eq!(
+        pkg["package"]["parameters"]["idempotency_key"],
+        seen.as_str()
+    );
+    assert!(pkg["package"]["parameters"]["key_placement"].is_null());
     let version = pkg["package"]["version"].as_u64().unwrap();
     assert_eq!(pkg["package"]["state"], "MANUAL_REVIEW");
     assert_eq!(pkg["package"]["attempts"].as_array().unwrap().len(), 1);

@@ -335,7 +335,16 @@ async fn the_operation_page_says_what_to_decide_and_shows_the_redacted_package()
     // Never a credential or a body value.
     assert!(!b.contains("sk_test_secret"));
     assert!(!b.contains("E17"));
-    assert!(!b.contains(row.idempotency_key.as_str()));
+    // The key the vendor saw (issue 30), and where the contract put it: what to look it up by.
+    let seen = drill.vendor.tickets()[0]
+        .idempotency_key
+        .clone()
+        .expect("the vendor saw a key");
+    assert_eq!(seen, row.idempotency_key.as_str());
+    assert!(
+        b.contains(&format!("{seen} (sent in the header Idempotency-Key)")),
+        "{b}"
+    );
     // And what the browser is told about the page.
     let res = app
         .clone()

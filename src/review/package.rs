@@ -88,6 +88,16 @@ pub struct ParameterSummary {
     pub payload_hash: String,
     /// The contract name and content hash.
     pub contract: String,
+    /// The idempotency key every attempt of this operation carried: what to look the write up
+    /// by at the vendor (its dashboard, its logs, its support).
+    #[serde(default)]
+    pub idempotency_key: String,
+    /// Where the contract put the key (`header Idempotency-Key`, `header Idempotency-Key
+    /// (quoted)`, `json body /idempotency_key`, `query requestId`, `form body ClientToken`,
+    /// `none`), when this process knows the operation's contract (same name and content hash);
+    /// `None` otherwise.
+    #[serde(default)]
+    pub key_placement: Option<String>,
 }
 
 /// One send.
@@ -216,8 +226,14 @@ impl Reviews {
                 .err()
                 .map(|d| d.reason),
         };
+        let mut parameters = summarize(&row);
+        parameters.key_placement = self
+            .shared
+            .contracts
+            .find(&row.contract)
+            .map(|c| c.key.to_string());
         Ok(HandoffPackage {
-            parameters: summarize(&row),
+            parameters,
             budget: BudgetUsed {
                 attempts_used: row.attempts_used,
                 max_attempts: row.policy.max_attempts,
@@ -262,6 +278,8 @@ fn summarize(row: &OperationRecord) -> ParameterSummary {
         body_fields: body_fields(&row.request.body),
         payload_hash: row.payload_hash.to_string(),
         contract: contract_label(&row.contract.name, &row.contract.hash),
+        idempotency_key: row.idempotency_key.as_str().to_owned(),
+        key_placement: None,
     }
 }
 

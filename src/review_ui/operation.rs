@@ -357,6 +357,7 @@ fn request(pr: &ParameterSummary) -> Vec<(&'static str, String)> {
     vec![
         ("Request", format!("{} {}", pr.method, pr.url)),
         ("Contract", pr.contract.clone()),
+        ("Idempotency key", key_line(pr)),
         (
             "Headers stored",
             if pr.header_names.is_empty() {
@@ -379,6 +380,17 @@ fn request(pr: &ParameterSummary) -> Vec<(&'static str, String)> {
         ),
         ("Payload hash", pr.payload_hash.clone()),
     ]
+}
+
+/// The key the vendor saw and where the contract put it: what to look the write up by.
+fn key_line(pr: &ParameterSummary) -> String {
+    match &pr.key_placement {
+        Some(at) => format!("{} (sent in the {at})", pr.idempotency_key),
+        None => format!(
+            "{} (where it was sent: the contract {} is not loaded here)",
+            pr.idempotency_key, pr.contract
+        ),
+    }
 }
 
 /// The budget used, and when the recovery window ends.

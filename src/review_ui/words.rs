@@ -239,8 +239,8 @@ pub(super) fn summary(p: &HandoffPackage, now_ms: i64) -> Summary {
     let mut advice = Vec::new();
     if p.state == State::ManualReview {
         advice.push(
-            "Look the request up at the vendor (by the operation id or the idempotency key it \
-             carried)."
+            "Look the request up at the vendor (by the operation id, or by the idempotency key \
+             it carried: shown under the request)."
                 .to_owned(),
         );
         advice.push(

@@ -135,6 +135,18 @@ fn request(o: &mut String, pkg: &HandoffPackage) {
     let _ = writeln!(o, "\nrequest (redacted: no credential, no body value)");
     let _ = writeln!(o, "  {} {}", p.method, p.url);
     let _ = writeln!(o, "  contract  {}", p.contract);
+    match &p.key_placement {
+        Some(at) => {
+            let _ = writeln!(o, "  key       {} (sent in the {at})", p.idempotency_key);
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "  key       {} (where it was sent: give --contracts to know)",
+                p.idempotency_key
+            );
+        }
+    }
     let _ = writeln!(
         o,
         "  headers   {}",
