@@ -9,12 +9,11 @@ use crate::ledger::callback::{IGNORED, QUARANTINED, check_effect, outcome};
 use crate::ledger::{
     BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
     CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
-    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OldestPerState, OperationQuery,
-    OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, Recorded,
-    RetentionLedger, StateCounts, TenantScope, Update,
+    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OperationQuery, OperationRecord,
+    Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, Recorded, RetentionLedger, StateCounts,
+    TenantScope, Update,
 };
 use crate::operation::{OperationId, Tenant};
-use crate::state::State;
 
 impl Ledger for MemoryLedger {
     fn create_or_get(&self, new: NewOperation) -> BoxFuture<'_, Result<Created, LedgerError>> {
@@ -116,14 +115,6 @@ impl ListingLedger for MemoryLedger {
         scope: &'a TenantScope,
     ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
         Box::pin(async move { self.count_now(scope) })
-    }
-
-    fn oldest<'a>(
-        &'a self,
-        scope: &'a TenantScope,
-        states: &'a [State],
-    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
-        Box::pin(crate::ledger::query::oldest_via_list(self, scope, states))
     }
 
     fn acknowledge_contradiction<'a>(

@@ -14,13 +14,12 @@ use crate::ledger::codec::{EvidenceColumns, RowColumns};
 use crate::ledger::{
     BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
     CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
-    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OldestPerState, OperationQuery,
-    OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow,
-    Released, RetentionLedger, StateCounts, TenantScope, Update, check_first_update, first_applied,
+    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OperationQuery, OperationRecord,
+    Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Released,
+    RetentionLedger, StateCounts, TenantScope, Update, check_first_update, first_applied,
     store_entries,
 };
 use crate::operation::{OperationId, Tenant};
-use crate::state::State;
 use std::sync::Arc;
 
 impl Ledger for PostgresLedger {
@@ -288,14 +287,6 @@ impl ListingLedger for PostgresLedger {
                 .map_err(unavailable)?;
             decode_counts(&rows)
         })
-    }
-
-    fn oldest<'a>(
-        &'a self,
-        scope: &'a TenantScope,
-        states: &'a [State],
-    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
-        Box::pin(crate::ledger::query::oldest_via_list(self, scope, states))
     }
 
     fn acknowledge_contradiction<'a>(

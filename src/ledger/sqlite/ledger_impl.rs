@@ -24,13 +24,12 @@ use crate::ledger::codec::{
 use crate::ledger::{
     BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
     CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
-    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OldestPerState, OperationQuery,
-    OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow,
-    Recorded, Released, RetentionLedger, Settled, StateCounts, TenantScope, Update,
-    check_first_update, first_applied, store_entries,
+    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OperationQuery, OperationRecord,
+    Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Recorded, Released,
+    RetentionLedger, Settled, StateCounts, TenantScope, Update, check_first_update, first_applied,
+    store_entries,
 };
 use crate::operation::{OperationId, Tenant};
-use crate::state::State;
 use std::sync::Arc;
 
 impl Ledger for SqliteLedger {
@@ -334,14 +333,6 @@ impl ListingLedger for SqliteLedger {
                 .await?;
             decode_counts(&rows)
         })
-    }
-
-    fn oldest<'a>(
-        &'a self,
-        scope: &'a TenantScope,
-        states: &'a [State],
-    ) -> BoxFuture<'a, Result<OldestPerState, LedgerError>> {
-        Box::pin(crate::ledger::query::oldest_via_list(self, scope, states))
     }
 
     fn acknowledge_contradiction<'a>(
