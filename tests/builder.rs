@@ -11,8 +11,8 @@ use http::HeaderName;
 use recoverable_write::Ledger;
 use recoverable_write::testing::FakeVendor;
 use recoverable_write::{
-    BudgetPolicy, BuildError, Contracts, Error, MemoryLedger, RecoverableWrite, SendOnceGuardLayer,
-    State, Tenant,
+    BudgetPolicy, BuildError, Builder, Contracts, Error, Handle, MemoryLedger, Operation,
+    RecoverableWrite, SendOnceGuard, SendOnceGuardLayer, State, Tenant,
 };
 use tower::ServiceBuilder;
 
@@ -28,6 +28,40 @@ extends = "ietf-draft"
 lookup = { kind = "http_get", url_template = "/operations/{operation_id}" }
 "#;
     Contracts::from_toml_str(toml, "contracts.toml").expect("valid contracts")
+}
+
+/// The stack below the layer: the send-once guard over the plain client.
+fn below() -> SendOnceGuard<HttpClient> {
+    ServiceBuilder::new()
+        .layer(SendOnceGuardLayer::new())
+        .service(http_client())
+}
+
+/// A builder over `ledger` with the TOML contracts, whose lookups go through `below`.
+fn toml_builder<L: Ledger>(ledger: L, below: &SendOnceGuard<HttpClient>) -> Builder<L> {
+    RecoverableWrite::builder(ledger)
+        .contracts(contracts_toml())
+        .budget(fast_policy())
+        .transport(below.clone())
+        .lookup_tenant_header(HeaderName::from_static("x-tenant"))
+        .lookup_timeout(Duration::from_millis(500))
+        .recovery_lease(Duration::from_secs(2))
+}
+
+/// Sends `op`'s ticket through `rw`'s layer over `below` while the vendor drops the response
+/// after committing: the caller is told the outcome is unknown.
+async fn lose_the_response<L: Ledger>(
+    rw: &Handle<L>,
+    below: SendOnceGuard<HttpClient>,
+    vendor: &FakeVendor,
+    op: &Operation,
+) {
+    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
+    vendor.faults().drop_after_commit(1);
+    let err = tower::ServiceExt::oneshot(svc, ticket_request(vendor, op, "E17"))
+        .await
+        .expect_err("the response is lost");
+    assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
 }
 
 async fn run_until(
@@ -52,25 +86,12 @@ async fn run_until(
 #[tokio::test]
 async fn a_contract_lookup_from_toml_recovers_a_lost_response_with_no_reconciler_code() {
     let vendor = FakeVendor::start().await;
-    let below = ServiceBuilder::new()
-        .layer(SendOnceGuardLayer::new())
-        .service(http_client());
-    let rw = RecoverableWrite::builder(MemoryLedger::new())
-        .contracts(contracts_toml())
-        .budget(fast_policy())
-        .transport(below.clone())
-        .lookup_tenant_header(HeaderName::from_static("x-tenant"))
-        .lookup_timeout(Duration::from_millis(500))
-        .recovery_lease(Duration::from_secs(2))
+    let below = below();
+    let rw = toml_builder(MemoryLedger::new(), &below)
         .build()
         .expect("valid configuration");
-    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
     let op = new_op("intent-toml-lookup");
-    vendor.faults().drop_after_commit(1);
-    let err = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17"))
-        .await
-        .expect_err("the response is lost");
-    assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+    lose_the_response(&rw, below, &vendor, &op).await;
 
     let row = run_until(&rw.recoverer(), rw.ledger(), &op, |s| s == State::Succeeded).await;
     assert_eq!(row.remote_ref.as_deref(), Some("W731"));
@@ -459,26 +480,13 @@ async fn a_write_path_only_ledger_gets_the_layer_and_the_recoverer() {
     });
 
     let vendor = FakeVendor::start().await;
-    let below = ServiceBuilder::new()
-        .layer(SendOnceGuardLayer::new())
-        .service(http_client());
-    let rw = RecoverableWrite::builder(WritePathOnly::default())
-        .contracts(contracts_toml())
-        .budget(fast_policy())
-        .transport(below.clone())
-        .lookup_tenant_header(HeaderName::from_static("x-tenant"))
-        .lookup_timeout(Duration::from_millis(500))
-        .recovery_lease(Duration::from_secs(2))
+    let below = below();
+    let rw = toml_builder(WritePathOnly::default(), &below)
         .recovery_interval(Duration::from_millis(10))
         .build()
         .expect("valid configuration");
-    let svc = ServiceBuilder::new().layer(rw.layer()).service(below);
     let op = new_op("intent-write-path-only");
-    vendor.faults().drop_after_commit(1);
-    let err = tower::ServiceExt::oneshot(svc, ticket_request(&vendor, &op, "E17"))
-        .await
-        .expect_err("the response is lost");
-    assert!(matches!(err, Error::Unknown { .. }), "{err:?}");
+    lose_the_response(&rw, below, &vendor, &op).await;
 
     let recoverer = rw.recoverer();
     assert_eq!(
