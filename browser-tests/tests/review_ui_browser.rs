@@ -8,136 +8,20 @@
 //! Without them the test is skipped with a message, unless `CI=true`: then it fails.
 #![cfg(feature = "review-ui")]
 
-use std::net::TcpListener as StdListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
 use axum::Router;
-use axum::extract::Request;
-use axum::middleware::{self, Next};
-use axum::response::Response;
-use fantoccini::{Client, ClientBuilder, Locator};
-use hyper_util::client::legacy::connect::HttpConnector;
-use recoverable_write::review_ui::{self, ReviewUiOptions, ReviewerIdentity};
+use axum::middleware;
+use fantoccini::Locator;
+use recoverable_write::review_ui::{self, ReviewUiOptions};
 use recoverable_write::testing::drill::*;
 use recoverable_write::{State, Tenant};
 
-/// chromedriver, killed when the test ends however it ends.
-struct Driver(Child);
+mod support;
 
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn on_path(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    names.iter().find_map(|n| {
-        std::env::split_paths(&path)
-            .map(|d| d.join(n))
-            .find(|p| p.is_file())
-    })
-}
-
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// The application's authentication stand-in: everyone is alice, who may resolve.
-async fn as_alice(mut req: Request, next: Next) -> Response {
-    req.extensions_mut()
-        .insert(ReviewerIdentity::resolver("alice"));
-    next.run(req).await
-}
-
-async fn shoot(client: &Client, dir: &Path, name: &str) {
-    let png = client.screenshot().await.expect("screenshot");
-    std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
-}
-
-/// The text of the page's `.flash` once it starts with `prefix`. After a form is submitted the
-/// previous page (and its own `.flash`, such as "Claimed.") stays until the browser has
-/// navigated, so the first `.flash` found can be the old one, or go stale while it is read:
-/// poll until the new page's flash is there, for at most 10 s, and return what was last seen.
-async fn flash_starting_with(
-    client: &Client,
-    prefix: &str,
-) -> Result<String, fantoccini::error::CmdError> {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        let seen = match client.find(Locator::Css(".flash")).await {
-            Ok(flash) => flash.text().await.ok(),
-            Err(_) => None,
-        };
-        match seen {
-            Some(text) if text.starts_with(prefix) => return Ok(text),
-            Some(text) if Instant::now() >= until => return Ok(text),
-            None if Instant::now() >= until => {
-                return client.find(Locator::Css(".flash")).await?.text().await;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-}
-
-async fn start_driver(chromedriver: &Path) -> (Driver, String) {
-    let port = free_port();
-    let child = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let driver = Driver(child);
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "chromedriver did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    (driver, url)
-}
-
-async fn browser(webdriver: &str, chromium: &Path) -> Client {
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": chromium,
-            "args": [
-                "--headless=new",
-                "--no-sandbox",
-                "--window-size=1366,900",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--hide-scrollbars",
-                "--force-device-scale-factor=1",
-            ],
-        }),
-    );
-    ClientBuilder::new(HttpConnector::new())
-        .capabilities(caps)
-        .connect(webdriver)
-        .await
-        .expect("a WebDriver session with headless Chromium")
-}
+use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
-    let (Some(chromium), Some(chromedriver)) = (
-        on_path(&["chromium", "chromium-browser", "google-chrome"]),
-        on_path(&["chromedriver"]),
-    ) else {
-        let msg = "review_ui_browser: chromium and chromedriver are needed \
-                   (apt-get install chromium chromium-driver)";
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
-        eprintln!("SKIPPED: {msg}");
+    let Some((chromium, chromedriver)) = chromium_and_driver("review_ui_browser") else {
         return;
     };
 
@@ -177,8 +61,7 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
     let (_driver, webdriver) = start_driver(&chromedriver).await;
     let client = browser(&webdriver, &chromium).await;
     // The repository's `target/` (this package is `browser-tests/` in the workspace).
-    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/review-ui-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let shots = screenshots_dir();
 
     let run = async {
         // The queue: the operation in review is there, with its badge.
