@@ -73,10 +73,11 @@ use http::Extensions;
 use http_body_util::Full;
 use reqwest_middleware::{Middleware, Next};
 use reqwest_retry::{Retryable, RetryableStrategy};
+use tracing::Instrument;
 
 use crate::BoxError;
 use crate::RecoverableWriteLayer;
-use crate::core::{Observed, Shared, Step, await_resolution, prepare_inner, record_attempt};
+use crate::core::{Observed, Shared, Step, await_resolution, prepare_inner, record_attempt, trace};
 use crate::error::{Error, Outcome};
 use crate::guard::{AttemptToken, GuardStats, SendRefused, Untracked, admit};
 use crate::operation::Operation;
@@ -250,7 +251,7 @@ fn unpack(e: reqwest_middleware::Error) -> BoxError {
 impl Middleware for RecoverableWriteMiddleware {
     async fn handle(
         &self,
-        mut req: reqwest::Request,
+        req: reqwest::Request,
         ext: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
@@ -261,6 +262,23 @@ impl Middleware for RecoverableWriteMiddleware {
             }
             return next.run(req, ext).await;
         }
+        let span = trace::write_span();
+        self.tracked(req, ext, next, &span)
+            .instrument(span.clone())
+            .await
+    }
+}
+
+impl RecoverableWriteMiddleware {
+    /// A tracked write, inside its span (`recoverable_write.write`): prepare (freeze, record,
+    /// claim), send once down the chain, classify and record what came back.
+    async fn tracked(
+        &self,
+        mut req: reqwest::Request,
+        ext: &mut Extensions,
+        next: Next<'_>,
+        span: &tracing::Span,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
         // To an http request with a frozen body: a streaming body cannot be replayed. The body
         // and the headers are moved out of `req`, not copied; `req` itself (its URL, timeout,
         // version and extensions) is what goes down the chain, with what `prepare` built.
@@ -282,7 +300,7 @@ impl Middleware for RecoverableWriteMiddleware {
             http_req.extensions_mut().insert(op.clone());
         }
 
-        let (send, ctx) = match prepare_inner(self.shared.clone(), http_req).await {
+        let (send, ctx) = match prepare_inner(self.shared.clone(), http_req, span).await {
             Ok(Step::Send(send, ctx)) => (send, ctx),
             Ok(Step::Done(res)) => return Ok(to_reqwest(res, req.url().clone()).await),
             Err(e) => {
@@ -314,6 +332,7 @@ impl Middleware for RecoverableWriteMiddleware {
 
         let deadline = ctx.deadline;
         let sent_to = req.url().clone();
+        tracing::debug!("request sent");
         let observed = match tokio::time::timeout_at(deadline, next.run(req, ext)).await {
             // The client followed a redirect: the write was sent again, to another URL, below
             // the guard. Never a success from the redirected answer.

@@ -12,7 +12,8 @@
 //! - `stored`: the responses the ledger keeps and gives back (stored or synthesized);
 //! - `wait`: waiting, bounded, for the recovery engine to resolve an operation;
 //! - `body`: bounded body reads; `engine`: the state machine's glue to the ledger;
-//!   `outgoing`: the exact request an attempt sends.
+//!   `outgoing`: the exact request an attempt sends; `trace`: the write's and the recovery's
+//!   `tracing` spans.
 
 mod body;
 pub(crate) mod engine;
@@ -21,6 +22,7 @@ mod prepare;
 mod record;
 mod shared;
 mod stored;
+pub(crate) mod trace;
 mod wait;
 
 #[cfg(feature = "reqwest")]

@@ -17,7 +17,7 @@ use tower::BoxError;
 use super::body::collect_limited;
 use super::engine::{self, Applied, Extras};
 use super::stored::stored_result;
-use super::{Error, Shared, outgoing, wait::await_resolution};
+use super::{Error, Shared, outgoing, trace, wait::await_resolution};
 use crate::authorize::Access;
 use crate::contract::Contract;
 use crate::guard::AttemptToken;
@@ -52,13 +52,19 @@ pub(crate) struct AttemptCtx {
     pub(crate) deadline: tokio::time::Instant,
 }
 
-pub(crate) async fn prepare<B>(shared: Arc<Shared>, req: Request<B>) -> Result<Step<B>, Error>
+/// [`prepare_inner`], waiting (bounded) for the recovery engine when the write cannot go now.
+/// `span` is the write's [`trace::write_span`]: its fields are recorded as they become known.
+pub(crate) async fn prepare<B>(
+    shared: Arc<Shared>,
+    req: Request<B>,
+    span: &tracing::Span,
+) -> Result<Step<B>, Error>
 where
     B: Body + From<Bytes> + Send + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    match prepare_inner(shared.clone(), req).await {
+    match prepare_inner(shared.clone(), req, span).await {
         // Boxed, here and on the other rare paths below: a future's size is that of its
         // largest state, and the write path's future is allocated once per request. Inline,
         // the paths a plain write never takes would make it several KiB larger to allocate and
@@ -68,7 +74,11 @@ where
     }
 }
 
-pub(crate) async fn prepare_inner<B>(shared: Arc<Shared>, req: Request<B>) -> Result<Step<B>, Error>
+pub(crate) async fn prepare_inner<B>(
+    shared: Arc<Shared>,
+    req: Request<B>,
+    span: &tracing::Span,
+) -> Result<Step<B>, Error>
 where
     B: Body + From<Bytes> + Send + 'static,
     B::Data: Send,
@@ -83,6 +93,7 @@ where
         shared.new_operation(op, &parts.method, &parts.uri, &parts.headers, bytes.clone());
     let payload_hash = new.payload_hash.clone();
     let op_id = new.operation_id.clone();
+    trace::identify(span, &op_id, &tenant, &new.contract.name);
     // The exact request is built, key placed, before anything is written: a request the
     // contract cannot place its key in leaves nothing behind.
     let (fresh, caller) = outgoing::build_first(
@@ -113,6 +124,7 @@ where
         Ok(record) => record,
         Err(answered) => return Ok(Step::Done(answered)),
     };
+    trace::claimed(span, &record, &attempt);
     Ok(attempt_to_send(shared, contract, record, request, attempt))
 }
 
@@ -308,12 +320,6 @@ fn attempt_to_send<B: From<Bytes>>(
     let token = AttemptToken::new(record.operation_id.clone(), attempt);
     parts.extensions.insert(token.clone());
     let timeout = record.policy.attempt_timeout();
-    tracing::debug!(
-        operation = %record.operation_id,
-        attempt = %attempt,
-        generation = %record.generation,
-        "sending attempt"
-    );
     Step::Send(
         Request::from_parts(parts, B::from(body)),
         AttemptCtx {

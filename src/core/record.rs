@@ -101,6 +101,7 @@ where
         again(response.as_ref())
     })
     .await;
+    tracing::debug!(state = %row.state, recorded, "result recorded");
     count_unknown(&row);
     answer_caller(
         row,
@@ -128,6 +129,7 @@ where
     match observed {
         Observed::Response(res) => {
             let (parts, body) = res.into_parts();
+            tracing::debug!(status = parts.status.as_u16(), "answer received");
             let read = read_by(
                 ctx.deadline,
                 collect_limited(body, ctx.shared.max_response_body),
@@ -159,15 +161,22 @@ where
                 ),
             }
         }
-        Observed::Failed(e) => (classify_failure(ctx, &*e), None, Some(e)),
-        Observed::TimedOut => (
-            Evidence::unknown(format!(
-                "attempt timed out after {} ms",
-                ctx.record.policy.attempt_timeout_ms
-            )),
-            None,
-            None,
-        ),
+        Observed::Failed(e) => {
+            // Not the error's text: a transport's error may name the URL (and its query).
+            tracing::debug!(answer = "transport error", "no answer");
+            (classify_failure(ctx, &*e), None, Some(e))
+        }
+        Observed::TimedOut => {
+            tracing::debug!(answer = "timed out", "no answer");
+            (
+                Evidence::unknown(format!(
+                    "attempt timed out after {} ms",
+                    ctx.record.policy.attempt_timeout_ms
+                )),
+                None,
+                None,
+            )
+        }
     }
 }
 

@@ -12,10 +12,11 @@ use http_body::Body;
 use http_body_util::{Either, Full};
 use pin_project_lite::pin_project;
 use tower_service::Service;
+use tracing::Instrument;
 
 use super::ResponseBody;
 use crate::BoxError;
-use crate::core::{Observed, Shared, Step, finish, prepare};
+use crate::core::{Observed, Shared, Step, finish, prepare, trace};
 use crate::error::Error;
 use crate::ledger::BoxFuture;
 
@@ -66,11 +67,33 @@ where
 
 /// The write path of a tracked request: prepare (freeze, record, claim), send once through
 /// `svc` (driven to readiness by the caller) under the attempt deadline, then classify and
-/// record what came back.
-pub(super) async fn tracked<S, B, RB>(
+/// record what came back, inside the write's span (`recoverable_write.write`) from start to
+/// end.
+pub(super) fn tracked<S, B, RB>(
+    svc: S,
+    shared: Arc<Shared>,
+    req: Request<B>,
+) -> impl Future<Output = Result<Response<Full<Bytes>>, Error>>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    RB: Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+{
+    let span = trace::write_span();
+    write(svc, shared, req, span.clone()).instrument(span)
+}
+
+/// [`tracked`]'s steps; `span` is the span they run in, to record the write's fields on.
+async fn write<S, B, RB>(
     mut svc: S,
     shared: Arc<Shared>,
     req: Request<B>,
+    span: tracing::Span,
 ) -> Result<Response<Full<Bytes>>, Error>
 where
     S: Service<Request<B>, Response = Response<RB>>,
@@ -82,15 +105,20 @@ where
     RB::Data: Send,
     RB::Error: Into<BoxError>,
 {
-    let (req, ctx) = match prepare(shared, req).await? {
+    let (req, ctx) = match prepare(shared, req, &span).await? {
         Step::Send(req, ctx) => (req, ctx),
-        Step::Done(res) => return Ok(res),
+        Step::Done(res) => {
+            tracing::debug!(status = res.status().as_u16(), "answered from the ledger");
+            return Ok(res);
+        }
     };
+    drop(span);
     let observed = {
         // The one attempt is on the wire; the sleep is its deadline, shorter than the lease.
         let sleep = tokio::time::sleep_until(ctx.deadline);
         let fut = svc.call(req);
         drop(svc);
+        tracing::debug!("request sent");
         let (mut fut, mut sleep) = (std::pin::pin!(fut), std::pin::pin!(sleep));
         std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
             Poll::Ready(Ok(res)) => Poll::Ready(Observed::Response(res)),

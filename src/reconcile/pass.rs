@@ -7,7 +7,7 @@ use tracing::Instrument;
 #[cfg(feature = "metrics")]
 use super::recoverer::first_sent_ms;
 use super::recoverer::{Recoverer, RecoveryReport};
-use crate::core::engine;
+use crate::core::{engine, trace};
 use crate::ledger::{LedgerError, OperationRecord};
 use crate::state::State;
 
@@ -85,13 +85,7 @@ impl Recoverer {
         row: OperationRecord,
         report: &mut RecoveryReport,
     ) -> Result<(), LedgerError> {
-        let span = tracing::info_span!(
-            "recover",
-            operation = %row.operation_id,
-            tenant = %row.tenant,
-            generation = %row.generation,
-            state = %row.state,
-        );
+        let span = trace::recover_span(&row);
         #[cfg(feature = "metrics")]
         let (before, first_sent) = (row.state, first_sent_ms(&row));
         match self.recover(row, report).instrument(span).await? {

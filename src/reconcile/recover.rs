@@ -113,6 +113,7 @@ impl Recoverer {
                 .await
                 .map(ControlFlow::Break);
         }
+        tracing::debug!("looking the operation up");
         let looked_up = reconciler.reconcile_with_answer(&row);
         let (evidence, answer) = match tokio::time::timeout(self.lease / 2, looked_up).await {
             Ok(answered) => answered,
@@ -159,6 +160,7 @@ impl Recoverer {
                     .map(ControlFlow::Break);
             }
         };
+        tracing::info!(state = %row.state, "decision recorded");
         match row.state {
             State::RetryReady => self.replay(row, report).await.map(ControlFlow::Break),
             State::Unknown => Ok(ControlFlow::Continue(row)),
@@ -198,6 +200,9 @@ impl Recoverer {
             Extras::default(),
         )
         .await?;
+        if let Applied::Done(r) = &applied {
+            tracing::info!(state = %r.state, %reason, "decision recorded");
+        }
         match applied {
             Applied::Done(r) if r.state == State::RetryReady => self.replay(r, report).await,
             Applied::Done(r) => Ok(Some(r)),

@@ -16,8 +16,8 @@ use super::transport::ReplayService;
 use crate::authorize::Access;
 use crate::contract::Contract;
 use crate::core::engine::{self, Applied, Extras};
-use crate::core::outgoing;
 use crate::core::{AttemptCtx, Observed, record_attempt};
+use crate::core::{outgoing, trace};
 use crate::evidence::Evidence;
 use crate::guard::AttemptToken;
 use crate::ledger::{LedgerError, OperationRecord};
@@ -158,6 +158,8 @@ impl Recoverer {
         .await?;
         match applied {
             Applied::Done(r) if r.state == State::InFlight => {
+                // The recovery step's span now follows the replay's attempt.
+                trace::claimed(&tracing::Span::current(), &r, &attempt);
                 Ok(ControlFlow::Continue((r, attempt)))
             }
             // The claim escalated (attempts or window spent).

@@ -45,6 +45,7 @@ impl Recoverer {
         why: &str,
     ) -> Result<Option<OperationRecord>, LedgerError> {
         let now = self.shared.clock.now_ms();
+        tracing::debug!(in_ms = next_ms - now, %why, "deferred to a later pass");
         let t = Transition {
             to: row.state,
             bump_generation: false,
