@@ -566,6 +566,8 @@ mod tests {
                 contract: "c@1".into(),
                 idempotency_key: "k".into(),
                 key_placement: None,
+                vendor_reference: None,
+                vendor_lookup: None,
             },
             attempts: vec![],
             evidence: vec![

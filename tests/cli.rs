@@ -307,6 +307,40 @@ async fn review_with_the_cli(world: &World, cli: &Cli) {
         seen.as_str()
     );
     assert!(pkg["package"]["parameters"]["key_placement"].is_null());
+    // Nothing named the vendor's object (every lookup found nothing), and without the
+    // application's contracts the CLI cannot say how the contract looks the write up.
+    for needle in [
+        "vendor    no reference: no answer or callback named the object",
+        "lookup    how the contract looks it up: give --contracts to know",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing:\n{text}");
+    }
+    assert!(pkg["package"]["parameters"]["vendor_reference"].is_null());
+    assert!(pkg["package"]["parameters"]["vendor_lookup"].is_null());
+    // The write that went through: its ticket, as the vendor's answer named it.
+    let ticket = world
+        .vendor
+        .tickets()
+        .into_iter()
+        .find(|t| t.operation_id.as_deref() == Some(fine.id().as_str()))
+        .expect("the plain write's ticket");
+    let fine_shown = cli.run(&["show", fine.id().as_str()]).await;
+    let fine_text = fine_shown.ok();
+    let vendor_line = format!(
+        "vendor    {} (named by the answer to a send, entry #",
+        ticket.id
+    );
+    assert!(
+        fine_text.contains(&vendor_line),
+        "{vendor_line:?} missing:\n{fine_text}"
+    );
+    let fine_pkg = cli
+        .run(&["show", fine.id().as_str(), "--json"])
+        .await
+        .json();
+    let reference = &fine_pkg["package"]["parameters"]["vendor_reference"];
+    assert_eq!(reference["value"], ticket.id.as_str(), "{fine_pkg}");
+    assert_eq!(reference["confirmed"], true, "{fine_pkg}");
     let version = pkg["package"]["version"].as_u64().unwrap();
     assert_eq!(pkg["package"]["state"], "MANUAL_REVIEW");
     assert_eq!(pkg["package"]["attempts"].as_array().unwrap().len(), 1);

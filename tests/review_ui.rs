@@ -15,10 +15,11 @@ use axum::response::Response;
 use common::*;
 use http::{StatusCode, header};
 use http_body_util::BodyExt;
+use recoverable_write::contract::Lookup;
 use recoverable_write::ledger::TenantScope;
 use recoverable_write::review_ui::{self, ReviewUiOptions, ReviewerIdentity};
 use recoverable_write::testing::FakeVendor;
-use recoverable_write::{KeyError, Operation, Secret, State, Tenant};
+use recoverable_write::{Contract, KeyError, Operation, Secret, State, Tenant};
 use tower::ServiceExt;
 
 /// The application's authentication, for the tests: `x-test-user: alice` may resolve,
@@ -293,6 +294,67 @@ async fn the_queue_pages_with_a_keyset_next_link() {
     assert_eq!(drill.vendor.tickets_created(), 2);
 }
 
+/// Issue 30 item 2: beside the key, the page names what else the vendor can find the write by:
+/// the reference its answer gave the object, and the request the contract's lookup makes.
+#[tokio::test]
+async fn the_operation_page_names_the_vendor_reference_and_the_contract_lookup() {
+    let drill = Drill::with_options(DrillOptions {
+        contract: Contract::conservative().lookup(Lookup::http_get("/operations/{operation_id}")),
+        ..DrillOptions::default()
+    })
+    .await;
+    let mut svc = drill.writer();
+    let op = new_op("intent-vendor-ref");
+    send(&mut svc, drill.ticket_request(&op, "E17"))
+        .await
+        .expect("the create succeeds");
+    assert_eq!(drill.vendor.tickets_created(), 1);
+    let ticket = drill.vendor.tickets()[0].clone();
+    assert_eq!(ticket.operation_id.as_deref(), Some(op.id().as_str()));
+
+    let app = app(config(&drill));
+    let page = get(&app, Some("alice"), &op_path(&op)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let b = &page.body;
+    assert!(
+        b.contains(&format!(
+            "{} (named by the answer to a send, entry #",
+            ticket.id
+        )),
+        "{b}"
+    );
+    let lookup = drill.vendor.url(&format!("/operations/{}", op.id()));
+    assert!(b.contains(&format!("GET {lookup}")), "{b}");
+    // Asked by hand, that very lookup finds the ticket.
+    let asked = http_client()
+        .request(
+            http::Request::get(&lookup)
+                .header("x-tenant", TENANT)
+                .header("authorization", CREDENTIAL)
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .expect("the vendor answers");
+    assert_eq!(asked.status(), StatusCode::OK);
+    let answer = asked.into_body().collect().await.unwrap().to_bytes();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.contains(&ticket.id), "{answer}");
+    let package = drill
+        .rw
+        .reviews()
+        .handoff(op.tenant(), op.id())
+        .await
+        .unwrap();
+    assert_eq!(
+        package.parameters.vendor_lookup,
+        Some(format!("GET {lookup}"))
+    );
+    let reference = package.parameters.vendor_reference.expect("a reference");
+    assert_eq!(reference.value, ticket.id);
+    assert!(reference.confirmed);
+}
+
 #[tokio::test]
 async fn the_operation_page_says_what_to_decide_and_shows_the_redacted_package() {
     let (drill, op) = drill_in_review().await;
@@ -343,6 +405,16 @@ async fn the_operation_page_says_what_to_decide_and_shows_the_redacted_package()
     assert_eq!(seen, row.idempotency_key.as_str());
     assert!(
         b.contains(&format!("{seen} (sent in the header Idempotency-Key)")),
+        "{b}"
+    );
+    // Nothing named the vendor's object (it cleaned its records), and the contract names no
+    // lookup: the page says both rather than leave the operator guessing.
+    assert!(
+        b.contains("none named yet (no answer or callback named the object)"),
+        "{b}"
+    );
+    assert!(
+        b.contains("the contract fake-vendor-v1 names no lookup"),
         "{b}"
     );
     // And what the browser is told about the page.

@@ -125,7 +125,7 @@ pub(super) fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
 
 /// `template` with the operation's values in its placeholders (percent-encoded when `encode`),
 /// or why it cannot be: a placeholder the operation has no (non-empty) value for.
-pub(super) fn fill(template: &str, op: &OperationRecord, encode: bool) -> Result<String, String> {
+pub(crate) fn fill(template: &str, op: &OperationRecord, encode: bool) -> Result<String, String> {
     let placeholders = [
         ("{operation_id}", Some(op.operation_id.as_str())),
         ("{idempotency_key}", Some(op.idempotency_key.as_str())),
@@ -204,6 +204,13 @@ pub(super) fn scoped_request(
         }
     }
     Ok(req)
+}
+
+/// The URL a lookup by `template` asks about `op` (placeholders filled, a relative template
+/// resolved against the operation's own URL), as an operator would ask it by hand; why not,
+/// when it cannot be made now (a placeholder the operation has no value for yet).
+pub(crate) fn lookup_url(template: &str, op: &OperationRecord) -> Result<String, String> {
+    scoped_request(template, None, op).map(|req| req.uri().to_string())
 }
 
 /// Sends `req` through `client` and reads at most `max_body` bytes of the answer, within

@@ -29,6 +29,7 @@ pub use self::worker::RecovererHandle;
 pub use crate::contract::NotFound;
 /// The stack lookups and replays go through, boxed.
 pub(crate) type Transport = self::transport::ReplayService;
+pub(crate) use self::http_lookup::{fill, lookup_url};
 pub(crate) use self::transport::boxed_transport;
 
 use crate::evidence::Evidence;

@@ -36,7 +36,8 @@
 
 // Here: `Reviews` and `ReviewError`. Beside it: `package` (the handoff package a reviewer
 // reads), `claim` (claims and take-overs), `resolve` (resolutions and acknowledgements), `audit`
-// (the audit notes), `evidence` (reading the log for a decision: what arrived since it), and
+// (the audit notes), `evidence` (reading the log for a decision: what arrived since it),
+// `vendor` (where the vendor holds a write: its reference, the contract's lookup), and
 // `quarantine` (rows this version cannot decode).
 
 use std::sync::Arc;
@@ -53,6 +54,7 @@ mod evidence;
 mod package;
 pub(crate) mod quarantine;
 mod resolve;
+mod vendor;
 
 pub use self::audit::MAX_REASON_CHARS;
 pub(crate) use self::audit::audit_note;
@@ -65,6 +67,7 @@ pub use self::package::{
     ParameterSummary,
 };
 use self::package::{body_fields, contract_label, redacted_url};
+pub use self::vendor::VendorReference;
 pub use quarantine::{QuarantinePackage, RawParameters, UnreadableColumn, quarantine_problem};
 
 /// Why a review action failed. Nothing changed.

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::vendor::{self, VendorReference};
 use super::{ReviewError, Reviews};
 use crate::authorize::Access;
 use crate::encoding::first_chars;
@@ -98,6 +99,18 @@ pub struct ParameterSummary {
     /// `None` otherwise.
     #[serde(default)]
     pub key_placement: Option<String>,
+    /// The vendor's own reference of the object the write created (or is working on), when an
+    /// answer or a callback named it, with the evidence that did: the other thing to look the
+    /// write up by at the vendor.
+    #[serde(default)]
+    pub vendor_reference: Option<VendorReference>,
+    /// What the operation's contract looks the write up by at the vendor, said for a human with
+    /// the operation's values in it (`GET https://vendor.example/operations/op_…`, `search GET
+    /// https://api.stripe.com/v1/charges?limit=100 for the item whose /metadata/operation_id is
+    /// op_…`, `no lookup: …`), when this process knows the operation's contract (same name and
+    /// content hash); `None` otherwise.
+    #[serde(default)]
+    pub vendor_lookup: Option<String>,
 }
 
 /// One send.
@@ -227,11 +240,10 @@ impl Reviews {
                 .map(|d| d.reason),
         };
         let mut parameters = summarize(&row);
-        parameters.key_placement = self
-            .shared
-            .contracts
-            .find(&row.contract)
-            .map(|c| c.key.to_string());
+        let contract = self.shared.contracts.find(&row.contract);
+        parameters.key_placement = contract.map(|c| c.key.to_string());
+        parameters.vendor_lookup = contract.map(|c| vendor::lookup(&row, c));
+        parameters.vendor_reference = vendor::reference(&row, &log);
         Ok(HandoffPackage {
             parameters,
             budget: BudgetUsed {
@@ -280,6 +292,8 @@ fn summarize(row: &OperationRecord) -> ParameterSummary {
         contract: contract_label(&row.contract.name, &row.contract.hash),
         idempotency_key: row.idempotency_key.as_str().to_owned(),
         key_placement: None,
+        vendor_reference: None,
+        vendor_lookup: None,
     }
 }
 

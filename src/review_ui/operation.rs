@@ -358,6 +358,8 @@ fn request(pr: &ParameterSummary) -> Vec<(&'static str, String)> {
         ("Request", format!("{} {}", pr.method, pr.url)),
         ("Contract", pr.contract.clone()),
         ("Idempotency key", key_line(pr)),
+        ("Reference at the vendor", vendor_reference_line(pr)),
+        ("Vendor lookup", vendor_lookup_line(pr)),
         (
             "Headers stored",
             if pr.header_names.is_empty() {
@@ -391,6 +393,26 @@ fn key_line(pr: &ParameterSummary) -> String {
             pr.idempotency_key, pr.contract
         ),
     }
+}
+
+/// The vendor's own reference of the object and which evidence named it: the other thing to
+/// look the write up by.
+fn vendor_reference_line(pr: &ParameterSummary) -> String {
+    match &pr.vendor_reference {
+        Some(r) if r.confirmed => format!("{} (named by {})", r.value, r.source),
+        Some(r) => format!("{} (named by {}; not confirmed yet)", r.value, r.source),
+        None => "none named yet (no answer or callback named the object)".into(),
+    }
+}
+
+/// What the contract's lookup asks the vendor, with this operation's values.
+fn vendor_lookup_line(pr: &ParameterSummary) -> String {
+    pr.vendor_lookup.clone().unwrap_or_else(|| {
+        format!(
+            "unknown here: the contract {} is not loaded by this process",
+            pr.contract
+        )
+    })
 }
 
 /// The budget used, and when the recovery window ends.

@@ -147,6 +147,25 @@ fn request(o: &mut String, pkg: &HandoffPackage) {
             );
         }
     }
+    let _ = match &p.vendor_reference {
+        Some(r) if r.confirmed => writeln!(o, "  vendor    {} (named by {})", r.value, r.source),
+        Some(r) => writeln!(
+            o,
+            "  vendor    {} (named by {}; not confirmed)",
+            r.value, r.source
+        ),
+        None => writeln!(
+            o,
+            "  vendor    no reference: no answer or callback named the object"
+        ),
+    };
+    let _ = writeln!(
+        o,
+        "  lookup    {}",
+        p.vendor_lookup
+            .as_deref()
+            .unwrap_or("how the contract looks it up: give --contracts to know")
+    );
     let _ = writeln!(
         o,
         "  headers   {}",
