@@ -75,7 +75,7 @@ pub(super) fn decision(form: &[(String, String)]) -> Result<ReviewDecision, Stri
                 .map(|r| crate::encoding::first_chars(r, 200).to_owned());
             // A success with no reference is final and cannot be traced to the vendor's
             // object later: only on an explicit word that there is none.
-            if remote_ref.is_none() && !field(form, "no_reference").is_some_and(|v| !v.is_empty()) {
+            if remote_ref.is_none() && field(form, "no_reference").is_none_or(str::is_empty) {
                 return Err(
                     "To resolve as succeeded, give the vendor's reference, or tick “no \
                      reference”: you checked at the vendor and there is none to record."
