@@ -6,7 +6,13 @@
 //! cargo run --example drill -- d5 d22   # some scenarios by name
 //! cargo run --example drill -- --all    # every scenario, then a pass/fail summary
 //! cargo run --example drill -- --keep   # keep the SQLite ledger file to open afterwards
+//! cargo run --example drill -- --practice ops.db   # a practice ledger to rehearse the runbook
 //! ```
+//!
+//! `--practice PATH` writes one new SQLite ledger with the mix an operator meets on call:
+//! operations in review for different reasons, unknown ones, finished ones, a quarantined row
+//! and a contradicted final state (see `recoverable_write::testing::practice`), then prints
+//! what it wrote and the commands to try on it.
 //!
 //! The timeline has one line per evidence entry:
 //!
@@ -53,6 +59,10 @@ struct Args {
     /// Keep each scenario's SQLite ledger file (its path is printed) instead of deleting it.
     #[arg(long)]
     keep: bool,
+    /// Write a practice ledger to this new SQLite file (instead of running scenarios): the mix
+    /// an operator meets on call, to rehearse the runbook with the command line and the page.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["list", "all", "keep"])]
+    practice: Option<std::path::PathBuf>,
     /// Scenarios to run (default: d1).
     scenarios: Vec<String>,
 }
@@ -387,6 +397,9 @@ async fn run(s: &Scenario, keep: bool) -> Result<(), String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(path) = &args.practice {
+        return practice(path).await;
+    }
     if args.list {
         for s in SCENARIOS {
             println!(
@@ -434,4 +447,42 @@ async fn main() -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `--practice PATH`: writes the practice ledger, prints it and what to try.
+async fn practice(path: &std::path::Path) -> ExitCode {
+    use recoverable_write::testing::practice::write_practice_ledger;
+
+    let written = match write_practice_ledger(path).await {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("no practice ledger: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "practice ledger {} (tenant {}):\n",
+        written.path.display(),
+        written.tenant
+    );
+    for o in &written.operations {
+        let state = o.state.map_or("QUARANTINED".to_owned(), |s| s.to_string());
+        println!("  {:<14} {:<30} {}", state, o.intent, o.why);
+    }
+    let ledger = format!("sqlite:{}", written.path.display());
+    let t = &written.tenant;
+    println!(
+        "\nrehearse (docs/runbook.md, \"Rehearse\"):\n\
+         \x20 recoverable-write --ledger {ledger} --tenant {t} stats\n\
+         \x20 recoverable-write --ledger {ledger} --tenant {t} list\n\
+         \x20 recoverable-write --ledger {ledger} --tenant {t} list --state manual_review\n\
+         \x20 recoverable-write --ledger {ledger} --tenant {t} show practice-lookups-ran-out\n\
+         \x20 recoverable-write --ledger {ledger} --tenant {t} list --contradicted\n\
+         \x20 recoverable-write --ledger {ledger} --tenant {t} list --state quarantined\n\
+         (install the command line with `cargo install --path . --features cli`, or use \
+         `cargo run --features cli --bin recoverable-write --` in its place). `show` prints the \
+         commands that act on each operation; the fake vendors are gone, so check \"at the \
+         vendor\" by reading the timeline."
+    );
+    ExitCode::SUCCESS
 }

@@ -50,6 +50,28 @@ pub fn state_meaning(state: State) -> &'static str {
     }
 }
 
+/// What the state of `pkg` means, in one sentence: [`state_meaning`], except for an operation
+/// a reviewer took into `MANUAL_REVIEW` by claiming it (from `UNKNOWN`, say), where evidence did
+/// not run out: a person stopped the engine.
+pub fn meaning(pkg: &HandoffPackage) -> &'static str {
+    if pkg.state == State::ManualReview && claimed_into_review(&pkg.evidence) {
+        return "a reviewer took it over: automatic sends are revoked and a person decides";
+    }
+    state_meaning(pkg.state)
+}
+
+/// Whether the latest entry that moved the operation into `MANUAL_REVIEW` was a reviewer's
+/// claim rather than the engine's escalation.
+fn claimed_into_review(evidence: &[EvidenceSummary]) -> bool {
+    evidence
+        .iter()
+        .rev()
+        .find(|e| {
+            matches!(e.transition, Some((from, Some(State::ManualReview))) if from != Some(State::ManualReview))
+        })
+        .is_some_and(|e| e.kind == "review_claimed")
+}
+
 /// One observation in a few words: `succeeded (W731)`, `unknown: HTTP 504 Gateway Timeout`.
 pub fn describe_evidence(e: &Evidence) -> String {
     match e {
@@ -228,7 +250,13 @@ pub fn explain(pkg: &HandoffPackage, now_ms: i64) -> Explanation {
     {
         why.push(format!("last reason recorded: {reason}"));
     }
-    if pkg.may_have_applied {
+    if pkg.may_have_applied && pkg.state.is_terminal() {
+        why.push(
+            "an attempt may have reached the vendor before this final state was known (a \
+             response was lost, timed out or was unclear)"
+                .to_owned(),
+        );
+    } else if pkg.may_have_applied {
         why.push(format!(
             "the vendor may have done it: an attempt may have reached it (a response was lost, \
              timed out or was unclear), so a new {action} could be a duplicate"

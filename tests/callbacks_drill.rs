@@ -1189,3 +1189,39 @@ async fn the_cli_lists_shows_and_acknowledges_a_contradiction() {
     );
     assert_eq!(row_of(&s, &op).await.state, State::Rejected);
 }
+
+/// Issue 30 item 3: the webhook route answers with or without a trailing slash (vendors are
+/// configured by hand, and a slash is easy to add), each delivery processed once.
+#[tokio::test]
+async fn the_webhook_route_answers_with_or_without_a_trailing_slash() {
+    use tower::ServiceExt as _;
+
+    let s = setup(MemoryLedger::new()).await;
+    let op = lost_write(&s, "intent-slash").await;
+    let ticket = ticket_of(&s, &op);
+    // Mounted as the guide says: `nest_service` routes both forms of the path.
+    let app = axum::Router::new().nest_service("/webhooks/tickets", s.receiver.router());
+    for (uri, event) in [
+        ("/webhooks/tickets/", "evt_slash_1"),
+        ("/webhooks/tickets", "evt_slash_2"),
+    ] {
+        let d = signed(&s, event, ticket_event(event, "ticket.created", &ticket));
+        let mut req = http::Request::post(uri);
+        for (name, value) in &d.headers {
+            req = req.header(name, value);
+        }
+        let res = app
+            .clone()
+            .oneshot(req.body(axum::body::Body::from(d.body.clone())).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(res.status(), http::StatusCode::OK, "{uri}");
+    }
+    assert_eq!(state_of(&s, &op).await, State::Succeeded);
+    assert_eq!(
+        callback_entries(&s, &op).await,
+        1,
+        "the second changed nothing"
+    );
+    assert_eq!(s.vendor.tickets_created(), 1);
+}

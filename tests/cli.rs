@@ -1310,3 +1310,397 @@ async fn quarantined_rows_are_counted_listed_shown_and_released_with_the_cli() {
     assert_eq!(world.vendor.posts_received(), 1);
     cli.assert_nothing_leaked();
 }
+
+/// A line as a shell splits it: words, "double" and 'single' quotes (no expansions).
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    word.push(q);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(q) = chars.next() {
+                    match q {
+                        '"' => break,
+                        '\\' => word.extend(chars.next()),
+                        _ => word.push(q),
+                    }
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
+}
+
+/// The command line `show` (or an action) printed containing every one of `needles`, as the
+/// binary's arguments (after `recoverable-write`).
+fn printed_command(out: &str, needles: &[&str]) -> Vec<String> {
+    let line = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("recoverable-write ") && needles.iter().all(|n| l.contains(n)))
+        .unwrap_or_else(|| panic!("no command with {needles:?}:\n{out}"));
+    let words = shell_words(line);
+    assert_eq!(words[0], "recoverable-write");
+    words[1..].to_vec()
+}
+
+/// Runs printed arguments as they are (nothing added: no --ledger, no --tenant).
+async fn run_printed(cli: &Cli, args: &[String]) -> Run {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    cli.raw(&args).await
+}
+
+/// Issue 30 item 3: `show`'s commands run as printed, each at the version they name; a success
+/// without a reference needs `--no-reference`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn printed_commands_run_as_printed_and_a_success_without_reference_needs_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let world = World::new(ledger).await;
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    let (op, _) = world.lost_response_to_review("intent-printed").await;
+    let id = op.id().as_str();
+    let tickets = world.vendor.tickets_created();
+    let v0 = world.record(op.id()).await.version;
+
+    // Every command printed names the tenant and the version shown, and runs as printed.
+    let shown = cli.run(&["show", id]).await.ok().to_owned();
+    let claim = printed_command(&shown, &[" claim "]);
+    assert!(
+        claim.windows(2).any(|w| w == ["--tenant", TENANT]),
+        "{claim:?}"
+    );
+    for line in shown.lines().filter(|l| l.contains("recoverable-write ")) {
+        assert!(line.contains(&format!("--version {v0} ")), "{line}");
+    }
+    let claimed = run_printed(&cli, &claim).await;
+    let claimed = claimed.ok().to_owned();
+    assert_eq!(world.record(op.id()).await.version, v0 + 1);
+
+    // The claim's own "next" commands are at the new version; keep-pending runs as printed.
+    let keep = printed_command(&claimed, &[" keep-pending "]);
+    assert!(
+        claimed.contains(&format!("--version {} ", v0 + 1)),
+        "{claimed}"
+    );
+    run_printed(&cli, &keep).await.ok();
+    let row = world.record(op.id()).await;
+    assert_eq!(row.state, State::ManualReview);
+    assert_eq!(row.version, v0 + 2);
+
+    // `succeeded` without a reference is refused unless said explicitly: nothing changes.
+    let v2 = (v0 + 2).to_string();
+    let bare = cli
+        .run(&[
+            "resolve",
+            id,
+            "succeeded",
+            "--version",
+            &v2,
+            "--reviewer",
+            "alice",
+            "--reason",
+            "it is there",
+        ])
+        .await;
+    assert_eq!(bare.code, 2, "{}", bare.stderr);
+    assert!(bare.stderr.contains("--no-reference"), "{}", bare.stderr);
+    let row = world.record(op.id()).await;
+    assert_eq!((row.state, row.version), (State::ManualReview, v0 + 2));
+
+    // The printed `--no-reference` line, as printed.
+    let shown = cli.run(&["show", id]).await.ok().to_owned();
+    assert!(!shown.contains(&format!("--version {v0} ")), "{shown}");
+    let no_ref = printed_command(&shown, &["succeeded", "--no-reference"]);
+    run_printed(&cli, &no_ref).await.ok();
+    let row = world.record(op.id()).await;
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.remote_ref, None);
+    // Resolving records; it never sends.
+    assert_eq!(world.vendor.tickets_created(), tickets);
+    cli.assert_nothing_leaked();
+}
+
+/// Issue 30 item 3: generated ids share their leading timestamp, so an operation is named by
+/// the end of its id or its intent, and an ambiguous name lists the candidates truthfully.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_are_named_by_their_ids_end_or_intent_and_ambiguity_lists_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let world = World::new(ledger).await;
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    let (op, fine) = world.lost_response_to_review("intent-named").await;
+    let id = op.id().as_str();
+
+    // A prefix both ids share: ambiguous, both listed, and the hint is one that works here
+    // (not --tenant: it was given).
+    let common: usize = id
+        .chars()
+        .zip(fine.id().as_str().chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let prefix = &id[..common.max(3)];
+    let r = cli.run(&["show", prefix]).await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    for needle in [
+        id,
+        fine.id().as_str(),
+        "intent-named",
+        "last characters",
+        "MANUAL_REVIEW",
+    ] {
+        assert!(r.stderr.contains(needle), "{needle:?}: {}", r.stderr);
+    }
+    assert!(!r.stderr.contains("--tenant"), "{}", r.stderr);
+
+    // The end of the id, and the intent, each name exactly one operation.
+    let suffix = &id[id.len() - 6..];
+    let shown = cli.run(&["show", suffix]).await;
+    assert!(
+        shown.ok().starts_with(&format!("operation  {id} ")),
+        "{}",
+        shown.stdout
+    );
+    let shown = cli.run(&["show", "intent-named"]).await;
+    assert!(
+        shown.ok().starts_with(&format!("operation  {id} ")),
+        "{}",
+        shown.stdout
+    );
+    let v = world.record(op.id()).await.version.to_string();
+    cli.run(&[
+        "claim",
+        suffix,
+        "--version",
+        &v,
+        "--reviewer",
+        "alice",
+        "--reason",
+        "by the end of its id",
+    ])
+    .await
+    .ok();
+    assert_eq!(
+        world.record(op.id()).await.version,
+        v.parse::<u64>().unwrap() + 1
+    );
+    let r = cli.run(&["show", "intent-nobody"]).await;
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    cli.assert_nothing_leaked();
+}
+
+/// Issue 30 item 3: `list` shows the reason the page shows; the wording fits the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_the_reason_and_the_words_fit_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let world = World::new(ledger).await;
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    let (op, fine) = world.lost_response_to_review("intent-words").await;
+    let reason = world
+        .record(op.id())
+        .await
+        .reason
+        .expect("an escalation reason");
+
+    let listed = cli.run(&["list"]).await.ok().to_owned();
+    let header = listed.lines().next().unwrap();
+    assert!(header.trim_end().ends_with("REASON"), "{listed}");
+    let line = listed
+        .lines()
+        .find(|l| l.contains(op.id().as_str()))
+        .unwrap();
+    let shown_reason: String = reason.chars().take(40).collect();
+    assert!(line.contains(&shown_reason), "{line}\n{reason}");
+
+    // A finished operation is not "a duplicate" in waiting, even when an attempt's response
+    // was lost on the way (D1: the lookup found the ticket).
+    let recovered = new_op("intent-words-recovered");
+    world.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut world.writer(), world.request(&recovered)).await;
+    let row = world
+        .recover_until(recovered.id(), |r| r.state.is_terminal())
+        .await;
+    assert_eq!(row.state, State::Succeeded);
+    assert!(row.may_have_applied);
+    let shown = cli
+        .run(&["show", recovered.id().as_str()])
+        .await
+        .ok()
+        .to_owned();
+    assert!(!shown.contains("could be a duplicate"), "{shown}");
+
+    // A claim of an UNKNOWN write: evidence did not run out, a person took it over.
+    let unknown = new_op("intent-words-unknown");
+    world.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut world.writer(), world.request(&unknown)).await;
+    let row = world.record(unknown.id()).await;
+    assert_eq!(row.state, State::Unknown);
+    let v = row.version.to_string();
+    let claimed = cli
+        .run(&[
+            "claim",
+            unknown.id().as_str(),
+            "--version",
+            &v,
+            "--reviewer",
+            "alice",
+            "--reason",
+            "customer called",
+        ])
+        .await
+        .ok()
+        .to_owned();
+    let shown = cli
+        .run(&["show", unknown.id().as_str()])
+        .await
+        .ok()
+        .to_owned();
+    for text in [&claimed, &shown] {
+        assert!(!text.contains("evidence ran out"), "{text}");
+        assert!(text.contains("a reviewer took it over"), "{text}");
+    }
+
+    // A refusal names no internal event.
+    let v = world.record(fine.id()).await.version.to_string();
+    let refused = cli
+        .run(&[
+            "claim",
+            fine.id().as_str(),
+            "--version",
+            &v,
+            "--reviewer",
+            "alice",
+            "--reason",
+            "look",
+        ])
+        .await;
+    assert_eq!(refused.code, 5, "{}", refused.stderr);
+    assert!(
+        !refused.stderr.contains("review_claim"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused
+            .stderr
+            .contains("SUCCEEDED: it cannot be claimed (it is finished)"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(world.record(fine.id()).await.state, State::Succeeded);
+
+    // --help names every state in which a write must not be created again by hand.
+    let help = cli.raw(&["--help"]).await;
+    let help = help.ok().replace('\n', " ");
+    assert!(
+        help.contains("UNKNOWN, PROCESSING, IN_FLIGHT or MANUAL_REVIEW"),
+        "{help}"
+    );
+    cli.assert_nothing_leaked();
+}
+
+/// Issue 30 item 3: refused connections are not a vendor's result ("last result PREPARED"
+/// after three of them, or UNKNOWN when the replay could not be sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_are_not_a_last_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    // D20: every attempt refused, the write budget spent.
+    let drill = Drill::with_ledger(
+        FakeVendor::start().await,
+        ledger.clone(),
+        DrillOptions::default(),
+    );
+    let op = new_op("intent-refused");
+    drill.vendor.faults().refuse_connections(true).unwrap();
+    let _ = send(&mut drill.writer(), drill.ticket_request(&op, "E17")).await;
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::ManualReview)
+        .await;
+    assert_eq!(row.attempts_used, 3);
+    // A contract whose secret body field the replay cannot supply: one refused attempt.
+    let world = World::with_policy(ledger, fast_policy()).await;
+    let secret = new_op("intent-refused-secret");
+    world.vendor.faults().refuse_connections(true).unwrap();
+    let _ = send(&mut world.writer(), world.request(&secret)).await;
+    let row = world
+        .recover_until(secret.id(), |r| r.state == State::ManualReview)
+        .await;
+    assert_eq!(row.attempts_used, 1);
+    for op in [&op, &secret] {
+        let shown = cli.run(&["show", op.id().as_str()]).await.ok().to_owned();
+        let state_line = shown.lines().find(|l| l.starts_with("state ")).unwrap();
+        assert!(!state_line.contains("last result"), "{shown}");
+        assert!(
+            state_line.contains("no attempt reached the vendor"),
+            "{state_line}"
+        );
+    }
+    assert_eq!(drill.vendor.tickets_created(), 0);
+    assert_eq!(world.vendor.tickets_created(), 0);
+}
+
+/// Issue 30 item 3: a bare path to a SQLite ledger is accepted; a missing one is named with the
+/// form that works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_ledger_path_is_accepted_or_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let world = World::new(ledger).await;
+    let (op, _) = world.lost_response_to_review("intent-bare").await;
+    let cli = Cli::new(path.display().to_string(), None);
+    let listed = cli.run(&["list"]).await;
+    assert!(listed.ok().contains(op.id().as_str()), "{}", listed.stdout);
+    // `show` prints commands that run as printed: with the ledger as `sqlite:PATH`.
+    let shown = cli.run(&["show", op.id().as_str()]).await.ok().to_owned();
+    assert!(
+        shown.contains(&format!("--ledger sqlite:{}", path.display()))
+            || shown.contains(&format!("--ledger 'sqlite:{}'", path.display())),
+        "{shown}"
+    );
+    let missing = dir.path().join("nope.db");
+    let r = cli
+        .raw(&[
+            "--ledger",
+            &missing.display().to_string(),
+            "--tenant",
+            "t",
+            "list",
+        ])
+        .await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("sqlite:PATH"), "{}", r.stderr);
+    assert!(!missing.exists());
+}

@@ -1433,3 +1433,90 @@ async fn a_contradicted_final_state_is_announced_on_the_queue_and_listed_by_its_
     );
     assert!(page.body.contains("recorded as rejected"), "{}", page.body);
 }
+
+/// Issue 30 item 3: "it succeeded" with no reference is final and untraceable: the page asks
+/// for an explicit "no reference" tick, and the server refuses without it.
+#[tokio::test]
+async fn a_success_without_reference_needs_the_no_reference_tick_on_the_server() {
+    let (drill, op) = drill_in_review().await;
+    let tickets = drill.vendor.tickets_created();
+    let app = app(config(&drill));
+    let before = drill.record(op.id()).await;
+    let page = get(&app, Some("alice"), &op_path(&op)).await;
+    assert!(
+        page.body.contains("name=\"no_reference\""),
+        "the page offers the tick"
+    );
+    let (version, csrf) = (hidden(&page.body, "version"), hidden(&page.body, "csrf"));
+
+    for remote_ref in ["", "   "] {
+        let a = post(
+            &app,
+            Some("alice"),
+            &format!("{}/resolve", op_path(&op)),
+            &[
+                ("version", &version),
+                ("csrf", &csrf),
+                ("decision", "succeeded"),
+                ("remote_ref", remote_ref),
+                ("reason", "it is in the console"),
+            ],
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.body);
+        assert!(a.body.contains("no reference"), "{}", a.body);
+        let row = drill.record(op.id()).await;
+        assert_eq!(
+            (row.state, row.version),
+            (State::ManualReview, before.version)
+        );
+    }
+
+    let a = post(
+        &app,
+        Some("alice"),
+        &format!("{}/resolve", op_path(&op)),
+        &[
+            ("version", &version),
+            ("csrf", &csrf),
+            ("decision", "succeeded"),
+            ("remote_ref", ""),
+            ("no_reference", "yes"),
+            ("reason", "checked: the vendor shows it with no reference"),
+        ],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let row = drill.record(op.id()).await;
+    assert_eq!(row.state, State::Succeeded);
+    assert_eq!(row.remote_ref, None);
+    assert_eq!(drill.vendor.tickets_created(), tickets, "nothing was sent");
+}
+
+/// Issue 30 item 3: the page answers with or without a trailing slash after its mount path.
+#[tokio::test]
+async fn the_queue_answers_with_or_without_a_trailing_slash() {
+    let (drill, op) = drill_in_review().await;
+    // Mounted as the guide says: `nest_service` routes `/ops/` too.
+    let app = Router::new()
+        .nest_service("/ops", review_ui::router(config(&drill)))
+        .layer(middleware::from_fn(test_auth));
+    for uri in ["/ops", "/ops/"] {
+        let page = get(&app, Some("alice"), uri).await;
+        assert_eq!(page.status, StatusCode::OK, "{uri}: {}", page.body);
+        assert!(page.body.contains(op.id().as_str()), "{uri}");
+    }
+    // Below the mount path, with either mounting.
+    let nested = self::app(config(&drill));
+    for app in [&app, &nested] {
+        let page = get(app, Some("alice"), &format!("{}/", op_path(&op))).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        assert!(page.body.contains(op.id().as_str()));
+        // Its links still start at the mount path.
+        assert!(page.body.contains("href=\"/ops"), "{}", page.body);
+    }
+    assert_eq!(
+        get(&app, Some("alice"), "/ops/nothing/").await.status,
+        StatusCode::NOT_FOUND
+    );
+}

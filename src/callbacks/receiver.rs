@@ -95,7 +95,7 @@ const NEVER_SENT: &str = "it names an operation that was never sent (PREPARED): 
 ///     StripeSignature::new(secret),
 ///     AccountTenants::default().default_tenant("acme"),
 /// );
-/// let app: axum::Router = axum::Router::new().nest("/webhooks/stripe", stripe.router());
+/// let app: axum::Router = axum::Router::new().nest_service("/webhooks/stripe", stripe.router());
 /// # let _ = app;
 /// # Ok(())
 /// # }
@@ -624,9 +624,12 @@ mod axum_impl {
     }
 
     impl CallbackReceiver {
-        /// An axum `Router` answering `POST /` with [`receive`](Self::receive): nest it where
-        /// the vendor delivers (`Router::new().nest("/webhooks/stripe", receiver.router())`).
-        /// Mount it outside your user authentication: the signature is the authentication.
+        /// An axum `Router` answering `POST /` with [`receive`](Self::receive): mount it where
+        /// the vendor delivers with `nest_service`
+        /// (`Router::new().nest_service("/webhooks/stripe", receiver.router())`), which answers
+        /// with or without a trailing slash (`/webhooks/stripe/`: a vendor's endpoint is typed
+        /// by hand); axum's `nest` answers only without it. Mount it outside your user
+        /// authentication: the signature is the authentication.
         pub fn router<S>(&self) -> axum::Router<S>
         where
             S: Clone + Send + Sync + 'static,

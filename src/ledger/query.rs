@@ -41,21 +41,45 @@ impl TenantScope {
     }
 }
 
-/// A match on the operation id or on the remote reference (either one matching is enough).
-/// Compared as plain text (no wildcard characters: `%` and `_` match themselves).
+/// A match on the operation id or on the remote reference (either one matching is enough), or
+/// on the intent. Compared as plain text (no wildcard characters: `%` and `_` match
+/// themselves).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TextMatch {
     /// The whole value equals the text.
     Exact(String),
     /// The value starts with the text.
     Prefix(String),
+    /// The value ends with the text: generated operation ids start with their creation time,
+    /// so the end of one is what tells it from its neighbours.
+    Suffix(String),
+    /// The operation's intent reference (`intent_ref`, the name the caller gave the write)
+    /// equals the text; the id and the remote reference are not compared.
+    Intent(String),
 }
 
 impl TextMatch {
-    fn matches(&self, value: &str) -> bool {
+    /// The text matched.
+    pub fn text(&self) -> &str {
         match self {
+            TextMatch::Exact(s)
+            | TextMatch::Prefix(s)
+            | TextMatch::Suffix(s)
+            | TextMatch::Intent(s) => s.as_str(),
+        }
+    }
+
+    /// Whether `r` matches (the in-memory evaluation of the SQL predicate).
+    fn matches_record(&self, r: &OperationRecord) -> bool {
+        let on = |value: &str| match self {
             TextMatch::Exact(t) => value == t,
             TextMatch::Prefix(p) => value.starts_with(p.as_str()),
+            TextMatch::Suffix(p) => value.ends_with(p.as_str()),
+            TextMatch::Intent(_) => false,
+        };
+        match self {
+            TextMatch::Intent(t) => *r.intent_ref == **t,
+            _ => on(r.operation_id.as_str()) || r.remote_ref.as_deref().is_some_and(on),
         }
     }
 }
@@ -323,9 +347,7 @@ impl OperationQuery {
             self.scope.tenant().map(Tenant::as_str),
             self.contract.as_deref(),
             self.host.as_deref(),
-            self.text.as_ref().map(|t| match t {
-                TextMatch::Exact(s) | TextMatch::Prefix(s) => s.as_str(),
-            }),
+            self.text.as_ref().map(TextMatch::text),
         ];
         if texts.iter().flatten().any(|s| s.contains('\0')) {
             return Err(LedgerError::Config(
@@ -372,10 +394,7 @@ impl OperationQuery {
             && self
                 .next_check_before
                 .is_none_or(|b| r.next_check_ms.is_some_and(|n| n < b))
-            && self.text.as_ref().is_none_or(|t| {
-                t.matches(r.operation_id.as_str())
-                    || r.remote_ref.as_deref().is_some_and(|rr| t.matches(rr))
-            })
+            && self.text.as_ref().is_none_or(|t| t.matches_record(r))
             && (!self.contradicted || r.contradiction_ms.is_some())
     }
 }
@@ -598,6 +617,14 @@ impl Terms {
         format!("substr({column}, 1, {n}) = {p}")
     }
 
+    /// `substr(column, length(column) - n + 1) = suffix` (and the column at least `n` long): a
+    /// suffix match with no wildcard characters to escape, in SQLite and PostgreSQL alike.
+    fn suffix(&mut self, column: &str, suffix: &str) -> String {
+        let n = suffix.chars().count();
+        let p = self.arg(Arg::Text(suffix.to_owned()));
+        format!("(length({column}) >= {n} AND substr({column}, length({column}) - {n} + 1) = {p})")
+    }
+
     fn scope(&mut self, scope: &TenantScope) {
         if let Some(t) = scope.tenant() {
             let p = self.arg(Arg::Text(t.as_str().to_owned()));
@@ -692,6 +719,15 @@ pub(crate) fn list_sql(
             let a = t.prefix("operation_id", s);
             let b = t.prefix("remote_ref", s);
             t.terms.push(format!("({a} OR {b})"));
+        }
+        Some(TextMatch::Suffix(s)) => {
+            let a = t.suffix("operation_id", s);
+            let b = t.suffix("remote_ref", s);
+            t.terms.push(format!("({a} OR {b})"));
+        }
+        Some(TextMatch::Intent(s)) => {
+            let a = t.arg(Arg::Text(s.clone()));
+            t.terms.push(format!("intent_ref = {a}"));
         }
     }
     let (cmp, dir) = match q.order {

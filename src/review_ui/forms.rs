@@ -68,12 +68,22 @@ fn posted(form: &[(String, String)]) -> Result<Posted, (StatusCode, String)> {
 /// The resolve form's decision, or what is wrong with it.
 pub(super) fn decision(form: &[(String, String)]) -> Result<ReviewDecision, String> {
     match field(form, "decision").unwrap_or_default() {
-        "succeeded" => Ok(ReviewDecision::ConfirmedSucceeded {
-            remote_ref: field(form, "remote_ref")
+        "succeeded" => {
+            let remote_ref = field(form, "remote_ref")
                 .map(str::trim)
                 .filter(|r| !r.is_empty())
-                .map(|r| crate::encoding::first_chars(r, 200).to_owned()),
-        }),
+                .map(|r| crate::encoding::first_chars(r, 200).to_owned());
+            // A success with no reference is final and cannot be traced to the vendor's
+            // object later: only on an explicit word that there is none.
+            if remote_ref.is_none() && field(form, "no_reference").is_none_or(str::is_empty) {
+                return Err(
+                    "To resolve as succeeded, give the vendor's reference, or tick “no \
+                     reference”: you checked at the vendor and there is none to record."
+                        .to_owned(),
+                );
+            }
+            Ok(ReviewDecision::ConfirmedSucceeded { remote_ref })
+        }
         "not_executed" => {
             if field(form, "reapprove").is_some_and(|v| !v.is_empty()) {
                 Ok(ReviewDecision::ConfirmedNotExecuted)

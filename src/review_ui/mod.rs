@@ -46,7 +46,7 @@
 //! # fn app(ledger: Arc<dyn ListingLedger>) -> Router {
 //! let review = review_ui::router(ReviewUiOptions::for_tenant(ledger, Tenant::new("acme")));
 //! Router::new()
-//!     .nest("/ops", review)
+//!     .nest_service("/ops", review)
 //!     .layer(middleware::from_fn(auth))
 //! # }
 //! ```
@@ -72,7 +72,7 @@ use axum::Router;
 use axum::extract::{OriginalUri, Request};
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
 
 use self::views::message;
@@ -202,16 +202,40 @@ impl ReviewUiOptions {
 type Shared = Arc<ReviewUiOptions>;
 
 /// The review page's router. Mount it behind your authentication, which inserts a
-/// [`ReviewerIdentity`] per request: `Router::new().nest("/ops", router(config))`.
+/// [`ReviewerIdentity`] per request: `Router::new().nest_service("/ops", router(config))`.
+/// Every path answers with or without a trailing slash (`/ops/op/{id}/`); the mount path itself
+/// too (`/ops/`) when mounted with `nest_service` (axum's `nest` routes `/ops` only).
 pub fn router(config: ReviewUiOptions) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/", get(queue::queue))
         .route("/op/{id}", get(operation::operation))
         .route("/op/{id}/claim", post(actions::claim))
         .route("/op/{id}/resolve", post(actions::resolve))
         .route("/op/{id}/release", post(quarantine::release))
         .layer(middleware::from_fn(gate))
-        .with_state(Arc::new(config))
+        .with_state(Arc::new(config));
+    // What no route matched: the same path without its trailing slash, routed again (a
+    // nested router's `/` is its mount path without the slash).
+    let again = routes.clone();
+    routes.fallback_service(tower::service_fn(move |mut req: Request| {
+        let again = again.clone();
+        async move {
+            let path = req.uri().path();
+            if path.len() > 1 && path.ends_with('/') {
+                let trimmed = path.trim_end_matches('/');
+                let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
+                let rest = req
+                    .uri()
+                    .query()
+                    .map_or_else(|| trimmed.to_owned(), |q| format!("{trimmed}?{q}"));
+                if let Ok(uri) = rest.parse() {
+                    *req.uri_mut() = uri;
+                    return tower::ServiceExt::oneshot(again, req).await;
+                }
+            }
+            Ok::<Response, std::convert::Infallible>(StatusCode::NOT_FOUND.into_response())
+        }
+    }))
 }
 
 /// 401 without an identity, 403 for a read-only identity's POST; then the route.
@@ -255,6 +279,11 @@ fn base_of(req: &Request) -> String {
 }
 
 fn mount_base(original: &str, inner: &str) -> String {
+    // A trailing slash on the original path (`/ops/op/x/`) was trimmed before routing.
+    let original = match original.trim_end_matches('/') {
+        "" => "/",
+        o => o,
+    };
     let base = original
         .strip_suffix(inner)
         .unwrap_or_else(|| if inner == "/" { original } else { "" });
@@ -278,5 +307,7 @@ mod tests {
         assert_eq!(mount_base("/ops/op/x", "/op/x"), "/ops");
         assert_eq!(mount_base("/op/x", "/op/x"), "");
         assert_eq!(mount_base("/", "/"), "");
+        assert_eq!(mount_base("/ops/op/x/", "/op/x"), "/ops");
+        assert_eq!(mount_base("/ops//", "/"), "/ops");
     }
 }

@@ -33,6 +33,8 @@ pub mod callbacks;
 pub mod drill;
 mod faults;
 mod forwarding;
+#[cfg(feature = "sqlite")]
+pub mod practice;
 mod server;
 mod store;
 mod vendor;

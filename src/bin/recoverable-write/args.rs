@@ -10,14 +10,19 @@ bad ledger URL, ambiguous id, blank reason, a deletion not confirmed or without 
 application's contracts), 3 operation not found, 4 stale version (changed \
 since it was read: show it again), 5 refused in the operation's state.
 
-Never create a write again by hand while it is UNKNOWN, PROCESSING or IN_FLIGHT: the vendor may \
-already have it.";
+Never create a write again by hand while it is UNKNOWN, PROCESSING, IN_FLIGHT or MANUAL_REVIEW: \
+the vendor may already have it (resolve it instead: `show OP` prints the commands).
+
+OP, where a command takes one: the operation id, or what names exactly one operation: the last \
+characters of its id (ids start with their creation time, so their ends tell them apart), a \
+prefix of it, its intent, or the vendor's reference.";
 
 /// Find, understand and resolve stuck recoverable writes.
 #[derive(Debug, Parser)]
 #[command(name = "recoverable-write", version, after_help = EXIT_CODES_HELP)]
 pub(crate) struct Cli {
-    /// The ledger: sqlite:PATH, sqlite://PATH or postgres://… (never printed).
+    /// The ledger: sqlite:PATH, sqlite://PATH (or the path of an existing SQLite file) or
+    /// postgres://… (a PostgreSQL URL is never printed).
     #[arg(
         long,
         env = "RECOVERABLE_WRITE_LEDGER",
@@ -118,7 +123,7 @@ pub(crate) struct PurgeArgs {
 /// `erase`.
 #[derive(Debug, Args)]
 pub(crate) struct EraseArgs {
-    /// The operation whose details to erase (id or unique prefix).
+    /// The operation whose details to erase (as for `show`: its id, the end of it, its intent…).
     #[arg(
         required_unless_present = "all_finished",
         conflicts_with = "all_finished"
@@ -155,7 +160,8 @@ pub(crate) enum QuarantineAction {
 /// `quarantine release`.
 #[derive(Debug, Args)]
 pub(crate) struct ReleaseArgs {
-    /// Operation id (or a unique prefix of it).
+    /// The operation: its id, or the end of its id, a prefix, its intent or the vendor's
+    /// reference when that names only one operation.
     pub(crate) op: String,
     /// Who you are (recorded in the audit trail).
     #[arg(long)]
@@ -211,7 +217,8 @@ pub(crate) struct ListArgs {
 /// `acknowledge`.
 #[derive(Debug, Args)]
 pub(crate) struct AcknowledgeArgs {
-    /// Operation id (or a unique prefix of it).
+    /// The operation: its id, or the end of its id, a prefix, its intent or the vendor's
+    /// reference when that names only one operation.
     pub(crate) op: String,
     /// Who you are (recorded in the audit trail).
     #[arg(long)]
@@ -228,14 +235,16 @@ pub(crate) struct AcknowledgeArgs {
 /// `show`.
 #[derive(Debug, Args)]
 pub(crate) struct ShowArgs {
-    /// Operation id (or a unique prefix of it, or the vendor's reference).
+    /// The operation: its id, or the end of its id, a prefix, its intent or the vendor's
+    /// reference when that names only one operation.
     pub(crate) op: String,
 }
 
 /// `claim`.
 #[derive(Debug, Args)]
 pub(crate) struct ClaimArgs {
-    /// Operation id (or a unique prefix of it).
+    /// The operation: its id, or the end of its id, a prefix, its intent or the vendor's
+    /// reference when that names only one operation.
     pub(crate) op: String,
     /// Who you are (recorded in the audit trail).
     #[arg(long)]
@@ -255,7 +264,7 @@ pub(crate) struct ClaimArgs {
 /// A reviewer's decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Decision {
-    /// You verified the vendor did it (give --remote-ref).
+    /// You verified the vendor did it (give --remote-ref, or --no-reference).
     Succeeded,
     /// You verified the vendor did not do it: re-approve it (--reapprove), the engine resends
     /// it with the same key and bytes under a fresh budget.
@@ -267,13 +276,19 @@ pub(crate) enum Decision {
 /// `resolve`.
 #[derive(Debug, Args)]
 pub(crate) struct ResolveArgs {
-    /// Operation id (or a unique prefix of it).
+    /// The operation: its id, or the end of its id, a prefix, its intent or the vendor's
+    /// reference when that names only one operation.
     pub(crate) op: String,
     /// The decision.
     pub(crate) decision: Decision,
     /// The vendor's reference of what it created (with `succeeded`).
     #[arg(long)]
     pub(crate) remote_ref: Option<String>,
+    /// With `succeeded` and no --remote-ref: you checked at the vendor and there is no
+    /// reference to record. A success without one cannot be traced to the vendor's object
+    /// later, and it is final.
+    #[arg(long, conflicts_with = "remote_ref")]
+    pub(crate) no_reference: bool,
     /// Confirms that `not-executed` sends the write again (same key, same bytes).
     #[arg(long)]
     pub(crate) reapprove: bool,

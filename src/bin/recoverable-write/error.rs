@@ -4,6 +4,7 @@
 use recoverable_write::ledger::{LedgerError, OperationRecord};
 use recoverable_write::retention::RetentionError;
 use recoverable_write::review::ReviewError;
+use recoverable_write::state::{Refused, State};
 
 /// The process exit codes.
 pub(crate) mod exit {
@@ -74,6 +75,26 @@ pub(crate) fn retention_error(e: RetentionError) -> CliError {
     }
 }
 
+/// A state machine refusal in an operator's words: what was asked, in which state, and why
+/// (never the machine's internal event name).
+fn refusal(r: &Refused) -> String {
+    let what = match r.event {
+        "review_claim" => "it cannot be claimed",
+        "review" => "it cannot be resolved",
+        "acknowledge_contradiction" => "there is nothing to acknowledge",
+        _ => "this action is not possible",
+    };
+    let why = match &r.detail {
+        Some(d) => format!(" ({d})"),
+        None if r.from.is_terminal() => " (it is finished)".to_owned(),
+        None if r.event == "review" && r.from != State::ManualReview => {
+            " (only an operation in MANUAL_REVIEW can be resolved)".to_owned()
+        }
+        None => String::new(),
+    };
+    format!("the operation is {}: {what}{why}", r.from)
+}
+
 /// The exit code and message of a failed review action; `now` is the row as it is now.
 pub(crate) fn review_error(e: ReviewError, now: Option<&OperationRecord>) -> CliError {
     let state_now = now
@@ -103,7 +124,7 @@ pub(crate) fn review_error(e: ReviewError, now: Option<&OperationRecord>) -> Cli
         ),
         ReviewError::Refused(r) => CliError::new(
             exit::REFUSED,
-            format!("refused: {r}; nothing was changed.{state_now}"),
+            format!("refused: {}; nothing was changed.{state_now}", refusal(&r)),
         ),
         ReviewError::ClaimedByOther { operation, holder } => CliError::new(
             exit::REFUSED,

@@ -33,9 +33,15 @@
 //! `--yes` or when a person answers `yes` on the terminal. Otherwise (a script, CI: no
 //! terminal) it deletes nothing and exits 2 after the plan. `--dry-run` prints the plan only.
 //!
-//! The ledger is `--ledger` or `RECOVERABLE_WRITE_LEDGER`: `sqlite:PATH`, `sqlite://PATH`, or
-//! a `postgres://` / `postgresql://` URL (`--schema`, default `public`). The ledger URL is never
-//! printed (it may hold a password). Every command is scoped to one tenant (`--tenant`);
+//! The ledger is `--ledger` or `RECOVERABLE_WRITE_LEDGER`: `sqlite:PATH`, `sqlite://PATH` (or a
+//! bare path to an existing SQLite file), or a `postgres://` / `postgresql://` URL (`--schema`,
+//! default `public`). The ledger URL is never printed (it may hold a password); the commands
+//! `show` prints name a SQLite ledger, so they run as printed.
+//!
+//! An operation is named by its id, or by what names only one operation: the end of its id
+//! (generated ids start with their creation time, so a short prefix names every operation of
+//! that minute), a prefix, its intent, or the vendor's reference. `resolve … succeeded` wants
+//! the vendor's reference (`--remote-ref`) or an explicit `--no-reference`: it is final. Every command is scoped to one tenant (`--tenant`);
 //! `--all-tenants` is the explicit operator capability to see them all.
 //!
 //! Output is a table or plain text by default, JSON with `--json`. Nothing printed holds a
@@ -145,6 +151,7 @@ async fn run(cli: Cli) -> Result<String, CliError> {
         scope,
         json: cli.json,
         now_ms: now_ms(),
+        ledger_shown: open::printable(target),
     };
     let result = ctx.run(cli.command).await;
     store.close().await;

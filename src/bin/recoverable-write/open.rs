@@ -59,11 +59,33 @@ pub(crate) async fn open(target: &str, schema: &str) -> Result<Store, CliError> 
     if target.starts_with("postgres://") || target.starts_with("postgresql://") {
         return open_postgres(target, schema).await;
     }
+    if !target.contains(':') {
+        // A bare path: a SQLite file if there is one, else say how to name a ledger.
+        if std::path::Path::new(target).is_file() {
+            return open_sqlite(target).await;
+        }
+        return Err(CliError::usage(format!(
+            "no ledger file at {target:?}: name a SQLite ledger --ledger sqlite:PATH (the file \
+             must exist) or a PostgreSQL one postgres://…"
+        )));
+    }
     let scheme = target.split_once(':').map_or(target, |(s, _)| s);
     Err(CliError::usage(format!(
         "unsupported ledger {:?}: use sqlite:PATH, sqlite://PATH or postgres://…",
         if scheme.len() < 20 { scheme } else { "?" }
     )))
+}
+
+/// The ledger as a printed command may name it: a SQLite target (a bare path as
+/// `sqlite:PATH`); `None` for a PostgreSQL URL, which may hold a password.
+pub(crate) fn printable(target: &str) -> Option<String> {
+    if target.starts_with("sqlite:") {
+        Some(target.to_owned())
+    } else if !target.contains(':') && !target.is_empty() {
+        Some(format!("sqlite:{target}"))
+    } else {
+        None
+    }
 }
 
 #[cfg(feature = "sqlite")]

@@ -208,6 +208,48 @@ pub async fn list_filters_by_state_tenant_contract_text_and_age<L: ListingLedger
         .await,
         ["op-b1", "op-1"]
     );
+    // Suffix: the end of an id (generated ids share their leading timestamp) or a reference.
+    assert_eq!(
+        list_ids(&ledger, a().text(TextMatch::Suffix("p-2".into()))).await,
+        ["op-2"]
+    );
+    assert_eq!(
+        list_ids(&ledger, a().text(TextMatch::Suffix("31".into()))).await,
+        ["op-1"]
+    );
+    assert_eq!(
+        list_ids(&ledger, a().text(TextMatch::Suffix("b".into()))).await,
+        ["axb", "a%b"]
+    );
+    assert_eq!(
+        list_ids(&ledger, a().text(TextMatch::Suffix("%b".into()))).await,
+        ["a%b"]
+    );
+    assert!(
+        list_ids(&ledger, a().text(TextMatch::Suffix("_b".into())))
+            .await
+            .is_empty()
+    );
+    assert!(
+        list_ids(&ledger, a().text(TextMatch::Suffix("xop-2".into())))
+            .await
+            .is_empty()
+    );
+    // Intent: the caller's name for the write, exactly; never the id.
+    assert_eq!(
+        list_ids(&ledger, a().text(TextMatch::Intent("intent-op-2".into()))).await,
+        ["op-2"]
+    );
+    assert!(
+        list_ids(&ledger, a().text(TextMatch::Intent("op-2".into())))
+            .await
+            .is_empty()
+    );
+    assert!(
+        list_ids(&ledger, a().text(TextMatch::Intent("intent-op".into())))
+            .await
+            .is_empty()
+    );
 
     // Ages: strict bounds on creation, last change and next check.
     assert_eq!(

@@ -39,6 +39,9 @@ pub(crate) struct Ctx {
     pub(crate) scope: TenantScope,
     pub(crate) json: bool,
     pub(crate) now_ms: i64,
+    /// The ledger as printed commands may name it: a SQLite target as given, never a
+    /// PostgreSQL URL (it may hold a password).
+    pub(crate) ledger_shown: Option<String>,
 }
 
 impl Ctx {
@@ -57,8 +60,15 @@ impl Ctx {
         }
     }
 
-    /// Finds the operation `text` names: an exact id, else a unique prefix of an id or of a
-    /// vendor reference, in the scope.
+    /// How printed commands on `tenant`'s operations begin (see [`render::command_prefix`]).
+    fn cmd(&self, tenant: &Tenant) -> String {
+        render::command_prefix(self.ledger_shown.as_deref(), tenant.as_str())
+    }
+
+    /// Finds the operation `text` names, in the scope: an exact id or vendor reference, else
+    /// the one operation whose id or reference starts or ends with it, or whose intent is it.
+    /// Generated ids start with their creation time, so the end of an id is what tells it
+    /// from its neighbours: a short prefix matches every operation made in the same minute.
     async fn locate(&self, text: &str) -> Result<(Tenant, OperationId), CliError> {
         if text.trim().is_empty() {
             return Err(CliError::usage("empty operation id"));
@@ -72,43 +82,100 @@ impl Ctx {
                 Err(e) => return Err(CliError::ledger(e)),
             }
         }
-        for m in [
-            TextMatch::Exact(text.to_owned()),
-            TextMatch::Prefix(text.to_owned()),
-        ] {
-            let q = OperationQuery::scoped(self.scope.clone())
-                .text(m)
-                .include_quarantined(true)
-                .limit(5);
-            let page = self.ledger.list(&q).await.map_err(CliError::ledger)?;
-            // Rows reported by their raw columns (quarantined, undecodable) are found too.
-            let found: Vec<(&Tenant, &OperationId)> = page
-                .rows
-                .iter()
-                .map(|r| (&r.tenant, &r.operation_id))
-                .chain(page.skipped.iter().map(|s| (&s.tenant, &s.operation_id)))
-                .collect();
-            match found.as_slice() {
-                [] => continue,
-                [(tenant, id)] => return Ok(((*tenant).clone(), (*id).clone())),
-                many => {
-                    let names: Vec<String> = many
-                        .iter()
-                        .map(|(tenant, id)| format!("{id} (tenant {tenant})"))
-                        .collect();
-                    return Err(CliError::usage(format!(
-                        "{text:?} matches several operations: {}; give the whole id, or --tenant",
-                        names.join(", ")
-                    )));
+        let exact = self.candidates(TextMatch::Exact(text.to_owned())).await?;
+        let found = if exact.is_empty() {
+            let mut all = Vec::new();
+            for m in [
+                TextMatch::Prefix(text.to_owned()),
+                TextMatch::Suffix(text.to_owned()),
+                TextMatch::Intent(text.to_owned()),
+            ] {
+                for c in self.candidates(m).await? {
+                    if !all.iter().any(|a: &Candidate| a.same(&c)) {
+                        all.push(c);
+                    }
                 }
             }
+            all
+        } else {
+            exact
+        };
+        match found.as_slice() {
+            [] => Err(CliError::new(
+                exit::NOT_FOUND,
+                match &self.scope {
+                    TenantScope::Tenant(t) => format!(
+                        "no operation {text:?} for tenant {t} (no id, vendor reference or intent \
+                         is, starts or ends with it)"
+                    ),
+                    TenantScope::AllTenants => format!("no operation {text:?} in any tenant"),
+                },
+            )),
+            [one] => Ok((one.tenant.clone(), one.id.clone())),
+            many => Err(self.ambiguous(text, many)),
         }
-        Err(CliError::new(
-            exit::NOT_FOUND,
-            match &self.scope {
-                TenantScope::Tenant(t) => format!("no operation {text:?} for tenant {t}"),
-                TenantScope::AllTenants => format!("no operation {text:?} in any tenant"),
-            },
+    }
+
+    /// The operations (at most [`CANDIDATES`] + 1) that `m` finds in the scope, quarantined
+    /// and undecodable rows included.
+    async fn candidates(&self, m: TextMatch) -> Result<Vec<Candidate>, CliError> {
+        let q = OperationQuery::scoped(self.scope.clone())
+            .text(m)
+            .include_quarantined(true)
+            .limit(CANDIDATES + 1);
+        let page = self.ledger.list(&q).await.map_err(CliError::ledger)?;
+        Ok(page
+            .rows
+            .iter()
+            .map(|r| Candidate {
+                tenant: r.tenant.clone(),
+                id: r.operation_id.clone(),
+                intent: Some(r.intent_ref.to_string()),
+                state: r.state.to_string(),
+            })
+            .chain(page.skipped.iter().map(|s| Candidate {
+                tenant: s.tenant.clone(),
+                id: s.operation_id.clone(),
+                intent: s.columns.intent_ref.clone(),
+                state: s.state.clone(),
+            }))
+            .collect())
+    }
+
+    /// The usage error of a text that names several operations: they are listed, and the
+    /// message says what tells them apart.
+    fn ambiguous(&self, text: &str, many: &[Candidate]) -> CliError {
+        let all = matches!(self.scope, TenantScope::AllTenants);
+        let names: Vec<String> = many
+            .iter()
+            .take(usize::try_from(CANDIDATES).unwrap_or(usize::MAX))
+            .map(|c| {
+                let mut s = format!("  {}  {}", c.id, c.state);
+                if let Some(i) = &c.intent {
+                    s.push_str(&format!("  intent {i}"));
+                }
+                if all {
+                    s.push_str(&format!("  tenant {}", c.tenant));
+                }
+                s
+            })
+            .collect();
+        let more = if many.len() > names.len() {
+            "\n  … and more"
+        } else {
+            ""
+        };
+        let tenants_differ = many.iter().any(|c| c.tenant != many[0].tenant);
+        let tenant_hint = if all && tenants_differ {
+            ", or --tenant T instead of --all-tenants"
+        } else {
+            ""
+        };
+        CliError::usage(format!(
+            "{text:?} matches several operations:\n{}{more}\nName one: the whole id, the last \
+             characters of its id (ids start with their creation time, so their ends differ), \
+             or its intent{tenant_hint}",
+            names.join("\n")
         ))
     }
 
@@ -156,7 +223,32 @@ impl Ctx {
                 audit: audit.as_ref(),
             });
         }
-        Ok(render::acted(op, what, from_version, &pkg, audit.as_ref()))
+        Ok(render::acted(
+            op,
+            what,
+            from_version,
+            &pkg,
+            audit.as_ref(),
+            &self.cmd(tenant),
+        ))
+    }
+}
+
+/// How many operations an ambiguous id lists.
+const CANDIDATES: u32 = 8;
+
+/// An operation a typed id may name.
+struct Candidate {
+    tenant: Tenant,
+    id: OperationId,
+    /// `None` when its column cannot be read.
+    intent: Option<String>,
+    state: String,
+}
+
+impl Candidate {
+    fn same(&self, other: &Candidate) -> bool {
+        self.tenant == other.tenant && self.id == other.id
     }
 }
 

@@ -11,10 +11,26 @@ impl Ctx {
         if a.remote_ref.is_some() && a.decision != Decision::Succeeded {
             return Err(CliError::usage("--remote-ref goes with `succeeded` only"));
         }
+        if a.no_reference && a.decision != Decision::Succeeded {
+            return Err(CliError::usage("--no-reference goes with `succeeded` only"));
+        }
         let decision = match a.decision {
-            Decision::Succeeded => ReviewDecision::ConfirmedSucceeded {
-                remote_ref: a.remote_ref.filter(|r| !r.trim().is_empty()),
-            },
+            Decision::Succeeded => {
+                let remote_ref = a
+                    .remote_ref
+                    .map(|r| r.trim().to_owned())
+                    .filter(|r| !r.is_empty());
+                // Final, and without a reference it cannot be traced to the vendor's object:
+                // only on an explicit word that there is none.
+                if remote_ref.is_none() && !a.no_reference {
+                    return Err(CliError::usage(
+                        "succeeded is final: give the vendor's reference of what it created \
+                         (--remote-ref REF), or pass --no-reference if you checked at the vendor \
+                         and there is none to record",
+                    ));
+                }
+                ReviewDecision::ConfirmedSucceeded { remote_ref }
+            }
             Decision::NotExecuted => {
                 if !a.reapprove {
                     return Err(CliError::usage(

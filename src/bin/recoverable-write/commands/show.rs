@@ -70,12 +70,22 @@ impl Ctx {
             // Readable now, still set aside: only a release gives it back to recovery.
             let ex = operator::explain_quarantine(q, self.now_ms);
             out.push_str(&format!(
-                "!! QUARANTINED: {}\n   {}\n   recoverable-write quarantine release {} --version \
-                 {} --reviewer YOU --reason \"…\"\n\n",
-                ex.headline, ex.next, pkg.operation_id, pkg.version
+                "!! QUARANTINED: {}\n   {}\n   {} quarantine release {} --version {} --reviewer \
+                 YOU --reason \"…\"\n\n",
+                ex.headline,
+                ex.next,
+                self.cmd(&tenant),
+                render::quote(pkg.operation_id.as_str()),
+                pkg.version
             ));
         }
-        out.push_str(&render::show(&pkg, &explanation, &audit, self.now_ms));
+        out.push_str(&render::show(
+            &pkg,
+            &explanation,
+            &audit,
+            self.now_ms,
+            &self.cmd(&tenant),
+        ));
         out.push_str(&render::retention(retention.as_ref()));
         Ok(out)
     }
@@ -96,6 +106,11 @@ impl Ctx {
                 now_ms: self.now_ms,
             });
         }
-        Ok(render::quarantined(q, &explanation, self.now_ms))
+        Ok(render::quarantined(
+            q,
+            &explanation,
+            self.now_ms,
+            &self.cmd(&q.tenant),
+        ))
     }
 }

@@ -10,7 +10,7 @@ mod stats;
 use std::fmt::Write as _;
 
 use recoverable_write::operation::OperationId;
-use recoverable_write::operator::{AuditEntry, format_age, format_time, state_meaning};
+use recoverable_write::operator::{AuditEntry, format_age, format_time};
 use recoverable_write::review::HandoffPackage;
 use recoverable_write::state::State;
 
@@ -65,7 +65,7 @@ pub(crate) fn list(
         }
         header.extend([
             "STATE", "AGE", "CHANGED", "ATTEMPTS", "LOOKUPS", "VERSION", "CONTRACT", "TARGET",
-            "REF",
+            "REF", "REASON",
         ]);
         let cells: Vec<Vec<String>> = rows
             .iter()
@@ -91,6 +91,7 @@ pub(crate) fn list(
                     r.contract.clone(),
                     r.target.clone(),
                     r.remote_ref.clone().unwrap_or_else(|| "-".into()),
+                    reason_cell(r.reason.as_deref()),
                 ]);
                 c
             })
@@ -106,12 +107,53 @@ pub(crate) fn list(
     out
 }
 
+/// The reason column, as the review page's queue shows it: one line, at most 90 characters.
+fn reason_cell(reason: Option<&str>) -> String {
+    let one_line = reason.unwrap_or("-").replace(['\n', '\r', '\t'], " ");
+    if one_line.chars().count() > 90 {
+        let cut: String = one_line.chars().take(89).collect();
+        format!("{cut}…")
+    } else {
+        one_line
+    }
+}
+
+/// `text` as one shell word: as is when it holds only characters no shell treats specially,
+/// else in single quotes.
+pub(crate) fn quote(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// How the commands `show` and the actions print begin: the binary, the ledger when it can be
+/// printed (a SQLite path; never a PostgreSQL URL, which may hold a password) and the tenant.
+pub(crate) fn command_prefix(ledger: Option<&str>, tenant: &str) -> String {
+    match ledger {
+        Some(l) => format!(
+            "recoverable-write --ledger {} --tenant {}",
+            quote(l),
+            quote(tenant)
+        ),
+        None => format!("recoverable-write --tenant {}", quote(tenant)),
+    }
+}
+
+/// What a claim or a resolution did; `cmd` begins the next commands it prints (see
+/// [`command_prefix`]).
 pub(crate) fn acted(
     op: &OperationId,
     what: &str,
     from_version: u64,
     pkg: &HandoffPackage,
     audit: Option<&AuditEntry>,
+    cmd: &str,
 ) -> String {
     let mut out = String::new();
     let changed = if pkg.version == from_version {
@@ -120,7 +162,7 @@ pub(crate) fn acted(
         format!("version {from_version} -> {}", pkg.version)
     };
     let _ = writeln!(out, "{what}: {op} is now {} ({changed})", pkg.state);
-    let _ = writeln!(out, "  {}", state_meaning(pkg.state));
+    let _ = writeln!(out, "  {}", recoverable_write::operator::meaning(pkg));
     if let Some(a) = audit {
         let _ = writeln!(
             out,
@@ -133,11 +175,13 @@ pub(crate) fn acted(
         );
     }
     if pkg.state == State::ManualReview {
+        let op = quote(op.as_str());
+        let tail = format!("--version {} --reviewer YOU --reason \"…\"", pkg.version);
         let _ = writeln!(
             out,
-            "next: recoverable-write resolve {op} succeeded|not-executed|keep-pending --version {} \
-             --reviewer … --reason \"…\"",
-            pkg.version
+            "next, one of:\n  {cmd} resolve {op} succeeded --remote-ref REF {tail}\n  {cmd} \
+             resolve {op} succeeded --no-reference {tail}\n  {cmd} resolve {op} not-executed \
+             --reapprove {tail}\n  {cmd} resolve {op} keep-pending {tail}"
         );
     }
     out

@@ -12,7 +12,12 @@ use crate::commands::QuarantinedRow;
 
 /// `show` of a quarantined operation (or one this version cannot decode): the columns that
 /// could be read, redacted like `show`, what is wrong and what to do.
-pub(crate) fn quarantined(pkg: &QuarantinePackage, e: &Explanation, now_ms: i64) -> String {
+pub(crate) fn quarantined(
+    pkg: &QuarantinePackage,
+    e: &Explanation,
+    now_ms: i64,
+    cmd: &str,
+) -> String {
     let mut out = String::new();
     let o = &mut out;
     let or_unreadable = |v: Option<String>| v.unwrap_or_else(|| "(unreadable)".to_owned());
@@ -123,10 +128,9 @@ pub(crate) fn quarantined(pkg: &QuarantinePackage, e: &Explanation, now_ms: i64)
     if pkg.quarantined_ms.is_some() {
         let _ = writeln!(
             o,
-            "\nonce a version that can read it runs (same --ledger and --tenant; --reviewer and \
-             --reason are recorded):\n  recoverable-write quarantine release {} --version {} \
-             --reviewer YOU --reason \"…\"",
-            pkg.operation_id,
+            "\nonce a version that can read it runs (--reviewer and --reason are recorded):\n  \
+             {cmd} quarantine release {} --version {} --reviewer YOU --reason \"…\"",
+            super::quote(pkg.operation_id.as_str()),
             pkg.version
                 .map_or_else(|| "N".to_owned(), |v| v.to_string())
         );

@@ -7,7 +7,7 @@ use recoverable_write::contradiction::CONTRADICTION;
 use recoverable_write::evidence::Evidence;
 use recoverable_write::ledger::QUARANTINE_RELEASED;
 use recoverable_write::operator::{
-    self, AuditEntry, Explanation, describe_evidence, format_age, format_time, state_meaning,
+    self, AuditEntry, Explanation, describe_evidence, format_age, format_time,
 };
 use recoverable_write::retention::RetentionDates;
 use recoverable_write::review::{self, EvidenceSummary, HandoffPackage};
@@ -15,25 +15,27 @@ use recoverable_write::state::State;
 
 use super::table;
 
-/// `show` of a readable operation, section by section.
+/// `show` of a readable operation, section by section; `cmd` is how the printed commands start
+/// (`recoverable-write [--ledger …] --tenant T`, see [`super::command_prefix`]).
 pub(crate) fn show(
     pkg: &HandoffPackage,
     e: &Explanation,
     audit: &[AuditEntry],
     now_ms: i64,
+    cmd: &str,
 ) -> String {
     let mut out = String::new();
     let o = &mut out;
     identity(o, pkg);
-    contradiction(o, pkg);
-    vendor_ref_and_late_success(o, pkg);
+    contradiction(o, pkg, cmd);
+    vendor_ref_and_late_success(o, pkg, cmd);
     explanation(o, e);
     request(o, pkg);
     budget_and_times(o, pkg, now_ms);
     attempts(o, pkg);
     evidence(o, pkg);
     audit_trail(o, audit);
-    next_commands(o, pkg);
+    next_commands(o, pkg, cmd);
     out
 }
 
@@ -44,30 +46,37 @@ fn identity(o: &mut String, pkg: &HandoffPackage) {
         "operation  {}  (tenant {}, action {}, intent {})",
         pkg.operation_id, pkg.tenant, pkg.action, pkg.intent_ref
     );
-    let last = pkg
-        .last_result
-        .filter(|l| *l != pkg.state)
-        .map(|l| format!(", last result {l}"))
-        .unwrap_or_default();
+    // The result kept in review is the state the vendor's answers had led to. When no attempt
+    // can have reached the vendor (refused connections), there is no vendor result to name.
+    let last = match pkg.last_result.filter(|l| *l != pkg.state) {
+        Some(l @ (State::Succeeded | State::Rejected | State::Processing)) => {
+            format!(", last result {l}")
+        }
+        Some(_) if !pkg.may_have_applied => ", no attempt reached the vendor".to_owned(),
+        Some(l @ State::Unknown) => format!(", last result {l}"),
+        Some(_) => ", no result recorded".to_owned(),
+        None => String::new(),
+    };
     let _ = writeln!(
         o,
         "state      {}{last}  version {}  generation {}",
         pkg.state, pkg.version, pkg.generation
     );
-    let _ = writeln!(o, "           {}", state_meaning(pkg.state));
+    let _ = writeln!(o, "           {}", operator::meaning(pkg));
 }
 
 /// A contradicted final state: since when, what to do, and the contradicting entries.
-fn contradiction(o: &mut String, pkg: &HandoffPackage) {
+fn contradiction(o: &mut String, pkg: &HandoffPackage, cmd: &str) {
     if let Some(at) = pkg.contradiction_ms {
         let _ = writeln!(
             o,
             "CONTRADICTED since {}: the vendor said something after this final state that \
              contradicts it (the caller was told {}). Check at the vendor (a second object, a \
-             charge to refund), then: acknowledge {} --version {} --reviewer <you> --reason <what you did>",
+             charge to refund), then:\n   {cmd} acknowledge {} --version {} --reviewer YOU \
+             --reason \"…\"",
             format_time(at),
             pkg.state,
-            pkg.operation_id,
+            super::quote(pkg.operation_id.as_str()),
             pkg.version
         );
         for e in pkg.evidence.iter().filter(|e| e.kind == CONTRADICTION) {
@@ -83,7 +92,7 @@ fn contradiction(o: &mut String, pkg: &HandoffPackage) {
 
 /// The vendor's reference; a success reported after the escalation comes first, with the
 /// resolution it offers.
-fn vendor_ref_and_late_success(o: &mut String, pkg: &HandoffPackage) {
+fn vendor_ref_and_late_success(o: &mut String, pkg: &HandoffPackage, cmd: &str) {
     let late_success = review::late_success(&pkg.evidence);
     if let Some(r) = &pkg.remote_ref {
         let _ = writeln!(o, "vendor ref {r}");
@@ -100,15 +109,17 @@ fn vendor_ref_and_late_success(o: &mut String, pkg: &HandoffPackage) {
         let reference = match &l.evidence {
             Some(Evidence::Succeeded {
                 remote_ref: Some(r),
-            }) => format!(" --remote-ref {r}"),
-            _ => String::new(),
+            }) => format!(" --remote-ref {}", super::quote(r)),
+            _ => " --no-reference".to_owned(),
         };
         let _ = writeln!(
             o,
             "\n!! the vendor reported success after the escalation (entry #{}): resolve it as \
-             succeeded after checking the reference:\n   recoverable-write resolve {} \
+             succeeded after checking the reference:\n   {cmd} resolve {} \
              succeeded{reference} --version {} --reviewer YOU --reason \"…\"",
-            l.seq, pkg.operation_id, pkg.version
+            l.seq,
+            super::quote(pkg.operation_id.as_str()),
+            pkg.version
         );
     }
 }
@@ -284,31 +295,38 @@ fn audit_trail(o: &mut String, audit: &[AuditEntry]) {
     }
 }
 
-/// The commands that act on an unfinished operation's current version.
-fn next_commands(o: &mut String, pkg: &HandoffPackage) {
-    if !pkg.state.is_terminal() {
-        let op = &pkg.operation_id;
-        let v = pkg.version;
+/// The commands that act on an unfinished operation's current version, each one runnable as
+/// printed (`YOU` and the reason aside): alternatives, never a sequence, since each action
+/// advances the version.
+fn next_commands(o: &mut String, pkg: &HandoffPackage, cmd: &str) {
+    if pkg.state.is_terminal() {
+        return;
+    }
+    let op = super::quote(pkg.operation_id.as_str());
+    let v = pkg.version;
+    let tail = format!("--version {v} --reviewer YOU --reason \"…\"");
+    let _ = writeln!(
+        o,
+        "\nto act on version {v} (one of these; each advances the version, so `show` again \
+         before the next; --reviewer and --reason are recorded):"
+    );
+    let claim = operator::current_claim(pkg);
+    if pkg.state != State::ManualReview || claim.is_none() {
+        let _ = writeln!(o, "  {cmd} claim {op} {tail}");
+    } else if let Some(c) = &claim {
         let _ = writeln!(
             o,
-            "\nto act on version {v} (same --ledger and --tenant; --reviewer and --reason are \
-             recorded):"
+            "  {cmd} claim {op} --take-over {tail}    (held by {})",
+            c.who.as_deref().unwrap_or("another reviewer")
         );
-        if pkg.state != State::ManualReview || operator::current_claim(pkg).is_none() {
-            let _ = writeln!(
-                o,
-                "  recoverable-write claim {op} --version {v} --reviewer YOU --reason \"…\""
-            );
-        }
-        if pkg.state == State::ManualReview {
-            let _ = writeln!(
-                o,
-                "  recoverable-write resolve {op} succeeded --remote-ref REF --version {v} \
-                 --reviewer YOU --reason \"…\"\n  recoverable-write resolve {op} not-executed \
-                 --reapprove --version {v} --reviewer YOU --reason \"…\"\n  recoverable-write \
-                 resolve {op} keep-pending --version {v} --reviewer YOU --reason \"…\""
-            );
-        }
+    }
+    if pkg.state == State::ManualReview {
+        let _ = writeln!(
+            o,
+            "  {cmd} resolve {op} succeeded --remote-ref REF {tail}\n  {cmd} resolve {op} \
+             succeeded --no-reference {tail}\n  {cmd} resolve {op} not-executed --reapprove \
+             {tail}\n  {cmd} resolve {op} keep-pending {tail}"
+        );
     }
 }
 
