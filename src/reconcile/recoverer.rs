@@ -60,9 +60,12 @@ impl RecoveryReport {
         self.stale += other.stale;
     }
 
-    /// Whether the pass claimed as many rows as it may (`batch`): more may be due at once.
+    /// Whether the pass claimed as many rows as it may (`batch`) and worked every one of them:
+    /// more may be due at once, and this recoverer keeps up with its leases. A pass that left
+    /// rows stale (its lease too short for its batch) is followed by the pause: passing again
+    /// at once would only claim rows it cannot work in time, each claim spending their budget.
     pub(super) fn was_full(&self, batch: u32) -> bool {
-        self.claimed + self.claimed_prepared >= batch as usize
+        self.claimed + self.claimed_prepared >= batch as usize && self.stale == 0
     }
 }
 
@@ -264,8 +267,9 @@ impl Recoverer {
     }
 
     /// Pause between passes in [`run`](Recoverer::run) (default 250 ms). A pass that claimed a
-    /// full [`batch_size`](Self::batch_size) is followed at once by the next: more work may be
-    /// due, and a backlog drains at the speed of the passes, not of this pause.
+    /// full [`batch_size`](Self::batch_size) and worked all of it within its lease is followed at
+    /// once by the next: more work may be due, and a backlog drains at the speed of the passes,
+    /// not of this pause.
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self
