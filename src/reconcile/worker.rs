@@ -91,8 +91,8 @@ impl Recoverer {
                 let this = self.clone();
                 async move { this.run_once().await }
             });
-            // After a full pass more may be due at once (a backlog): no pause, but a look at
-            // `shutdown` first.
+            // After a full pass that worked all its rows, more may be due at once (a backlog):
+            // no pause, but a look at `shutdown` first.
             let pause = if report_pass(pass.await).is_some_and(|r| r.was_full(self.batch)) {
                 std::time::Duration::ZERO
             } else {
