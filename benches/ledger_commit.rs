@@ -22,12 +22,17 @@
 //!   wait for it; each timed run ends when every result has landed), and in
 //!   `group_commit_waited` with `detached_results(false)` (the caller waits for its result's
 //!   commit, as before).
-//! - `lifecycle/concurrency_{1,64}/raw_reference` (issue #14): the same rows per operation,
-//!   written by the least overhead this bench could build and no crate code: one OS thread
+//! - `lifecycle/concurrency_{1,64}/crate_statements` (issue #14, formerly `raw_reference`): the
+//!   same rows per operation, written with the crate's own schema and statement texts and no
+//!   other crate code: one OS thread
 //!   owning a `rusqlite` connection, cached prepared statements, WAL, `synchronous=FULL`, the
 //!   crate's schema and values (read back from a file the crate wrote), requests from the tasks
 //!   handed over a channel, one transaction per batch of up to 64, callers released after the
-//!   COMMIT (see `benches/support/raw_sqlite.rs`).
+//!   COMMIT (see `benches/support/crate_statements_sqlite.rs`).
+//! - `lifecycle/concurrency_{1,64}/minimal` (issue 29): the least work the semantics allow, its
+//!   own one-table schema and two statements (a durable claim of one row; the result, detached,
+//!   an `UPDATE` of it), the primary key and the idempotency key's uniqueness only, the same
+//!   group commit (see `benches/support/minimal_sqlite.rs`).
 //! - `lifecycle/concurrency_1/raw_fsync_tick`: one tiny row per commit through the same
 //!   reference, one at a time: what one commit (one fsync) costs here, in the same run.
 //!
@@ -49,16 +54,21 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 
+#[path = "support/crate_statements_sqlite.rs"]
+mod crate_statements_sqlite;
+#[path = "support/minimal_sqlite.rs"]
+mod minimal_sqlite;
 #[cfg(feature = "postgres")]
 #[path = "support/raw_postgres.rs"]
 mod raw_postgres;
-#[path = "support/raw_sqlite.rs"]
-mod raw_sqlite;
 #[path = "support/mod.rs"]
 mod support;
 #[cfg(feature = "postgres")]
 use raw_postgres::RawPostgres;
-use raw_sqlite::{RawLedger, Template};
+// `raw_postgres` reads the template through its former name.
+use crate_statements_sqlite as raw_sqlite;
+use crate_statements_sqlite::{RawLedger, capture};
+use minimal_sqlite::MinimalSqlite;
 #[cfg(feature = "postgres")]
 use recoverable_write::ledger::PostgresLedger;
 use recoverable_write::ledger::backend::Update;
@@ -170,6 +180,7 @@ enum Work {
 enum Store<'a> {
     Crate(&'a SqliteLedger),
     Raw(&'a RawLedger),
+    Minimal(&'a MinimalSqlite),
     #[cfg(feature = "postgres")]
     Postgres(&'a PostgresLedger),
     #[cfg(feature = "postgres")]
@@ -182,6 +193,7 @@ impl Store<'_> {
         match self {
             Store::Crate(l) => Some((l.commits(), l.committed_writes())),
             Store::Raw(l) => Some((l.commits(), l.committed_writes())),
+            Store::Minimal(l) => Some((l.commits(), l.committed_writes())),
             #[cfg(feature = "postgres")]
             Store::Postgres(_) | Store::RawPostgres(_) => None,
         }
@@ -276,6 +288,10 @@ impl Case<'_> {
                 (Work::Lifecycle(c), Store::Raw(raw)) => {
                     spread(iters, c, each!(raw, |r| r.lifecycle().await), latencies).await;
                 }
+                (Work::Lifecycle(c), Store::Minimal(min)) => {
+                    spread(iters, c, each!(min, |m| m.lifecycle().await), latencies).await;
+                    min.wait_for_results().await;
+                }
                 (Work::Tick, Store::Raw(raw)) => {
                     spread(iters, 1, each!(raw, |r| r.tick().await), latencies).await;
                 }
@@ -303,31 +319,13 @@ impl Case<'_> {
 const ROUNDS: usize = 12;
 const TURN: Duration = Duration::from_millis(250);
 
-/// The raw reference's values: one real operation of the crate, read back from its file after
-/// each of its two writes.
-async fn capture(ledger: &SqliteLedger, path: &std::path::Path) -> Template {
-    let r = create_and_apply(ledger).await;
-    let (tenant, id) = (
-        r.tenant.as_str().to_owned(),
-        r.operation_id.as_str().to_owned(),
-    );
-    let (claimed_row, first_entries) = raw_sqlite::read_claimed(path, &tenant, &id);
-    let done = keep(&r, State::Succeeded, now_ms());
-    claimed(ledger.apply(update_of(&r, done, "attempt_result")).await);
-    let (finished, finish_entry) = raw_sqlite::read_finished(path, &tenant, &id);
-    Template {
-        claimed: claimed_row,
-        first_entries,
-        finished,
-        finish_entry,
-    }
-}
-
 /// The crate's PostgresLedger and the raw reference over a bare pool, 8 connections each, in
 /// schemas of their own made afresh (both migrated by the crate: the same tables and indexes).
 /// `None`, with a note, when `RW_POSTGRES_URL` is unset or no server answers.
 #[cfg(feature = "postgres")]
-async fn postgres_pair(template: Template) -> Option<(PostgresLedger, RawPostgres)> {
+async fn postgres_pair(
+    template: crate_statements_sqlite::Template,
+) -> Option<(PostgresLedger, RawPostgres)> {
     use recoverable_write::ledger::PostgresLedgerOptions;
     let Ok(url) = std::env::var("RW_POSTGRES_URL") else {
         println!("postgres cases skipped: RW_POSTGRES_URL is unset");
@@ -415,12 +413,12 @@ fn main() {
         "lifecycle_off.db",
         SqliteLedgerOptions::new().synchronous(Synchronous::Off),
     );
-    // The raw reference: the crate's schema and one real operation's values, read back from a
+    // The crate-statements reference: the crate's schema and one real operation's values, read back from a
     // file the crate wrote; its own files, batches of up to 64 (the crate's default).
     let template_file = dir.path().join("template.db");
     let template_ledger = open(&multi, "template.db", SqliteLedgerOptions::new());
     let template = multi.block_on(capture(&template_ledger, &template_file));
-    let schema = raw_sqlite::schema_of(&template_file);
+    let schema = crate_statements_sqlite::schema_of(&template_file);
     let row_bytes = template.row_bytes();
     let raw = RawLedger::open(
         &dir.path().join("raw.db"),
@@ -433,6 +431,11 @@ fn main() {
         &schema,
         template.clone(),
         1,
+    );
+    // The minimal reference (issue 29): its own one-table schema and statements.
+    let minimal = MinimalSqlite::open(
+        &dir.path().join("minimal.db"),
+        SqliteLedgerOptions::DEFAULT_MAX_BATCH,
     );
     #[cfg(feature = "postgres")]
     let postgres = multi.block_on(postgres_pair(template));
@@ -486,9 +489,17 @@ fn main() {
         }
         cases.push(Case {
             group,
-            name: "raw_reference",
+            name: "crate_statements",
             work: Work::Lifecycle(concurrency),
             store: Store::Raw(&raw),
+            rt: &multi,
+            ran: Default::default(),
+        });
+        cases.push(Case {
+            group,
+            name: "minimal",
+            work: Work::Lifecycle(concurrency),
+            store: Store::Minimal(&minimal),
             rt: &multi,
             ran: Default::default(),
         });
@@ -653,7 +664,7 @@ fn main() {
         }
     }
 
-    // The crate against the raw reference, ratios taken within each round.
+    // The crate against the references, ratios taken within each round.
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
     let per_round = |ours: &str, theirs: &str, f: &dyn Fn(f64, f64) -> f64| -> Option<f64> {
         let (a, b) = (per_op.get(ours)?, per_op.get(theirs)?);
@@ -669,27 +680,32 @@ fn main() {
             .join(", ")
     );
     println!(
-        "\ntargets (issue #14; raw reference: one rusqlite thread, cached statements, the same \
+        "\ntargets (issue #14; crate-statements reference: one rusqlite thread, cached statements, the same \
          rows, {row_bytes} bytes of operation row, batches of up to {})",
         SqliteLedgerOptions::DEFAULT_MAX_BATCH
     );
     for concurrency in [1, 64] {
         let group = format!("lifecycle/concurrency_{concurrency}");
-        if let Some(r) = per_round(
-            &format!("{group}/group_commit"),
-            &format!("{group}/raw_reference"),
-            &|ours, theirs| theirs / ours,
-        ) {
-            let target = if concurrency == 64 {
-                format!("target >= 75% -> {}", verdict(r >= 0.75))
-            } else {
-                "(no target)".to_owned()
-            };
-            println!(
-                "  SQLite lifecycle throughput at concurrency {concurrency}, crate / raw reference: \
-                 {:.1}% {target}",
-                100.0 * r
-            );
+        for (reference, label) in [
+            ("crate_statements", "crate-statements reference"),
+            ("minimal", "minimal reference (issue 29)"),
+        ] {
+            if let Some(r) = per_round(
+                &format!("{group}/group_commit"),
+                &format!("{group}/{reference}"),
+                &|ours, theirs| theirs / ours,
+            ) {
+                let target = if concurrency == 64 && reference == "crate_statements" {
+                    format!("target >= 75% -> {}", verdict(r >= 0.75))
+                } else {
+                    "(no target)".to_owned()
+                };
+                println!(
+                    "  SQLite lifecycle throughput at concurrency {concurrency}, crate / {label}: \
+                     {:.1}% {target}",
+                    100.0 * r
+                );
+            }
         }
     }
     if let Some(r) = per_round(
@@ -707,7 +723,7 @@ fn main() {
     let p50 = |id: &str| latency.get(id).map(|l| median(&mut l.clone()));
     if let (Some(ours), Some(theirs), Some(fsync)) = (
         p50("lifecycle/concurrency_1/group_commit"),
-        p50("lifecycle/concurrency_1/raw_reference"),
+        p50("lifecycle/concurrency_1/crate_statements"),
         p50("lifecycle/concurrency_1/raw_fsync_tick"),
     ) {
         let target = fsync + 150_000.0;
@@ -721,9 +737,16 @@ fn main() {
             verdict(ours <= target)
         );
         println!(
-            "    (the raw reference's median: {:.1} us; the crate adds {:.1} us to it)",
+            "    (the crate-statements reference's median: {:.1} us; the crate adds {:.1} us to it)",
             theirs / 1000.0,
             (ours - theirs) / 1000.0
         );
+        if let Some(min) = p50("lifecycle/concurrency_1/minimal") {
+            println!(
+                "    (the minimal reference's median: {:.1} us; the crate / minimal: {:.2}x)",
+                min / 1000.0,
+                ours / min
+            );
+        }
     }
 }

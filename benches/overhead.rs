@@ -8,6 +8,14 @@
 //!   dir), group commit on (the default, up to 64 writes per commit);
 //! - `layer_sqlite_full_batch1`: the same with group commit off (`max_batch(1)`: one
 //!   transaction, one fsync, per ledger write), to show what batching buys;
+//! - `minimal_sqlite` (issue 29): the bare client with the minimal SQLite reference
+//!   (`support/minimal_sqlite.rs`): the claim (one row in a table of its own: identity, key,
+//!   payload hash, frozen request, claim evidence) committed at `synchronous=FULL` before the
+//!   send, the result (one `UPDATE`) queued after it without waiting, group commit as the crate;
+//!   written without the crate's code, schema or statements: the least work the semantics allow;
+//! - `crate_statements_sqlite`: the bare client with the crate's own schema and statement texts
+//!   on one rusqlite thread (`support/crate_statements_sqlite.rs`), claim and detached result
+//!   as above: what the layer's code adds to its own statements;
 //! - `layer_postgres` (feature `postgres`, and a server at `RW_POSTGRES_URL`, default
 //!   `postgres://postgres@127.0.0.1:5432/test`): the same over PostgresLedger with a pool of 8,
 //!   in a schema of its own (`rw_bench_overhead`, dropped and migrated afresh); skipped with a
@@ -49,12 +57,19 @@ use recoverable_write::{BudgetPolicy, MemoryLedger, SqliteLedger};
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
 
+#[path = "support/crate_statements_sqlite.rs"]
+mod crate_statements_sqlite;
+#[path = "support/minimal_sqlite.rs"]
+mod minimal_sqlite;
+#[path = "support/sqlite_references.rs"]
+mod sqlite_references;
 #[path = "support/mod.rs"]
 mod support;
 #[cfg(feature = "agent-effects")]
 use agent_effects_rows::agent_effects;
 #[cfg(feature = "reqwest")]
 use reqwest_rows::{reqwest_layer_memory, reqwest_retry};
+use sqlite_references::Counted;
 use support::{Svc, bare, layered, median, request, serve_201};
 
 /// Mean ns per request of every criterion sample, keyed by (concurrency, configuration).
@@ -239,8 +254,8 @@ async fn drive(
 struct Config {
     name: &'static str,
     svc: Svc,
-    /// The SQLite ledger behind it, for its group-commit counters.
-    sqlite: Option<SqliteLedger>,
+    /// The SQLite ledger (or reference) behind it, for its group-commit counters.
+    sqlite: Option<Box<dyn Counted>>,
 }
 
 impl Config {
@@ -257,7 +272,7 @@ impl Config {
         match &self.sqlite {
             Some(ledger) => {
                 let start = Instant::now();
-                ledger.wait_for_results().await;
+                ledger.landed().await;
                 elapsed + start.elapsed()
             }
             None => elapsed,
@@ -300,6 +315,23 @@ fn main() {
     };
     let full = sqlite("bench.db", SqliteLedgerOptions::new());
     let batch1 = sqlite("batch1.db", SqliteLedgerOptions::new().max_batch(1));
+    // The SQLite references (issue 29 item 1): the minimal one, and the crate's own schema and
+    // statements on one rusqlite thread, with one real operation's values.
+    let minimal = minimal_sqlite::MinimalSqlite::open(
+        &dir.path().join("minimal.db"),
+        SqliteLedgerOptions::DEFAULT_MAX_BATCH,
+    );
+    let template = sqlite("template.db", SqliteLedgerOptions::new());
+    let template = rt.block_on(crate_statements_sqlite::capture(
+        &template,
+        &dir.path().join("template.db"),
+    ));
+    let crate_statements = crate_statements_sqlite::RawLedger::open(
+        &dir.path().join("crate_statements.db"),
+        &crate_statements_sqlite::schema_of(&dir.path().join("template.db")),
+        template,
+        SqliteLedgerOptions::DEFAULT_MAX_BATCH,
+    );
 
     #[cfg_attr(
         not(any(feature = "postgres", feature = "agent-effects")),
@@ -319,12 +351,22 @@ fn main() {
         Config {
             name: "layer_sqlite_full",
             svc: layered(Arc::new(full.clone()), BudgetPolicy::default()),
-            sqlite: Some(full),
+            sqlite: Some(Box::new(full)),
         },
         Config {
             name: "layer_sqlite_full_batch1",
             svc: layered(Arc::new(batch1.clone()), BudgetPolicy::default()),
-            sqlite: Some(batch1),
+            sqlite: Some(Box::new(batch1)),
+        },
+        Config {
+            name: "minimal_sqlite",
+            svc: sqlite_references::minimal_sqlite(minimal.clone()),
+            sqlite: Some(Box::new(minimal)),
+        },
+        Config {
+            name: "crate_statements_sqlite",
+            svc: sqlite_references::crate_statements_sqlite(crate_statements.clone()),
+            sqlite: Some(Box::new(crate_statements)),
         },
         #[cfg(feature = "reqwest")]
         Config {
@@ -418,10 +460,7 @@ fn main() {
                     continue;
                 };
                 let n = ((turn.as_nanos() as f64 / ns) as u64).max(20);
-                let before = config
-                    .sqlite
-                    .as_ref()
-                    .map(|l| (l.commits(), l.committed_writes()));
+                let before = config.sqlite.as_ref().map(|l| l.counters());
                 let mut latencies = Vec::with_capacity(n as usize);
                 let elapsed = rt.block_on(config.drive(addr, n, concurrency, Some(&mut latencies)));
                 let t = turns.entry((concurrency, config.name)).or_default();
@@ -430,8 +469,9 @@ fn main() {
                     t.latency.push(median(&mut latencies));
                 }
                 if let (Some(l), Some((c0, w0))) = (&config.sqlite, before) {
-                    t.commits += l.commits() - c0;
-                    t.writes += l.committed_writes() - w0;
+                    let (c1, w1) = l.counters();
+                    t.commits += c1 - c0;
+                    t.writes += w1 - w0;
                 }
             }
         }
@@ -596,6 +636,32 @@ fn report(
                 "  layer_memory ahead of agent-effects 0.2's memory store at concurrency {concurrency} (each vs its bare): {:.2}x -> {}",
                 r,
                 verdict(r > 1.0)
+            );
+        }
+    }
+
+    // Issue 29 items 1 and 3: the SQLite layer against the minimal reference (and, for
+    // comparison, the reference that runs the crate's own schema and statements).
+    println!("\ntargets (issue 29, SQLite: each reference is the bare client with its ledger)");
+    for reference in ["minimal_sqlite", "crate_statements_sqlite"] {
+        if let Some(r) = relative(64, "layer_sqlite_full", reference) {
+            println!(
+                "  layer_sqlite_full throughput at concurrency 64, vs {reference}: {:.1}%",
+                100.0 * r
+            );
+        }
+        if let (Some(ours), Some(theirs)) = (added.get("layer_sqlite_full"), added.get(reference)) {
+            let ratio = ours / theirs;
+            let target = if reference == "minimal_sqlite" {
+                format!("target <= 1.20x -> {}", verdict(ratio <= 1.2))
+            } else {
+                "(no target)".to_owned()
+            };
+            println!(
+                "  layer_sqlite_full added latency at concurrency 1: {:.1} us, {reference} {:.1} us: {:.2}x {target}",
+                ours / 1000.0,
+                theirs / 1000.0,
+                ratio
             );
         }
     }

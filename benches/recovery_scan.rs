@@ -56,6 +56,7 @@ use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use backlog::{FILL, raw};
 use criterion::Criterion;
 use recoverable_write::ledger::FullLedger;
 use recoverable_write::ledger::conformance::{RawChanges, keep, update_of};
@@ -66,8 +67,10 @@ use recoverable_write::ledger::{
 };
 use recoverable_write::{BudgetPolicy, MemoryLedger, OperationId, SqliteLedger, State, Tenant};
 use sqlx::Connection;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use tower::{Service, ServiceExt};
+
+#[path = "support/backlog.rs"]
+mod backlog;
 
 // ── counting allocator ──────────────────────────────────────────────────────────────────────────
 
@@ -135,34 +138,6 @@ const SIZES: [u64; 2] = [1_000, 1_000_000];
 /// Next check of the 10 due rows: `claim_due` at an earlier time finds nothing due.
 const DUE_AT: i64 = 1_000;
 
-/// Fills `rows` finished operations, 10 due `UNKNOWN` rows (`op-due-*`) and 10 rows the sweep
-/// benchmark uses (`op-sweep-*`, finished until it resets them).
-const FILL: &str = "
-WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
-INSERT INTO rw_operations (
-    tenant, operation_id, action, intent_ref, idempotency_key, payload_hash,
-    request_method, request_url, request_headers, request_body,
-    contract_name, contract_hash, budget_policy,
-    state, last_result, generation, version, attempts_used, queries_used, may_have_applied,
-    current_attempt, lease_until_ms, next_check_ms, deadline_ms, remote_ref, reason,
-    response_status, response_headers, response_body, created_ms, updated_ms
-)
-SELECT 'tenant-a', printf('op-%08d', i), 'create_ticket', printf('intent-%08d', i),
-       printf('%08d-0000-4000-8000-000000000000', i),
-       printf('%064d', i),
-       'POST', 'http://vendor.test/tickets',
-       '[[\"content-type\",\"application/json\"]]',
-       CAST('{\"device_id\":\"E17\",\"priority\":\"P2\"}' AS BLOB),
-       'default', printf('%064d', 0), ?2,
-       CASE WHEN i % 10 = 0 THEN 'REJECTED' ELSE 'SUCCEEDED' END,
-       CASE WHEN i % 10 = 0 THEN 'REJECTED' ELSE 'SUCCEEDED' END,
-       1, 2, 1, 0, CASE WHEN i % 10 = 0 THEN 0 ELSE 1 END,
-       NULL, NULL, NULL, 1700000060000 + i, printf('W%d', i), NULL,
-       CASE WHEN i % 10 = 0 THEN 400 ELSE 201 END,
-       '[[\"content-type\",\"application/json\"]]', CAST('{\"id\":\"W1\"}' AS BLOB),
-       1700000000000 + i, 1700000000000 + i
-FROM n";
-
 const MAKE_DUE: &str = "
 UPDATE rw_operations SET state = 'UNKNOWN', last_result = NULL, next_check_ms = ?1,
        lease_until_ms = NULL, operation_id = 'op-due-' || operation_id
@@ -180,16 +155,6 @@ UPDATE rw_operations SET state = 'MANUAL_REVIEW', last_result = NULL,
 WHERE operation_id IN (SELECT operation_id FROM rw_operations
                        WHERE operation_id NOT LIKE 'op-due-%' AND operation_id NOT LIKE 'op-sweep-%'
                        ORDER BY rowid LIMIT 50)";
-
-async fn raw(path: &std::path::Path) -> SqliteConnection {
-    SqliteConnection::connect_with(
-        &SqliteConnectOptions::new()
-            .filename(path)
-            .synchronous(sqlx::sqlite::SqliteSynchronous::Off),
-    )
-    .await
-    .expect("raw connection")
-}
 
 /// A ledger file with `rows` finished operations: the ledger, the ids of the rows the sweep
 /// benchmark uses, and the setup time.

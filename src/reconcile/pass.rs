@@ -31,17 +31,62 @@ impl Recoverer {
         report.claimed = claimed.len();
         let prepared = self.claim_unsent(now).await?;
         report.claimed_prepared = prepared.len();
-        for row in claimed.into_iter().chain(prepared) {
-            // Rows are worked one after another; a row whose lease is too close to its end to
-            // fit a lookup is left alone (counted stale) for a later claim, rather than worked
-            // past its lease (safe thanks to fencing, but wasted).
-            if claimed_at.elapsed() > self.lease / 2 {
-                report.stale += 1;
-                continue;
-            }
-            self.work(row, &mut report).await?;
-        }
+        self.work_all(claimed.into_iter().chain(prepared), claimed_at, &mut report)
+            .await?;
         Ok(report)
+    }
+
+    /// Works the claimed rows, up to [`concurrency`](Recoverer::concurrency) at once (each row
+    /// is its own operation, fenced by its own version: working them side by side changes no
+    /// outcome, and lets a group-committing ledger commit their results together). A row whose
+    /// lease is too close to its end to fit a lookup is left alone (counted stale) for a later
+    /// claim, rather than worked past its lease (safe thanks to fencing, but wasted). The first
+    /// ledger error ends the pass once the rows already started are done; the rows not started
+    /// are left to their leases.
+    async fn work_all(
+        &self,
+        rows: impl Iterator<Item = OperationRecord>,
+        claimed_at: tokio::time::Instant,
+        report: &mut RecoveryReport,
+    ) -> Result<(), LedgerError> {
+        type Working<'a> = std::pin::Pin<
+            Box<dyn Future<Output = (Result<(), LedgerError>, RecoveryReport)> + Send + 'a>,
+        >;
+        let mut rows = rows;
+        let mut running: Vec<Working<'_>> = Vec::new();
+        let mut failed = None;
+        loop {
+            while failed.is_none() && running.len() < self.concurrency {
+                let Some(row) = rows.next() else { break };
+                if claimed_at.elapsed() > self.lease / 2 {
+                    report.stale += 1;
+                    continue;
+                }
+                running.push(Box::pin(async move {
+                    let mut own = RecoveryReport::default();
+                    let done = self.work(row, &mut own).await;
+                    (done, own)
+                }));
+            }
+            if running.is_empty() {
+                break;
+            }
+            let (done, own) = std::future::poll_fn(|cx| {
+                for i in 0..running.len() {
+                    if let std::task::Poll::Ready(out) = running[i].as_mut().poll(cx) {
+                        drop(running.swap_remove(i));
+                        return std::task::Poll::Ready(out);
+                    }
+                }
+                std::task::Poll::Pending
+            })
+            .await;
+            report.absorb(own);
+            if let Err(e) = done {
+                failed.get_or_insert(e);
+            }
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     /// Moves `IN_FLIGHT` operations whose attempt lease expired to `UNKNOWN`, and tells

@@ -46,6 +46,29 @@ pub struct RecoveryReport {
     pub stale: usize,
 }
 
+impl RecoveryReport {
+    /// Adds what `other` (the work of one row) counted.
+    pub(super) fn absorb(&mut self, other: RecoveryReport) {
+        self.swept += other.swept;
+        self.claimed += other.claimed;
+        self.lookups += other.lookups;
+        self.replays += other.replays;
+        self.resolved += other.resolved;
+        self.pending += other.pending;
+        self.escalated += other.escalated;
+        self.claimed_prepared += other.claimed_prepared;
+        self.stale += other.stale;
+    }
+
+    /// Whether the pass claimed as many rows as it may (`batch`) and worked every one of them:
+    /// more may be due at once, and this recoverer keeps up with its leases. A pass that left
+    /// rows stale (its lease too short for its batch) is followed by the pause: passing again
+    /// at once would only claim rows it cannot work in time, each claim spending their budget.
+    pub(super) fn was_full(&self, batch: u32) -> bool {
+        self.claimed + self.claimed_prepared >= batch as usize && self.stale == 0
+    }
+}
+
 /// The recovery engine: the single owner of every retry.
 ///
 /// Each [`run_once`](Recoverer::run_once) pass:
@@ -114,6 +137,7 @@ pub struct Recoverer {
     pub(super) prepared_after: Option<Duration>,
     pub(super) gauges_every: Option<Duration>,
     pub(super) batch: u32,
+    pub(super) concurrency: usize,
     pub(super) lease: Duration,
     pub(super) interval: Duration,
     pub(super) skew_margin: Duration,
@@ -131,6 +155,7 @@ impl fmt::Debug for Recoverer {
             .field("prepared_after", &self.prepared_after)
             .field("gauges_every", &self.gauges_every)
             .field("batch", &self.batch)
+            .field("concurrency", &self.concurrency)
             .field("lease", &self.lease)
             .field("interval", &self.interval)
             .field("skew_margin", &self.skew_margin)
@@ -150,6 +175,7 @@ impl Recoverer {
             prepared_after: Some(Duration::from_secs(60)),
             gauges_every: Some(Duration::from_secs(15)),
             batch: 32,
+            concurrency: 1,
             lease: Duration::from_secs(30),
             interval: Duration::from_millis(250),
             skew_margin: Duration::from_secs(5),
@@ -222,6 +248,17 @@ impl Recoverer {
         self
     }
 
+    /// How many claimed operations one pass works at once (default 1: one after another).
+    /// Each is its own operation, fenced by its own version, so working them side by side
+    /// changes no outcome; it overlaps their lookups, and lets a group-committing ledger
+    /// (SQLite) commit their results together instead of one fsync each: draining a backlog
+    /// after an outage, set it to the [`batch_size`](Self::batch_size). The vendor then sees
+    /// up to this many lookups at once from each recoverer.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
     /// The lease taken on each claimed operation (default 30 s). A lookup is abandoned at half
     /// of it, so the recoverer's own work is over before another worker may claim.
     pub fn lease(mut self, lease: Duration) -> Self {
@@ -229,7 +266,10 @@ impl Recoverer {
         self
     }
 
-    /// Pause between passes in [`run`](Recoverer::run) (default 250 ms).
+    /// Pause between passes in [`run`](Recoverer::run) (default 250 ms). A pass that claimed a
+    /// full [`batch_size`](Self::batch_size) and worked all of it within its lease is followed at
+    /// once by the next: more work may be due, and a backlog drains at the speed of the passes,
+    /// not of this pause.
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self

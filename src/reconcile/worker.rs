@@ -91,10 +91,17 @@ impl Recoverer {
                 let this = self.clone();
                 async move { this.run_once().await }
             });
-            report_pass(pass.await);
+            // After a full pass that worked all its rows, more may be due at once (a backlog):
+            // no pause, but a look at `shutdown` first.
+            let pause = if report_pass(pass.await).is_some_and(|r| r.was_full(self.batch)) {
+                std::time::Duration::ZERO
+            } else {
+                self.interval
+            };
             tokio::select! {
+                biased;
                 _ = &mut shutdown => return,
-                _ = tokio::time::sleep(self.interval) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         }
     }
@@ -130,13 +137,17 @@ fn spawn_purge(purges: Purges) -> AbortOnDrop {
 }
 
 /// Reports how a pass ended: what it did, its ledger error, or its panic (counted in
-/// `recoverable_write_recovery_panics_total`, feature `metrics`).
-fn report_pass(pass: Result<Result<RecoveryReport, LedgerError>, tokio::task::JoinError>) {
+/// `recoverable_write_recovery_panics_total`, feature `metrics`); what it did, if it ended.
+fn report_pass(
+    pass: Result<Result<RecoveryReport, LedgerError>, tokio::task::JoinError>,
+) -> Option<RecoveryReport> {
     match pass {
-        Ok(Ok(report)) if report != RecoveryReport::default() => {
-            tracing::debug!(?report, "recovery pass");
+        Ok(Ok(report)) => {
+            if report != RecoveryReport::default() {
+                tracing::debug!(?report, "recovery pass");
+            }
+            return Some(report);
         }
-        Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::error!(error = %e, "recovery pass failed; retrying"),
         Err(e) if e.is_panic() => {
             let panic = e.into_panic();
@@ -154,6 +165,7 @@ fn report_pass(pass: Result<Result<RecoveryReport, LedgerError>, tokio::task::Jo
         }
         Err(e) => tracing::error!(error = %e, "recovery pass was cancelled"),
     }
+    None
 }
 
 /// Aborts the retention task when the run loop ends.

@@ -1,5 +1,9 @@
-//! The raw SQLite reference of `ledger_commit`: the rows one request through the layer writes,
-//! written with the least overhead this bench could build, and no code of the crate.
+//! The crate-statements SQLite reference (`crate_statements_sqlite`, formerly the "raw
+//! reference"): the rows one request through the layer writes, on the crate's own schema with
+//! the crate's own statement texts, run by one rusqlite thread and no other code of the crate.
+//! It measures the crate's code against its own schema and statements, so it cannot see what
+//! the schema and the statements cost: for that, see the minimal reference
+//! (`benches/support/minimal_sqlite.rs`).
 //!
 //! One dedicated OS thread owns a `rusqlite` connection to a file with the crate's own schema
 //! (its migrations, every index included), WAL, `synchronous=FULL`, foreign keys on and
@@ -18,6 +22,8 @@
 //! The values are those of a real operation the crate wrote (read back from its file, see
 //! [`Template::capture`]), with the operation id and intent made unique (as the bench numbers
 //! the crate's operations) and a fresh random idempotency key (as the crate makes one).
+// Each bench uses part of it.
+#![allow(dead_code)]
 
 use std::path::Path;
 use std::sync::Arc;
@@ -114,6 +120,8 @@ enum Op {
     Finish(u64),
     /// One tiny row.
     Tick(u64),
+    /// Nothing: answered once everything queued before it is committed.
+    Flush,
 }
 
 struct Request {
@@ -194,6 +202,30 @@ impl RawLedger {
         self.call(Op::Finish(n)).await;
     }
 
+    /// Step 1 of a new operation, committed (durable); its number, for [`Self::finish_detached`].
+    pub async fn create(&self) -> u64 {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.call(Op::Create(n)).await;
+        n
+    }
+
+    /// Step 2 of operation `n`, queued without waiting (as the crate records results
+    /// detached); a batch of such steps only commits at `synchronous=NORMAL`, as the crate's.
+    pub fn finish_detached(&self, n: u64) {
+        let (reply, _) = oneshot::channel();
+        self.queue
+            .send(Request {
+                op: Op::Finish(n),
+                reply,
+            })
+            .expect("writer running");
+    }
+
+    /// Waits until everything queued so far is committed.
+    pub async fn wait_for_results(&self) {
+        self.call(Op::Flush).await;
+    }
+
     /// One tiny row, committed.
     pub async fn tick(&self) {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
@@ -218,6 +250,7 @@ fn writer(
 ) {
     conn.set_prepared_statement_cache_capacity(16);
     let mut batch: Vec<Request> = Vec::with_capacity(max_batch);
+    let mut durable = true;
     // Parameters of one step, rebuilt per request from the template (references only, but the
     // three unique values).
     while let Some(first) = rx.blocking_recv() {
@@ -227,6 +260,23 @@ fn writer(
                 Ok(r) => batch.push(r),
                 Err(_) => break,
             }
+        }
+        // A batch of results only (detached, see `finish_detached`) commits without an fsync,
+        // as the crate's writer commits it. (`lifecycle` waits for its results: every batch
+        // of `ledger_commit`'s runs holds a claim or is a result waited for, as before.)
+        let want = batch.iter().any(|r| match r.op {
+            Op::Finish(_) => !r.reply.is_closed(),
+            Op::Flush => false,
+            Op::Create(_) | Op::Tick(_) => true,
+        });
+        if want != durable {
+            conn.execute_batch(if want {
+                "PRAGMA synchronous = FULL"
+            } else {
+                "PRAGMA synchronous = NORMAL"
+            })
+            .expect("synchronous");
+            durable = want;
         }
         conn.prepare_cached("BEGIN IMMEDIATE")
             .and_then(|mut s| s.execute([]))
@@ -297,6 +347,37 @@ fn run(conn: &Connection, t: &Template, op: &Op) -> rusqlite::Result<bool> {
             conn.prepare_cached(INSERT_TICK)?.execute([n as i64])?;
             Ok(true)
         }
+        Op::Flush => Ok(true),
+    }
+}
+
+/// The reference's values: one real operation of the crate (`create_and_apply`, then the
+/// result's `apply`, as the layer writes them), read back from `path`, the file of `ledger`.
+/// Setup only: the crate writes the template, the reference never runs crate code.
+pub async fn capture(ledger: &recoverable_write::SqliteLedger, path: &Path) -> Template {
+    use recoverable_write::ledger::Ledger;
+    use recoverable_write::ledger::conformance::{keep, update_of};
+    use recoverable_write::state::State;
+    let new = crate::support::fresh_operation();
+    let first = crate::support::first_claim(&new);
+    let r = crate::support::new_row(ledger.create_and_apply(new, first).await.expect("create"));
+    let (tenant, id) = (
+        r.tenant.as_str().to_owned(),
+        r.operation_id.as_str().to_owned(),
+    );
+    let (claimed_row, first_entries) = read_claimed(path, &tenant, &id);
+    let done = keep(&r, State::Succeeded, crate::support::now_ms());
+    ledger
+        .apply(update_of(&r, done, "attempt_result"))
+        .await
+        .expect("apply")
+        .expect("the result's precondition holds");
+    let (finished, finish_entry) = read_finished(path, &tenant, &id);
+    Template {
+        claimed: claimed_row,
+        first_entries,
+        finished,
+        finish_entry,
     }
 }
 

@@ -1,0 +1,125 @@
+//! The SQLite references of `overhead` (issue 29 item 1): the same POST through the bare
+//! client, with a ledger reference's claim committed before the send and its result queued
+//! after (detached, as the layer records it), and no code of the crate on the request's path.
+//!
+//! - `minimal_sqlite`: the minimal reference (`minimal_sqlite.rs`): its own one-row schema and
+//!   two statements; per request it freezes the request, hashes the payload and makes the
+//!   operation id (a UUID v7, as the crate), the key and the attempt id (random UUID v4s), and
+//!   sends the key as the `idempotency-key` header.
+//! - `crate_statements_sqlite`: the crate's own schema and statement texts on one rusqlite
+//!   thread (`crate_statements_sqlite.rs`), with one real operation's values (no freezing, no
+//!   hashing per request).
+// Each bench uses part of it.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request};
+use http_body_util::{BodyExt, Full};
+use tower::BoxError;
+use tower::util::BoxCloneService;
+
+use crate::crate_statements_sqlite::RawLedger;
+use crate::minimal_sqlite::{
+    Claim, MinimalSqlite, claim_evidence, freeze, operation_id, payload_hash,
+};
+use crate::support::{Svc, client};
+
+/// A ledger whose group commit the bench counts, and whose detached results a timed run waits
+/// for.
+pub trait Counted: Send + Sync {
+    /// (commits, committed writes) so far.
+    fn counters(&self) -> (u64, u64);
+    /// Waits until every result queued so far is committed.
+    fn landed(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+impl Counted for recoverable_write::SqliteLedger {
+    fn counters(&self) -> (u64, u64) {
+        (self.commits(), self.committed_writes())
+    }
+    fn landed(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.wait_for_results())
+    }
+}
+
+impl Counted for MinimalSqlite {
+    fn counters(&self) -> (u64, u64) {
+        (self.commits(), self.committed_writes())
+    }
+    fn landed(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.wait_for_results())
+    }
+}
+
+impl Counted for RawLedger {
+    fn counters(&self) -> (u64, u64) {
+        (self.commits(), self.committed_writes())
+    }
+    fn landed(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.wait_for_results())
+    }
+}
+
+/// The bare client with the minimal reference's claim before the send and result after.
+pub fn minimal_sqlite(ledger: MinimalSqlite) -> Svc {
+    let client = client();
+    BoxCloneService::new(tower::service_fn(move |req: Request<Full<Bytes>>| {
+        let (ledger, client) = (ledger.clone(), client.clone());
+        async move {
+            let (mut parts, body) = req.into_parts();
+            let body = body.collect().await?.to_bytes();
+            let url = parts.uri.to_string();
+            let method = parts.method.as_str();
+            let operation_id = operation_id();
+            let key = uuid::Uuid::new_v4().hyphenated().to_string();
+            let claim = Claim {
+                operation_id: operation_id.clone(),
+                idempotency_key: key.clone(),
+                payload_hash: payload_hash(method, &url, &body),
+                request: freeze(method, &url, &parts.headers, &body),
+                evidence: claim_evidence(),
+            };
+            if !ledger.claim(claim).await {
+                return Err(BoxError::from("minimal reference: claim refused"));
+            }
+            parts
+                .headers
+                .insert("idempotency-key", HeaderValue::from_str(&key)?);
+            let res = client
+                .request(Request::from_parts(parts, Full::new(body)))
+                .await?;
+            let status = res.status().as_u16();
+            let response = res.into_body().collect().await?.to_bytes();
+            ledger.record_detached(operation_id, i64::from(status), response.to_vec());
+            Ok(status)
+        }
+    }))
+}
+
+/// The bare client with the crate-statements reference's claim before the send and its result
+/// after (detached).
+pub fn crate_statements_sqlite(ledger: RawLedger) -> Svc {
+    let client = client();
+    BoxCloneService::new(tower::service_fn(move |req: Request<Full<Bytes>>| {
+        let (ledger, client) = (ledger.clone(), client.clone());
+        async move {
+            let (mut parts, body) = req.into_parts();
+            let body = body.collect().await?.to_bytes();
+            let n = ledger.create().await;
+            let key = uuid::Uuid::new_v4().hyphenated().to_string();
+            parts
+                .headers
+                .insert("idempotency-key", HeaderValue::from_str(&key)?);
+            let res = client
+                .request(Request::from_parts(parts, Full::new(body)))
+                .await?;
+            let status = res.status().as_u16();
+            res.into_body().collect().await?;
+            ledger.finish_detached(n);
+            Ok(status)
+        }
+    }))
+}
