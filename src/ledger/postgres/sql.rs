@@ -24,6 +24,8 @@ pub(super) struct Statements {
     pub(super) select_by_intent: Arc<str>,
     pub(super) apply: Arc<str>,
     pub(super) apply_after_send: Arc<str>,
+    /// `apply_after_send` answering only how many rows it changed (0 or 1).
+    pub(super) record_unread: Arc<str>,
     pub(super) claim_due: Arc<str>,
     pub(super) claim_prepared: Arc<str>,
     pub(super) sweep_expired: Arc<str>,
@@ -104,9 +106,9 @@ SELECT * FROM ins",
         // row by its operation id; `record`'s call commits without waiting for the WAL flush
         // (`p_relaxed`: `set_config('synchronous_commit', 'off', true)` for the statement's own
         // implicit transaction).
-        let apply_call = |relaxed: bool| {
+        let apply_call = |select: &str, relaxed: bool| {
             format!(
-                "SELECT * FROM \"{schema}\".rw_apply(
+                "SELECT {select} FROM \"{schema}\".rw_apply(
     $1::bigint, $2::bigint,
     $3::text, $4::text, $5::bigint, $6::bigint, $7::bigint, $8::boolean, $9::boolean, $10::text,
     $11::bigint, $12::bigint, $13::bigint, $14::text, $15::text, $16::integer, $17::text,
@@ -116,8 +118,11 @@ SELECT * FROM ins",
 )"
             )
         };
-        let apply = apply_call(false);
-        let apply_after_send = apply_call(true);
+        let apply = apply_call("*", false);
+        let apply_after_send = apply_call("*", true);
+        // `record_unread`: the same call, answering only whether it applied (the caller holds
+        // the row and writes the changes in itself).
+        let record_unread = apply_call("count(*)", true);
         // The `state IN (...)` / `state = 'IN_FLIGHT'` terms repeat the partial indexes' WHERE
         // clauses, and the clock is an InitPlan (`(SELECT now_ms FROM clock)`), so the bound is
         // an index condition.
@@ -348,6 +353,7 @@ ORDER BY created_ms, seq LIMIT 1"
             select_by_intent: select_by_intent.into(),
             apply: apply.into(),
             apply_after_send: apply_after_send.into(),
+            record_unread: record_unread.into(),
             claim_due: claim_due.into(),
             claim_prepared: claim_prepared.into(),
             sweep_expired: sweep_expired.into(),
