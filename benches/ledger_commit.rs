@@ -59,13 +59,18 @@ mod crate_statements_sqlite;
 #[path = "support/minimal_sqlite.rs"]
 mod minimal_sqlite;
 #[cfg(feature = "postgres")]
-#[path = "support/raw_postgres.rs"]
-mod raw_postgres;
+#[path = "support/crate_statements_postgres.rs"]
+mod crate_statements_postgres;
+#[cfg(feature = "postgres")]
+#[path = "support/minimal_postgres.rs"]
+mod minimal_postgres;
 #[path = "support/mod.rs"]
 mod support;
 #[cfg(feature = "postgres")]
-use raw_postgres::RawPostgres;
-// `raw_postgres` reads the template through its former name.
+use crate_statements_postgres::CrateStatementsPostgres;
+#[cfg(feature = "postgres")]
+use minimal_postgres::MinimalPostgres;
+// `crate_statements_postgres` reads the template through its former name.
 use crate_statements_sqlite as raw_sqlite;
 use crate_statements_sqlite::{RawLedger, capture};
 use minimal_sqlite::MinimalSqlite;
@@ -184,7 +189,9 @@ enum Store<'a> {
     #[cfg(feature = "postgres")]
     Postgres(&'a PostgresLedger),
     #[cfg(feature = "postgres")]
-    RawPostgres(&'a RawPostgres),
+    CrateStatements(&'a CrateStatementsPostgres),
+    #[cfg(feature = "postgres")]
+    MinimalPostgres(&'a MinimalPostgres),
 }
 
 impl Store<'_> {
@@ -195,7 +202,7 @@ impl Store<'_> {
             Store::Raw(l) => Some((l.commits(), l.committed_writes())),
             Store::Minimal(l) => Some((l.commits(), l.committed_writes())),
             #[cfg(feature = "postgres")]
-            Store::Postgres(_) | Store::RawPostgres(_) => None,
+            Store::Postgres(_) | Store::CrateStatements(_) | Store::MinimalPostgres(_) => None,
         }
     }
 }
@@ -300,8 +307,18 @@ impl Case<'_> {
                     spread(iters, c, each!(ledger, |l| lifecycle(&l).await), latencies).await;
                 }
                 #[cfg(feature = "postgres")]
-                (Work::Lifecycle(c), Store::RawPostgres(raw)) => {
+                (Work::Lifecycle(c), Store::CrateStatements(raw)) => {
                     spread(iters, c, each!(raw, |r| r.lifecycle().await), latencies).await;
+                }
+                #[cfg(feature = "postgres")]
+                (Work::Lifecycle(c), Store::MinimalPostgres(m)) => {
+                    spread(
+                        iters,
+                        c,
+                        each!(m, |m| minimal_lifecycle(&m).await),
+                        latencies,
+                    )
+                    .await;
                 }
                 _ => unreachable!("no such case"),
             }
@@ -319,13 +336,24 @@ impl Case<'_> {
 const ROUNDS: usize = 12;
 const TURN: Duration = Duration::from_millis(250);
 
-/// The crate's PostgresLedger and the raw reference over a bare pool, 8 connections each, in
-/// schemas of their own made afresh (both migrated by the crate: the same tables and indexes).
-/// `None`, with a note, when `RW_POSTGRES_URL` is unset or no server answers.
+/// One request's two writes through the minimal PostgreSQL reference (no HTTP): the claim with
+/// a fresh key and the frozen request, then the result.
+#[cfg(feature = "postgres")]
+async fn minimal_lifecycle(m: &MinimalPostgres) {
+    let key = uuid::Uuid::new_v4().to_string();
+    let request = b"POST http://127.0.0.1/tickets\ncontent-type: application/json\n\n{\"device_id\":\"E17\",\"priority\":\"P2\"}";
+    let id = m.claim(&key, 0x5eed, request).await;
+    m.result(&id, 201, br#"{"id":"W1"}"#).await;
+}
+
+/// The crate's PostgresLedger, the "same statements" reference over a bare pool and the minimal
+/// reference (its own table, tokio-postgres), 8 connections each, in schemas of their own made
+/// afresh (the first two migrated by the crate: the same tables and indexes). `None`, with a
+/// note, when `RW_POSTGRES_URL` is unset or no server answers.
 #[cfg(feature = "postgres")]
 async fn postgres_pair(
     template: crate_statements_sqlite::Template,
-) -> Option<(PostgresLedger, RawPostgres)> {
+) -> Option<(PostgresLedger, CrateStatementsPostgres, MinimalPostgres)> {
     use recoverable_write::ledger::PostgresLedgerOptions;
     let Ok(url) = std::env::var("RW_POSTGRES_URL") else {
         println!("postgres cases skipped: RW_POSTGRES_URL is unset");
@@ -371,9 +399,11 @@ async fn postgres_pair(
         .connect_with(connect.options([("plan_cache_mode", "force_custom_plan")]))
         .await
         .expect("the reference's pool");
+    let minimal = MinimalPostgres::open(&url, 8).await?;
     Some((
         ledger,
-        RawPostgres::new(pool, "rw_bench_commit_ref", template),
+        CrateStatementsPostgres::new(pool, "rw_bench_commit_ref", template),
+        minimal,
     ))
 }
 
@@ -516,19 +546,25 @@ fn main() {
     }
 
     #[cfg(feature = "postgres")]
-    if let Some((ledger, raw)) = &postgres {
-        for (name, store) in [
-            ("crate_lifecycle", Store::Postgres(ledger)),
-            ("raw_reference", Store::RawPostgres(raw)),
+    if let Some((ledger, raw, minimal)) = &postgres {
+        for (group, concurrency) in [
+            ("postgres/concurrency_1", 1),
+            ("postgres/concurrency_64", 64),
         ] {
-            cases.push(Case {
-                group: "postgres/concurrency_64",
-                name,
-                work: Work::Lifecycle(64),
-                store,
-                rt: &multi,
-                ran: Default::default(),
-            });
+            for (name, store) in [
+                ("crate_lifecycle", Store::Postgres(ledger)),
+                ("minimal_reference", Store::MinimalPostgres(minimal)),
+                ("crate_statements", Store::CrateStatements(raw)),
+            ] {
+                cases.push(Case {
+                    group,
+                    name,
+                    work: Work::Lifecycle(concurrency),
+                    store,
+                    rt: &multi,
+                    ran: Default::default(),
+                });
+            }
         }
     }
 
@@ -708,17 +744,32 @@ fn main() {
             }
         }
     }
-    if let Some(r) = per_round(
-        "postgres/concurrency_64/crate_lifecycle",
-        "postgres/concurrency_64/raw_reference",
-        &|ours, theirs| theirs / ours,
-    ) {
-        println!(
-            "  PostgreSQL lifecycle throughput at concurrency 64 (pools of 8), crate / raw \
-             reference: {:.1}% target >= 75% -> {}",
-            100.0 * r,
-            verdict(r >= 0.75)
-        );
+    for (reference, what) in [
+        (
+            "minimal_reference",
+            "minimal reference (the limit, issue 29)",
+        ),
+        (
+            "crate_statements",
+            "the crate's pre-0009 statements on its schema (not a limit)",
+        ),
+    ] {
+        if let Some(r) = per_round(
+            "postgres/concurrency_64/crate_lifecycle",
+            &format!("postgres/concurrency_64/{reference}"),
+            &|ours, theirs| theirs / ours,
+        ) {
+            let target = if reference == "minimal_reference" {
+                format!("target >= 75% -> {}", verdict(r >= 0.75))
+            } else {
+                "(no target)".to_owned()
+            };
+            println!(
+                "  PostgreSQL lifecycle throughput at concurrency 64 (pools of 8), crate / \
+                 {what}: {:.1}% {target}",
+                100.0 * r
+            );
+        }
     }
     let p50 = |id: &str| latency.get(id).map(|l| median(&mut l.clone()));
     if let (Some(ours), Some(theirs), Some(fsync)) = (
@@ -748,5 +799,19 @@ fn main() {
                 ours / min
             );
         }
+    }
+    if let (Some(ours), Some(minimal), Some(same)) = (
+        p50("postgres/concurrency_1/crate_lifecycle"),
+        p50("postgres/concurrency_1/minimal_reference"),
+        p50("postgres/concurrency_1/crate_statements"),
+    ) {
+        println!(
+            "  PostgreSQL lifecycle at concurrency 1, median latency: crate {:.1} us, minimal \
+             reference {:.1} us ({:.2}x), crate's pre-0009 statements {:.1} us",
+            ours / 1000.0,
+            minimal / 1000.0,
+            ours / minimal,
+            same / 1000.0
+        );
     }
 }

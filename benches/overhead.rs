@@ -20,6 +20,11 @@
 //!   `postgres://postgres@127.0.0.1:5432/test`): the same over PostgresLedger with a pool of 8,
 //!   in a schema of its own (`rw_bench_overhead`, dropped and migrated afresh); skipped with a
 //!   message when no server answers;
+//! - `minimal_postgres` (feature `postgres`, the same server): the limit `layer_postgres` is
+//!   measured against (issue 29), written without the crate's code, schema or statements: the
+//!   same POST between one durable claim statement and one result statement committed
+//!   asynchronously, on one table with its primary key and uniqueness constraint, over a pool
+//!   of 8 tokio-postgres connections (see `benches/support/minimal_postgres.rs`);
 //! - `reqwest_retry` and `reqwest_layer_memory` (feature `reqwest`): the same reqwest client
 //!   with reqwest-middleware and reqwest-retry (what users run today), and with this crate's
 //!   middleware (MemoryLedger) in front of reqwest-retry.
@@ -78,6 +83,10 @@ static SAMPLES: Mutex<BTreeMap<(usize, &'static str), Vec<f64>>> = Mutex::new(BT
 #[cfg(feature = "reqwest")]
 #[path = "support/reqwest_rows.rs"]
 mod reqwest_rows;
+
+#[cfg(feature = "postgres")]
+#[path = "support/minimal_postgres.rs"]
+mod minimal_postgres;
 
 /// The agent-effects 0.2 rows (feature `agent-effects`): the closest safe peer, its runtime
 /// wrapping the same POST over the same hyper-util client as `bare`, with its memory store and
@@ -389,6 +398,16 @@ fn main() {
             svc: layered(Arc::new(ledger), BudgetPolicy::default()),
             sqlite: None,
         });
+        let url = std::env::var("RW_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let _runtime = rt.enter();
+        if let Some(minimal) = rt.block_on(minimal_postgres::MinimalPostgres::open(&url, 8)) {
+            configs.push(Config {
+                name: "minimal_postgres",
+                svc: minimal.service(),
+                sqlite: None,
+            });
+        }
     }
 
     #[cfg(feature = "agent-effects")]
@@ -664,6 +683,29 @@ fn report(
                 ratio
             );
         }
+    }
+
+    println!(
+        "\ntargets (issue #29: layer_postgres against minimal_postgres, the least work the \
+         semantics allow on the same server, pools of 8)"
+    );
+    if let Some(r) = relative(64, "layer_postgres", "minimal_postgres") {
+        println!(
+            "  layer_postgres throughput at concurrency 64 >= 75% of minimal_postgres: {:.1}% -> {}",
+            100.0 * r,
+            verdict(r >= 0.75)
+        );
+    }
+    if let (Some(ours), Some(theirs)) = (added.get("layer_postgres"), added.get("minimal_postgres"))
+    {
+        let r = ours / theirs.max(1.0);
+        println!(
+            "  layer_postgres added latency at concurrency 1 <= 1.5x minimal_postgres's: {:.1} us vs {:.1} us = {:.2}x -> {}",
+            ours / 1000.0,
+            theirs / 1000.0,
+            r,
+            verdict(r <= 1.5)
+        );
     }
 
     println!("\ntargets (issue #6, not replaced)");

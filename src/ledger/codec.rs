@@ -32,7 +32,9 @@ macro_rules! prepared_columns {
 }
 pub(crate) use prepared_columns;
 
-/// Every column after [`frozen_columns`], in table order: what [`RowColumns`] encodes.
+/// Every column after [`frozen_columns`], in table order: what [`RowColumns`] encodes. (The
+/// PostgreSQL ledger's claim lists them in its function, migration 0009.)
+#[cfg(feature = "sqlite")]
 macro_rules! mutable_columns {
     () => {
         "state, last_result, generation, version, attempts_used, queries_used, may_have_applied,
@@ -41,6 +43,7 @@ macro_rules! mutable_columns {
     created_ms, updated_ms"
     };
 }
+#[cfg(feature = "sqlite")]
 pub(crate) use mutable_columns;
 
 /// The evidence table's columns but its id, in table order: what [`EvidenceColumns`] encodes

@@ -15,7 +15,7 @@ use crate::ledger::{
     BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
     CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
     Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OperationQuery, OperationRecord,
-    Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Released,
+    Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Recorded, Released,
     RetentionLedger, StateCounts, TenantScope, Update, check_first_update, first_applied,
     store_entries,
 };
@@ -140,6 +140,16 @@ impl Ledger for PostgresLedger {
         update: Update,
     ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(self.apply_with(&self.pool, self.sql.apply_after_send.clone(), update))
+    }
+
+    fn record_unread(&self, update: Update) -> BoxFuture<'_, Result<Recorded, LedgerError>> {
+        Box::pin(async move {
+            Ok(if self.record_counted(update).await? {
+                Recorded::Applied
+            } else {
+                Recorded::Stale
+            })
+        })
     }
 
     fn claim_due(

@@ -125,6 +125,17 @@ const POSTGRES: Dialect = Dialect::Postgres;
 /// [`Ledger::claim_prepared`] reads `rw_operations_prepared (created_ms, seq) WHERE state =
 /// 'PREPARED'` in order, with `FOR UPDATE SKIP LOCKED` like the claim of due work.
 ///
+/// # Plans
+///
+/// The pool's sessions use `plan_cache_mode = force_custom_plan` (see
+/// [`connect_with`](Self::connect_with)), except the two statements of every request: the claim
+/// of [`Ledger::create_and_apply`] and the compare-and-swap of [`Ledger::apply`] and
+/// [`Ledger::record`] run in the functions `rw_claim_new` and `rw_apply` (migration 0009), whose
+/// own statements use generic plans, planned once per connection instead of at every
+/// execution. Their shape makes a generic plan safe whatever the statistics say: the claim is an
+/// `INSERT`, and the compare-and-swap finds its row through `rw_operations_by_operation_id`
+/// alone (its tenant and state terms cannot serve as index conditions).
+///
 /// # Errors
 ///
 /// Connection, statement and commit failures are [`LedgerError::Unavailable`] (nothing was

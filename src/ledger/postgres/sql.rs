@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::ledger::codec::{evidence_columns, frozen_columns, mutable_columns, prepared_columns};
+use crate::ledger::codec::{evidence_columns, frozen_columns, prepared_columns};
 
 // ── SQL ─────────────────────────────────────────────────────────────────────────────────────────
 
@@ -24,6 +24,8 @@ pub(super) struct Statements {
     pub(super) select_by_intent: Arc<str>,
     pub(super) apply: Arc<str>,
     pub(super) apply_after_send: Arc<str>,
+    /// `apply_after_send` answering only how many rows it changed (0 or 1).
+    pub(super) record_unread: Arc<str>,
     pub(super) claim_due: Arc<str>,
     pub(super) claim_prepared: Arc<str>,
     pub(super) sweep_expired: Arc<str>,
@@ -53,15 +55,6 @@ const CLOCK_CTE: &str = "clock AS (
     SELECT COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now_ms
 )";
 
-/// A caller-computed absolute time `$n`, moved onto the statement's clock as an offset from the
-/// caller's `now` (`$2`); kept as stored when it equals the row's current value.
-fn translated(param: &str, column: &str) -> String {
-    format!(
-        "CASE WHEN {param}::bigint IS NOT DISTINCT FROM o.{column} THEN o.{column} \
-         ELSE clock.now_ms + ({param}::bigint - $2::bigint) END"
-    )
-}
-
 impl Statements {
     pub(super) fn new(schema: &str) -> Self {
         let ops = format!("\"{schema}\".rw_operations");
@@ -89,96 +82,47 @@ ev AS (
 SELECT * FROM ins",
             prepared = prepared_columns!(),
         );
-        // The claimed row of `create_and_apply` in one statement. Caller-computed times are moved
-        // onto the statement's clock as offsets from the caller's creation time ($2), like
-        // `apply` does; the two entries get increasing ids in `ord` order.
+        // The claimed row of `create_and_apply` and its two entries in one statement: the
+        // function `rw_claim_new` (migration 0009), whose statements use generic plans, planned
+        // once per connection. Caller-computed times are moved onto the statement's clock as
+        // offsets from the caller's creation time ($2), like `apply` does.
         let insert_claimed = format!(
-            "WITH {CLOCK_CTE},
-ins AS (
-    INSERT INTO {ops} (
-        {frozen},
-        {mutable}
-    )
-    SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-           $16::text, $17::text, $18::bigint, 1, $19::bigint, $20::bigint, $21::boolean,
-           $22::text, clock.now_ms + ($23::bigint - $2::bigint),
-           clock.now_ms + ($24::bigint - $2::bigint), clock.now_ms + ($25::bigint - $2::bigint),
-           $26::text, $27::text, $28::integer, $29::text, $30::bytea,
-           clock.now_ms, clock.now_ms + ($31::bigint - $2::bigint)
-    FROM clock
-    ON CONFLICT DO NOTHING
-    RETURNING *
-),
-ev AS (
-    INSERT INTO {ev} ({ev_columns})
-    SELECT ins.tenant, ins.operation_id, e.attempt_id, e.generation, e.kind, e.from_state,
-           e.to_state, e.evidence, e.note, ins.created_ms + (e.at_ms - $2::bigint)
-    FROM ins, (VALUES
-        (1, $32::text, $33::bigint, $34::text, $35::text, $36::text, $37::text, $38::text,
-         $39::bigint),
-        (2, $40::text, $41::bigint, $42::text, $43::text, $44::text, $45::text, $46::text,
-         $47::bigint)
-    ) AS e(ord, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms)
-    ORDER BY e.ord
-)
-SELECT * FROM ins",
-            mutable = mutable_columns!(),
+            "SELECT * FROM \"{schema}\".rw_claim_new(
+    $1::bigint, $2::bigint,
+    $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text, $11::text,
+    $12::bytea, $13::text, $14::text, $15::text,
+    $16::text, $17::text, $18::bigint, $19::bigint, $20::bigint, $21::boolean, $22::text,
+    $23::bigint, $24::bigint, $25::bigint, $26::text, $27::text, $28::integer, $29::text,
+    $30::bytea, $31::bigint,
+    $32::text, $33::bigint, $34::text, $35::text, $36::text, $37::text, $38::text, $39::bigint,
+    $40::text, $41::bigint, $42::text, $43::text, $44::text, $45::text, $46::text, $47::bigint
+)"
         );
         let select_by_id = format!("SELECT * FROM {ops} WHERE tenant = $1 AND operation_id = $2");
         let select_by_intent =
             format!("SELECT * FROM {ops} WHERE tenant = $1 AND action = $2 AND intent_ref = $3");
-        // `apply`, and `record`'s variant: the same statement in a transaction that commits
-        // without waiting for the WAL flush. `set_config(.., true)` lasts until the end of the
-        // statement's own (implicit) transaction; the WHERE term makes sure it is evaluated.
-        let apply_statement = |clock: &str, clock_term: &str| {
+        // `apply`, and `record`'s variant: the function `rw_apply` (migration 0009), the
+        // conditional UPDATE and its entry in one statement, with a generic plan that finds the
+        // row by its operation id; `record`'s call commits without waiting for the WAL flush
+        // (`p_relaxed`: `set_config('synchronous_commit', 'off', true)` for the statement's own
+        // implicit transaction).
+        let apply_call = |select: &str, relaxed: bool| {
             format!(
-                "WITH {clock},
-upd AS (
-    UPDATE {ops} AS o SET
-        state = $3::text,
-        last_result = $4::text,
-        generation = $5::bigint,
-        attempts_used = $6::bigint,
-        queries_used = $7::bigint,
-        may_have_applied = CASE WHEN $8::boolean THEN $9::boolean
-                                ELSE (o.may_have_applied OR $9::boolean) END,
-        current_attempt = $10::text,
-        lease_until_ms = {lease},
-        next_check_ms = {next_check},
-        deadline_ms = {deadline},
-        remote_ref = $14::text,
-        reason = $15::text,
-        response_status = $16::integer,
-        response_headers = $17::text,
-        response_body = $18::bytea,
-        updated_ms = clock.now_ms,
-        version = o.version + 1
-    FROM clock
-    WHERE o.tenant = $19::text AND o.operation_id = $20::text
-      AND o.state = $21::text AND o.generation = $22::bigint AND o.version = $23::bigint{clock_term}
-      AND NOT ($3::text = 'REJECTED' AND o.may_have_applied AND NOT $24::boolean)
-    RETURNING o.*, clock.now_ms AS rw_now
-),
-ev AS (
-    INSERT INTO {ev} ({ev_columns})
-    SELECT upd.tenant, upd.operation_id, $25, $26, $27, $28, $29, $30, $31,
-           upd.rw_now + ($32::bigint - $2::bigint)
-    FROM upd
-)
-SELECT * FROM upd",
-                lease = translated("$11", "lease_until_ms"),
-                next_check = translated("$12", "next_check_ms"),
-                deadline = translated("$13", "deadline_ms"),
+                "SELECT {select} FROM \"{schema}\".rw_apply(
+    $1::bigint, $2::bigint,
+    $3::text, $4::text, $5::bigint, $6::bigint, $7::bigint, $8::boolean, $9::boolean, $10::text,
+    $11::bigint, $12::bigint, $13::bigint, $14::text, $15::text, $16::integer, $17::text,
+    $18::bytea, $19::text, $20::text, $21::text, $22::bigint, $23::bigint, $24::boolean,
+    $25::text, $26::bigint, $27::text, $28::text, $29::text, $30::text, $31::text, $32::bigint,
+    {relaxed}
+)"
             )
         };
-        let apply = apply_statement(CLOCK_CTE, "");
-        let apply_after_send = apply_statement(
-            "clock AS (
-    SELECT COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now_ms,
-           set_config('synchronous_commit', 'off', true) AS relaxed
-)",
-            "\n      AND clock.relaxed = 'off'",
-        );
+        let apply = apply_call("*", false);
+        let apply_after_send = apply_call("*", true);
+        // `record_unread`: the same call, answering only whether it applied (the caller holds
+        // the row and writes the changes in itself).
+        let record_unread = apply_call("count(*)", true);
         // The `state IN (...)` / `state = 'IN_FLIGHT'` terms repeat the partial indexes' WHERE
         // clauses, and the clock is an InitPlan (`(SELECT now_ms FROM clock)`), so the bound is
         // an index condition.
@@ -409,6 +353,7 @@ ORDER BY created_ms, seq LIMIT 1"
             select_by_intent: select_by_intent.into(),
             apply: apply.into(),
             apply_after_send: apply_after_send.into(),
+            record_unread: record_unread.into(),
             claim_due: claim_due.into(),
             claim_prepared: claim_prepared.into(),
             sweep_expired: sweep_expired.into(),

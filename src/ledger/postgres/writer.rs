@@ -182,10 +182,37 @@ impl PostgresLedger {
         sql: Arc<str>,
         update: Update,
     ) -> Result<Option<OperationRecord>, LedgerError> {
+        let rows = self
+            .update_query(sql, update)?
+            .fetch_all(executor)
+            .await
+            .map_err(unavailable)?;
+        rows.first().map(decode_operation).transpose()
+    }
+
+    /// `record` without reading the row back (`Ledger::record_unread`): whether the update
+    /// applied, from the count of rows `rw_apply` changed.
+    pub(super) async fn record_counted(&self, update: Update) -> Result<bool, LedgerError> {
+        let row = self
+            .update_query(self.sql.record_unread.clone(), update)?
+            .fetch_one(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        let changed: i64 = row.try_get(0).map_err(unavailable)?;
+        Ok(changed == 1)
+    }
+
+    /// The call of `rw_apply` in `sql` with `update`'s columns bound in its order.
+    fn update_query(
+        &self,
+        sql: Arc<str>,
+        update: Update,
+    ) -> Result<sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments>, LedgerError>
+    {
         check_key(&update.tenant, &update.operation_id)?;
         let u = UpdateColumns::encode(update, POSTGRES)?;
         let e = u.evidence;
-        let rows = sqlx::query(AssertSqlSafe(sql))
+        Ok(sqlx::query(AssertSqlSafe(sql))
             .bind(self.caller_now(u.now_ms))
             .bind(u.now_ms)
             .bind(u.state)
@@ -217,11 +244,7 @@ impl PostgresLedger {
             .bind(e.to_state)
             .bind(e.evidence)
             .bind(e.note)
-            .bind(e.at_ms)
-            .fetch_all(executor)
-            .await
-            .map_err(unavailable)?;
-        rows.first().map(decode_operation).transpose()
+            .bind(e.at_ms))
     }
 
     /// The claim statement and its `recovery_claimed` entries, on one transaction.

@@ -1,6 +1,8 @@
-//! The raw PostgreSQL reference of `ledger_commit` (feature `postgres`): the rows one request
-//! through the layer writes, over a bare sqlx `PgPool` of 8 connections, and no code of the
-//! crate on the write path.
+//! The "same statements" PostgreSQL reference of `ledger_commit` (feature `postgres`): the rows
+//! one request through the layer writes, with the statements the crate ran before migration
+//! 0009 (two CTE statements, planned at every execution), on the crate's own schema, over a
+//! bare sqlx `PgPool` of 8 connections. NOT a limit: it measures the crate's schema and
+//! statement shapes against themselves (issue 29); the limit is `minimal_postgres.rs`.
 //!
 //! Per operation, as the crate's PostgresLedger `create_and_apply` then `apply` (each one
 //! statement, one round trip, its own implicit transaction, committed before it returns):
@@ -69,7 +71,7 @@ fn bind<'q>(q: PgQuery<'q>, v: &'q Value, ty: Ty) -> PgQuery<'q> {
 
 /// The reference over its own pool, on the tables of `schema`.
 #[derive(Clone)]
-pub struct RawPostgres {
+pub struct CrateStatementsPostgres {
     pool: PgPool,
     insert: Arc<str>,
     update: Arc<str>,
@@ -77,7 +79,7 @@ pub struct RawPostgres {
     next: Arc<AtomicU64>,
 }
 
-impl RawPostgres {
+impl CrateStatementsPostgres {
     /// The reference on `pool`, writing to the crate's tables in `schema` (migrated).
     pub fn new(pool: PgPool, schema: &str, template: Template) -> Self {
         let ops = format!("\"{schema}\".rw_operations");
