@@ -208,7 +208,8 @@ async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
             (5, true),
             (6, true),
             (7, true),
-            (9, true)
+            (9, true),
+            (10, true)
         ]
     );
     let tables: Vec<String> = sqlx::query_scalar(

@@ -431,7 +431,20 @@ async fn the_operation_page_says_what_to_decide_and_shows_the_redacted_package()
     let csp = res.headers()[header::CONTENT_SECURITY_POLICY]
         .to_str()
         .unwrap();
-    assert!(csp.contains("default-src 'none'") && !csp.contains("script-src"));
+    // No script but the page's own refresh script, named by its hash (with `no_refresh`, no
+    // script at all: see `a_page_says_when_it_was_read_and_refreshes_only_with_its_own_script`).
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    let scripts: Vec<&str> = csp
+        .split(';')
+        .map(str::trim)
+        .filter(|d| d.starts_with("script-src"))
+        .collect();
+    assert_eq!(scripts.len(), 1, "{csp}");
+    let sources: Vec<&str> = scripts[0].split_whitespace().skip(1).collect();
+    assert!(
+        sources.len() == 1 && sources[0].starts_with("'sha256-"),
+        "{csp}"
+    );
     assert_eq!(res.headers()[header::CACHE_CONTROL], "no-store");
 }
 
@@ -1518,5 +1531,165 @@ async fn the_queue_answers_with_or_without_a_trailing_slash() {
     assert_eq!(
         get(&app, Some("alice"), "/ops/nothing/").await.status,
         StatusCode::NOT_FOUND
+    );
+}
+
+/// The bars of one series in a chart of the activity page: `(interval, value)`.
+fn bars_of(page: &str, chart: &str, series: &str) -> Vec<(String, u64)> {
+    let start = page
+        .find(&format!("<svg class=\"chart\" id=\"{chart}\""))
+        .unwrap_or_else(|| panic!("no chart {chart}"));
+    let svg = &page[start..][..page[start..].find("</svg>").unwrap()];
+    let marker = format!("data-series=\"{series}\" data-interval=\"");
+    svg.match_indices(&marker)
+        .map(|(i, _)| {
+            let rest = &svg[i + marker.len()..];
+            let (interval, rest) = rest.split_once('"').unwrap();
+            let rest = rest.strip_prefix(" data-value=\"").unwrap();
+            let value = rest[..rest.find('"').unwrap()].parse().unwrap();
+            (interval.to_owned(), value)
+        })
+        .collect()
+}
+
+/// `09:00`: the hour (UTC) a time falls in, as the charts label it.
+fn hour_of(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(ms as u64);
+    humantime::format_rfc3339_seconds(at).to_string()[11..14].to_owned() + "00"
+}
+
+#[tokio::test]
+async fn the_activity_page_draws_the_day_from_the_ledger() {
+    let (drill, op) = drill_in_review().await;
+    let app = app(config(&drill));
+    let row = drill.record(op.id()).await;
+    let queue = get(&app, Some("alice"), "/ops").await;
+    assert!(
+        queue.body.contains("href=\"/ops/activity\""),
+        "the queue links to the charts"
+    );
+    let page = get(&app, Some("alice"), "/ops/activity").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let b = &page.body;
+    assert!(
+        b.contains("<title id=\"flow-title\">Operations per hour"),
+        "{b}"
+    );
+    assert!(
+        b.contains("<title id=\"backlog-title\">Review backlog"),
+        "{b}"
+    );
+    let created = bars_of(b, "flow", "Created");
+    let escalated = bars_of(b, "flow", "Escalated");
+    let finished = bars_of(b, "flow", "Finished");
+    let backlog = bars_of(b, "backlog", "In review");
+    for bars in [&created, &escalated, &finished, &backlog] {
+        assert_eq!(bars.len(), 24, "one bar per hour: {bars:?}");
+    }
+    let nonzero = |bars: &[(String, u64)]| -> Vec<(String, u64)> {
+        bars.iter().filter(|(_, v)| *v > 0).cloned().collect()
+    };
+    assert_eq!(nonzero(&created), [(hour_of(row.created_ms), 1)]);
+    assert_eq!(nonzero(&escalated), [(hour_of(row.updated_ms), 1)]);
+    assert!(nonzero(&finished).is_empty(), "{finished:?}");
+    assert_eq!(
+        backlog.last().unwrap().1,
+        1,
+        "in review at the end: {backlog:?}"
+    );
+    assert!(b.contains("1 created, 0 finished, 1 escalated to review; 1 in review now."));
+
+    // Resolved: one finished, and nobody in review at the end of the day.
+    let (version, csrf) = form_of(&app, "alice", &op).await;
+    let claimed = post(
+        &app,
+        Some("alice"),
+        &format!("{}/claim", op_path(&op)),
+        &[
+            ("tenant", TENANT),
+            ("version", &version),
+            ("csrf", &csrf),
+            ("reason", "checking"),
+        ],
+    )
+    .await;
+    assert_eq!(claimed.status, StatusCode::SEE_OTHER, "{}", claimed.body);
+    let (version, csrf) = form_of(&app, "alice", &op).await;
+    let resolved = post(
+        &app,
+        Some("alice"),
+        &format!("{}/resolve", op_path(&op)),
+        &[
+            ("version", &version),
+            ("csrf", &csrf),
+            ("decision", "succeeded"),
+            ("remote_ref", "E17-1"),
+            ("reason", "the ticket is there"),
+        ],
+    )
+    .await;
+    assert_eq!(resolved.status, StatusCode::SEE_OTHER, "{}", resolved.body);
+    let done = drill.record(op.id()).await;
+    assert_eq!(done.state, State::Succeeded);
+    let page = get(&app, Some("alice"), "/ops/activity").await;
+    let finished = bars_of(&page.body, "flow", "Finished");
+    assert_eq!(nonzero(&finished), [(hour_of(done.updated_ms), 1)]);
+    let backlog = bars_of(&page.body, "backlog", "In review");
+    assert_eq!(backlog.last().unwrap().1, 0, "{backlog:?}");
+    assert_eq!(drill.vendor.tickets_created(), 1, "the page sent nothing");
+}
+
+#[tokio::test]
+async fn a_page_says_when_it_was_read_and_refreshes_only_with_its_own_script() {
+    let (drill, op) = drill_in_review().await;
+    let live = app(config(&drill).refresh_every(Duration::from_secs(7)));
+    for uri in ["/ops".to_owned(), op_path(&op), "/ops/activity".to_owned()] {
+        let page = get(&live, Some("alice"), &uri).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(
+            page.body.contains("data-live=\"read-at\"") && page.body.contains("Read at <b>"),
+            "{uri}: {}",
+            page.body
+        );
+        assert!(page.body.contains("data-refresh-ms=\"7000\""), "{uri}");
+        assert!(page.body.contains("updates every 7 s"), "{uri}");
+        assert!(page.body.contains("<a href=\"\">Reload</a>"), "{uri}");
+        assert_eq!(page.body.matches("<script>").count(), 1, "{uri}");
+    }
+    // The operation's page names the version its forms act on, for the script to compare.
+    let row = drill.record(op.id()).await;
+    let page = get(&live, Some("alice"), &op_path(&op)).await;
+    assert!(
+        page.body
+            .contains(&format!("data-version=\"{}\"", row.version))
+    );
+    assert_eq!(hidden(&page.body, "version"), row.version.to_string());
+
+    // Switched off: the time it was read and a reload link, no script, and a policy with none.
+    let still = app(config(&drill).no_refresh());
+    let res = still
+        .clone()
+        .oneshot(
+            http::Request::get(op_path(&op))
+                .header("x-test-user", "alice")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let csp = res.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("default-src 'none'") && !csp.contains("script-src"),
+        "{csp}"
+    );
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(body.contains("Read at <b>") && body.contains("<a href=\"\">Reload</a>"));
+    assert!(
+        !body.contains("<script") && !body.contains("data-refresh-ms"),
+        "{body}"
     );
 }

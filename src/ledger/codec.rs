@@ -647,6 +647,25 @@ macro_rules! row_decoder {
             raw
         }
 
+        /// The activity of [`activity_sql`](super::activity::activity_sql)'s rows.
+        fn decode_activity(
+            rows: &[$row],
+            window: crate::ledger::ActivityWindow,
+        ) -> Result<crate::ledger::Activity, LedgerError> {
+            let mut cells = Vec::with_capacity(rows.len());
+            for row in rows {
+                let c = Columns::new(row, "<activity>");
+                cells.push([
+                    c.get::<i64>("b")?,
+                    c.get::<i64>("created")?,
+                    c.get::<i64>("finished")?,
+                    c.get::<i64>("escalated")?,
+                    c.get::<i64>("left_review")?,
+                ]);
+            }
+            Ok(crate::ledger::activity::from_rows(window, cells))
+        }
+
         /// The counts of [`count_sql`](super::query::count_sql)'s rows (`state`, `n`; the
         /// quarantined rows with no state).
         fn decode_counts(rows: &[$row]) -> Result<StateCounts, LedgerError> {

@@ -120,6 +120,14 @@ impl<L: Ledger + ?Sized> Ledger for Arc<L> {
 }
 
 impl<L: ListingLedger + ?Sized> ListingLedger for Arc<L> {
+    fn activity<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        window: ActivityWindow,
+    ) -> BoxFuture<'a, Result<Activity, LedgerError>> {
+        (**self).activity(scope, window)
+    }
+
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         (**self).list(query)
     }

@@ -2,8 +2,8 @@
 //! vendor reference and idempotency key, and the acknowledgement of contradictions).
 
 use super::{
-    BoxFuture, Ledger, LedgerError, NewEvidence, OldestPerState, OperationQuery, OperationRecord,
-    Page, StateCounts, TenantScope, query,
+    Activity, ActivityWindow, BoxFuture, Ledger, LedgerError, NewEvidence, OldestPerState,
+    OperationQuery, OperationRecord, Page, StateCounts, TenantScope, query,
 };
 use crate::operation::{OperationId, Tenant};
 use crate::state::State;
@@ -82,4 +82,23 @@ pub trait ListingLedger: Ledger {
         expected_version: u64,
         entry: NewEvidence,
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>>;
+
+    /// What happened in `window` within `scope`, per interval: operations created, finished
+    /// (`SUCCEEDED` or `REJECTED`) and escalated (entered `MANUAL_REVIEW`), and the review
+    /// backlog at each interval's end, read from the ledger's own times: the evidence log's
+    /// state changes. The backlog is walked back from today's (quarantined rows left out).
+    ///
+    /// The bundled SQL backends read the window's state changes through a partial index on
+    /// the evidence time (one aggregate statement, never the whole history). Operations
+    /// already purged (retention's identity stage) are no longer counted.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Config`] for a window [`ActivityWindow::new`] refuses;
+    /// [`LedgerError::Unavailable`] if the store does not answer.
+    fn activity<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        window: ActivityWindow,
+    ) -> BoxFuture<'a, Result<Activity, LedgerError>>;
 }

@@ -68,6 +68,8 @@ use crate::operation::{AttemptId, FrozenRequest, Generation, IdempotencyKey, Pay
 use crate::operation::{OperationId, Tenant};
 use crate::state::State;
 
+mod activity;
+pub use activity::{Activity, ActivityBucket, ActivityWindow, MAX_BUCKETS};
 pub mod backend;
 mod callback;
 pub(crate) use backend::{NewEvidence, Update};

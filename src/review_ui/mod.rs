@@ -24,8 +24,19 @@
 //! request's extensions; without one every route answers 401. A read-only identity sees
 //! everything, is shown no forms, and its POSTs are refused with 403.
 //!
+//! - `GET /activity`: the last day hour by hour, drawn as SVG on the server: operations
+//!   created, finished and escalated per hour, and the review backlog at each hour's end
+//!   ([`ListingLedger::activity`]).
+//!
+//! Every page says when it was read; the queue, an operation and the activity refresh
+//! themselves in place ([`ReviewUiOptions::refresh_every`], off with
+//! [`ReviewUiOptions::no_refresh`]) without touching a form being filled in: an operation that
+//! changed meanwhile is reported, and its form still acts on the version the person read.
+//!
 //! The page is server-rendered HTML ([askama](https://docs.rs/askama) templates compiled into
-//! the crate, a small embedded style sheet, no JavaScript), and shows nothing beyond the
+//! the crate, a small embedded style sheet, and one inline script that only refreshes it,
+//! allowed by its hash in the Content-Security-Policy; everything works without it), and shows
+//! nothing beyond the
 //! redacted handoff package: no credential, and no body value but the answer of a lookup that
 //! resolved the operation, with the contract's secret answer fields `[redacted]` (see
 //! [`HandoffPackage`]).
@@ -54,9 +65,12 @@
 //! [`HandoffPackage`]: crate::review::HandoffPackage
 
 mod actions;
+mod activity;
+mod charts;
 mod csrf;
 mod filters;
 mod forms;
+mod live;
 mod lookup;
 mod operation;
 mod quarantine;
@@ -119,6 +133,8 @@ pub struct ReviewUiOptions {
     csrf_key: Secret,
     page_size: u32,
     purger: Option<crate::retention::Purger>,
+    /// How often an open page refreshes itself (`None`: never; see [`live`]).
+    refresh: Option<std::time::Duration>,
 }
 
 impl fmt::Debug for ReviewUiOptions {
@@ -152,6 +168,7 @@ impl ReviewUiOptions {
             csrf_key: Secret::random(),
             page_size: 50,
             purger: None,
+            refresh: Some(live::DEFAULT_REFRESH),
         }
     }
 
@@ -209,6 +226,7 @@ pub fn router(config: ReviewUiOptions) -> Router {
     let routes = Router::new()
         .route("/", get(queue::queue))
         .route("/op/{id}", get(operation::operation))
+        .route("/activity", get(activity::activity))
         .route("/op/{id}/claim", post(actions::claim))
         .route("/op/{id}/resolve", post(actions::resolve))
         .route("/op/{id}/release", post(quarantine::release))

@@ -10,7 +10,7 @@ use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 
 use super::lookup::{Lookup, load, lookup_failed, tenant_for};
-use super::views::{Chrome, html, ledger_failed, queue_root, scope_label};
+use super::views::{Chrome, ledger_failed, queue_root, scope_label};
 use super::{
     ReviewUiOptions, ReviewerIdentity, Shared, csrf, mount_base, now_ms, quarantine, words,
 };
@@ -93,6 +93,10 @@ struct OperationPage {
     /// Set when the row is quarantined although this version reads it: only a release gives it
     /// back to recovery.
     quarantine: Option<quarantine::Banner>,
+    /// The version shown (the refresh script compares it with the page's latest).
+    version: u64,
+    /// When the page was read, and how it refreshes.
+    live: super::live::Live,
 }
 
 /// Labelled values, as the page's lists show them.
@@ -137,7 +141,7 @@ pub(super) async fn operation(
     if let Some(line) = retention_line(&cfg, &p).await {
         view.fields.push(("Retention".to_owned(), line));
     }
-    html(StatusCode::OK, view.render())
+    super::live::page(&cfg, StatusCode::OK, view.render())
 }
 
 /// The line that says what the action just taken did (`done` in the address after a form).
@@ -227,6 +231,8 @@ fn operation_view(
         attempts: attempts(p, now),
         timeline: timeline(&p.evidence, &late_seqs(p), now),
         quarantine: None,
+        version: p.version,
+        live: super::live::Live::new(cfg, now),
     }
 }
 

@@ -10,7 +10,7 @@ use super::filters::{
     BadFilter, FilterView, QUARANTINED, StateOption, build_query, queue_href, state_href,
     state_options,
 };
-use super::views::{Chrome, html, ledger_failed, message, op_href, scope_label};
+use super::views::{Chrome, ledger_failed, message, op_href, scope_label};
 use super::{ReviewUiOptions, ReviewerIdentity, Shared, mount_base, now_ms, quarantine, words};
 use crate::ledger::{OperationQuery, OperationRecord, Page, StateCounts, TenantScope};
 
@@ -61,6 +61,10 @@ struct QueuePage {
     /// Operations of this scope whose final state was contradicted: `Some((count, link))`
     /// when there are any (the count ends in `+` past one page).
     contradicted: Option<(String, String)>,
+    /// When the page was read, and how it refreshes.
+    live: super::live::Live,
+    /// The activity charts' page.
+    activity_href: String,
 }
 
 /// The host a request went to, from its URL.
@@ -154,8 +158,10 @@ pub(super) async fn queue(
         aside_more: (aside.len() as u64) < counts.quarantined(),
         aside,
         contradicted,
+        live: super::live::Live::new(&cfg, now),
+        activity_href: format!("{base}/activity"),
     };
-    html(StatusCode::OK, view.render())
+    super::live::page(&cfg, StatusCode::OK, view.render())
 }
 
 /// Contradicted final states are not in any open state's count: say so above the queue, with

@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use crate::ledger::backend::{NewEvidence, Update};
 use crate::ledger::{
-    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
-    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, FullLedger, Housekeeping,
-    IgnoredCallback, Ledger, LedgerError, ListingLedger, NewOperation, OldestPerState,
-    OperationQuery, OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback,
-    QuarantinedRow, Released, RetentionLedger, Settled, StateCounts, TenantScope,
+    Activity, ActivityWindow, BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect,
+    CallbackLedger, CallbackPurge, CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry,
+    FullLedger, Housekeeping, IgnoredCallback, Ledger, LedgerError, ListingLedger, NewOperation,
+    OldestPerState, OperationQuery, OperationRecord, Page, ProbeBy, PurgeBatch, Purged,
+    QuarantinedCallback, QuarantinedRow, Released, RetentionLedger, Settled, StateCounts,
+    TenantScope,
 };
 use crate::{OperationId, State, Tenant};
 
@@ -213,6 +214,7 @@ forwarding_ledger! {
         expected_version: u64,
         entry: NewEvidence
     ) -> Option<OperationRecord> as AcknowledgeContradiction;
+    fn activity(scope: &'a TenantScope, window: ActivityWindow) -> Activity as Activity;
     }
     CallbackLedger {
     fn apply_callback(delivery: CallbackDelivery, effect: CallbackEffect) -> CallbackApplied
@@ -267,6 +269,7 @@ impl LedgerCall {
             | Self::OtherTenantWith
             | Self::FindByRemoteRef
             | Self::FindByIdempotencyKey
+            | Self::Activity
             | Self::FinishedContracts => false,
         }
     }

@@ -37,6 +37,7 @@
 
 use std::future::Future;
 
+mod activity;
 mod apply;
 mod callback_delivery;
 mod callbacks;
@@ -53,6 +54,7 @@ mod quarantine;
 mod record;
 mod retention;
 
+pub use activity::*;
 pub use apply::*;
 pub use callback_delivery::*;
 pub use callbacks::*;
@@ -161,6 +163,7 @@ macro_rules! ledger_conformance_tests {
                 purge_identity_deletes_finished_rows_and_only_them,
                 purge_callbacks_by_age_and_by_tenant,
                 concurrent_purges_delete_each_row_once,
+                activity_counts_changes_per_interval_and_the_backlog,
             );
         }
     };

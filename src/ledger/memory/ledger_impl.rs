@@ -7,11 +7,11 @@ use super::MemoryLedger;
 use super::tables::{Delivery, apply_to};
 use crate::ledger::callback::{IGNORED, QUARANTINED, check_effect, outcome};
 use crate::ledger::{
-    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
-    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
-    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OperationQuery, OperationRecord,
-    Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, Recorded, RetentionLedger, StateCounts,
-    TenantScope, Update,
+    Activity, ActivityWindow, BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect,
+    CallbackLedger, CallbackPurge, CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry,
+    Housekeeping, IgnoredCallback, Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation,
+    OperationQuery, OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback,
+    Recorded, RetentionLedger, StateCounts, TenantScope, Update,
 };
 use crate::operation::{OperationId, Tenant};
 
@@ -106,6 +106,14 @@ impl Ledger for MemoryLedger {
 }
 
 impl ListingLedger for MemoryLedger {
+    fn activity<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        window: ActivityWindow,
+    ) -> BoxFuture<'a, Result<Activity, LedgerError>> {
+        Box::pin(async move { self.activity_now(scope, window) })
+    }
+
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         Box::pin(async move { self.list_now(query) })
     }

@@ -2,8 +2,10 @@
 
 use super::MemoryLedger;
 use super::tables::Row;
+use crate::ledger::activity::{RawBucket, changes_of};
 use crate::ledger::{
-    Cursor, LedgerError, OPEN_STATES, OperationQuery, Order, Page, StateCounts, TenantScope,
+    Activity, ActivityWindow, Cursor, LedgerError, OPEN_STATES, OperationQuery, Order, Page,
+    StateCounts, TenantScope,
 };
 
 impl MemoryLedger {
@@ -58,5 +60,42 @@ impl MemoryLedger {
             counts.set(state, n as u64);
         }
         Ok(counts)
+    }
+
+    /// Every row's log read for the window's state changes: the memory ledger holds tests' and
+    /// examples' rows.
+    pub(super) fn activity_now(
+        &self,
+        scope: &TenantScope,
+        window: ActivityWindow,
+    ) -> Result<Activity, LedgerError> {
+        window.validate()?;
+        let t = self.tables()?;
+        let mut per: std::collections::BTreeMap<i64, RawBucket> = Default::default();
+        let mut backlog_now = 0;
+        for row in t.operations.rows() {
+            if !scope.contains(&row.record.tenant) {
+                continue;
+            }
+            if row.record.state == crate::state::State::ManualReview {
+                backlog_now += 1;
+            }
+            for e in &row.evidence {
+                let e = &e.entry;
+                if e.at_ms < window.since_ms {
+                    continue;
+                }
+                let index = (e.at_ms - window.since_ms) / window.bucket_ms;
+                for change in changes_of(&e.kind, e.from_state, e.to_state) {
+                    per.entry(index)
+                        .or_insert_with(|| RawBucket {
+                            index,
+                            ..RawBucket::default()
+                        })
+                        .count(change);
+                }
+            }
+        }
+        Ok(Activity::from_raw(window, backlog_now, per.into_values()))
     }
 }

@@ -6,18 +6,18 @@ use sqlx::AssertSqlSafe;
 use super::text::{check_key, check_new};
 use super::writer::finish;
 use super::{
-    POSTGRES, PostgresLedger, bind_args, decode_counts, decode_evidence, decode_operation,
-    decode_page, decode_quarantined, decode_quarantined_callback, unavailable,
+    POSTGRES, PostgresLedger, bind_args, decode_activity, decode_counts, decode_evidence,
+    decode_operation, decode_page, decode_quarantined, decode_quarantined_callback, unavailable,
 };
 use crate::ledger::callback::check_effect;
 use crate::ledger::codec::{EvidenceColumns, RowColumns};
 use crate::ledger::{
-    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
-    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
-    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OperationQuery, OperationRecord,
-    Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Recorded, Released,
-    RetentionLedger, StateCounts, TenantScope, Update, check_first_update, first_applied,
-    store_entries,
+    Activity, ActivityWindow, BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect,
+    CallbackLedger, CallbackPurge, CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry,
+    Housekeeping, IgnoredCallback, Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation,
+    OperationQuery, OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback,
+    QuarantinedRow, Recorded, Released, RetentionLedger, StateCounts, TenantScope, Update,
+    check_first_update, first_applied, store_entries,
 };
 use crate::operation::{OperationId, Tenant};
 use std::sync::Arc;
@@ -273,6 +273,27 @@ impl Ledger for PostgresLedger {
 }
 
 impl ListingLedger for PostgresLedger {
+    fn activity<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        window: ActivityWindow,
+    ) -> BoxFuture<'a, Result<Activity, LedgerError>> {
+        Box::pin(async move {
+            let sql = crate::ledger::activity::activity_sql(
+                scope,
+                window,
+                &self.sql.operations,
+                &self.sql.evidence,
+                '$',
+            )?;
+            let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            decode_activity(&rows, window)
+        })
+    }
+
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         Box::pin(async move {
             let sql = crate::ledger::query::list_sql(query, &self.sql.operations, "seq", '$')?;

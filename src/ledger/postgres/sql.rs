@@ -18,6 +18,8 @@ pub(super) struct Statements {
     /// The schema-qualified operations table, for the listing statements (built per query:
     /// their filters vary).
     pub(super) operations: String,
+    /// The schema-qualified evidence table, for the activity statement.
+    pub(super) evidence: String,
     pub(super) insert_operation: Arc<str>,
     pub(super) insert_claimed: Arc<str>,
     pub(super) select_by_id: Arc<str>,
@@ -346,6 +348,7 @@ ORDER BY created_ms, seq LIMIT 1"
             operation_exists: operation_exists.into(),
             select_by_remote_ref: select_by_remote_ref.into(),
             select_by_idempotency_key: select_by_idempotency_key.into(),
+            evidence: format!("\"{schema}\".rw_evidence"),
             operations: ops,
             insert_operation: insert_operation.into(),
             insert_claimed: insert_claimed.into(),

@@ -14,20 +14,20 @@ use super::sql::{
 use super::steps::{callback_seen, key_args, log_returned, recording, values};
 use super::writer::{Detached, Finish, Job, closed};
 use super::{
-    QUARANTINED_ROWS, SQLITE, SqliteLedger, decode_counts, decode_evidence, decode_operation,
-    decode_page, decode_quarantined, decode_quarantined_callback,
+    QUARANTINED_ROWS, SQLITE, SqliteLedger, decode_activity, decode_counts, decode_evidence,
+    decode_operation, decode_page, decode_quarantined, decode_quarantined_callback,
 };
 use crate::ledger::callback::{check_effect, outcome};
 use crate::ledger::codec::{
     CallbackEventColumns, EvidenceColumns, QuarantinedCallbackColumns, RowColumns, UpdateColumns,
 };
 use crate::ledger::{
-    BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect, CallbackLedger, CallbackPurge,
-    CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
-    Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OperationQuery, OperationRecord,
-    Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Recorded, Released,
-    RetentionLedger, Settled, StateCounts, TenantScope, Update, check_first_update, first_applied,
-    store_entries,
+    Activity, ActivityWindow, BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect,
+    CallbackLedger, CallbackPurge, CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry,
+    Housekeeping, IgnoredCallback, Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation,
+    OperationQuery, OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback,
+    QuarantinedRow, Recorded, Released, RetentionLedger, Settled, StateCounts, TenantScope, Update,
+    check_first_update, first_applied, store_entries,
 };
 use crate::operation::{OperationId, Tenant};
 use std::sync::Arc;
@@ -301,7 +301,32 @@ impl Ledger for SqliteLedger {
     }
 }
 
+/// The evidence log read through its partial index of state changes by time (without the
+/// hint, SQLite could pick a tenant's whole log through `rw_evidence_by_operation`).
+pub(super) const STATE_CHANGES: &str = "rw_evidence INDEXED BY rw_evidence_state_changes";
+
 impl ListingLedger for SqliteLedger {
+    fn activity<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        window: ActivityWindow,
+    ) -> BoxFuture<'a, Result<Activity, LedgerError>> {
+        Box::pin(async move {
+            let sql = crate::ledger::activity::activity_sql(
+                scope,
+                window,
+                "rw_operations",
+                STATE_CHANGES,
+                '?',
+            )?;
+            let (text, args) = (sql.text, values(sql.args));
+            let rows = self
+                .read(move |conn| conn.rows_dynamic(&text, &args))
+                .await?;
+            decode_activity(&rows, window)
+        })
+    }
+
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         Box::pin(async move {
             // Quarantined rows are few: read them through their partial index, never through a

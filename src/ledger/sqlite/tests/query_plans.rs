@@ -194,3 +194,37 @@ async fn contradicted_listing_reads_its_partial_index() {
         assert!(!plan.contains("TEMP B-TREE"), "{q:?}\n{plan}");
     }
 }
+
+#[tokio::test]
+async fn the_activity_reads_the_days_state_changes_and_the_review_range_only() {
+    use crate::ledger::ActivityWindow;
+    use crate::ledger::activity::activity_sql;
+    let ledger = SqliteLedger::in_memory().await.unwrap();
+    let window = ActivityWindow::last_day_hourly(1_700_000_000_000);
+    for (scope, index) in [
+        (
+            TenantScope::Tenant(Tenant::new("t")),
+            "rw_operations_by_tenant_state",
+        ),
+        (TenantScope::AllTenants, "rw_operations_by_state"),
+    ] {
+        let sql = activity_sql(
+            &scope,
+            window,
+            "rw_operations",
+            super::super::ledger_impl::STATE_CHANGES,
+            '?',
+        )
+        .unwrap();
+        let plan = plan_of(&ledger, sql).await;
+        // The day's entries through the partial index by time, never the whole log.
+        assert!(
+            plan.contains("rw_evidence_state_changes"),
+            "{scope:?}\n{plan}"
+        );
+        assert!(!plan.contains("SCAN rw_evidence"), "{scope:?}\n{plan}");
+        // The backlog now: the review state's range.
+        assert!(plan.contains(index), "{scope:?}\n{plan}");
+        assert!(!plan.contains("SCAN rw_operations"), "{scope:?}\n{plan}");
+    }
+}
