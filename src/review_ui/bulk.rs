@@ -37,6 +37,7 @@ struct RowLine {
 struct BulkPage {
     chrome: Chrome,
     action: String,
+    upload: String,
     may_resolve: bool,
     all_tenants: bool,
     tenant: String,
@@ -92,6 +93,7 @@ fn page(cfg: &ReviewUiOptions, who: &ReviewerIdentity, base: &str, chrome: Chrom
     BulkPage {
         chrome,
         action: format!("{base}/bulk/plan"),
+        upload: format!("{base}/bulk"),
         may_resolve: who.may_resolve,
         all_tenants: cfg.scope == TenantScope::AllTenants,
         tenant: String::new(),
