@@ -156,6 +156,13 @@ fn skipped_code(report: &BulkReport) -> Option<(u8, String)> {
         .iter()
         .filter(|r| matches!(r.outcome, RowOutcome::Stale { .. }))
         .count();
+    let what = if stale > 0 {
+        format!(
+            "{stale} stale: they changed since the plan. Run `reconcile` again to plan them afresh"
+        )
+    } else {
+        "claimed by another reviewer or refused: the report says which".to_owned()
+    };
     let code = if stale > 0 {
         exit::STALE
     } else {
@@ -164,8 +171,7 @@ fn skipped_code(report: &BulkReport) -> Option<(u8, String)> {
     Some((
         code,
         format!(
-            "{} of {} planned resolutions were applied; {} skipped ({stale} stale: they \
-             changed since the plan). Run `reconcile` again to plan them afresh",
+            "{} of {} planned resolutions were applied; {} skipped ({what})",
             report.applied(),
             report.rows.len(),
             skipped.len()
