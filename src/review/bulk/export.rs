@@ -282,12 +282,8 @@ mod tests {
 
     #[test]
     fn a_missing_column_names_what_it_looked_for() {
-        let err = VendorExport::parse(
-            "a.csv",
-            b"Psp Reference,Amount\nX,1\n",
-            &ExportMapping::stripe(),
-        )
-        .unwrap_err();
+        let err = VendorExport::parse("a.csv", b"id,Amount\nX,1\n", &ExportMapping::stripe())
+            .unwrap_err();
         assert!(matches!(err, ExportError::MissingColumn { .. }), "{err}");
         assert!(err.to_string().contains("operation_id (metadata)"), "{err}");
         assert_eq!(
