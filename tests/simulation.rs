@@ -105,7 +105,7 @@ mod world;
 use callbacks::{DeliveryPlan, Mailer};
 use check::{check, trace};
 use ledgers::{Archive, CrashLedger, Tamper, TamperMode};
-use reviewers::{Decision, Reviewer, Versions};
+use reviewers::{BulkReconciler, Decision, Reviewer, Versions};
 use vendor::{EventPlan, Gate, SimVendor, VendorConfig};
 use world::{Rng, SimClock};
 
@@ -591,6 +591,20 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
                     ids: ids.clone(),
                     rng: rng.fork(),
                     versions,
+                    decisions: decisions.clone(),
+                    stats: stats.clone(),
+                }
+                .run(),
+            ));
+        }
+        // The bulk reconciler works the same queue (forked last: the seeds' other draws stay).
+        if reviewers > 0 {
+            inc.tasks.push(tokio::spawn(
+                BulkReconciler {
+                    reviews: config.reviews(),
+                    vendor: vendor.clone(),
+                    ids: ids.clone(),
+                    rng: rng.fork(),
                     decisions: decisions.clone(),
                     stats: stats.clone(),
                 }

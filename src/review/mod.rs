@@ -49,6 +49,7 @@ use crate::operation::{OperationId, Tenant};
 use crate::state::{Event, Refused};
 
 mod audit;
+pub mod bulk;
 mod claim;
 mod evidence;
 mod package;

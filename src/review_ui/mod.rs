@@ -20,6 +20,15 @@
 //!   done") and a CSRF token bound to the person, the operation and that version. A success
 //!   answers `303 See Other` back to the operation's page.
 //!
+//! - `GET /bulk`, `POST /bulk/plan` (multipart: the vendor's export `export`, its layout
+//!   `format` = `stripe`, `adyen`, `square`, `paypal` or `generic` with `reference_column` and
+//!   `operation_column` and/or `key_column`), `POST /bulk/apply` (the plan's rows, a required
+//!   `reason`, its CSRF token): bulk reconciliation from a vendor's export
+//!   ([`review::bulk`](crate::review::bulk)). The plan is shown before anything changes; apply
+//!   resolves each planned operation as succeeded with its reference only if it is still at
+//!   the version the plan showed, and reports the rows it skipped. Behind the same permission
+//!   as resolving.
+//!
 //! The application authenticates. Its middleware inserts a [`ReviewerIdentity`] into the
 //! request's extensions; without one every route answers 401. A read-only identity sees
 //! everything, is shown no forms, and its POSTs are refused with 403.
@@ -66,6 +75,7 @@
 
 mod actions;
 mod activity;
+mod bulk;
 mod charts;
 mod csrf;
 mod filters;
@@ -230,6 +240,14 @@ pub fn router(config: ReviewUiOptions) -> Router {
         .route("/op/{id}/claim", post(actions::claim))
         .route("/op/{id}/resolve", post(actions::resolve))
         .route("/op/{id}/release", post(quarantine::release))
+        .route("/bulk", get(bulk::form))
+        .route(
+            "/bulk/plan",
+            post(bulk::plan).layer(axum::extract::DefaultBodyLimit::max(
+                crate::review::bulk::MAX_EXPORT_BYTES,
+            )),
+        )
+        .route("/bulk/apply", post(bulk::apply))
         .layer(middleware::from_fn(gate))
         .with_state(Arc::new(config));
     // What no route matched: the same path without its trailing slash, routed again (a

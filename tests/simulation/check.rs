@@ -7,7 +7,9 @@
 //!    only after retention deleted the first row (past its identity clock, or erased), as
 //!    documented.
 //! 2. No decision took effect on a view older than the evidence: no reviewer's claim or
-//!    resolution has an entry between the view it was made on and its own audit entry; no
+//!    resolution has an entry between the view it was made on and its own audit entry (the
+//!    bulk reconciler's resolutions included: its view is the plan it made from the vendor's
+//!    export, applied later with the versions the plan read); no
 //!    replay left `RETRY_READY` over evidence that the write may have applied, recorded after the
 //!    decision that made it sendable; no resolution by a reviewer who did not hold the claim.
 //! 3. Every operation is terminal, in `MANUAL_REVIEW` with evidence, visibly pending (a next

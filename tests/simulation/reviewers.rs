@@ -252,3 +252,83 @@ impl Reviewer {
         self.stats.bump_owned(format!("review: {what} {how}"));
     }
 }
+
+/// The bulk reconciler (issue 30 item 6): an operator who downloads the vendor's export at
+/// one moment (one row per side effect the vendor has, in Stripe's layout: the object id and
+/// the operation id the request carried), plans from it, and applies the plan later with the
+/// versions the plan read. Each planned resolution is recorded as a [`Decision`] on the view
+/// the plan read, so [`check`](crate::check) finds any that took effect over evidence that
+/// arrived after the plan.
+pub(crate) struct BulkReconciler {
+    pub(crate) reviews: Reviews,
+    pub(crate) vendor: SimVendor,
+    pub(crate) ids: Vec<OperationId>,
+    pub(crate) rng: Rng,
+    pub(crate) decisions: Arc<Mutex<Vec<Decision>>>,
+    pub(crate) stats: Arc<Stats>,
+}
+
+impl BulkReconciler {
+    pub(crate) async fn run(mut self) {
+        use recoverable_write::review::bulk::{ExportMapping, RowOutcome, VendorExport};
+        let tenant = Tenant::new(TENANT);
+        loop {
+            tokio::time::sleep(self.rng.ms(400, 2_000)).await;
+            let mut csv = String::from("id,Amount,operation_id (metadata)\n");
+            for id in &self.ids {
+                for t in self.vendor.effects(id.as_str()) {
+                    csv.push_str(&format!("{t},12.00,{id}\n"));
+                }
+            }
+            let Ok(export) =
+                VendorExport::parse("sim-export.csv", csv.as_bytes(), &ExportMapping::stripe())
+            else {
+                continue;
+            };
+            let plan = match self.reviews.bulk_plan(&tenant, &export).await {
+                Ok(p) => p,
+                Err(e) => {
+                    self.stats.bump_owned(format!("bulk: plan refused ({e})"));
+                    continue;
+                }
+            };
+            // The export is read, the plan printed; the operator reads it, then applies.
+            tokio::time::sleep(self.rng.ms(0, 1_500)).await;
+            {
+                let mut d = self.decisions.lock().unwrap();
+                for r in plan.to_resolve() {
+                    let (Some(op), Some(version)) = (&r.operation_id, r.version) else {
+                        continue;
+                    };
+                    d.push(Decision {
+                        op: op.clone(),
+                        reviewer: "bulk",
+                        kind: "review",
+                        what: format!("bulk \"confirmed succeeded ({})\"", r.reference),
+                        view_seq: r.last_evidence_seq.unwrap_or(0),
+                        own_claim: None,
+                        named: version,
+                    });
+                }
+            }
+            match self
+                .reviews
+                .bulk_apply(&plan, "bulk", "the vendor's export")
+                .await
+            {
+                Ok(report) => {
+                    for r in &report.rows {
+                        let how = match r.outcome {
+                            RowOutcome::Applied { .. } => "applied",
+                            RowOutcome::Stale { .. } => "skipped: stale",
+                            RowOutcome::ClaimedByOther { .. } => "skipped: claimed by another",
+                            RowOutcome::Refused { .. } => "skipped: refused",
+                        };
+                        self.stats.bump_owned(format!("bulk: row {how}"));
+                    }
+                }
+                Err(e) => self.stats.bump_owned(format!("bulk: apply failed ({e})")),
+            }
+        }
+    }
+}

@@ -8,7 +8,10 @@ const EXIT_CODES_HELP: &str = "\
 Exit codes: 0 ok, 1 operational error (ledger unreachable or failing), 2 usage (bad arguments, \
 bad ledger URL, ambiguous id, blank reason, a deletion not confirmed or without the \
 application's contracts), 3 operation not found, 4 stale version (changed \
-since it was read: show it again), 5 refused in the operation's state.
+since it was read: show it again), 5 refused in the operation's state. `reconcile --apply`: 4 if a \
+planned row changed since the plan, else 5 if one was claimed by another reviewer or refused \
+(the other rows were applied, the report says which); a mapping under which one export row \
+matches two operations is refused whole (5).
 
 Never create a write again by hand while it is UNKNOWN, PROCESSING, IN_FLIGHT or MANUAL_REVIEW: \
 the vendor may already have it (resolve it instead: `show OP` prints the commands).
@@ -100,6 +103,62 @@ pub(crate) enum Command {
     /// still sends nothing), or every finished operation of the tenant with --all-finished.
     /// Refused while the operation, or any of the tenant's, is not finished.
     Erase(EraseArgs),
+    /// Reconcile from a vendor's export (CSV or JSON lines, e.g. the dashboard's payments
+    /// export after an outage): match each row to an operation and print the plan (which
+    /// operations in review it would resolve as succeeded, with which reference; which rows
+    /// match nothing; which operations in review no row names). Changes nothing without
+    /// --apply. Never resolves anything as not executed: absence from an export proves nothing.
+    Reconcile(ReconcileArgs),
+}
+
+/// The built-in export layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ExportFormat {
+    /// Stripe payments export: `id`, operation id in `operation_id (metadata)`.
+    Stripe,
+    /// Adyen settlement / payment accounting report: `Psp Reference`, `Merchant Reference`.
+    Adyen,
+    /// Square transactions export: `Payment ID`, `Reference ID`.
+    Square,
+    /// PayPal activity download: `Transaction ID`, `Custom Number`.
+    Paypal,
+    /// Columns you name: --reference-column and --key-column and/or --operation-column.
+    Generic,
+}
+
+/// `reconcile`.
+#[derive(Debug, Args)]
+pub(crate) struct ReconcileArgs {
+    /// The vendor's export file (CSV with a header line, or JSON lines).
+    #[arg(long = "from", value_name = "EXPORT")]
+    pub(crate) from: std::path::PathBuf,
+    /// The export's layout.
+    #[arg(long, value_enum, default_value = "generic")]
+    pub(crate) format: ExportFormat,
+    /// With --format generic: the column holding the vendor's object id (the reference).
+    #[arg(long)]
+    pub(crate) reference_column: Option<String>,
+    /// With --format generic: the column holding the idempotency key the crate sent.
+    #[arg(long)]
+    pub(crate) key_column: Option<String>,
+    /// With --format generic: the column holding the operation id the application put in
+    /// the request's metadata.
+    #[arg(long)]
+    pub(crate) operation_column: Option<String>,
+    /// Carry out the plan: resolve each planned operation as succeeded with its reference, at
+    /// the version the plan read (a row that changed since is skipped and reported).
+    #[arg(long, requires_all = ["reviewer", "reason"])]
+    pub(crate) apply: bool,
+    /// With --apply: carry out this plan, printed earlier by `reconcile --json` (its versions
+    /// are the ones acted on; the export must be the same file, by digest).
+    #[arg(long, requires = "apply")]
+    pub(crate) plan: Option<std::path::PathBuf>,
+    /// Who you are (recorded in every audit entry).
+    #[arg(long)]
+    pub(crate) reviewer: Option<String>,
+    /// Why (recorded in every audit entry, with the export's name, digest and row).
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
 }
 
 /// `purge`.

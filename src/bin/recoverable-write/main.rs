@@ -16,7 +16,17 @@
 //!     --reviewer alice --reason "every worker runs 0.4"
 //! recoverable-write --ledger sqlite:ops.db --tenant acme erase op-5d1f…     # one operation's details
 //! recoverable-write --ledger sqlite:ops.db --tenant acme erase --all-finished --yes
+//! recoverable-write --ledger sqlite:ops.db --tenant acme reconcile --from payments.csv --format stripe
+//! recoverable-write --ledger sqlite:ops.db --tenant acme reconcile --from payments.csv --format stripe \
+//!     --apply --reviewer alice --reason "outage export"
 //! ```
+//!
+//! `reconcile --from EXPORT` reads a vendor's export (CSV or JSON lines; `--format stripe`,
+//! `adyen`, `square`, `paypal`, or `generic` with `--reference-column` and `--operation-column`
+//! and/or `--key-column`) and prints the plan: which operations in review it would resolve as
+//! succeeded with which reference, which rows match nothing, which operations in review no row
+//! names. `--apply` resolves them, each at the version the plan read (a row that changed since
+//! is skipped and reported, exit 4); it never resolves anything as not executed.
 //!
 //! Retention (`purge`, and the retention dates `show` prints) reads the same settings as the
 //! application: the contracts file it loads (`--contracts`, for their `keep_details_secs` and

@@ -7,6 +7,7 @@ mod erase;
 mod list;
 mod purge;
 mod quarantine;
+mod reconcile;
 mod resolve;
 mod show;
 mod stats;
@@ -57,6 +58,7 @@ impl Ctx {
             Command::Quarantine(a) => self.quarantine(a).await,
             Command::Purge(a) => self.purge(a).await,
             Command::Erase(a) => self.erase(a).await,
+            Command::Reconcile(a) => self.reconcile(a).await,
         }
     }
 

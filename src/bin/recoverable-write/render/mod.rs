@@ -4,6 +4,7 @@
 
 mod purge;
 mod quarantined;
+mod reconcile;
 mod show;
 mod stats;
 
@@ -16,6 +17,7 @@ use recoverable_write::state::State;
 
 pub(crate) use self::purge::{purge, purge_plan};
 pub(crate) use self::quarantined::{quarantined, quarantined_list};
+pub(crate) use self::reconcile::{bulk_plan, bulk_report};
 pub(crate) use self::show::{retention, show};
 pub(crate) use self::stats::{Oldest, QUARANTINED, Spread, Stats, TargetCount, stats};
 use crate::commands::Row;
