@@ -207,7 +207,8 @@ async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
             (4, true),
             (5, true),
             (6, true),
-            (7, true)
+            (7, true),
+            (8, true)
         ]
     );
     let tables: Vec<String> = sqlx::query_scalar(
@@ -224,7 +225,8 @@ async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
             "rw_callback_quarantine",
             "rw_evidence",
             "rw_operations",
-            "rw_schema_migrations"
+            "rw_schema_migrations",
+            "rw_workers"
         ]
     );
     // Nothing leaked into public.

@@ -10,7 +10,7 @@ use crate::ledger::{
     CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, FullLedger, Housekeeping,
     IgnoredCallback, Ledger, LedgerError, ListingLedger, NewOperation, OldestPerState,
     OperationQuery, OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback,
-    QuarantinedRow, Released, RetentionLedger, Settled, StateCounts, TenantScope,
+    QuarantinedRow, Released, RetentionLedger, Settled, StateCounts, TenantScope, WorkerHeartbeat,
 };
 use crate::{OperationId, State, Tenant};
 
@@ -213,6 +213,9 @@ forwarding_ledger! {
         expected_version: u64,
         entry: NewEvidence
     ) -> Option<OperationRecord> as AcknowledgeContradiction;
+    fn record_heartbeat(beat: WorkerHeartbeat) -> () as RecordHeartbeat;
+    fn heartbeats() -> Vec<WorkerHeartbeat> as Heartbeats;
+    fn count_overdue(scope: &'a TenantScope, checked_before_ms: i64) -> u64 as CountOverdue;
     }
     CallbackLedger {
     fn apply_callback(delivery: CallbackDelivery, effect: CallbackEffect) -> CallbackApplied
@@ -250,6 +253,7 @@ impl LedgerCall {
             | Self::ReleaseQuarantined
             | Self::AppendEvidence
             | Self::AcknowledgeContradiction
+            | Self::RecordHeartbeat
             | Self::ApplyCallback
             | Self::QuarantineCallback
             | Self::RecordIgnoredCallback
@@ -267,6 +271,8 @@ impl LedgerCall {
             | Self::OtherTenantWith
             | Self::FindByRemoteRef
             | Self::FindByIdempotencyKey
+            | Self::Heartbeats
+            | Self::CountOverdue
             | Self::FinishedContracts => false,
         }
     }

@@ -2,9 +2,12 @@
 
 use super::MemoryLedger;
 use super::tables::Row;
+use crate::ledger::heartbeat::{checked, most_recent_first};
 use crate::ledger::{
-    Cursor, LedgerError, OPEN_STATES, OperationQuery, Order, Page, StateCounts, TenantScope,
+    Cursor, DEAD_WORKER_RETENTION_MS, LedgerError, OPEN_STATES, OperationQuery, Order, Page,
+    StateCounts, TenantScope, WorkerHeartbeat,
 };
+use crate::state::State;
 
 impl MemoryLedger {
     pub(super) fn list_now(&self, q: &OperationQuery) -> Result<Page, LedgerError> {
@@ -58,5 +61,40 @@ impl MemoryLedger {
             counts.set(state, n as u64);
         }
         Ok(counts)
+    }
+
+    pub(super) fn record_heartbeat_now(&self, beat: WorkerHeartbeat) -> Result<(), LedgerError> {
+        let beat = checked(beat)?;
+        let mut t = self.tables()?;
+        let horizon = beat
+            .pass_finished_ms
+            .saturating_sub(DEAD_WORKER_RETENTION_MS);
+        t.workers.retain(|_, w| w.pass_finished_ms >= horizon);
+        t.workers.insert(beat.worker_id.clone(), beat);
+        Ok(())
+    }
+
+    pub(super) fn heartbeats_now(&self) -> Result<Vec<WorkerHeartbeat>, LedgerError> {
+        let t = self.tables()?;
+        Ok(most_recent_first(t.workers.values().cloned().collect()))
+    }
+
+    pub(super) fn count_overdue_now(
+        &self,
+        scope: &TenantScope,
+        checked_before_ms: i64,
+    ) -> Result<u64, LedgerError> {
+        let t = self.tables()?;
+        let n = t
+            .operations
+            .rows()
+            .filter(|row| {
+                let r = &row.record;
+                matches!(r.state, State::Unknown | State::RetryReady)
+                    && r.next_check_ms.is_some_and(|at| at < checked_before_ms)
+                    && scope.contains(&r.tenant)
+            })
+            .count();
+        Ok(n as u64)
     }
 }

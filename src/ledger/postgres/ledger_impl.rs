@@ -16,8 +16,8 @@ use crate::ledger::{
     CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
     Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OperationQuery, OperationRecord,
     Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Released,
-    RetentionLedger, StateCounts, TenantScope, Update, check_first_update, first_applied,
-    store_entries,
+    RetentionLedger, StateCounts, TenantScope, Update, WorkerHeartbeat, check_first_update,
+    first_applied, store_entries,
 };
 use crate::operation::{OperationId, Tenant};
 use std::sync::Arc;
@@ -263,6 +263,22 @@ impl Ledger for PostgresLedger {
 }
 
 impl ListingLedger for PostgresLedger {
+    fn record_heartbeat(&self, beat: WorkerHeartbeat) -> BoxFuture<'_, Result<(), LedgerError>> {
+        Box::pin(self.record_heartbeat_now(beat))
+    }
+
+    fn heartbeats(&self) -> BoxFuture<'_, Result<Vec<WorkerHeartbeat>, LedgerError>> {
+        Box::pin(self.heartbeats_now())
+    }
+
+    fn count_overdue<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        checked_before_ms: i64,
+    ) -> BoxFuture<'a, Result<u64, LedgerError>> {
+        Box::pin(self.count_overdue_now(scope, checked_before_ms))
+    }
+
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         Box::pin(async move {
             let sql = crate::ledger::query::list_sql(query, &self.sql.operations, "seq", '$')?;

@@ -26,8 +26,8 @@ use crate::ledger::{
     CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry, Housekeeping, IgnoredCallback,
     Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation, OperationQuery, OperationRecord,
     Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback, QuarantinedRow, Recorded, Released,
-    RetentionLedger, Settled, StateCounts, TenantScope, Update, check_first_update, first_applied,
-    store_entries,
+    RetentionLedger, Settled, StateCounts, TenantScope, Update, WorkerHeartbeat,
+    check_first_update, first_applied, store_entries,
 };
 use crate::operation::{OperationId, Tenant};
 use std::sync::Arc;
@@ -302,6 +302,22 @@ impl Ledger for SqliteLedger {
 }
 
 impl ListingLedger for SqliteLedger {
+    fn record_heartbeat(&self, beat: WorkerHeartbeat) -> BoxFuture<'_, Result<(), LedgerError>> {
+        Box::pin(self.record_heartbeat_now(beat))
+    }
+
+    fn heartbeats(&self) -> BoxFuture<'_, Result<Vec<WorkerHeartbeat>, LedgerError>> {
+        Box::pin(self.heartbeats_now())
+    }
+
+    fn count_overdue<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        checked_before_ms: i64,
+    ) -> BoxFuture<'a, Result<u64, LedgerError>> {
+        Box::pin(self.count_overdue_now(scope, checked_before_ms))
+    }
+
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         Box::pin(async move {
             // Quarantined rows are few: read them through their partial index, never through a

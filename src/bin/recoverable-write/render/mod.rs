@@ -17,7 +17,7 @@ use recoverable_write::state::State;
 pub(crate) use self::purge::{purge, purge_plan};
 pub(crate) use self::quarantined::{quarantined, quarantined_list};
 pub(crate) use self::show::{retention, show};
-pub(crate) use self::stats::{Oldest, QUARANTINED, Spread, Stats, TargetCount, stats};
+pub(crate) use self::stats::{Engine, Oldest, QUARANTINED, Spread, Stats, TargetCount, stats};
 use crate::commands::Row;
 
 /// Lays out `rows` under `header`, columns padded to their widest cell.
