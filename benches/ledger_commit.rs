@@ -54,16 +54,16 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 
-#[path = "support/crate_statements_sqlite.rs"]
-mod crate_statements_sqlite;
-#[path = "support/minimal_sqlite.rs"]
-mod minimal_sqlite;
 #[cfg(feature = "postgres")]
 #[path = "support/crate_statements_postgres.rs"]
 mod crate_statements_postgres;
+#[path = "support/crate_statements_sqlite.rs"]
+mod crate_statements_sqlite;
 #[cfg(feature = "postgres")]
 #[path = "support/minimal_postgres.rs"]
 mod minimal_postgres;
+#[path = "support/minimal_sqlite.rs"]
+mod minimal_sqlite;
 #[path = "support/mod.rs"]
 mod support;
 #[cfg(feature = "postgres")]

@@ -16,6 +16,7 @@
 use serde::Serialize;
 
 use crate::evidence::{ConflictKind, Evidence};
+use crate::reconcile::EngineHealth;
 use crate::review::{EvidenceSummary, HandoffPackage};
 use crate::state::State;
 use crate::text::plural;
@@ -205,8 +206,66 @@ pub struct Explanation {
 }
 
 /// Explains `pkg` at `now_ms` (ms since the Unix epoch): "the vendor may have created this;
-/// 4 lookups over 12m found nothing; 1 of 3 attempts used".
+/// 4 lookups over 12m found nothing; 1 of 3 attempts used". Without the engine's health it
+/// assumes the engine is running: see [`explain_with_engine`].
 pub fn explain(pkg: &HandoffPackage, now_ms: i64) -> Explanation {
+    explain_with_engine(pkg, now_ms, None)
+}
+
+/// [`explain`], told whether the engine is running ([`EngineHealth::read`] at `now_ms`): an
+/// operation that waits for the engine says when its next check is due ("next check due in
+/// 12s", "next check overdue by 4m 10s"); one whose check is overdue, or that waits while
+/// every recoverer worker that reported has stopped, says so in its headline instead of "the
+/// engine is verifying it", and the engine's alarm comes first among the warnings.
+pub fn explain_with_engine(
+    pkg: &HandoffPackage,
+    now_ms: i64,
+    engine: Option<&EngineHealth>,
+) -> Explanation {
+    let mut e = explain_alone(pkg, now_ms);
+    let Some(engine) = engine else {
+        return e;
+    };
+    let waits = crate::reconcile::health::WAITING_STATES.contains(&pkg.state);
+    if let Some(next) = engine.next_check(pkg.state, pkg.next_check_ms) {
+        e.why.push(next);
+    }
+    let stopped = if engine.is_overdue(pkg.state, pkg.next_check_ms) {
+        Some(format!(
+            "its check is overdue by {}: the engine is not looking at it",
+            format_age(now_ms - pkg.next_check_ms.unwrap_or(now_ms))
+        ))
+    } else if waits && engine.alive == 0 && !engine.workers.is_empty() {
+        // With no heartbeat ever recorded, a worker of an older version may still run: the
+        // alarm says so, the operation is called stopped only once its check is overdue.
+        Some("no recoverer worker is alive to move it".to_owned())
+    } else {
+        None
+    };
+    if let Some(stopped) = stopped {
+        let action = format!("write ({})", pkg.action);
+        e.headline = match pkg.state {
+            State::Unknown => format!(
+                "Result unknown: the vendor may or may not have done this {action}; {stopped}."
+            ),
+            State::Processing => {
+                format!("The vendor accepted this {action} and has not finished it; {stopped}.")
+            }
+            State::RetryReady => format!(
+                "This {action} is proven safe to send again with the same key and bytes; \
+                 {stopped}."
+            ),
+            State::Prepared => format!("This {action} is recorded and was never sent; {stopped}."),
+            _ => e.headline,
+        };
+    }
+    if waits && let Some(alarm) = engine.alarm() {
+        e.warnings.insert(0, alarm);
+    }
+    e
+}
+
+fn explain_alone(pkg: &HandoffPackage, now_ms: i64) -> Explanation {
     let action = format!("write ({})", pkg.action);
     let claim = current_claim(pkg);
     let headline = match pkg.state {

@@ -1704,3 +1704,177 @@ async fn a_bare_ledger_path_is_accepted_or_named_in_the_error() {
     assert!(r.stderr.contains("sqlite:PATH"), "{}", r.stderr);
     assert!(!missing.exists());
 }
+
+/// A writer whose clock runs `behind_ms` late (a host with a skewed clock): the operations it
+/// leaves `UNKNOWN` are due in the past, so their check is overdue at once.
+#[derive(Debug)]
+struct Behind(i64);
+
+impl recoverable_write::clock::Clock for Behind {
+    fn now_ms(&self) -> i64 {
+        recoverable_write::clock::ProcessClock.now_ms() - self.0
+    }
+}
+
+/// Runs the world's recoverer (named `worker`) until its heartbeat is in the ledger and
+/// `op` is `SUCCEEDED`, then stops it.
+async fn run_worker_until_resolved(world: &World, worker: &str, op: &Operation) {
+    use recoverable_write::ledger::ListingLedger;
+    let engine = world
+        .recoverer
+        .clone()
+        .worker_id(worker)
+        .interval(Duration::from_millis(20))
+        .spawn();
+    let mut done = false;
+    for _ in 0..500 {
+        let beats = world.ledger.heartbeats().await.expect("heartbeats");
+        if beats.iter().any(|b| b.worker_id == worker)
+            && world.record(op.id()).await.state == State::Succeeded
+        {
+            done = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    engine.shutdown().await;
+    assert!(done, "the worker never beat or never resolved {}", op.id());
+}
+
+/// Issue 30 item 1 on the command line: with no recoverer running and an `UNKNOWN` operation
+/// waiting, `stats` raises the alarm (text and JSON) and `show` says nobody is verifying it;
+/// after a worker ran, `stats` lists it alive with its last pass and what it claimed, and
+/// the alarm is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_shows_the_no_worker_alarm_then_the_worker_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    let world = World::new(ledger).await;
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    let op = new_op("intent-no-worker");
+    world.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut world.writer(), world.request(&op))
+        .await
+        .expect_err("the response is lost");
+    assert_eq!(world.record(op.id()).await.state, State::Unknown);
+
+    let text = cli.run(&["stats"]).await.ok().to_owned();
+    assert!(
+        text.starts_with("engine: no recoverer worker alive · no pass ever reported\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  ALARM: No recoverer worker is alive (no worker has ever reported to this \
+             ledger), and 1 operation waits for the engine"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("  no worker heartbeat recorded"), "{text}");
+    let json = cli.run(&["stats", "--json"]).await.json();
+    assert_eq!(json["engine"]["alive"], 0, "{json}");
+    assert_eq!(json["engine"]["waiting"], 1, "{json}");
+    assert_eq!(json["engine"]["overdue"], 0, "{json}");
+    assert_eq!(json["engine"]["grace_ms"], 90_750, "{json}");
+    assert_eq!(json["engine"]["workers"], serde_json::json!([]), "{json}");
+    assert!(
+        json["engine"]["alarm"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("No recoverer worker is alive")),
+        "{json}"
+    );
+    let shown = cli.run(&["show", op.id().as_str()]).await.ok().to_owned();
+    assert!(
+        shown.contains("!! No recoverer worker is alive (no worker has ever reported"),
+        "{shown}"
+    );
+    assert!(shown.contains("next check due"), "{shown}");
+
+    run_worker_until_resolved(&world, "cli-worker-1", &op).await;
+    let text = cli.run(&["stats"]).await.ok().to_owned();
+    assert!(
+        text.starts_with("engine: 1 recoverer worker alive · last pass "),
+        "{text}"
+    );
+    assert!(!text.contains("ALARM"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("cli-worker-1"))
+        .unwrap_or_else(|| panic!("no worker line:\n{text}"));
+    assert!(line.contains(" yes "), "{line}");
+    assert!(line.contains(env!("CARGO_PKG_VERSION")), "{line}");
+    let json = cli.run(&["stats", "--json"]).await.json();
+    let w = &json["engine"]["workers"][0];
+    assert_eq!(json["engine"]["alive"], 1, "{json}");
+    assert_eq!(json["engine"]["alarm"], Value::Null, "{json}");
+    assert_eq!(w["worker_id"], "cli-worker-1", "{json}");
+    assert!(w["claimed_total"].as_u64().unwrap() >= 1, "{json}");
+    assert_eq!(w["errors"], 0, "{json}");
+    assert_eq!(
+        w["interval_ms"], 2_020,
+        "the pause plus the drill's 2 s lease: {json}"
+    );
+    // The recoverer's lookup found the ticket: created once, never resent.
+    assert_eq!(world.vendor.tickets_created(), 1);
+    assert_eq!(world.vendor.posts_received(), 1);
+    cli.assert_nothing_leaked();
+}
+
+/// An `UNKNOWN` operation whose next check passed long ago (written by a host whose clock is
+/// ten minutes late) is counted overdue by `stats`, and `show` says by how much instead of
+/// "the engine is verifying it".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_show_report_an_overdue_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let ledger: Arc<dyn FullLedger> = Arc::new(SqliteLedger::open(&path).await.unwrap());
+    // A window long enough that the late writer's operation is still recoverable.
+    let policy = BudgetPolicy {
+        window_ms: 3_600_000,
+        ..fast_policy()
+    };
+    let mut world = World::with_policy(ledger, policy).await;
+    world.0.layer = world
+        .builder()
+        .clock(Behind(10 * 60_000))
+        .build()
+        .unwrap()
+        .layer();
+    let cli = Cli::new(format!("sqlite:{}", path.display()), None);
+    let op = new_op("intent-overdue");
+    world.vendor.faults().drop_after_commit(1);
+    let _ = send(&mut world.writer(), world.request(&op))
+        .await
+        .expect_err("the response is lost");
+    let row = world.record(op.id()).await;
+    assert_eq!(row.state, State::Unknown);
+    assert!(row.next_check_ms.is_some(), "{row:?}");
+
+    let text = cli.run(&["stats"]).await.ok().to_owned();
+    assert!(
+        text.contains(
+            "  overdue: 1 (UNKNOWN or RETRY_READY, next check passed more than 1m 30s ago); \
+             waiting for the engine: 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 operation is overdue: its next check passed more than 1m 30s ago."),
+        "{text}"
+    );
+    let json = cli.run(&["stats", "--json"]).await.json();
+    assert_eq!(json["engine"]["overdue"], 1, "{json}");
+    let shown = cli.run(&["show", op.id().as_str()]).await.ok().to_owned();
+    assert!(shown.contains("its check is overdue by "), "{shown}");
+    assert!(shown.contains("next check overdue by "), "{shown}");
+    assert!(!shown.contains("the engine is verifying it"), "{shown}");
+
+    // A worker runs: it finds the ticket; nothing is overdue any more.
+    run_worker_until_resolved(&world, "cli-worker-2", &op).await;
+    let json = cli.run(&["stats", "--json"]).await.json();
+    assert_eq!(json["engine"]["overdue"], 0, "{json}");
+    assert_eq!(json["engine"]["alive"], 1, "{json}");
+    assert_eq!(world.vendor.tickets_created(), 1);
+    cli.assert_nothing_leaked();
+}

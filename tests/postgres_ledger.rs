@@ -208,6 +208,7 @@ async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
             (5, true),
             (6, true),
             (7, true),
+            (8, true),
             (9, true),
             (10, true)
         ]
@@ -226,7 +227,8 @@ async fn eight_concurrent_migrations_of_a_fresh_schema_all_succeed_once() {
             "rw_callback_quarantine",
             "rw_evidence",
             "rw_operations",
-            "rw_schema_migrations"
+            "rw_schema_migrations",
+            "rw_workers"
         ]
     );
     // Nothing leaked into public.

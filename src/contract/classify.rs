@@ -432,7 +432,7 @@ fn describe_error(err: &(dyn StdError + 'static)) -> String {
 
 /// Removes what could be a credential from URLs quoted in an error message: the userinfo
 /// (`user:pass@`) and the query (`?api_key=...`).
-fn sanitize(msg: &str) -> String {
+pub(crate) fn sanitize(msg: &str) -> String {
     let mut out = String::with_capacity(msg.len());
     let mut rest = msg;
     while let Some(idx) = rest.find("://") {

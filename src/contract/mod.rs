@@ -70,6 +70,7 @@ use crate::evidence::Evidence;
 use crate::operation::{IdempotencyKey, PayloadDigest};
 
 mod classify;
+pub(crate) use classify::sanitize as sanitize_urls;
 pub mod config;
 mod error;
 mod key;

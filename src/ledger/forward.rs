@@ -172,6 +172,22 @@ impl<L: ListingLedger + ?Sized> ListingLedger for Arc<L> {
     ) -> BoxFuture<'a, Result<Option<OperationRecord>, LedgerError>> {
         (**self).acknowledge_contradiction(tenant, id, expected_version, entry)
     }
+
+    fn record_heartbeat(&self, beat: WorkerHeartbeat) -> BoxFuture<'_, Result<(), LedgerError>> {
+        (**self).record_heartbeat(beat)
+    }
+
+    fn heartbeats(&self) -> BoxFuture<'_, Result<Vec<WorkerHeartbeat>, LedgerError>> {
+        (**self).heartbeats()
+    }
+
+    fn count_overdue<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        checked_before_ms: i64,
+    ) -> BoxFuture<'a, Result<u64, LedgerError>> {
+        (**self).count_overdue(scope, checked_before_ms)
+    }
 }
 
 impl<L: CallbackLedger + ?Sized> CallbackLedger for Arc<L> {

@@ -3,7 +3,7 @@
 
 use super::{
     Activity, ActivityWindow, BoxFuture, Ledger, LedgerError, NewEvidence, OldestPerState,
-    OperationQuery, OperationRecord, Page, StateCounts, TenantScope, query,
+    OperationQuery, OperationRecord, Page, StateCounts, TenantScope, WorkerHeartbeat, query,
 };
 use crate::operation::{OperationId, Tenant};
 use crate::state::State;
@@ -101,4 +101,43 @@ pub trait ListingLedger: Ledger {
         scope: &'a TenantScope,
         window: ActivityWindow,
     ) -> BoxFuture<'a, Result<Activity, LedgerError>>;
+
+    /// Records `beat` as its worker's heartbeat ([`WorkerHeartbeat::worker_id`]), replacing the
+    /// one it recorded before (one row per worker), and deletes the heartbeats of workers
+    /// silent for more than [`DEAD_WORKER_RETENTION_MS`](super::DEAD_WORKER_RETENTION_MS)
+    /// before `beat`'s own time. Cheap (an upsert on a table of one row per worker); a lost
+    /// beat is harmless (the next pass writes another), so a backend may commit it without
+    /// waiting for the disk.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Config`] for an empty worker id or a text with a NUL character;
+    /// [`LedgerError::Unavailable`] when the store does not answer.
+    fn record_heartbeat(&self, beat: WorkerHeartbeat) -> BoxFuture<'_, Result<(), LedgerError>>;
+
+    /// Every recorded heartbeat (at most [`MAX_WORKERS_LISTED`](super::MAX_WORKERS_LISTED)),
+    /// the most recent beat first: the workers alive and the ones that stopped within the
+    /// retention ([`WorkerHeartbeat::alive_at`] tells them apart). Not scoped to a tenant: a
+    /// worker recovers every tenant's operations.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Unavailable`] when the store does not answer; [`LedgerError::Corrupt`]
+    /// for a row that cannot be read.
+    fn heartbeats(&self) -> BoxFuture<'_, Result<Vec<WorkerHeartbeat>, LedgerError>>;
+
+    /// The number of operations within `scope` in `UNKNOWN` or `RETRY_READY` whose next check
+    /// ([`OperationRecord::next_check_ms`]) is before `checked_before_ms` (the caller passes
+    /// now minus its grace): work the engine should have looked at and has not. Quarantined
+    /// rows are left out (recovery skips them by design; they have their own count). Read
+    /// through the due-work index, so the count costs the overdue rows, not the history.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Unavailable`] when the store does not answer.
+    fn count_overdue<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        checked_before_ms: i64,
+    ) -> BoxFuture<'a, Result<u64, LedgerError>>;
 }

@@ -5,7 +5,8 @@
 //! - [`Ledger`]: the write path and recovery (create, the compare-and-swap, results, claims,
 //!   the sweep, evidence, quarantined rows). All the layer and the recoverer need.
 //! - [`ListingLedger`]: the operators' queue (listing, counts, the oldest rows, the lookups by
-//!   vendor reference and idempotency key, acknowledging contradictions). The reviews, the
+//!   vendor reference and idempotency key, acknowledging contradictions) and the recoverer
+//!   workers' heartbeats ([`WorkerHeartbeat`]) with the count of overdue checks. The reviews, the
 //!   review page and the recoverer's queue gauges need it.
 //! - [`CallbackLedger`]: vendor callbacks stored exactly once, and their quarantine. The
 //!   callbacks receiver needs it.
@@ -83,6 +84,10 @@ mod codec;
 mod forward;
 mod headers;
 pub use headers::{StoredHeaders, StoredHeadersIter};
+mod heartbeat;
+pub use heartbeat::{
+    DEAD_WORKER_RETENTION_MS, MAX_ERROR_CHARS, MAX_WORKERS_LISTED, MISSED_BEATS, WorkerHeartbeat,
+};
 mod memory;
 pub use memory::MemoryLedger;
 mod quarantine;

@@ -12,6 +12,8 @@
 //! either (see [`Builder`](crate::Builder)).
 
 mod answer;
+mod beat;
+pub mod health;
 mod http_lookup;
 mod list_lookup;
 mod pass;
@@ -22,6 +24,7 @@ mod settle;
 mod transport;
 mod worker;
 
+pub use self::health::EngineHealth;
 pub use self::http_lookup::{HttpLookup, LookupStatuses};
 pub use self::list_lookup::ListLookup;
 pub use self::recoverer::{Recoverer, RecoveryReport};

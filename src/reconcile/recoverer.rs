@@ -93,9 +93,11 @@ impl RecoveryReport {
 /// Rows a store cannot decode are quarantined by the store and skipped; the others are
 /// recovered. A pass that panics is reported and counted, and the next one runs.
 ///
-/// Beside the passes, [`run`](Recoverer::run) exports the queue gauges and runs the periodic
-/// retention purge, through what the ledger's [`Ledger::housekeeping`] gives: over a ledger
-/// without listing there is nothing to count through, over one without retention nothing to
+/// Beside the passes, [`run`](Recoverer::run) records the worker's heartbeat after each pass
+/// ([`WorkerHeartbeat`](crate::ledger::WorkerHeartbeat), see [`worker_id`](Self::worker_id)),
+/// exports the queue gauges and runs the periodic retention purge, through what the ledger's
+/// [`Ledger::housekeeping`] gives: over a ledger without listing there is nothing to count or
+/// beat through, over one without retention nothing to
 /// purge through, and the recoverer skips that housekeeping. Recovery itself needs only
 /// [`Ledger`].
 ///
@@ -141,6 +143,8 @@ pub struct Recoverer {
     pub(super) lease: Duration,
     pub(super) interval: Duration,
     pub(super) skew_margin: Duration,
+    /// The name this worker's heartbeat carries (a random id per run when `None`).
+    pub(super) worker_id: Option<Arc<str>>,
 }
 
 impl fmt::Debug for Recoverer {
@@ -159,6 +163,7 @@ impl fmt::Debug for Recoverer {
             .field("lease", &self.lease)
             .field("interval", &self.interval)
             .field("skew_margin", &self.skew_margin)
+            .field("worker_id", &self.worker_id)
             .finish()
     }
 }
@@ -176,9 +181,10 @@ impl Recoverer {
             gauges_every: Some(Duration::from_secs(15)),
             batch: 32,
             concurrency: 1,
-            lease: Duration::from_secs(30),
-            interval: Duration::from_millis(250),
+            lease: super::health::DEFAULT_LEASE,
+            interval: super::health::DEFAULT_INTERVAL,
             skew_margin: Duration::from_secs(5),
+            worker_id: None,
         }
     }
 
@@ -286,6 +292,15 @@ impl Recoverer {
     /// vendor's key retention before a same-key replay is considered safe (default 5 s).
     pub fn skew_margin(mut self, margin: Duration) -> Self {
         self.skew_margin = margin;
+        self
+    }
+
+    /// The name this worker's heartbeat carries (default: a random id for each
+    /// [`run`](Self::run)). Give each worker its own, stable across restarts (`billing-worker-1`),
+    /// to see in the review page which one stopped. Two running workers with one name share one
+    /// heartbeat row: the page would count them as one.
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(Arc::from(id.into()));
         self
     }
 

@@ -5,6 +5,8 @@
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::beat::{Beats, failure};
+use super::health::{EngineHealth, grace_for, promised_interval_ms};
 use super::recoverer::{Recoverer, RecoveryReport};
 use crate::ledger::{LedgerError, OldestPerState, StateCounts, TenantScope, WATCHED_STATES};
 use crate::retention::Purges;
@@ -20,9 +22,17 @@ impl Recoverer {
     ///   in no state's count). Alert on anything above 0;
     /// - `recoverable_write_oldest_age_seconds{state}`: how long ago the oldest operation in that
     ///   state was created (0 when there is none), so an alert can fire on "the review queue is
-    ///   older than N minutes".
+    ///   older than N minutes";
+    /// - `recoverable_write_live_workers`: how many recoverer workers beat within three of
+    ///   their promised intervals ([`WorkerHeartbeat`](crate::ledger::WorkerHeartbeat)). Every
+    ///   worker exports it: alert on its maximum across workers being 0;
+    /// - `recoverable_write_last_pass_age_seconds`: how long ago any worker's last pass
+    ///   finished;
+    /// - `recoverable_write_overdue_operations`: operations in `UNKNOWN` or `RETRY_READY` whose
+    ///   next check passed more than the grace ago ([`EngineHealth::grace_ms`]): nobody looked at
+    ///   them. Alert on anything above 0.
     ///
-    /// Two indexed reads, flat in the number of finished operations. `None` when the ledger
+    /// Four indexed reads (and the heartbeats), flat in the number of finished operations. `None` when the ledger
     /// has no listing ([`Ledger::housekeeping`](crate::ledger::Ledger::housekeeping) gives
     /// none): there is nothing to count through, and nothing is exported.
     pub async fn export_gauges(
@@ -35,9 +45,23 @@ impl Recoverer {
         let oldest = ledger
             .oldest(&TenantScope::AllTenants, &WATCHED_STATES)
             .await?;
+        let now = self.shared.clock.now_ms();
+        let workers = ledger.heartbeats().await?;
+        let checked_before = now.saturating_sub(grace_for(&workers, now));
+        let overdue = ledger
+            .count_overdue(&TenantScope::AllTenants, checked_before)
+            .await?;
+        let health = EngineHealth::from_parts(workers, &counts, overdue, now);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (health, now);
         #[cfg(feature = "metrics")]
         {
-            let now = self.shared.clock.now_ms();
+            metrics::gauge!("recoverable_write_live_workers").set(health.alive as f64);
+            metrics::gauge!("recoverable_write_overdue_operations").set(health.overdue as f64);
+            let last_pass = health
+                .last_pass_ms
+                .map_or(0.0, |at| (now - at).max(0) as f64 / 1000.0);
+            metrics::gauge!("recoverable_write_last_pass_age_seconds").set(last_pass);
             for (state, n) in counts.iter() {
                 metrics::gauge!("recoverable_write_operations", "state" => state.as_str())
                     .set(n as f64);
@@ -66,6 +90,11 @@ impl Recoverer {
             .map(|ledger| Purges::new(self.shared.clone(), ledger.clone()));
         let mut purged_at: Option<tokio::time::Instant> = None;
         let mut purging: Option<AbortOnDrop> = None;
+        let mut beats = Beats::new(
+            self.worker_id.as_deref(),
+            self.shared.clock.now_ms(),
+            promised_interval_ms(self.interval, self.lease),
+        );
         loop {
             if let Some(purges) = &purges
                 && let Some(every) = self.shared.retention.purge_interval()
@@ -87,13 +116,27 @@ impl Recoverer {
             // Each pass runs as its own task, so a panic in it (a reconciler's bug, say) is
             // caught, reported and counted, and the next pass runs: a recovery engine that died
             // silently would leave every unknown operation unowned.
+            let started_ms = self.shared.clock.now_ms();
             let pass = tokio::spawn({
                 let this = self.clone();
                 async move { this.run_once().await }
             });
+            let pass = pass.await;
+            let outcome = match &pass {
+                Ok(Ok(report)) => Ok(report),
+                Ok(Err(e)) => Err(failure(e)),
+                Err(e) if e.is_panic() => Err("the pass panicked (see the worker's log)".into()),
+                Err(_) => Err("the pass was cancelled".into()),
+            };
+            let beat = beats.after_pass(started_ms, self.shared.clock.now_ms(), outcome);
+            if let Some(ledger) = self.housekeeping.listing_ledger()
+                && let Err(e) = ledger.record_heartbeat(beat).await
+            {
+                tracing::warn!(error = %e, "worker heartbeat not recorded; next pass");
+            }
             // After a full pass that worked all its rows, more may be due at once (a backlog):
             // no pause, but a look at `shutdown` first.
-            let pause = if report_pass(pass.await).is_some_and(|r| r.was_full(self.batch)) {
+            let pause = if report_pass(pass).is_some_and(|r| r.was_full(self.batch)) {
                 std::time::Duration::ZERO
             } else {
                 self.interval

@@ -10,12 +10,14 @@ use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 
 use super::lookup::{Lookup, load, lookup_failed, tenant_for};
-use super::views::{Chrome, ledger_failed, queue_root, scope_label};
+use super::views::{Chrome, engine_health, ledger_failed, queue_root, scope_label};
 use super::{
     ReviewUiOptions, ReviewerIdentity, Shared, csrf, mount_base, now_ms, quarantine, words,
 };
 use crate::encoding::encode_component;
+use crate::ledger::TenantScope;
 use crate::operation::OperationId;
+use crate::reconcile::EngineHealth;
 use crate::review::{
     AuthorizationState, BudgetUsed, EvidenceSummary, HandoffPackage, ParameterSummary, ReviewError,
 };
@@ -134,7 +136,9 @@ pub(super) async fn operation(
         Ok(p) => p,
         Err(l) => return lookup_failed(&who, &base, &id, l),
     };
-    let mut view = operation_view(&cfg, &who, &base, &p, now_ms(), done);
+    let now = now_ms();
+    let engine = engine_health(&*cfg.ledger, &TenantScope::Tenant(tenant.clone()), now).await;
+    let mut view = operation_view(&cfg, &who, &base, &p, now, done, engine.as_ref());
     view.quarantine = aside
         .as_ref()
         .map(|q| quarantine::banner(&cfg, &who, &base, q, now_ms()));
@@ -177,8 +181,9 @@ fn operation_view(
     p: &HandoffPackage,
     now: i64,
     done: &str,
+    engine: Option<&EngineHealth>,
 ) -> OperationPage {
-    let s = words::summary(p, now);
+    let s = words::summary_with(p, now, engine);
     let claim = words::last_claim(p);
     let claimed_by = claim.as_ref().map(|(w, _, _)| w.as_str());
     let terminal = p.state.is_terminal();
@@ -206,7 +211,8 @@ fn operation_view(
         format!("Operation {}", p.operation_id),
         Some(who),
         &scope_label(&cfg.scope),
-    );
+    )
+    .with_engine(engine);
     OperationPage {
         chrome,
         back: queue_root(base),

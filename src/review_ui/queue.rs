@@ -10,7 +10,7 @@ use super::filters::{
     BadFilter, FilterView, QUARANTINED, StateOption, build_query, queue_href, state_href,
     state_options,
 };
-use super::views::{Chrome, ledger_failed, message, op_href, scope_label};
+use super::views::{Chrome, engine_health, ledger_failed, message, op_href, scope_label};
 use super::{ReviewUiOptions, ReviewerIdentity, Shared, mount_base, now_ms, quarantine, words};
 use crate::ledger::{OperationQuery, OperationRecord, Page, StateCounts, TenantScope};
 
@@ -144,8 +144,10 @@ pub(super) async fn queue(
         .iter()
         .any(|(k, _)| k == "after")
         .then(|| queue_href(&base, &filters, None));
+    let engine = engine_health(&*cfg.ledger, query.scope(), now).await;
     let view = QueuePage {
-        chrome: Chrome::new(&base, "Review queue", Some(&who), &scope_label(&cfg.scope)),
+        chrome: Chrome::new(&base, "Review queue", Some(&who), &scope_label(&cfg.scope))
+            .with_engine(engine.as_ref()),
         counts: count_links(&base, &counts, &filters.tenant),
         state_options: state_options(),
         all_tenants: cfg.scope == TenantScope::AllTenants,

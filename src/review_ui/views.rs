@@ -10,6 +10,7 @@ use super::{ReviewUiOptions, ReviewerIdentity, words};
 use crate::encoding::encode_component;
 use crate::ledger::TenantScope;
 use crate::operation::{OperationId, Tenant};
+use crate::reconcile::EngineHealth;
 use crate::review::HandoffPackage;
 
 /// What every page shows around its content.
@@ -19,6 +20,24 @@ pub(super) struct Chrome {
     pub(super) who: String,
     pub(super) role: &'static str,
     pub(super) scope: String,
+    /// Whether the engine is running, in the header (and its alarm above the content), on the
+    /// pages that read it.
+    pub(super) engine: Option<EngineView>,
+}
+
+/// The engine's line in the header, and its alarm.
+pub(super) struct EngineView {
+    pub(super) status: String,
+    pub(super) alarm: Option<String>,
+}
+
+impl EngineView {
+    pub(super) fn of(health: &EngineHealth) -> Self {
+        Self {
+            status: health.status(),
+            alarm: health.alarm(),
+        }
+    }
 }
 
 impl Chrome {
@@ -38,8 +57,28 @@ impl Chrome {
                 None => "",
             },
             scope: scope.to_owned(),
+            engine: None,
         }
     }
+
+    /// The page shows whether the engine is running (`None`: the ledger did not say).
+    pub(super) fn with_engine(mut self, health: Option<&EngineHealth>) -> Self {
+        self.engine = health.map(EngineView::of);
+        self
+    }
+}
+
+/// Whether the engine is running, for `scope` at `now`; `None` (logged) if the ledger does
+/// not answer: the page is shown without it rather than not at all.
+pub(super) async fn engine_health(
+    ledger: &dyn crate::ledger::ListingLedger,
+    scope: &TenantScope,
+    now: i64,
+) -> Option<EngineHealth> {
+    EngineHealth::read(ledger, scope, now)
+        .await
+        .inspect_err(|e| tracing::warn!(error = %e, "review page: engine health not read"))
+        .ok()
 }
 
 pub(super) fn scope_label(scope: &TenantScope) -> String {

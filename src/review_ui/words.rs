@@ -2,6 +2,8 @@
 //! person needs to decide.
 
 use crate::evidence::{ConflictKind, Evidence};
+use crate::reconcile::EngineHealth;
+use crate::reconcile::health::{WAITING_STATES, claim_advice, grace_for};
 use crate::review::{EvidenceSummary, HandoffPackage};
 use crate::state::State;
 
@@ -128,6 +130,17 @@ pub(super) struct Summary {
 
 /// The plain-language summary of a handoff package at `now_ms`.
 pub(super) fn summary(p: &HandoffPackage, now_ms: i64) -> Summary {
+    summary_with(p, now_ms, None)
+}
+
+/// [`summary`], told whether the engine is running: an operation that waits for the engine
+/// says when its next check is due, and one whose check is overdue (or that waits while no
+/// recoverer worker is alive) says so instead of "the engine is still verifying it".
+pub(super) fn summary_with(
+    p: &HandoffPackage,
+    now_ms: i64,
+    engine: Option<&EngineHealth>,
+) -> Summary {
     let what = action(&p.action);
     let b = &p.budget;
     let attempts = format!("{} of {} attempts used", b.attempts_used, b.max_attempts);
@@ -177,7 +190,25 @@ pub(super) fn summary(p: &HandoffPackage, now_ms: i64) -> Summary {
         },
         State::Rejected => format!("“{what}” was refused by the vendor with no side effect"),
     };
+    let headline = match engine.and_then(|e| engine_stopped(e, p, now_ms)) {
+        Some(stopped) => match p.state {
+            State::Unknown => format!("The vendor may have carried out “{what}”; {stopped}"),
+            State::Processing => {
+                format!("The vendor accepted “{what}” and has not finished it; {stopped}")
+            }
+            State::RetryReady => format!(
+                "“{what}” was proven not executed and waits to be sent again with the same key; \
+                 {stopped}"
+            ),
+            State::Prepared => format!("“{what}” is recorded and has not been sent; {stopped}"),
+            _ => headline,
+        },
+        None => headline,
+    };
     let mut facts = Vec::new();
+    if let Some(next) = engine.and_then(|e| e.next_check(p.state, p.next_check_ms)) {
+        facts.push(next);
+    }
     if let Some(last) = p
         .attempts
         .last()
@@ -254,17 +285,31 @@ pub(super) fn summary(p: &HandoffPackage, now_ms: i64) -> Summary {
         p.state,
         State::Unknown | State::Processing | State::InFlight
     ) {
-        advice.push(
-            "The engine owns it. Claim it only if it has been stuck too long: claiming stops \
-             automatic sends."
-                .to_owned(),
-        );
+        advice.push(claim_advice(
+            engine.map_or_else(|| grace_for(&[], now_ms), |e| e.grace_ms),
+        ));
     }
     Summary {
         headline,
         facts: facts.into_iter().map(capitalized).collect(),
         advice,
     }
+}
+
+/// Why nothing moves an operation that waits for the engine, if nothing does: its check is
+/// overdue, or every recoverer worker that reported has stopped.
+fn engine_stopped(engine: &EngineHealth, p: &HandoffPackage, now_ms: i64) -> Option<String> {
+    if engine.is_overdue(p.state, p.next_check_ms) {
+        let late = now_ms - p.next_check_ms.unwrap_or(now_ms);
+        return Some(format!(
+            "its check is overdue by {} and nobody is verifying it",
+            age(late)
+        ));
+    }
+    // With no heartbeat ever recorded, a worker of an older version may still run: the
+    // header's alarm says so, the row is called stopped only once its check is overdue.
+    (WAITING_STATES.contains(&p.state) && engine.alive == 0 && !engine.workers.is_empty())
+        .then(|| "no recoverer worker is alive to verify it".to_owned())
 }
 
 fn capitalized(s: String) -> String {

@@ -11,7 +11,7 @@ use crate::ledger::{
     FullLedger, Housekeeping, IgnoredCallback, Ledger, LedgerError, ListingLedger, NewOperation,
     OldestPerState, OperationQuery, OperationRecord, Page, ProbeBy, PurgeBatch, Purged,
     QuarantinedCallback, QuarantinedRow, Released, RetentionLedger, Settled, StateCounts,
-    TenantScope,
+    TenantScope, WorkerHeartbeat,
 };
 use crate::{OperationId, State, Tenant};
 
@@ -215,6 +215,9 @@ forwarding_ledger! {
         entry: NewEvidence
     ) -> Option<OperationRecord> as AcknowledgeContradiction;
     fn activity(scope: &'a TenantScope, window: ActivityWindow) -> Activity as Activity;
+    fn record_heartbeat(beat: WorkerHeartbeat) -> () as RecordHeartbeat;
+    fn heartbeats() -> Vec<WorkerHeartbeat> as Heartbeats;
+    fn count_overdue(scope: &'a TenantScope, checked_before_ms: i64) -> u64 as CountOverdue;
     }
     CallbackLedger {
     fn apply_callback(delivery: CallbackDelivery, effect: CallbackEffect) -> CallbackApplied
@@ -252,6 +255,7 @@ impl LedgerCall {
             | Self::ReleaseQuarantined
             | Self::AppendEvidence
             | Self::AcknowledgeContradiction
+            | Self::RecordHeartbeat
             | Self::ApplyCallback
             | Self::QuarantineCallback
             | Self::RecordIgnoredCallback
@@ -270,6 +274,8 @@ impl LedgerCall {
             | Self::FindByRemoteRef
             | Self::FindByIdempotencyKey
             | Self::Activity
+            | Self::Heartbeats
+            | Self::CountOverdue
             | Self::FinishedContracts => false,
         }
     }

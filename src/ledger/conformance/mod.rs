@@ -53,6 +53,7 @@ mod prepared;
 mod quarantine;
 mod record;
 mod retention;
+mod workers;
 
 pub use activity::*;
 pub use apply::*;
@@ -69,6 +70,7 @@ pub use prepared::*;
 pub use quarantine::*;
 pub use record::*;
 pub use retention::*;
+pub use workers::*;
 
 /// Generates one `#[test]` per conformance check, each with a fresh ledger.
 ///
@@ -163,7 +165,7 @@ macro_rules! ledger_conformance_tests {
                 purge_identity_deletes_finished_rows_and_only_them,
                 purge_callbacks_by_age_and_by_tenant,
                 concurrent_purges_delete_each_row_once,
-                activity_counts_changes_per_interval_and_the_backlog,
+    activity_counts_changes_per_interval_and_the_backlog, heartbeats_are_one_row_per_worker_and_dead_ones_pruned, count_overdue_counts_late_unknown_and_retry_ready_rows,
             );
         }
     };

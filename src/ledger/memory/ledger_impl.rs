@@ -11,7 +11,7 @@ use crate::ledger::{
     CallbackLedger, CallbackPurge, CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry,
     Housekeeping, IgnoredCallback, Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation,
     OperationQuery, OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback,
-    Recorded, RetentionLedger, StateCounts, TenantScope, Update,
+    Recorded, RetentionLedger, StateCounts, TenantScope, Update, WorkerHeartbeat,
 };
 use crate::operation::{OperationId, Tenant};
 
@@ -123,6 +123,22 @@ impl ListingLedger for MemoryLedger {
         scope: &'a TenantScope,
     ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
         Box::pin(async move { self.count_now(scope) })
+    }
+
+    fn record_heartbeat(&self, beat: WorkerHeartbeat) -> BoxFuture<'_, Result<(), LedgerError>> {
+        Box::pin(async move { self.record_heartbeat_now(beat) })
+    }
+
+    fn heartbeats(&self) -> BoxFuture<'_, Result<Vec<WorkerHeartbeat>, LedgerError>> {
+        Box::pin(async move { self.heartbeats_now() })
+    }
+
+    fn count_overdue<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        checked_before_ms: i64,
+    ) -> BoxFuture<'a, Result<u64, LedgerError>> {
+        Box::pin(async move { self.count_overdue_now(scope, checked_before_ms) })
     }
 
     fn acknowledge_contradiction<'a>(

@@ -3,10 +3,12 @@
 use super::MemoryLedger;
 use super::tables::Row;
 use crate::ledger::activity::{RawBucket, changes_of};
+use crate::ledger::heartbeat::{checked, most_recent_first};
 use crate::ledger::{
-    Activity, ActivityWindow, Cursor, LedgerError, OPEN_STATES, OperationQuery, Order, Page,
-    StateCounts, TenantScope,
+    Activity, ActivityWindow, Cursor, DEAD_WORKER_RETENTION_MS, LedgerError, OPEN_STATES,
+    OperationQuery, Order, Page, StateCounts, TenantScope, WorkerHeartbeat,
 };
+use crate::state::State;
 
 impl MemoryLedger {
     pub(super) fn list_now(&self, q: &OperationQuery) -> Result<Page, LedgerError> {
@@ -97,5 +99,40 @@ impl MemoryLedger {
             }
         }
         Ok(Activity::from_raw(window, backlog_now, per.into_values()))
+    }
+
+    pub(super) fn record_heartbeat_now(&self, beat: WorkerHeartbeat) -> Result<(), LedgerError> {
+        let beat = checked(beat)?;
+        let mut t = self.tables()?;
+        let horizon = beat
+            .pass_finished_ms
+            .saturating_sub(DEAD_WORKER_RETENTION_MS);
+        t.workers.retain(|_, w| w.pass_finished_ms >= horizon);
+        t.workers.insert(beat.worker_id.clone(), beat);
+        Ok(())
+    }
+
+    pub(super) fn heartbeats_now(&self) -> Result<Vec<WorkerHeartbeat>, LedgerError> {
+        let t = self.tables()?;
+        Ok(most_recent_first(t.workers.values().cloned().collect()))
+    }
+
+    pub(super) fn count_overdue_now(
+        &self,
+        scope: &TenantScope,
+        checked_before_ms: i64,
+    ) -> Result<u64, LedgerError> {
+        let t = self.tables()?;
+        let n = t
+            .operations
+            .rows()
+            .filter(|row| {
+                let r = &row.record;
+                matches!(r.state, State::Unknown | State::RetryReady)
+                    && r.next_check_ms.is_some_and(|at| at < checked_before_ms)
+                    && scope.contains(&r.tenant)
+            })
+            .count();
+        Ok(n as u64)
     }
 }

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use super::slots::{Intents, Operations};
 use crate::ledger::{
-    EvidenceEntry, NewEvidence, OperationRecord, QuarantinedCallback, Update, store_entries,
+    EvidenceEntry, NewEvidence, OperationRecord, QuarantinedCallback, Update, WorkerHeartbeat,
+    store_entries,
 };
 use crate::operation::{OperationId, Tenant};
 use crate::state::State;
@@ -23,6 +24,8 @@ pub(super) struct Tables {
     pub(super) callback_events: HashMap<(String, String), Delivery>,
     /// Quarantined callback events, in the order they were stored.
     pub(super) callback_quarantine: Vec<QuarantinedCallback>,
+    /// The recoverer workers' heartbeats, by worker id.
+    pub(super) workers: HashMap<String, WorkerHeartbeat>,
 }
 
 pub(super) type Key = (Tenant, OperationId);

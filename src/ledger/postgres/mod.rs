@@ -12,6 +12,7 @@ mod sql;
 #[cfg(test)]
 mod tests;
 mod text;
+mod workers;
 mod writer;
 
 use std::str::FromStr;

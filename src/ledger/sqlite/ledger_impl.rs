@@ -27,7 +27,7 @@ use crate::ledger::{
     Housekeeping, IgnoredCallback, Ledger, LedgerError, ListingLedger, NewEvidence, NewOperation,
     OperationQuery, OperationRecord, Page, ProbeBy, PurgeBatch, Purged, QuarantinedCallback,
     QuarantinedRow, Recorded, Released, RetentionLedger, Settled, StateCounts, TenantScope, Update,
-    check_first_update, first_applied, store_entries,
+    WorkerHeartbeat, check_first_update, first_applied, store_entries,
 };
 use crate::operation::{OperationId, Tenant};
 use std::sync::Arc;
@@ -325,6 +325,22 @@ impl ListingLedger for SqliteLedger {
                 .await?;
             decode_activity(&rows, window)
         })
+    }
+
+    fn record_heartbeat(&self, beat: WorkerHeartbeat) -> BoxFuture<'_, Result<(), LedgerError>> {
+        Box::pin(self.record_heartbeat_now(beat))
+    }
+
+    fn heartbeats(&self) -> BoxFuture<'_, Result<Vec<WorkerHeartbeat>, LedgerError>> {
+        Box::pin(self.heartbeats_now())
+    }
+
+    fn count_overdue<'a>(
+        &'a self,
+        scope: &'a TenantScope,
+        checked_before_ms: i64,
+    ) -> BoxFuture<'a, Result<u64, LedgerError>> {
+        Box::pin(self.count_overdue_now(scope, checked_before_ms))
     }
 
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {

@@ -143,6 +143,7 @@ mod sql;
 mod steps;
 #[cfg(test)]
 mod tests;
+mod workers;
 mod writer;
 
 use std::str::FromStr;

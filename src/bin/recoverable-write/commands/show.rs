@@ -1,7 +1,9 @@
 //! `show`: one operation, its redacted handoff package, timeline, audit trail, retention
 //! dates, why it is stuck and what the engine would do next.
 
+use recoverable_write::ledger::TenantScope;
 use recoverable_write::operator::{self, AuditEntry};
+use recoverable_write::reconcile::EngineHealth;
 use recoverable_write::retention::RetentionDates;
 use recoverable_write::review::{HandoffPackage, QuarantinePackage};
 use serde::Serialize;
@@ -27,7 +29,14 @@ impl Ctx {
             .handoff(&tenant, &op)
             .await
             .map_err(|e| review_error(e, None))?;
-        let mut explanation = operator::explain(&pkg, self.now_ms);
+        let engine = EngineHealth::read(
+            &*self.ledger,
+            &TenantScope::Tenant(tenant.clone()),
+            self.now_ms,
+        )
+        .await
+        .map_err(CliError::ledger)?;
+        let mut explanation = operator::explain_with_engine(&pkg, self.now_ms, Some(&engine));
         if let Some(q) = &aside {
             // Set aside: the engine does nothing with it until it is released.
             explanation.next = operator::explain_quarantine(q, self.now_ms).next;

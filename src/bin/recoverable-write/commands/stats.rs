@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use recoverable_write::ledger::{EvidenceEntry, OPEN_STATES, OperationQuery, WATCHED_STATES};
+use recoverable_write::reconcile::EngineHealth;
 use recoverable_write::state::State;
 
 use super::{Ctx, host_of, to_json};
@@ -42,12 +43,16 @@ impl Ctx {
             .oldest(&self.scope, &WATCHED_STATES)
             .await
             .map_err(CliError::ledger)?;
+        let engine = EngineHealth::read(&*self.ledger, &self.scope, self.now_ms)
+            .await
+            .map_err(CliError::ledger)?;
         let open = self.open_by_target(a.scan_limit).await?;
         let since_ms = self
             .now_ms
             .saturating_sub(i64::try_from(a.since.as_millis()).unwrap_or(i64::MAX));
         let durations = self.durations_since(since_ms, a.scan_limit).await?;
         let stats = render::Stats {
+            engine: render::Engine::of(engine),
             counts: counts
                 .iter()
                 .map(|(state, n)| (state.as_str(), n))

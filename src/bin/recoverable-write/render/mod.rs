@@ -19,7 +19,7 @@ pub(crate) use self::purge::{purge, purge_plan};
 pub(crate) use self::quarantined::{quarantined, quarantined_list};
 pub(crate) use self::reconcile::{bulk_plan, bulk_report};
 pub(crate) use self::show::{retention, show};
-pub(crate) use self::stats::{Oldest, QUARANTINED, Spread, Stats, TargetCount, stats};
+pub(crate) use self::stats::{Engine, Oldest, QUARANTINED, Spread, Stats, TargetCount, stats};
 use crate::commands::Row;
 
 /// Lays out `rows` under `header`, columns padded to their widest cell.

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use recoverable_write::operator::{format_age, format_time};
+use recoverable_write::reconcile::EngineHealth;
 use recoverable_write::state::State;
 use serde::Serialize;
 
@@ -68,9 +69,81 @@ impl Spread {
     }
 }
 
+/// Whether the engine is running: the recoverer workers' heartbeats, the operations overdue,
+/// and the alarm (also in JSON: `status`, `alarm`, `now_ms`, `workers`, `alive`,
+/// `last_pass_ms`, `grace_ms`, `overdue`, `waiting`).
+#[derive(Debug, Serialize)]
+pub(crate) struct Engine {
+    pub(crate) status: String,
+    pub(crate) alarm: Option<String>,
+    #[serde(flatten)]
+    pub(crate) health: EngineHealth,
+}
+
+impl Engine {
+    pub(crate) fn of(health: EngineHealth) -> Self {
+        Self {
+            status: health.status(),
+            alarm: health.alarm(),
+            health,
+        }
+    }
+
+    fn text(&self, o: &mut String) {
+        let h = &self.health;
+        let _ = writeln!(o, "engine: {}", self.status);
+        if let Some(alarm) = &self.alarm {
+            let _ = writeln!(o, "  ALARM: {alarm}");
+        }
+        let _ = writeln!(
+            o,
+            "  overdue: {} (UNKNOWN or RETRY_READY, next check passed more than {} ago); \
+             waiting for the engine: {}",
+            h.overdue,
+            format_age(h.grace_ms),
+            h.waiting
+        );
+        if h.workers.is_empty() {
+            let _ = writeln!(o, "  no worker heartbeat recorded");
+            return;
+        }
+        let rows: Vec<Vec<String>> = h
+            .workers
+            .iter()
+            .map(|w| {
+                vec![
+                    w.worker_id.clone(),
+                    w.host.clone(),
+                    w.version.clone(),
+                    if w.alive_at(h.now_ms) { "yes" } else { "NO" }.to_owned(),
+                    format!("{} ago", format_age(h.now_ms - w.pass_finished_ms)),
+                    format!("{}/{}", w.claimed_last_pass, w.claimed_total),
+                    w.errors.to_string(),
+                    w.last_error.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        let head = [
+            "WORKER",
+            "HOST",
+            "VERSION",
+            "ALIVE",
+            "LAST PASS",
+            "CLAIMED (LAST/TOTAL)",
+            "ERRORS",
+            "LAST ERROR",
+        ];
+        for line in table(&head, &rows).lines() {
+            let _ = writeln!(o, "  {line}");
+        }
+    }
+}
+
 /// What `stats` reports.
 #[derive(Debug, Serialize)]
 pub(crate) struct Stats {
+    /// Whether the engine is running (first in the text).
+    pub(crate) engine: Engine,
     /// Open operations per state, in `OPEN_STATES` order, then the quarantined rows under
     /// `QUARANTINED` (a JSON object `{"UNKNOWN": 0, …, "QUARANTINED": 0}`).
     #[serde(serialize_with = "as_map")]
@@ -102,7 +175,8 @@ fn as_map<S: serde::Serializer>(v: &[(&'static str, u64)], s: S) -> Result<S::Ok
 pub(crate) fn stats(s: &Stats) -> String {
     let mut out = String::new();
     let o = &mut out;
-    let _ = writeln!(o, "open operations by state");
+    s.engine.text(o);
+    let _ = writeln!(o, "\nopen operations by state");
     let rows: Vec<Vec<String>> = s
         .counts
         .iter()
