@@ -174,6 +174,52 @@ pub(crate) async fn nothing_to_release<L: Ledger + ?Sized>(
     })
 }
 
+/// The detail of a decode error (it names the column), without the operation id.
+pub(crate) fn corrupt_detail(error: &crate::ledger::LedgerError) -> String {
+    match error {
+        crate::ledger::LedgerError::Corrupt { detail, .. } => detail.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A column read on its own: `None` (and the column with what is wrong in `unreadable`) when
+/// it cannot be read.
+pub(crate) fn readable<T>(
+    column: &str,
+    value: Result<T, crate::ledger::LedgerError>,
+    unreadable: &mut Vec<(String, String)>,
+) -> Option<T> {
+    match value {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let detail = corrupt_detail(&e);
+            let what = split_column(&detail).1;
+            unreadable.push((column.to_owned(), what));
+            None
+        }
+    }
+}
+
+/// What is kept as the quarantine reason of a row that failed to decode: the decode error
+/// without the operation id (kept in its own column). Logged with `tracing::error!`, naming the
+/// operation, never its body.
+pub(crate) fn quarantine(
+    tenant: Option<&str>,
+    operation_id: Option<&str>,
+    during: &'static str,
+    error: &crate::ledger::LedgerError,
+) -> String {
+    let reason = corrupt_detail(error);
+    tracing::error!(
+        tenant = tenant.unwrap_or("<unreadable>"),
+        operation_id = operation_id.unwrap_or("<unreadable>"),
+        during,
+        error = %reason,
+        "ledger row cannot be decoded: quarantined, recovery goes on without it"
+    );
+    reason
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
