@@ -55,6 +55,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(5, "retention", "0005_retention.sql"),
     migration!(6, "callback probes", "0006_callback_probes.sql"),
     migration!(7, "contradictions", "0007_contradictions.sql"),
+    migration!(10, "evidence rowid", "0010_evidence_rowid.sql"),
 ];
 
 const TABLE: &str = "
