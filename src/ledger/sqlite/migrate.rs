@@ -57,6 +57,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(7, "contradictions", "0007_contradictions.sql"),
     migration!(8, "workers", "0008_workers.sql"),
     migration!(10, "activity", "0010_activity.sql"),
+    migration!(11, "evidence rowid", "0011_evidence_rowid.sql"),
 ];
 
 const TABLE: &str = "

@@ -8,8 +8,10 @@ use writer::Finish;
 mod connections;
 mod detached;
 mod durability;
+mod evidence_rowid;
 mod group_commit;
 mod query_plans;
+mod wal_frames;
 
 /// The value of `pragma` on the writer's connection, between batches.
 async fn writer_pragma(ledger: &SqliteLedger, pragma: &'static str) -> String {
