@@ -1568,6 +1568,10 @@ async fn the_activity_page_draws_the_day_from_the_ledger() {
         queue.body.contains("href=\"/ops/activity\""),
         "the queue links to the charts"
     );
+    assert!(
+        queue.body.contains("href=\"/ops/bulk\""),
+        "the queue links to the bulk reconciliation"
+    );
     let page = get(&app, Some("alice"), "/ops/activity").await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     let b = &page.body;

@@ -65,6 +65,8 @@ struct QueuePage {
     live: super::live::Live,
     /// The activity charts' page.
     activity_href: String,
+    /// The bulk reconciliation page (plan from a vendor export, then apply).
+    bulk_href: String,
 }
 
 /// The host a request went to, from its URL.
@@ -162,6 +164,7 @@ pub(super) async fn queue(
         contradicted,
         live: super::live::Live::new(&cfg, now),
         activity_href: format!("{base}/activity"),
+        bulk_href: format!("{base}/bulk"),
     };
     super::live::page(&cfg, StatusCode::OK, view.render())
 }
