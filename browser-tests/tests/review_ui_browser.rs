@@ -84,6 +84,20 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
             .text()
             .await?;
         assert!(headline.contains("a person must decide"), "{headline}");
+        // The key the vendor saw, to look the write up by (issue 30 item 2): the one the fake
+        // vendor recorded on the ticket this lost response created.
+        let seen_by_vendor = drill
+            .vendor
+            .tickets()
+            .into_iter()
+            .find(|t| t.device_id == "E17")
+            .and_then(|t| t.idempotency_key)
+            .expect("the vendor recorded the key of the E17 ticket");
+        let page_text = client.find(Locator::Css("main")).await?.text().await?;
+        assert!(
+            page_text.contains("Idempotency key") && page_text.contains(&seen_by_vendor),
+            "the page shows the key the vendor saw ({seen_by_vendor}): {page_text}"
+        );
         shoot(&client, &shots, "operation").await;
 
         // Claim it, with a reason.
