@@ -7,11 +7,9 @@
 //! Needs `chromium` and `chromedriver`; skipped without them unless `CI=true`.
 #![cfg(feature = "review-ui")]
 
-use axum::Router;
-use axum::middleware;
 use fantoccini::Locator;
 use recoverable_write::ledger::backend::NewEvidence;
-use recoverable_write::review_ui::{self, ReviewUiOptions};
+use recoverable_write::review_ui::ReviewUiOptions;
 use recoverable_write::testing::drill::*;
 use recoverable_write::{State, Tenant};
 
@@ -58,20 +56,12 @@ async fn a_person_uploads_an_export_reads_the_plan_and_applies_it_in_a_real_brow
         drill.vendor.tickets_created(),
     );
 
-    let app = Router::new()
-        .nest(
-            "/ops",
-            review_ui::router(
-                ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
-                    .reviews(drill.rw.reviews()),
-            ),
-        )
-        .layer(middleware::from_fn(as_alice));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let site = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let (_driver, webdriver) = start_driver(&chromedriver).await;
-    let client = browser(&webdriver, &chromium).await;
+    let (site, server) = serve_as_alice(
+        ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+            .reviews(drill.rw.reviews()),
+    )
+    .await;
+    let (_driver, client) = open_browser(&chromium, &chromedriver).await;
     let shots = screenshots_dir();
 
     let run = async {

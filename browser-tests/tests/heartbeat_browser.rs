@@ -11,12 +11,10 @@
 
 use std::time::Duration;
 
-use axum::Router;
-use axum::middleware;
 use fantoccini::Locator;
 use recoverable_write::clock::{Clock, ProcessClock};
 use recoverable_write::ledger::ListingLedger;
-use recoverable_write::review_ui::{self, ReviewUiOptions};
+use recoverable_write::review_ui::ReviewUiOptions;
 use recoverable_write::testing::drill::*;
 use recoverable_write::{BudgetPolicy, State, Tenant};
 
@@ -62,21 +60,12 @@ async fn the_header_raises_the_alarm_without_a_worker_and_shows_it_alive_after_a
     let _ = send(&mut drill.writer(), drill.ticket_request(&op, "E17")).await;
     assert_eq!(drill.record(op.id()).await.state, State::Unknown);
 
-    let app = Router::new()
-        .nest(
-            "/ops",
-            review_ui::router(
-                ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
-                    .reviews(drill.rw.reviews()),
-            ),
-        )
-        .layer(middleware::from_fn(as_alice));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let site = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-
-    let (_driver, webdriver) = start_driver(&chromedriver).await;
-    let client = browser(&webdriver, &chromium).await;
+    let (site, server) = serve_as_alice(
+        ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+            .reviews(drill.rw.reviews()),
+    )
+    .await;
+    let (_driver, client) = open_browser(&chromium, &chromedriver).await;
     let shots = screenshots_dir();
 
     let run = async {

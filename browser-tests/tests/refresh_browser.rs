@@ -11,10 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::middleware;
 use fantoccini::{Client, Locator};
-use recoverable_write::review_ui::{self, ReviewUiOptions};
+use recoverable_write::review_ui::ReviewUiOptions;
 use recoverable_write::testing::drill::*;
 use recoverable_write::{State, Tenant};
 
@@ -69,22 +67,13 @@ async fn the_pages_refresh_in_place_and_never_lose_a_half_filled_form() {
     drill.d9_to_review(&first, "E31").await;
 
     // The page refreshes every second.
-    let app = Router::new()
-        .nest(
-            "/ops",
-            review_ui::router(
-                ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
-                    .reviews(drill.rw.reviews())
-                    .refresh_every(Duration::from_secs(1)),
-            ),
-        )
-        .layer(middleware::from_fn(as_alice));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let site = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-
-    let (_driver, webdriver) = start_driver(&chromedriver).await;
-    let client = browser(&webdriver, &chromium).await;
+    let (site, server) = serve_as_alice(
+        ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+            .reviews(drill.rw.reviews())
+            .refresh_every(Duration::from_secs(1)),
+    )
+    .await;
+    let (_driver, client) = open_browser(&chromium, &chromedriver).await;
     let shots = screenshots_dir();
     let second = new_op("intent-refresh-2");
 

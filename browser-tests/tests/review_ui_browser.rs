@@ -8,10 +8,8 @@
 //! Without them the test is skipped with a message, unless `CI=true`: then it fails.
 #![cfg(feature = "review-ui")]
 
-use axum::Router;
-use axum::middleware;
 use fantoccini::Locator;
-use recoverable_write::review_ui::{self, ReviewUiOptions};
+use recoverable_write::review_ui::ReviewUiOptions;
 use recoverable_write::testing::drill::*;
 use recoverable_write::{State, Tenant};
 
@@ -45,21 +43,12 @@ async fn a_person_claims_and_resolves_an_operation_in_a_real_browser() {
     );
 
     // The application: the review page under /ops, behind its authentication.
-    let app = Router::new()
-        .nest(
-            "/ops",
-            review_ui::router(
-                ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
-                    .reviews(drill.rw.reviews()),
-            ),
-        )
-        .layer(middleware::from_fn(as_alice));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let site = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-
-    let (_driver, webdriver) = start_driver(&chromedriver).await;
-    let client = browser(&webdriver, &chromium).await;
+    let (site, server) = serve_as_alice(
+        ReviewUiOptions::for_tenant(drill.ledger.clone(), Tenant::new(TENANT))
+            .reviews(drill.rw.reviews()),
+    )
+    .await;
+    let (_driver, client) = open_browser(&chromium, &chromedriver).await;
     // The repository's `target/` (this package is `browser-tests/` in the workspace).
     let shots = screenshots_dir();
 

@@ -13,7 +13,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
-use recoverable_write::review_ui::ReviewerIdentity;
+use recoverable_write::review_ui::{self, ReviewUiOptions, ReviewerIdentity};
 
 /// chromedriver, killed when the test ends however it ends.
 pub struct Driver(Child);
@@ -145,4 +145,27 @@ pub fn screenshots_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/review-ui-screenshots");
     std::fs::create_dir_all(&dir).expect("create the screenshots folder");
     dir
+}
+
+/// The review page built from `options`, under `/ops` behind the application's authentication
+/// stand-in ([`as_alice`]), served on a free loopback port: the site's address
+/// (`http://127.0.0.1:PORT`) and the server's task (abort it when the test ends).
+pub async fn serve_as_alice(
+    options: ReviewUiOptions,
+) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let app = axum::Router::new()
+        .nest("/ops", review_ui::router(options))
+        .layer(axum::middleware::from_fn(as_alice));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let site = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    (site, server)
+}
+
+/// chromedriver started and a headless Chromium session on it: keep the [`Driver`] alive as
+/// long as the [`Client`].
+pub async fn open_browser(chromium: &Path, chromedriver: &Path) -> (Driver, Client) {
+    let (driver, webdriver) = start_driver(chromedriver).await;
+    let client = browser(&webdriver, chromium).await;
+    (driver, client)
 }
