@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::fixtures::{T0, new_operation};
+use super::fixtures::{T0, keep, new_operation, update_of};
 use super::helpers::{apply_ok, create, first_claim, get, kinds, log, must};
 use crate::ledger::{Created, Ledger, LedgerError, NewOperation};
 use crate::operation::{Generation, OperationId};
@@ -194,4 +194,87 @@ pub async fn concurrent_create_and_apply_of_one_intent_has_one_sender<L: Ledger>
         kinds(&log(&*ledger, &row).await),
         ["created", "attempt_registered"]
     );
+}
+
+/// The write path under load: 64 callers at once, 48 with intents of their own and 16 racing
+/// one of those intents under another id, each creating and claiming, then recording its
+/// result twice at once: once as read (applies) and once from a stale version (refused). A
+/// backend that writes concurrent requests together (group commit) must keep each one's own
+/// outcome: 48 rows, each `New` to exactly one caller and `Existing` to its racer, each
+/// `SUCCEEDED` at version 2 with exactly `created`, `attempt_registered`, `attempt_result`.
+pub async fn concurrent_claims_and_results_keep_their_own_semantics<L: Ledger>(ledger: L) {
+    const OWN: usize = 48;
+    const RACERS: usize = 16;
+    let ledger = Arc::new(ledger);
+    let barrier = Arc::new(tokio::sync::Barrier::new(OWN + RACERS));
+    let mut tasks = Vec::with_capacity(OWN + RACERS);
+    for i in 0..OWN + RACERS {
+        let (ledger, barrier) = (ledger.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let intent = format!("intent-load-{}", i % OWN);
+            let new = new_operation("tenant-a", &format!("op-load-{i}"), &intent);
+            let (attempt, first) = first_claim(&new, T0 + 10, "load");
+            barrier.wait().await;
+            let r = match must(
+                ledger.create_and_apply(new, first).await,
+                "create_and_apply",
+            ) {
+                Created::New(r) => r,
+                Created::Existing(r) => return (intent, false, r),
+            };
+            assert_eq!(r.current_attempt, Some(attempt));
+            assert_eq!((r.state, r.version), (State::InFlight, 1));
+            let mut stale = r.clone();
+            stale.version = 7;
+            let (fresh, old) = tokio::join!(
+                ledger.record_unread(update_of(
+                    &r,
+                    keep(&r, State::Succeeded, T0 + 20),
+                    "attempt_result",
+                )),
+                ledger.record_unread(update_of(
+                    &stale,
+                    keep(&stale, State::Rejected, T0 + 20),
+                    "attempt_result",
+                )),
+            );
+            assert!(
+                !matches!(must(fresh, "record_unread"), crate::ledger::Recorded::Stale),
+                "the result as read must apply"
+            );
+            assert!(
+                matches!(must(old, "record_unread"), crate::ledger::Recorded::Stale),
+                "a result from a stale version must change nothing"
+            );
+            (intent, true, r)
+        }));
+    }
+    let mut by_intent: std::collections::BTreeMap<String, (usize, BTreeSet<String>)> =
+        std::collections::BTreeMap::new();
+    for task in tasks {
+        let (intent, new, r) = match task.await {
+            Ok(done) => done,
+            Err(e) => panic!("caller task failed: {e}"),
+        };
+        let seen = by_intent.entry(intent).or_default();
+        seen.0 += usize::from(new);
+        seen.1.insert(r.operation_id.to_string());
+    }
+    assert_eq!(by_intent.len(), OWN);
+    for (intent, (senders, ids)) in &by_intent {
+        assert_eq!(
+            *senders, 1,
+            "{intent}: exactly one caller may create and claim"
+        );
+        assert_eq!(ids.len(), 1, "{intent}: every caller must see the one row");
+        let id = OperationId::new(ids.first().expect("one id").as_str());
+        let tenant = crate::operation::Tenant::new("tenant-a");
+        let row = must(ledger.get(&tenant, &id).await, "get").expect("the row");
+        assert_eq!((row.state, row.version), (State::Succeeded, 2), "{intent}");
+        assert_eq!(
+            kinds(&log(&*ledger, &row).await),
+            ["created", "attempt_registered", "attempt_result"],
+            "{intent}"
+        );
+    }
 }

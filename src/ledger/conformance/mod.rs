@@ -134,6 +134,7 @@ macro_rules! ledger_conformance_tests {
                 create_and_apply_returns_an_existing_operation_untouched,
                 create_and_apply_refuses_an_update_of_another_operation,
                 concurrent_create_and_apply_of_one_intent_has_one_sender,
+                concurrent_claims_and_results_keep_their_own_semantics,
                 record_is_the_same_compare_and_swap_as_apply,
                 record_unread_writes_what_it_reports,
                 record_detached_is_seen_by_every_later_call,

@@ -8,7 +8,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use super::migrate::migrate;
 use super::options::validate_schema;
 use super::sql::{DB_NOW, Statements};
-use super::{ClockSource, PostgresLedger, PostgresLedgerOptions, unavailable};
+use super::{ClockSource, Groups, PostgresLedger, PostgresLedgerOptions, unavailable};
 use crate::ledger::LedgerError;
 
 impl PostgresLedger {
@@ -89,8 +89,10 @@ impl PostgresLedger {
         validate_schema(&options.schema)?;
         check_durability(&pool).await?;
         migrate(&pool, &options.schema).await?;
+        let sql = Statements::new(&options.schema);
         Ok(Self {
-            sql: Arc::new(Statements::new(&options.schema)),
+            groups: Arc::new(Groups::new(&pool, &sql)),
+            sql: Arc::new(sql),
             schema: Arc::from(options.schema.as_str()),
             clock: options.clock,
             pool,

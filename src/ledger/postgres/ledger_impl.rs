@@ -3,6 +3,7 @@
 
 use sqlx::AssertSqlSafe;
 
+use super::group::{ClaimJob, RecordJob};
 use super::text::{check_key, check_new};
 use super::writer::finish;
 use super::{
@@ -10,7 +11,7 @@ use super::{
     decode_operation, decode_page, decode_quarantined, decode_quarantined_callback, unavailable,
 };
 use crate::ledger::callback::check_effect;
-use crate::ledger::codec::{EvidenceColumns, RowColumns};
+use crate::ledger::codec::{EvidenceColumns, RowColumns, UpdateColumns};
 use crate::ledger::{
     Activity, ActivityWindow, BoxFuture, CallbackApplied, CallbackDelivery, CallbackEffect,
     CallbackLedger, CallbackPurge, CallbackQuarantined, CallbackRecorded, Created, EvidenceEntry,
@@ -44,63 +45,24 @@ impl Ledger for PostgresLedger {
             let created = EvidenceColumns::encode(store_entries::created(created_at), POSTGRES)?;
             let (row, entry) = first_applied(new, first);
             let claimed = EvidenceColumns::encode(entry, POSTGRES)?;
-            let r = RowColumns::encode(&row, POSTGRES)?;
-            let mut conn = self.pool.acquire().await.map_err(unavailable)?;
-            // One statement: the row and both entries commit together, or not at all.
-            let rows = sqlx::query(AssertSqlSafe(self.sql.insert_claimed.clone()))
-                .bind(self.caller_now(created_at))
-                .bind(created_at)
-                .bind(r.tenant)
-                .bind(r.operation_id)
-                .bind(r.action)
-                .bind(r.intent_ref)
-                .bind(r.idempotency_key)
-                .bind(r.payload_hash)
-                .bind(r.request_method)
-                .bind(r.request_url)
-                .bind(r.request_headers)
-                .bind(r.request_body)
-                .bind(r.contract_name)
-                .bind(r.contract_hash)
-                .bind(r.budget_policy)
-                .bind(r.state)
-                .bind(r.last_result)
-                .bind(r.generation)
-                .bind(r.attempts_used)
-                .bind(r.queries_used)
-                .bind(r.may_have_applied)
-                .bind(r.current_attempt)
-                .bind(r.lease_until_ms)
-                .bind(r.next_check_ms)
-                .bind(r.deadline_ms)
-                .bind(r.remote_ref)
-                .bind(r.reason)
-                .bind(r.response.status.map(i32::from))
-                .bind(r.response.headers)
-                .bind(r.response.body)
-                .bind(r.updated_ms)
-                .bind(created.attempt_id)
-                .bind(created.generation)
-                .bind(created.kind)
-                .bind(created.from_state)
-                .bind(created.to_state)
-                .bind(created.evidence)
-                .bind(created.note)
-                .bind(created.at_ms)
-                .bind(claimed.attempt_id)
-                .bind(claimed.generation)
-                .bind(claimed.kind)
-                .bind(claimed.from_state)
-                .bind(claimed.to_state)
-                .bind(claimed.evidence)
-                .bind(claimed.note)
-                .bind(claimed.at_ms)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-            match rows.first() {
-                Some(inserted) => Ok(Created::New(decode_operation(inserted)?)),
+            let job = ClaimJob {
+                now: self.caller_now(created_at),
+                created_at,
+                row: RowColumns::encode(&row, POSTGRES)?,
+                created,
+                claimed,
+            };
+            // Alone, the single-row statement; under load, with the claims around it in one
+            // statement and one commit (see `group`).
+            let inserted = self
+                .groups
+                .claims
+                .run(job, |job| self.claim_alone(job))
+                .await?;
+            match inserted {
+                Some(record) => Ok(Created::New(record)),
                 None => {
+                    let mut conn = self.pool.acquire().await.map_err(unavailable)?;
                     self.existing(
                         &mut conn,
                         &row.tenant,
@@ -144,7 +106,18 @@ impl Ledger for PostgresLedger {
 
     fn record_unread(&self, update: Update) -> BoxFuture<'_, Result<Recorded, LedgerError>> {
         Box::pin(async move {
-            Ok(if self.record_counted(update).await? {
+            check_key(&update.tenant, &update.operation_id)?;
+            let update = UpdateColumns::encode(update, POSTGRES)?;
+            let job = RecordJob {
+                now: self.caller_now(update.now_ms),
+                update,
+            };
+            let applied = self
+                .groups
+                .records
+                .run(job, |job| self.record_counted(job))
+                .await?;
+            Ok(if applied {
                 Recorded::Applied
             } else {
                 Recorded::Stale

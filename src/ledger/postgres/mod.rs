@@ -2,6 +2,7 @@
 //! [`PostgresLedger`].
 
 mod connect;
+mod group;
 mod ledger_impl;
 mod migrate;
 mod options;
@@ -134,8 +135,14 @@ const POSTGRES: Dialect = Dialect::Postgres;
 /// [`Ledger::record`] run in the functions `rw_claim_new` and `rw_apply` (migration 0009), whose
 /// own statements use generic plans, planned once per connection instead of at every
 /// execution. Their shape makes a generic plan safe whatever the statistics say: the claim is an
-/// `INSERT`, and the compare-and-swap finds its row through `rw_operations_by_operation_id`
-/// alone (its tenant and state terms cannot serve as index conditions).
+/// `INSERT`, and the compare-and-swap finds its row through the primary key's leading column,
+/// the operation id, alone (its tenant and state terms cannot serve as index conditions).
+///
+/// Under concurrency, the claims that arrive while others are being written share one
+/// statement and one commit (`rw_claim_batch`, migration 0012), and so do the results recorded
+/// after the send (`rw_record_batch`); a request alone uses the single-row functions. Every
+/// caller still waits for its own group's commit: a claim is durable before its request is
+/// sent.
 ///
 /// # Errors
 ///
@@ -178,6 +185,39 @@ pub struct PostgresLedger {
     sql: Arc<Statements>,
     /// When this ledger (any clone) last vacuumed its tables itself (see `reclaim_space`).
     vacuumed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    /// Group commit of concurrent claims and results (see `group`).
+    groups: Arc<Groups>,
+}
+
+/// The two kinds of grouped writes.
+#[derive(Debug)]
+struct Groups {
+    claims: group::Group<group::ClaimWrite>,
+    records: group::Group<group::RecordWrite>,
+}
+
+impl Groups {
+    /// Half the pool writes groups of each kind (at least one task each), so claims and
+    /// results under load never wait for each other's connections.
+    fn new(pool: &PgPool, sql: &Statements) -> Self {
+        let writers = (pool.options().get_max_connections() as usize / 2).max(1);
+        Self {
+            claims: group::Group::new(
+                group::ClaimWrite {
+                    pool: pool.clone(),
+                    sql: sql.claim_batch.clone(),
+                },
+                writers,
+            ),
+            records: group::Group::new(
+                group::RecordWrite {
+                    pool: pool.clone(),
+                    sql: sql.record_batch.clone(),
+                },
+                writers,
+            ),
+        }
+    }
 }
 
 impl PostgresLedger {

@@ -28,6 +28,10 @@ pub(super) struct Statements {
     pub(super) apply_after_send: Arc<str>,
     /// `apply_after_send` answering only how many rows it changed (0 or 1).
     pub(super) record_unread: Arc<str>,
+    /// `insert_claimed` for many requests at once (group commit, `rw_claim_batch`, 0012).
+    pub(super) claim_batch: Arc<str>,
+    /// `record_unread` for many requests at once (group commit, `rw_record_batch`, 0012).
+    pub(super) record_batch: Arc<str>,
     pub(super) claim_due: Arc<str>,
     pub(super) claim_prepared: Arc<str>,
     pub(super) sweep_expired: Arc<str>,
@@ -125,6 +129,32 @@ SELECT * FROM ins",
         // `record_unread`: the same call, answering only whether it applied (the caller holds
         // the row and writes the changes in itself).
         let record_unread = apply_call("count(*)", true);
+        // Group commit (migration 0012): the same two calls with one array per parameter.
+        let claim_batch = format!(
+            "SELECT * FROM \"{schema}\".rw_claim_batch(
+    $1::bigint[], $2::bigint[],
+    $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+    $10::text[], $11::text[], $12::bytea[], $13::text[], $14::text[], $15::text[],
+    $16::text[], $17::text[], $18::bigint[], $19::bigint[], $20::bigint[], $21::boolean[],
+    $22::text[], $23::bigint[], $24::bigint[], $25::bigint[], $26::text[], $27::text[],
+    $28::integer[], $29::text[], $30::bytea[], $31::bigint[],
+    $32::text[], $33::bigint[], $34::text[], $35::text[], $36::text[], $37::text[], $38::text[],
+    $39::bigint[],
+    $40::text[], $41::bigint[], $42::text[], $43::text[], $44::text[], $45::text[], $46::text[],
+    $47::bigint[]
+)"
+        );
+        let record_batch = format!(
+            "SELECT * FROM \"{schema}\".rw_record_batch(
+    $1::bigint[], $2::bigint[],
+    $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[],
+    $9::boolean[], $10::text[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[],
+    $15::text[], $16::integer[], $17::text[], $18::bytea[], $19::text[], $20::text[],
+    $21::text[], $22::bigint[], $23::bigint[], $24::boolean[],
+    $25::text[], $26::bigint[], $27::text[], $28::text[], $29::text[], $30::text[],
+    $31::text[], $32::bigint[]
+)"
+        );
         // The `state IN (...)` / `state = 'IN_FLIGHT'` terms repeat the partial indexes' WHERE
         // clauses, and the clock is an InitPlan (`(SELECT now_ms FROM clock)`), so the bound is
         // an index condition.
@@ -197,8 +227,8 @@ RETURNING o.*, clock.now_ms AS rw_now"
         );
         let quarantine = format!(
             "UPDATE {ops} AS o SET quarantine_reason = q.reason, quarantined_ms = q.at_ms
-FROM UNNEST($1::bigint[], $2::text[], $3::bigint[]) AS q(seq, reason, at_ms)
-WHERE o.seq = q.seq"
+FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[]) AS q(tenant, operation_id, reason, at_ms)
+WHERE o.operation_id = q.operation_id AND o.tenant = q.tenant"
         );
         let select_quarantined = format!(
             "SELECT tenant, operation_id, quarantine_reason, quarantined_ms FROM {ops}
@@ -320,7 +350,7 @@ FROM {cq} WHERE tenant = $1 ORDER BY id LIMIT $2"
         );
         let select_callback_event =
             format!("SELECT 1 FROM {cb} WHERE vendor = $1 AND event_id = $2");
-        // Probes across tenants (indexes `rw_operations_by_operation_id` and
+        // Probes across tenants (the primary key, led by the operation id since 0013, and
         // `rw_operations_by_remote_ref`, each led by the probed column): at most one row read.
         let other_tenant_by_id =
             format!("SELECT tenant FROM {ops} WHERE operation_id = $1 AND tenant <> $2 LIMIT 1");
@@ -357,6 +387,8 @@ ORDER BY created_ms, seq LIMIT 1"
             apply: apply.into(),
             apply_after_send: apply_after_send.into(),
             record_unread: record_unread.into(),
+            claim_batch: claim_batch.into(),
+            record_batch: record_batch.into(),
             claim_due: claim_due.into(),
             claim_prepared: claim_prepared.into(),
             sweep_expired: sweep_expired.into(),

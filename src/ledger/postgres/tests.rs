@@ -221,7 +221,8 @@ async fn callback_probes_and_the_contradicted_listing_read_their_indexes() {
         (
             ledger.sql.other_tenant_by_id.to_string(),
             vec![text("done-7"), text("tenant-b")],
-            "rw_operations_by_operation_id",
+            // Led by the operation id (migration 0013).
+            "rw_operations_pkey",
         ),
         (
             ledger.sql.other_tenant_by_remote_ref.to_string(),
@@ -438,8 +439,8 @@ async fn retention_reads_its_victims_through_indexes() {
                 operation_id: OperationId::new("done-7"),
             },
             false,
-            // One operation: the key, or the index led by the operation id (one row either way).
-            &["rw_operations_pkey", "rw_operations_by_operation_id"],
+            // One operation: the primary key, led by the operation id (migration 0013).
+            &["rw_operations_pkey"],
         ),
     ] {
         let batch = PurgeBatch {

@@ -4,6 +4,7 @@
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
+use super::group::{ClaimJob, RecordJob};
 use super::{Columns, POSTGRES, PostgresLedger, check_key, decode_operation, pg_text, unavailable};
 use crate::ledger::callback::outcome;
 use crate::ledger::codec::{
@@ -182,19 +183,19 @@ impl PostgresLedger {
         sql: Arc<str>,
         update: Update,
     ) -> Result<Option<OperationRecord>, LedgerError> {
-        let rows = self
-            .update_query(sql, update)?
+        check_key(&update.tenant, &update.operation_id)?;
+        let u = UpdateColumns::encode(update, POSTGRES)?;
+        let rows = update_query(sql, self.caller_now(u.now_ms), u)
             .fetch_all(executor)
             .await
             .map_err(unavailable)?;
         rows.first().map(decode_operation).transpose()
     }
 
-    /// `record` without reading the row back (`Ledger::record_unread`): whether the update
-    /// applied, from the count of rows `rw_apply` changed.
-    pub(super) async fn record_counted(&self, update: Update) -> Result<bool, LedgerError> {
-        let row = self
-            .update_query(self.sql.record_unread.clone(), update)?
+    /// `record` without reading the row back (`Ledger::record_unread`), alone: whether the
+    /// update applied, from the count of rows `rw_apply` changed.
+    pub(super) async fn record_counted(&self, job: RecordJob) -> Result<bool, LedgerError> {
+        let row = update_query(self.sql.record_unread.clone(), job.now, job.update)
             .fetch_one(&self.pool)
             .await
             .map_err(unavailable)?;
@@ -202,49 +203,65 @@ impl PostgresLedger {
         Ok(changed == 1)
     }
 
-    /// The call of `rw_apply` in `sql` with `update`'s columns bound in its order.
-    fn update_query(
+    /// `create_and_apply`'s claim alone: the row and both entries in one statement
+    /// (`rw_claim_new`); `None` when the identity or the intent exists already.
+    pub(super) async fn claim_alone(
         &self,
-        sql: Arc<str>,
-        update: Update,
-    ) -> Result<sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments>, LedgerError>
-    {
-        check_key(&update.tenant, &update.operation_id)?;
-        let u = UpdateColumns::encode(update, POSTGRES)?;
-        let e = u.evidence;
-        Ok(sqlx::query(AssertSqlSafe(sql))
-            .bind(self.caller_now(u.now_ms))
-            .bind(u.now_ms)
-            .bind(u.state)
-            .bind(u.last_result)
-            .bind(u.generation)
-            .bind(u.attempts_used)
-            .bind(u.queries_used)
-            .bind(u.reset_may_have_applied)
-            .bind(u.may_have_applied)
-            .bind(u.current_attempt)
-            .bind(u.lease_until_ms)
-            .bind(u.next_check_ms)
-            .bind(u.deadline_ms)
-            .bind(u.remote_ref)
-            .bind(u.reason)
-            .bind(u.response.status.map(i32::from))
-            .bind(u.response.headers)
-            .bind(u.response.body)
-            .bind(u.tenant)
-            .bind(u.operation_id)
-            .bind(u.expect_state)
-            .bind(u.expect_generation)
-            .bind(u.expect_version)
-            .bind(u.operation_level)
-            .bind(e.attempt_id)
-            .bind(e.generation)
-            .bind(e.kind)
-            .bind(e.from_state)
-            .bind(e.to_state)
-            .bind(e.evidence)
-            .bind(e.note)
-            .bind(e.at_ms))
+        job: ClaimJob,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        let (r, created, claimed) = (job.row, job.created, job.claimed);
+        let rows = sqlx::query(AssertSqlSafe(self.sql.insert_claimed.clone()))
+            .bind(job.now)
+            .bind(job.created_at)
+            .bind(r.tenant)
+            .bind(r.operation_id)
+            .bind(r.action)
+            .bind(r.intent_ref)
+            .bind(r.idempotency_key)
+            .bind(r.payload_hash)
+            .bind(r.request_method)
+            .bind(r.request_url)
+            .bind(r.request_headers)
+            .bind(r.request_body)
+            .bind(r.contract_name)
+            .bind(r.contract_hash)
+            .bind(r.budget_policy)
+            .bind(r.state)
+            .bind(r.last_result)
+            .bind(r.generation)
+            .bind(r.attempts_used)
+            .bind(r.queries_used)
+            .bind(r.may_have_applied)
+            .bind(r.current_attempt)
+            .bind(r.lease_until_ms)
+            .bind(r.next_check_ms)
+            .bind(r.deadline_ms)
+            .bind(r.remote_ref)
+            .bind(r.reason)
+            .bind(r.response.status.map(i32::from))
+            .bind(r.response.headers)
+            .bind(r.response.body)
+            .bind(r.updated_ms)
+            .bind(created.attempt_id)
+            .bind(created.generation)
+            .bind(created.kind)
+            .bind(created.from_state)
+            .bind(created.to_state)
+            .bind(created.evidence)
+            .bind(created.note)
+            .bind(created.at_ms)
+            .bind(claimed.attempt_id)
+            .bind(claimed.generation)
+            .bind(claimed.kind)
+            .bind(claimed.from_state)
+            .bind(claimed.to_state)
+            .bind(claimed.evidence)
+            .bind(claimed.note)
+            .bind(claimed.at_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        rows.first().map(decode_operation).transpose()
     }
 
     /// The claim statement and its `recovery_claimed` entries, on one transaction.
@@ -353,30 +370,29 @@ impl PostgresLedger {
         during: &'static str,
     ) -> Result<Vec<(i64, i64, OperationRecord)>, LedgerError> {
         let mut decoded = Vec::with_capacity(rows.len());
-        let (mut seqs, mut reasons, mut at) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut keys, mut reasons, mut at) = (Vec::new(), Vec::new(), Vec::new());
         for row in rows {
             let c = Columns::new(row, "<claimed row>");
             let (seq, now) = (c.get::<i64>("seq")?, c.get::<i64>("rw_now")?);
             match decode_operation(row) {
                 Ok(record) => decoded.push((seq, now, record)),
                 Err(e) => {
-                    let tenant = row.try_get::<String, _>("tenant").ok();
-                    let id = row.try_get::<String, _>("operation_id").ok();
-                    let reason = crate::ledger::codec::quarantine(
-                        tenant.as_deref(),
-                        id.as_deref(),
-                        during,
-                        &e,
-                    );
-                    seqs.push(seq);
+                    // Text columns of the primary key: PostgreSQL only stores valid text.
+                    let tenant = c.get::<String>("tenant")?;
+                    let id = c.get::<String>("operation_id")?;
+                    let reason =
+                        crate::ledger::codec::quarantine(Some(&tenant), Some(&id), during, &e);
+                    keys.push((tenant, id));
                     reasons.push(pg_text(Some(&reason)).unwrap_or_default());
                     at.push(now);
                 }
             }
         }
-        if !seqs.is_empty() {
+        if !keys.is_empty() {
+            let (tenants, ids): (Vec<String>, Vec<String>) = keys.into_iter().unzip();
             sqlx::query(AssertSqlSafe(self.sql.quarantine.clone()))
-                .bind(seqs)
+                .bind(tenants)
+                .bind(ids)
                 .bind(reasons)
                 .bind(at)
                 .execute(&mut *tx)
@@ -465,4 +481,47 @@ impl EvidenceArrays {
         self.note.push(e.note);
         self.at_ms.push(e.at_ms);
     }
+}
+
+/// The call of `rw_apply` in `sql` with `u`'s columns bound in its order; `now` is the caller's
+/// time, or `None` for the database clock.
+pub(super) fn update_query(
+    sql: Arc<str>,
+    now: Option<i64>,
+    u: UpdateColumns,
+) -> sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let e = u.evidence;
+    sqlx::query(AssertSqlSafe(sql))
+        .bind(now)
+        .bind(u.now_ms)
+        .bind(u.state)
+        .bind(u.last_result)
+        .bind(u.generation)
+        .bind(u.attempts_used)
+        .bind(u.queries_used)
+        .bind(u.reset_may_have_applied)
+        .bind(u.may_have_applied)
+        .bind(u.current_attempt)
+        .bind(u.lease_until_ms)
+        .bind(u.next_check_ms)
+        .bind(u.deadline_ms)
+        .bind(u.remote_ref)
+        .bind(u.reason)
+        .bind(u.response.status.map(i32::from))
+        .bind(u.response.headers)
+        .bind(u.response.body)
+        .bind(u.tenant)
+        .bind(u.operation_id)
+        .bind(u.expect_state)
+        .bind(u.expect_generation)
+        .bind(u.expect_version)
+        .bind(u.operation_level)
+        .bind(e.attempt_id)
+        .bind(e.generation)
+        .bind(e.kind)
+        .bind(e.from_state)
+        .bind(e.to_state)
+        .bind(e.evidence)
+        .bind(e.note)
+        .bind(e.at_ms)
 }

@@ -1,0 +1,428 @@
+//! Group commit: the claims (and, apart, the results) that arrive while others of their kind are
+//! being written go to the database together, in one statement and one commit.
+//!
+//! A request alone (nobody else writing that kind through this ledger) takes its single-row
+//! statement on its own task, as before: no hop, no added latency. Otherwise its write is queued
+//! and one of a few writer tasks takes everything queued (up to [`MAX_GROUP`]) into one call of
+//! `rw_claim_batch` or `rw_record_batch` (migration 0012), which does for each element exactly
+//! what the single-row function does. Each caller waits for the commit of its group, so a claim
+//! is durable before its request is sent, as alone. A group that fails fails every request in
+//! it with the same error; nothing is retried here (a claim whose commit is unknown is found by
+//! the recoverer, as after any lost connection).
+//!
+//! The writer tasks start with the first queued write, on the runtime that made it, hold no
+//! part of the ledger but the pool and the statement, and end when the last clone of the ledger
+//! is dropped. A queued write is written even if its caller stops waiting.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Once};
+
+use sqlx::postgres::PgPool;
+use sqlx::{AssertSqlSafe, Row};
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use super::decode_operation;
+use crate::ledger::codec::{EvidenceColumns, RowColumns, UpdateColumns};
+use crate::ledger::{LedgerError, OperationRecord};
+
+/// The most requests one grouped statement carries.
+pub(super) const MAX_GROUP: usize = 64;
+
+/// One kind of grouped write: how a group of its requests is written.
+pub(super) trait GroupWrite: Send + Sync + 'static {
+    type Job: Send + 'static;
+    type Done: Send + 'static;
+    /// Writes `jobs` in one statement: one result per job, in their order.
+    fn write(
+        &self,
+        jobs: Vec<Self::Job>,
+    ) -> impl Future<Output = Vec<Result<Self::Done, LedgerError>>> + Send;
+}
+
+type Reply<W> = oneshot::Sender<Result<<W as GroupWrite>::Done, LedgerError>>;
+type Queued<W> = (<W as GroupWrite>::Job, Reply<W>);
+
+/// The queue of one kind of write and its writer tasks.
+pub(super) struct Group<W: GroupWrite> {
+    write: Arc<W>,
+    tx: mpsc::UnboundedSender<Queued<W>>,
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<Queued<W>>>>,
+    started: Once,
+    writers: usize,
+    /// Requests of this kind being written now, alone or queued.
+    active: AtomicUsize,
+}
+
+impl<W: GroupWrite> fmt::Debug for Group<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Group")
+            .field("writers", &self.writers)
+            .field("active", &self.active.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts a request as active until dropped (also when its caller stops waiting).
+struct Active<'a>(&'a AtomicUsize);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl<W: GroupWrite> Group<W> {
+    /// A group written by `writers` tasks (at least one).
+    pub(super) fn new(write: W, writers: usize) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Self {
+            write: Arc::new(write),
+            tx,
+            rx: Arc::new(Mutex::new(rx)),
+            started: Once::new(),
+            writers: writers.max(1),
+            active: AtomicUsize::new(0),
+        }
+    }
+
+    /// Writes `job`: with `alone` on the caller's task if no other request of this kind is
+    /// being written, else in the next group.
+    pub(super) async fn run<F>(
+        &self,
+        job: W::Job,
+        alone: impl FnOnce(W::Job) -> F,
+    ) -> Result<W::Done, LedgerError>
+    where
+        F: Future<Output = Result<W::Done, LedgerError>>,
+    {
+        let first = self.active.fetch_add(1, Ordering::AcqRel) == 0;
+        let _active = Active(&self.active);
+        if first {
+            return alone(job).await;
+        }
+        self.start();
+        let (reply, done) = oneshot::channel();
+        self.tx.send((job, reply)).map_err(|_| stopped())?;
+        done.await.map_err(|_| stopped())?
+    }
+
+    fn start(&self) {
+        self.started.call_once(|| {
+            for _ in 0..self.writers {
+                tokio::spawn(drain(Arc::clone(&self.write), Arc::clone(&self.rx)));
+            }
+        });
+    }
+}
+
+/// A writer task: takes everything queued (up to `MAX_GROUP`), writes it, answers each caller;
+/// ends when the queue's sender (the ledger) is gone.
+async fn drain<W: GroupWrite>(write: Arc<W>, rx: Arc<Mutex<mpsc::UnboundedReceiver<Queued<W>>>>) {
+    let mut queued = Vec::with_capacity(MAX_GROUP);
+    loop {
+        if rx.lock().await.recv_many(&mut queued, MAX_GROUP).await == 0 {
+            return;
+        }
+        let (jobs, replies): (Vec<_>, Vec<_>) = queued.drain(..).unzip();
+        let results = write.write(jobs).await;
+        for (reply, result) in replies.into_iter().zip(results) {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+fn stopped() -> LedgerError {
+    LedgerError::Unavailable("the ledger's group writer stopped (its runtime shut down)".into())
+}
+
+/// One error for every request of a failed group.
+#[derive(Debug, Clone)]
+struct GroupFailed {
+    error: Arc<sqlx::Error>,
+    size: usize,
+}
+
+impl fmt::Display for GroupFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (a grouped write of {} requests)",
+            self.error, self.size
+        )
+    }
+}
+
+impl std::error::Error for GroupFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.error)
+    }
+}
+
+fn all_failed<T>(e: sqlx::Error, size: usize) -> Vec<Result<T, LedgerError>> {
+    let shared = GroupFailed {
+        error: Arc::new(e),
+        size,
+    };
+    (0..size)
+        .map(|_| Err(LedgerError::Unavailable(Box::new(shared.clone()))))
+        .collect()
+}
+
+// ── claims ──────────────────────────────────────────────────────────────────────────────────────
+
+/// A claimed row of `create_and_apply` and its two entries, encoded.
+pub(super) struct ClaimJob {
+    /// The caller's time, or `None` for the database clock.
+    pub(super) now: Option<i64>,
+    /// The caller's creation time (the origin of the row's caller-computed times).
+    pub(super) created_at: i64,
+    pub(super) row: RowColumns,
+    pub(super) created: EvidenceColumns,
+    pub(super) claimed: EvidenceColumns,
+}
+
+/// Claims through `rw_claim_batch`: `Some(row)` as inserted, `None` when the identity or the
+/// intent exists already (the caller reads what exists).
+pub(super) struct ClaimWrite {
+    pub(super) pool: PgPool,
+    pub(super) sql: Arc<str>,
+}
+
+impl GroupWrite for ClaimWrite {
+    type Job = ClaimJob;
+    type Done = Option<OperationRecord>;
+
+    async fn write(
+        &self,
+        jobs: Vec<ClaimJob>,
+    ) -> Vec<Result<Option<OperationRecord>, LedgerError>> {
+        // Two requests of one group with the same identity: the later one reads the first's
+        // row after the commit, as if it had come after it.
+        let mut seen = HashSet::new();
+        let (mut sent, mut later) = (Vec::new(), Vec::new());
+        for (i, job) in jobs.iter().enumerate() {
+            if seen.insert((job.row.tenant.as_str(), job.row.operation_id.as_str())) {
+                sent.push(i);
+            } else {
+                later.push(i);
+            }
+        }
+        let rows = {
+            let j: Vec<&ClaimJob> = sent.iter().map(|&i| &jobs[i]).collect();
+            let r = |f: fn(&RowColumns) -> &str| j.iter().map(|c| f(&c.row)).collect::<Vec<_>>();
+            let query = sqlx::query(AssertSqlSafe(self.sql.clone()))
+                .bind(j.iter().map(|c| c.now).collect::<Vec<_>>())
+                .bind(j.iter().map(|c| c.created_at).collect::<Vec<_>>())
+                .bind(r(|c| &c.tenant))
+                .bind(r(|c| &c.operation_id))
+                .bind(r(|c| &c.action))
+                .bind(r(|c| &c.intent_ref))
+                .bind(r(|c| &c.idempotency_key))
+                .bind(r(|c| &c.payload_hash))
+                .bind(r(|c| &c.request_method))
+                .bind(r(|c| &c.request_url))
+                .bind(r(|c| &c.request_headers))
+                .bind(
+                    j.iter()
+                        .map(|c| c.row.request_body.as_slice())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(r(|c| &c.contract_name))
+                .bind(r(|c| &c.contract_hash))
+                .bind(r(|c| &c.budget_policy))
+                .bind(r(|c| c.state))
+                .bind(j.iter().map(|c| c.row.last_result).collect::<Vec<_>>())
+                .bind(j.iter().map(|c| c.row.generation).collect::<Vec<_>>())
+                .bind(j.iter().map(|c| c.row.attempts_used).collect::<Vec<_>>())
+                .bind(j.iter().map(|c| c.row.queries_used).collect::<Vec<_>>())
+                .bind(j.iter().map(|c| c.row.may_have_applied).collect::<Vec<_>>())
+                .bind(
+                    j.iter()
+                        .map(|c| c.row.current_attempt.as_deref())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(j.iter().map(|c| c.row.lease_until_ms).collect::<Vec<_>>())
+                .bind(j.iter().map(|c| c.row.next_check_ms).collect::<Vec<_>>())
+                .bind(j.iter().map(|c| c.row.deadline_ms).collect::<Vec<_>>())
+                .bind(
+                    j.iter()
+                        .map(|c| c.row.remote_ref.as_deref())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    j.iter()
+                        .map(|c| c.row.reason.as_deref())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    j.iter()
+                        .map(|c| c.row.response.status.map(i32::from))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    j.iter()
+                        .map(|c| c.row.response.headers.as_deref())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    j.iter()
+                        .map(|c| c.row.response.body.as_deref())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(j.iter().map(|c| c.row.updated_ms).collect::<Vec<_>>());
+            let query = bind_evidence(query, j.iter().map(|c| &c.created).collect());
+            let query = bind_evidence(query, j.iter().map(|c| &c.claimed).collect());
+            match query.fetch_all(&self.pool).await {
+                Ok(rows) => rows,
+                Err(e) => return all_failed(e, jobs.len()),
+            }
+        };
+        let mut results: Vec<Result<Option<OperationRecord>, LedgerError>> =
+            (0..jobs.len()).map(|_| Ok(None)).collect();
+        for row in &rows {
+            let key = (
+                row.try_get::<&str, _>("tenant"),
+                row.try_get::<&str, _>("operation_id"),
+            );
+            let (Ok(tenant), Ok(id)) = key else { continue };
+            if let Some(&i) = sent
+                .iter()
+                .find(|&&i| jobs[i].row.tenant == tenant && jobs[i].row.operation_id == id)
+            {
+                results[i] = decode_operation(row).map(Some);
+            }
+        }
+        debug_assert!(later.iter().all(|&i| matches!(results[i], Ok(None))));
+        results
+    }
+}
+
+/// Binds one entry's eight columns, one array each.
+fn bind_evidence<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    e: Vec<&'q EvidenceColumns>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(
+            e.iter()
+                .map(|e| e.attempt_id.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(e.iter().map(|e| e.generation).collect::<Vec<_>>())
+        .bind(e.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+        .bind(e.iter().map(|e| e.from_state).collect::<Vec<_>>())
+        .bind(e.iter().map(|e| e.to_state).collect::<Vec<_>>())
+        .bind(e.iter().map(|e| e.evidence.as_deref()).collect::<Vec<_>>())
+        .bind(e.iter().map(|e| e.note.as_deref()).collect::<Vec<_>>())
+        .bind(e.iter().map(|e| e.at_ms).collect::<Vec<_>>())
+}
+
+// ── results ─────────────────────────────────────────────────────────────────────────────────────
+
+/// A result after the send (`record_unread`), encoded.
+pub(super) struct RecordJob {
+    /// The caller's time, or `None` for the database clock.
+    pub(super) now: Option<i64>,
+    pub(super) update: UpdateColumns,
+}
+
+/// Results through `rw_record_batch`: whether each compare-and-swap applied.
+pub(super) struct RecordWrite {
+    pub(super) pool: PgPool,
+    pub(super) sql: Arc<str>,
+}
+
+impl GroupWrite for RecordWrite {
+    type Job = RecordJob;
+    type Done = bool;
+
+    async fn write(&self, jobs: Vec<RecordJob>) -> Vec<Result<bool, LedgerError>> {
+        let u: Vec<&UpdateColumns> = jobs.iter().map(|j| &j.update).collect();
+        let e: Vec<&EvidenceColumns> = u.iter().map(|u| &u.evidence).collect();
+        let query = sqlx::query(AssertSqlSafe(self.sql.clone()))
+            .bind(jobs.iter().map(|j| j.now).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.now_ms).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.state).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.last_result).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.generation).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.attempts_used).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.queries_used).collect::<Vec<_>>())
+            .bind(
+                u.iter()
+                    .map(|u| u.reset_may_have_applied)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(u.iter().map(|u| u.may_have_applied).collect::<Vec<_>>())
+            .bind(
+                u.iter()
+                    .map(|u| u.current_attempt.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(u.iter().map(|u| u.lease_until_ms).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.next_check_ms).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.deadline_ms).collect::<Vec<_>>())
+            .bind(
+                u.iter()
+                    .map(|u| u.remote_ref.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(u.iter().map(|u| u.reason.as_deref()).collect::<Vec<_>>())
+            .bind(
+                u.iter()
+                    .map(|u| u.response.status.map(i32::from))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                u.iter()
+                    .map(|u| u.response.headers.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                u.iter()
+                    .map(|u| u.response.body.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(u.iter().map(|u| u.tenant.as_str()).collect::<Vec<_>>())
+            .bind(
+                u.iter()
+                    .map(|u| u.operation_id.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(u.iter().map(|u| u.expect_state).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.expect_generation).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.expect_version).collect::<Vec<_>>())
+            .bind(u.iter().map(|u| u.operation_level).collect::<Vec<_>>())
+            .bind(
+                e.iter()
+                    .map(|e| e.attempt_id.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(e.iter().map(|e| e.generation).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.from_state).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.to_state).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.evidence.as_deref()).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.note.as_deref()).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.at_ms).collect::<Vec<_>>());
+        let rows = match query.fetch_all(&self.pool).await {
+            Ok(rows) => rows,
+            Err(e) => return all_failed(e, jobs.len()),
+        };
+        let mut applied = vec![false; jobs.len()];
+        for row in &rows {
+            match row.try_get::<i64, _>(0) {
+                Ok(ord) if ord >= 1 && (ord as usize) <= jobs.len() => {
+                    applied[ord as usize - 1] = true
+                }
+                Ok(ord) => {
+                    let e = sqlx::Error::Protocol(format!("rw_record_batch answered {ord}"));
+                    return all_failed(e, jobs.len());
+                }
+                Err(e) => return all_failed(e, jobs.len()),
+            }
+        }
+        applied.into_iter().map(Ok).collect()
+    }
+}

@@ -1,0 +1,153 @@
+//! Group commit in the PostgreSQL ledger (`rw_claim_batch` / `rw_record_batch`, migration
+//! 0012): requests that arrive while others are being written share one statement and one
+//! commit, and each keeps its own outcome.
+//!
+//! Grouping is observed the way PostgreSQL records it: rows written by one transaction carry
+//! the same `xmin`. The conformance suite (`concurrent_claims_and_results_keep_their_own_
+//! semantics`, run on every backend) checks the outcomes under the same load; these tests check
+//! that the load was in fact grouped, that a claim's row and its entries still commit together,
+//! and, through the layer with the fake vendor, that the vendor saw one write per request.
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use common::*;
+use recoverable_write::ledger::{ClockSource, FullLedger, PostgresLedger, PostgresLedgerOptions};
+use recoverable_write::state::State;
+use recoverable_write::testing::FakeVendor;
+use sqlx::AssertSqlSafe;
+
+#[path = "common/postgres.rs"]
+mod pg;
+use pg::{Schema, pg_url};
+
+async fn ledger(schema: &Schema) -> PostgresLedger {
+    let options = PostgresLedgerOptions::new()
+        .schema(schema.name.clone())
+        .expect("valid test schema name")
+        .max_connections(4)
+        .clock(ClockSource::Database);
+    PostgresLedger::connect_with(&schema.url, options)
+        .await
+        .expect("connect the PostgreSQL ledger")
+}
+
+/// `(operation_id, kind) -> xmin` of every evidence entry, and `operation_id -> xmin` of every
+/// operation row.
+async fn transactions(
+    schema: &Schema,
+) -> (BTreeMap<(String, String), String>, BTreeMap<String, String>) {
+    let mut conn = schema.raw().await;
+    let entries: Vec<(String, String, String)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT operation_id, kind, xmin::text FROM \"{}\".rw_evidence",
+        schema.name
+    )))
+    .fetch_all(&mut conn)
+    .await
+    .expect("evidence xmins");
+    let rows: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT operation_id, xmin::text FROM \"{}\".rw_operations",
+        schema.name
+    )))
+    .fetch_all(&mut conn)
+    .await
+    .expect("row xmins");
+    (
+        entries.into_iter().map(|(o, k, x)| ((o, k), x)).collect(),
+        rows.into_iter().collect(),
+    )
+}
+
+/// 64 ticket creates at once through the layer (the drill's stack: layer, send-once guard,
+/// HTTP client) on a pool of 4: the vendor created 64 tickets from 64 POSTs, every operation is
+/// `SUCCEEDED`, the claims and the results were written in fewer transactions than requests,
+/// and each claim's row and its two entries committed in one transaction, each result's entry
+/// with the row's last change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_writes_at_once_share_commits_and_each_is_sent_once() {
+    const N: usize = 64;
+    let Some(url) = pg_url().await else {
+        return;
+    };
+    let schema = Schema::new(&url);
+    let ledger: Arc<dyn FullLedger> = Arc::new(ledger(&schema).await);
+    let drill = Drill::with_ledger(FakeVendor::start().await, ledger, DrillOptions::default());
+    let barrier = Arc::new(tokio::sync::Barrier::new(N));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..N {
+        let op = new_op(&format!("group-{i}"));
+        let (mut svc, req, barrier) = (
+            drill.writer(),
+            drill.ticket_request(&op, "dev"),
+            barrier.clone(),
+        );
+        tasks.spawn(async move {
+            barrier.wait().await;
+            let res = send(&mut svc, req).await.expect("the write is answered");
+            assert_eq!(res.status(), 201);
+            op
+        });
+    }
+    let mut ops = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        ops.push(done.expect("task"));
+    }
+    assert_eq!(drill.vendor.tickets_created(), N as u64);
+    assert_eq!(drill.vendor.posts_received(), N as u64);
+    let ids: BTreeSet<String> = ops.iter().map(|op| op.id().to_string()).collect();
+    assert_eq!(ids.len(), N);
+    // Results are recorded after the caller is answered: wait until all have landed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut done = 0;
+        for op in &ops {
+            if drill.record(op.id()).await.state == State::Succeeded {
+                done += 1;
+            }
+        }
+        if done == N {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{done} of {N} results recorded"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let (entries, rows) = transactions(&schema).await;
+    assert_eq!(rows.len(), N);
+    let xmin = |id: &str, kind: &str| {
+        entries
+            .get(&(id.to_owned(), kind.to_owned()))
+            .unwrap_or_else(|| panic!("{id} has no {kind} entry"))
+            .clone()
+    };
+    let claims: BTreeSet<String> = ids.iter().map(|id| xmin(id, "created")).collect();
+    let results: BTreeSet<String> = ids.iter().map(|id| xmin(id, "attempt_result")).collect();
+    for id in &ids {
+        assert_eq!(
+            xmin(id, "created"),
+            xmin(id, "attempt_registered"),
+            "{id}: the claim's two entries commit together"
+        );
+        assert_eq!(
+            rows[id],
+            xmin(id, "attempt_result"),
+            "{id}: the row's last change and its entry commit together"
+        );
+    }
+    assert!(
+        claims.len() < N,
+        "64 concurrent claims were written in {} transactions: none was grouped",
+        claims.len()
+    );
+    assert!(
+        results.len() < N,
+        "64 concurrent results were written in {} transactions: none was grouped",
+        results.len()
+    );
+}
