@@ -151,3 +151,52 @@ async fn sixty_four_writes_at_once_share_commits_and_each_is_sent_once() {
         results.len()
     );
 }
+
+/// The write path keeps a few connections between its statements (no ping round trip per
+/// statement); closing the pool, through the ledger or directly, must not wait for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_pool_does_not_wait_for_the_kept_connections() {
+    let Some(url) = pg_url().await else {
+        return;
+    };
+    for direct in [false, true] {
+        let schema = Schema::new(&url);
+        let pg = ledger(&schema).await;
+        let drill = Drill::with_ledger(
+            FakeVendor::start().await,
+            Arc::new(pg.clone()),
+            DrillOptions::default(),
+        );
+        let op = new_op(if direct {
+            "close-direct"
+        } else {
+            "close-ledger"
+        });
+        let res = send(&mut drill.writer(), drill.ticket_request(&op, "dev"))
+            .await
+            .expect("the write is answered");
+        assert_eq!(res.status(), 201);
+        assert_eq!(drill.vendor.tickets_created(), 1);
+        // The result is recorded after the caller is answered: wait for it, so both kinds of
+        // write have kept a connection.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while drill.record(op.id()).await.state != State::Succeeded {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the result was not recorded"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let closing = async {
+            if direct {
+                pg.pool().close().await
+            } else {
+                pg.close().await
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), closing)
+            .await
+            .expect("the pool closes although the write path kept connections");
+        assert!(pg.is_closed());
+    }
+}

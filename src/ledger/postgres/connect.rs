@@ -128,6 +128,9 @@ impl PostgresLedger {
     /// Closes the pool, waiting for connections in use to be returned. Afterwards every call
     /// on this ledger (and its clones) fails with [`LedgerError::Unavailable`].
     pub async fn close(&self) {
+        // The connections the write path keeps (see `group::Warm`) go back first.
+        self.groups.claims_warm.release(|_| true);
+        self.groups.records_warm.release(|_| true);
         self.pool.close().await;
     }
 

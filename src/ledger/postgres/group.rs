@@ -18,17 +18,158 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
+use std::time::{Duration, Instant};
 
-use sqlx::postgres::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgPool, Postgres};
 use sqlx::{AssertSqlSafe, Row};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
-use super::decode_operation;
+use super::{decode_operation, unavailable};
 use crate::ledger::codec::{EvidenceColumns, RowColumns, UpdateColumns};
 use crate::ledger::{LedgerError, OperationRecord};
 
 /// The most requests one grouped statement carries.
 pub(super) const MAX_GROUP: usize = 64;
+
+/// Connections the write path of one kind keeps between its statements.
+///
+/// A connection given back to sqlx's pool is pinged (a round trip, on a task spawned for it)
+/// before the pool lends it again: one more round trip per statement, which the write path
+/// paid twice per request. Kept here after a statement that succeeded, a connection goes
+/// straight to the next statement of its kind; one that failed (or whose statement was
+/// abandoned) goes back to the pool, which tests it.
+///
+/// Keeping never takes connections the rest of the ledger needs: at most a quarter of the pool
+/// per kind (none for a pool under 4), only while the pool has a connection to spare (one idle,
+/// or room to open one), and a connection kept for [`KEEP_FOR`] without being used again goes
+/// back. When the pool is closed (by [`PostgresLedger::close`](super::PostgresLedger::close)
+/// or by anyone holding it), the kept connections go back at once, so the close does not wait
+/// for them.
+pub(super) struct Warm {
+    pool: PgPool,
+    idle: std::sync::Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+    keep: usize,
+    /// Wakes the task that gives back what stays unused (also when this keeper is dropped).
+    kept: Arc<Notify>,
+}
+
+/// How long a kept connection waits for the next statement of its kind before going back.
+pub(super) const KEEP_FOR: Duration = Duration::from_millis(50);
+
+impl fmt::Debug for Warm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Warm")
+            .field("keep", &self.keep)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Warm {
+    fn drop(&mut self) {
+        self.kept.notify_one();
+    }
+}
+
+impl Warm {
+    /// Keeps up to `keep` connections of `pool`. A task on the current runtime gives back
+    /// what stays unused and everything when the pool closes; it holds neither the pool nor
+    /// this keeper, and ends with either.
+    pub(super) fn new(pool: PgPool, keep: usize) -> Arc<Self> {
+        let warm = Arc::new(Self {
+            idle: std::sync::Mutex::new(Vec::with_capacity(keep)),
+            keep,
+            kept: Arc::new(Notify::new()),
+            pool,
+        });
+        if keep > 0 {
+            let (closed, kept, this) = (
+                warm.pool.close_event(),
+                warm.kept.clone(),
+                Arc::downgrade(&warm),
+            );
+            tokio::spawn(async move {
+                tokio::pin!(closed);
+                loop {
+                    tokio::select! {
+                        _ = &mut closed => {
+                            if let Some(warm) = this.upgrade() {
+                                warm.release(|_| true);
+                            }
+                            return;
+                        }
+                        _ = kept.notified() => {}
+                    }
+                    // Give back what is still unused after `KEEP_FOR`; look again while
+                    // anything is kept.
+                    loop {
+                        tokio::select! {
+                            _ = &mut closed => break,
+                            _ = tokio::time::sleep(KEEP_FOR) => {}
+                        }
+                        let Some(warm) = this.upgrade() else { return };
+                        let now = Instant::now();
+                        if warm.release(|since| now.duration_since(since) >= KEEP_FOR) == 0 {
+                            break;
+                        }
+                    }
+                    if this.strong_count() == 0 {
+                        return;
+                    }
+                }
+            });
+        }
+        warm
+    }
+
+    /// A kept connection, or one from the pool.
+    pub(super) async fn take(&self) -> Result<PoolConnection<Postgres>, LedgerError> {
+        let kept = self.idle().pop();
+        match kept {
+            Some((conn, _)) if !self.pool.is_closed() => Ok(conn),
+            _ => self.pool.acquire().await.map_err(unavailable),
+        }
+    }
+
+    /// Keeps `conn` (its statement succeeded) if there is room and the pool has a connection
+    /// to spare; else it goes back to the pool.
+    pub(super) fn give(&self, conn: PoolConnection<Postgres>) {
+        let spare = self.pool.num_idle() > 0
+            || self.pool.size() < self.pool.options().get_max_connections();
+        let mut idle = self.idle();
+        if spare && idle.len() < self.keep && !self.pool.is_closed() {
+            idle.push((conn, Instant::now()));
+            drop(idle);
+            self.kept.notify_one();
+        }
+    }
+
+    /// Gives back every kept connection `due` says (given when it was kept); how many are
+    /// still kept.
+    pub(super) fn release(&self, due: impl Fn(Instant) -> bool) -> usize {
+        let mut idle = self.idle();
+        let back: Vec<_> = idle.extract_if(.., |(_, since)| due(*since)).collect();
+        let left = idle.len();
+        drop(idle);
+        drop(back);
+        left
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(PoolConnection<Postgres>, Instant)>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `statement` on a kept connection, keeping it again if the statement succeeded.
+    pub(super) async fn run<T>(
+        &self,
+        statement: impl AsyncFnOnce(&mut sqlx::PgConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, LedgerError> {
+        let mut conn = self.take().await?;
+        let result = statement(&mut conn).await.map_err(unavailable)?;
+        self.give(conn);
+        Ok(result)
+    }
+}
 
 /// One kind of grouped write: how a group of its requests is written.
 pub(super) trait GroupWrite: Send + Sync + 'static {
@@ -140,7 +281,7 @@ fn stopped() -> LedgerError {
 /// One error for every request of a failed group.
 #[derive(Debug, Clone)]
 struct GroupFailed {
-    error: Arc<sqlx::Error>,
+    error: Arc<LedgerError>,
     size: usize,
 }
 
@@ -160,7 +301,7 @@ impl std::error::Error for GroupFailed {
     }
 }
 
-fn all_failed<T>(e: sqlx::Error, size: usize) -> Vec<Result<T, LedgerError>> {
+fn all_failed<T>(e: LedgerError, size: usize) -> Vec<Result<T, LedgerError>> {
     let shared = GroupFailed {
         error: Arc::new(e),
         size,
@@ -186,7 +327,7 @@ pub(super) struct ClaimJob {
 /// Claims through `rw_claim_batch`: `Some(row)` as inserted, `None` when the identity or the
 /// intent exists already (the caller reads what exists).
 pub(super) struct ClaimWrite {
-    pub(super) pool: PgPool,
+    pub(super) warm: Arc<Warm>,
     pub(super) sql: Arc<str>,
 }
 
@@ -274,7 +415,7 @@ impl GroupWrite for ClaimWrite {
                 .bind(j.iter().map(|c| c.row.updated_ms).collect::<Vec<_>>());
             let query = bind_evidence(query, j.iter().map(|c| &c.created).collect());
             let query = bind_evidence(query, j.iter().map(|c| &c.claimed).collect());
-            match query.fetch_all(&self.pool).await {
+            match self.warm.run(async |c| query.fetch_all(c).await).await {
                 Ok(rows) => rows,
                 Err(e) => return all_failed(e, jobs.len()),
             }
@@ -330,7 +471,7 @@ pub(super) struct RecordJob {
 
 /// Results through `rw_record_batch`: whether each compare-and-swap applied.
 pub(super) struct RecordWrite {
-    pub(super) pool: PgPool,
+    pub(super) warm: Arc<Warm>,
     pub(super) sql: Arc<str>,
 }
 
@@ -406,7 +547,7 @@ impl GroupWrite for RecordWrite {
             .bind(e.iter().map(|e| e.evidence.as_deref()).collect::<Vec<_>>())
             .bind(e.iter().map(|e| e.note.as_deref()).collect::<Vec<_>>())
             .bind(e.iter().map(|e| e.at_ms).collect::<Vec<_>>());
-        let rows = match query.fetch_all(&self.pool).await {
+        let rows = match self.warm.run(async |c| query.fetch_all(c).await).await {
             Ok(rows) => rows,
             Err(e) => return all_failed(e, jobs.len()),
         };
@@ -418,9 +559,9 @@ impl GroupWrite for RecordWrite {
                 }
                 Ok(ord) => {
                     let e = sqlx::Error::Protocol(format!("rw_record_batch answered {ord}"));
-                    return all_failed(e, jobs.len());
+                    return all_failed(unavailable(e), jobs.len());
                 }
-                Err(e) => return all_failed(e, jobs.len()),
+                Err(e) => return all_failed(unavailable(e), jobs.len()),
             }
         }
         applied.into_iter().map(Ok).collect()

@@ -189,33 +189,42 @@ pub struct PostgresLedger {
     groups: Arc<Groups>,
 }
 
-/// The two kinds of grouped writes.
+/// The two kinds of grouped writes, and the connections each keeps.
 #[derive(Debug)]
 struct Groups {
     claims: group::Group<group::ClaimWrite>,
+    claims_warm: Arc<group::Warm>,
     records: group::Group<group::RecordWrite>,
+    records_warm: Arc<group::Warm>,
 }
 
 impl Groups {
-    /// Half the pool writes groups of each kind (at least one task each), so claims and
-    /// results under load never wait for each other's connections.
+    /// A quarter of the pool per kind writes its groups (at least one task) and may be kept
+    /// warm between statements (none under a pool of 4), so claims and results under load
+    /// never wait for each other's connections and the ledger's other statements always have
+    /// half the pool.
     fn new(pool: &PgPool, sql: &Statements) -> Self {
-        let writers = (pool.options().get_max_connections() as usize / 2).max(1);
+        let quarter = pool.options().get_max_connections() as usize / 4;
+        let share = quarter.max(1);
+        let claims_warm = group::Warm::new(pool.clone(), quarter);
+        let records_warm = group::Warm::new(pool.clone(), quarter);
         Self {
             claims: group::Group::new(
                 group::ClaimWrite {
-                    pool: pool.clone(),
+                    warm: claims_warm.clone(),
                     sql: sql.claim_batch.clone(),
                 },
-                writers,
+                share,
             ),
+            claims_warm,
             records: group::Group::new(
                 group::RecordWrite {
-                    pool: pool.clone(),
+                    warm: records_warm.clone(),
                     sql: sql.record_batch.clone(),
                 },
-                writers,
+                share,
             ),
+            records_warm,
         }
     }
 }

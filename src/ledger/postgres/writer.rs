@@ -195,10 +195,12 @@ impl PostgresLedger {
     /// `record` without reading the row back (`Ledger::record_unread`), alone: whether the
     /// update applied, from the count of rows `rw_apply` changed.
     pub(super) async fn record_counted(&self, job: RecordJob) -> Result<bool, LedgerError> {
-        let row = update_query(self.sql.record_unread.clone(), job.now, job.update)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(unavailable)?;
+        let query = update_query(self.sql.record_unread.clone(), job.now, job.update);
+        let row = self
+            .groups
+            .records_warm
+            .run(async |c| query.fetch_one(c).await)
+            .await?;
         let changed: i64 = row.try_get(0).map_err(unavailable)?;
         Ok(changed == 1)
     }
@@ -257,10 +259,12 @@ impl PostgresLedger {
             .bind(claimed.to_state)
             .bind(claimed.evidence)
             .bind(claimed.note)
-            .bind(claimed.at_ms)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(unavailable)?;
+            .bind(claimed.at_ms);
+        let rows = self
+            .groups
+            .claims_warm
+            .run(async |c| rows.fetch_all(c).await)
+            .await?;
         rows.first().map(decode_operation).transpose()
     }
 
