@@ -34,8 +34,9 @@
 //!   as the SQLite ledger does: the caller is answered before the result is written, and a crash
 //!   at that write loses it (the detached-result window).
 //! - one recoverer worker may run with a skewed clock (within the documented bound: less than
-//!   the lease margin); in some seeds an approval step denies replays for a while, so a row
-//!   waits `RETRY_READY` while evidence arrives.
+//!   the lease margin); a second worker works its claimed batch side by side
+//!   (`Recoverer::concurrency`, the whole batch at once); in some seeds an approval step denies
+//!   replays for a while, so a row waits `RETRY_READY` while evidence arrives.
 //! - up to two reviewers work the queue as people do (`reviewers.rs`): each reads the handoff
 //!   package and the vendor at one moment, decides at a later one naming the version it read,
 //!   claims exclusively and sometimes takes over from the other.
@@ -520,13 +521,18 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
             )
             .tenant_header(http::HeaderName::from_static("x-tenant"))
             .timeout(Duration::from_millis(800));
+            let batch = rng.range(1, 4) as u32;
+            // Worker 0 (the one that may be skewed) one row at a time, the others their whole
+            // batch side by side; no draw of the seed's is spent on it.
+            let side_by_side = if w == 0 { 1 } else { batch as usize };
             let rec = config
                 .recoverer()
                 .reconciler(lookup)
                 .replay_through(guard.layer(gate.clone()))
                 .lease(Duration::from_secs(2))
                 .interval(Duration::from_millis(100))
-                .batch_size(rng.range(1, 4) as u32)
+                .batch_size(batch)
+                .concurrency(side_by_side)
                 .skew_margin(Duration::from_millis(100))
                 .clock(make_clock(skew, &mut rng));
             let pause = rng.ms(50, 300);
