@@ -7,8 +7,9 @@ use super::group::{ClaimJob, RecordJob};
 use super::text::{check_key, check_new};
 use super::writer::finish;
 use super::{
-    POSTGRES, PostgresLedger, bind_args, decode_activity, decode_counts, decode_evidence,
-    decode_operation, decode_page, decode_quarantined, decode_quarantined_callback, unavailable,
+    BindEntry, POSTGRES, PostgresLedger, bind_args, decode_activity, decode_counts,
+    decode_evidence, decode_operation, decode_page, decode_quarantined,
+    decode_quarantined_callback, unavailable,
 };
 use crate::ledger::callback::check_effect;
 use crate::ledger::codec::{EvidenceColumns, RowColumns, UpdateColumns};
@@ -207,13 +208,7 @@ impl Ledger for PostgresLedger {
                 .bind(at_ms)
                 .bind(tenant.as_str())
                 .bind(id.as_str())
-                .bind(e.attempt_id)
-                .bind(e.generation)
-                .bind(e.kind)
-                .bind(e.from_state)
-                .bind(e.to_state)
-                .bind(e.evidence)
-                .bind(e.note)
+                .bind_entry(e)
                 .execute(&self.pool)
                 .await
                 .map_err(unavailable)?;
@@ -327,13 +322,7 @@ impl ListingLedger for PostgresLedger {
                 .bind(at_ms)
                 .bind(tenant.as_str())
                 .bind(id.as_str())
-                .bind(e.attempt_id)
-                .bind(e.generation)
-                .bind(e.kind)
-                .bind(e.from_state)
-                .bind(e.to_state)
-                .bind(e.evidence)
-                .bind(e.note)
+                .bind_entry(e)
                 .bind(version)
                 .fetch_optional(&self.pool)
                 .await

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgRow};
 
-use super::codec::Dialect;
+use super::codec::{Dialect, EvidenceColumns};
 // The row decoder below (`row_decoder!`) names the ledger's types as this module sees them.
 use super::*;
 pub use options::{ClockSource, PostgresLedgerOptions};
@@ -246,6 +246,32 @@ fn unavailable(e: sqlx::Error) -> LedgerError {
 // ── decoding ────────────────────────────────────────────────────────────────────────────────────
 
 super::codec::row_decoder!(PgRow);
+
+/// A query binding an evidence entry's columns in the order of `evidence_columns!` after the
+/// operation's key: attempt id, generation, kind, from and to state, the evidence, the note.
+trait BindEntry<'q> {
+    /// The entry's columns, without its time (the statement puts that on its own clock).
+    fn bind_entry(self, e: EvidenceColumns) -> Self;
+    /// The entry's columns and its time.
+    fn bind_entry_at(self, e: EvidenceColumns) -> Self;
+}
+
+impl<'q> BindEntry<'q> for sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    fn bind_entry(self, e: EvidenceColumns) -> Self {
+        self.bind(e.attempt_id)
+            .bind(e.generation)
+            .bind(e.kind)
+            .bind(e.from_state)
+            .bind(e.to_state)
+            .bind(e.evidence)
+            .bind(e.note)
+    }
+
+    fn bind_entry_at(self, e: EvidenceColumns) -> Self {
+        let at_ms = e.at_ms;
+        self.bind_entry(e).bind(at_ms)
+    }
+}
 
 /// Binds a listing statement's arguments in order.
 fn bind_args(

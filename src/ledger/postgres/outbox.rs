@@ -5,7 +5,7 @@ use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgConnection;
 
 use super::text::check_new;
-use super::{POSTGRES, PostgresLedger, decode_operation, unavailable};
+use super::{BindEntry, POSTGRES, PostgresLedger, decode_operation, unavailable};
 use crate::ledger::codec::{EvidenceColumns, to_json};
 use crate::ledger::{Created, LedgerError, NewOperation, store_entries};
 use crate::operation::{OperationId, Tenant};
@@ -65,13 +65,7 @@ impl PostgresLedger {
             .bind(&*new.contract.name)
             .bind(&*new.contract.hash)
             .bind(policy)
-            .bind(created.attempt_id)
-            .bind(created.generation)
-            .bind(created.kind)
-            .bind(created.from_state)
-            .bind(created.to_state)
-            .bind(created.evidence)
-            .bind(created.note)
+            .bind_entry(created)
             .fetch_all(&mut *conn)
             .await
             .map_err(unavailable)?;

@@ -6,7 +6,9 @@ use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgConnection;
 
 use super::writer::finish;
-use super::{Columns, POSTGRES, PostgresLedger, check_key, decode_operation, unavailable};
+use super::{
+    BindEntry, Columns, POSTGRES, PostgresLedger, check_key, decode_operation, unavailable,
+};
 use crate::ledger::codec::EvidenceColumns;
 use crate::ledger::quarantine::{released_entry, undecodable};
 use crate::ledger::{LedgerError, OperationId, Released, Tenant};
@@ -70,13 +72,7 @@ impl PostgresLedger {
             .bind(self.caller_now(now_ms))
             .bind(tenant.as_str())
             .bind(id.as_str())
-            .bind(e.attempt_id)
-            .bind(e.generation)
-            .bind(e.kind)
-            .bind(e.from_state)
-            .bind(e.to_state)
-            .bind(e.evidence)
-            .bind(e.note)
+            .bind_entry(e)
             .bind(expected)
             .fetch_optional(&mut *tx)
             .await

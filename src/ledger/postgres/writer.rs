@@ -5,7 +5,9 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use super::group::{ClaimJob, RecordJob};
-use super::{Columns, POSTGRES, PostgresLedger, check_key, decode_operation, pg_text, unavailable};
+use super::{
+    BindEntry, Columns, POSTGRES, PostgresLedger, check_key, decode_operation, pg_text, unavailable,
+};
 use crate::ledger::callback::outcome;
 use crate::ledger::codec::{
     CallbackEventColumns, EvidenceColumns, QuarantinedCallbackColumns, UpdateColumns,
@@ -73,13 +75,7 @@ impl PostgresLedger {
             .bind(at_ms)
             .bind(delivery.tenant.as_str())
             .bind(delivery.operation_id.as_str())
-            .bind(e.attempt_id)
-            .bind(e.generation)
-            .bind(e.kind)
-            .bind(e.from_state)
-            .bind(e.to_state)
-            .bind(e.evidence)
-            .bind(e.note)
+            .bind_entry(e)
             .execute(&mut *tx)
             .await
             .map_err(unavailable)?;
@@ -244,22 +240,8 @@ impl PostgresLedger {
             .bind(r.response.headers)
             .bind(r.response.body)
             .bind(r.updated_ms)
-            .bind(created.attempt_id)
-            .bind(created.generation)
-            .bind(created.kind)
-            .bind(created.from_state)
-            .bind(created.to_state)
-            .bind(created.evidence)
-            .bind(created.note)
-            .bind(created.at_ms)
-            .bind(claimed.attempt_id)
-            .bind(claimed.generation)
-            .bind(claimed.kind)
-            .bind(claimed.from_state)
-            .bind(claimed.to_state)
-            .bind(claimed.evidence)
-            .bind(claimed.note)
-            .bind(claimed.at_ms);
+            .bind_entry_at(created)
+            .bind_entry_at(claimed);
         let rows = self
             .groups
             .claims_warm
@@ -520,12 +502,5 @@ pub(super) fn update_query(
         .bind(u.expect_generation)
         .bind(u.expect_version)
         .bind(u.operation_level)
-        .bind(e.attempt_id)
-        .bind(e.generation)
-        .bind(e.kind)
-        .bind(e.from_state)
-        .bind(e.to_state)
-        .bind(e.evidence)
-        .bind(e.note)
-        .bind(e.at_ms)
+        .bind_entry_at(e)
 }
