@@ -200,3 +200,90 @@ async fn closing_the_pool_does_not_wait_for_the_kept_connections() {
         assert!(pg.is_closed());
     }
 }
+
+/// 64 compare-and-swaps at once (`apply`, durable: what the recoverer, a reviewer and a
+/// replay's claim use), each of a fresh row, and beside each a stale one of the same row (a
+/// version it no longer has): every fresh one applies once, every stale one changes nothing,
+/// two requests for one operation never share a statement, and the fresh ones were written in
+/// fewer transactions than requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_compare_and_swaps_at_once_share_commits_and_keep_their_own_outcome() {
+    use recoverable_write::ledger::Ledger;
+    use recoverable_write::ledger::conformance::{T0, evidence_entry, new_operation};
+    use recoverable_write::state::{Event, Tick};
+    const N: usize = 64;
+    let Some(url) = pg_url().await else {
+        return;
+    };
+    let schema = Schema::new(&url);
+    let pg = Arc::new(ledger(&schema).await);
+    let mut rows = Vec::new();
+    for i in 0..N {
+        let new = new_operation("tenant-a", &format!("cas-{i}"), &format!("intent-cas-{i}"));
+        match pg.create_or_get(new).await.expect("create") {
+            recoverable_write::ledger::Created::New(r) => rows.push(r),
+            other => panic!("expected a new row, got {other:?}"),
+        }
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(2 * N));
+    let mut tasks = tokio::task::JoinSet::new();
+    for r in rows {
+        for stale in [false, true] {
+            let (pg, barrier, mut r) = (pg.clone(), barrier.clone(), r.clone());
+            if stale {
+                r.version += 5;
+            }
+            tasks.spawn(async move {
+                let now = T0 + 1;
+                let claim = r
+                    .update_on(
+                        &Event::ClaimSend,
+                        Tick {
+                            now_ms: now,
+                            jitter: 0.0,
+                        },
+                        Some(recoverable_write::AttemptId::generate()),
+                        Some(now + 15_000),
+                        None,
+                        evidence_entry("attempt_registered", now),
+                    )
+                    .expect("a claim is allowed from PREPARED");
+                barrier.wait().await;
+                let done = pg.apply(claim).await.expect("apply");
+                if let Some(row) = &done {
+                    assert_eq!(row.version, r.version + 1, "one change, one version");
+                }
+                (r.operation_id.to_string(), stale, done)
+            });
+        }
+    }
+    let mut applied = BTreeMap::new();
+    while let Some(done) = tasks.join_next().await {
+        let (id, stale, done) = done.expect("task");
+        match (stale, done) {
+            (false, Some(row)) => {
+                assert_eq!(row.state, State::InFlight, "{id}");
+                *applied.entry(id).or_insert(0) += 1;
+            }
+            (false, None) => panic!("{id}: the compare-and-swap as read must apply"),
+            (true, Some(_)) => panic!("{id}: a stale compare-and-swap applied"),
+            (true, None) => {}
+        }
+    }
+    assert_eq!(applied.len(), N);
+    assert!(applied.values().all(|n| *n == 1));
+    let (entries, rows) = transactions(&schema).await;
+    let claims: BTreeSet<&String> = rows.values().collect();
+    for (id, xmin) in &rows {
+        assert_eq!(
+            &entries[&(id.clone(), "attempt_registered".to_owned())],
+            xmin,
+            "{id}: the row's change and its entry commit together"
+        );
+    }
+    assert!(
+        claims.len() < N,
+        "64 concurrent compare-and-swaps were written in {} transactions: none was grouped",
+        claims.len()
+    );
+}

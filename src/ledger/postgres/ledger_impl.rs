@@ -3,7 +3,7 @@
 
 use sqlx::AssertSqlSafe;
 
-use super::group::{ClaimJob, RecordJob};
+use super::group::{Cas, CasJob, ClaimJob};
 use super::text::{check_key, check_new};
 use super::writer::finish;
 use super::{
@@ -95,7 +95,24 @@ impl Ledger for PostgresLedger {
     }
 
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(self.apply_with(&self.pool, self.sql.apply.clone(), update))
+        Box::pin(async move {
+            check_key(&update.tenant, &update.operation_id)?;
+            let update = UpdateColumns::encode(update, POSTGRES)?;
+            let job = CasJob {
+                now: self.caller_now(update.now_ms),
+                update,
+            };
+            // Alone, `rw_apply`; under load, with the compare-and-swaps around it.
+            match self
+                .groups
+                .applies
+                .run(job, |job| self.apply_alone(job))
+                .await?
+            {
+                Cas::Applied(row) => Ok(row.map(|r| *r)),
+                Cas::Stale => Ok(None),
+            }
+        })
     }
 
     fn record(
@@ -109,19 +126,18 @@ impl Ledger for PostgresLedger {
         Box::pin(async move {
             check_key(&update.tenant, &update.operation_id)?;
             let update = UpdateColumns::encode(update, POSTGRES)?;
-            let job = RecordJob {
+            let job = CasJob {
                 now: self.caller_now(update.now_ms),
                 update,
             };
-            let applied = self
+            let done = self
                 .groups
                 .records
                 .run(job, |job| self.record_counted(job))
                 .await?;
-            Ok(if applied {
-                Recorded::Applied
-            } else {
-                Recorded::Stale
+            Ok(match done {
+                Cas::Applied(_) => Recorded::Applied,
+                Cas::Stale => Recorded::Stale,
             })
         })
     }
