@@ -36,6 +36,8 @@ const LATE_RESULT: &str = "attempt result arrived after the operation moved on";
 
 /// Reads, classifies and records what one attempt produced (the layer's first send and the
 /// recoverer's replays alike).
+// Not an async fn on purpose: see the comment on the async block below.
+#[allow(clippy::manual_async_fn)]
 pub(crate) fn record_attempt<RB>(
     mut ctx: AttemptCtx,
     observed: Observed<RB>,

@@ -89,6 +89,8 @@ where
 }
 
 /// [`tracked`]'s steps; `span` is the span they run in, to record the write's fields on.
+// Not an async fn on purpose: see the comment on the async block below.
+#[allow(clippy::manual_async_fn)]
 fn write<S, B, RB>(
     mut svc: S,
     shared: Arc<Shared>,
