@@ -303,8 +303,10 @@ impl RecoverableWriteMiddleware {
         let (send, ctx) = match prepare_inner(self.shared.clone(), http_req, span).await {
             Ok(Step::Send(send, ctx)) => (send, ctx),
             Ok(Step::Done(res)) => return Ok(to_reqwest(res, req.url().clone()).await),
+            // Boxed, as below: a write that goes through never waits for the recovery engine,
+            // and inline the wait would make every write's future larger.
             Err(e) => {
-                return match await_resolution(&self.shared, e).await {
+                return match Box::pin(await_resolution(&self.shared, e)).await {
                     Ok(res) => Ok(to_reqwest(res, req.url().clone()).await),
                     Err(e) => Err(wrap(e)),
                 };
@@ -352,7 +354,7 @@ impl RecoverableWriteMiddleware {
         };
         let shared = ctx.shared.clone();
         let result = match record_attempt(ctx, observed).await {
-            Err(e) => await_resolution(&shared, e).await,
+            Err(e) => Box::pin(await_resolution(&shared, e)).await,
             ok => ok,
         };
         match result {

@@ -28,13 +28,10 @@ mod wait;
 #[cfg(feature = "reqwest")]
 pub(crate) use self::body::collect;
 pub(crate) use self::body::collect_limited;
-#[cfg(feature = "reqwest")]
-pub(crate) use self::prepare::prepare_inner;
-pub(crate) use self::prepare::{AttemptCtx, Step, prepare};
-pub(crate) use self::record::{Observed, finish, record_attempt};
+pub(crate) use self::prepare::{AttemptCtx, Step, prepare_inner};
+pub(crate) use self::record::{Observed, record_attempt};
 pub(crate) use self::shared::Shared;
 pub use self::shared::{DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_RESPONSE_BODY, DEFAULT_STORED_BODY};
 pub use self::stored::{OUTCOME_HEADER, REMOTE_REF_HEADER, STATUS_CLASS_HEADER, TRUNCATED_HEADER};
-#[cfg(feature = "reqwest")]
 pub(crate) use self::wait::await_resolution;
 pub(crate) use crate::error::{Error, Outcome};

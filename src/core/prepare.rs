@@ -17,7 +17,7 @@ use tower::BoxError;
 use super::body::collect_limited;
 use super::engine::{self, Applied, Extras};
 use super::stored::stored_result;
-use super::{Error, Shared, outgoing, trace, wait::await_resolution};
+use super::{Error, Shared, outgoing, trace};
 use crate::authorize::Access;
 use crate::contract::Contract;
 use crate::guard::AttemptToken;
@@ -52,28 +52,10 @@ pub(crate) struct AttemptCtx {
     pub(crate) deadline: tokio::time::Instant,
 }
 
-/// [`prepare_inner`], waiting (bounded) for the recovery engine when the write cannot go now.
-/// `span` is the write's [`trace::write_span`]: its fields are recorded as they become known.
-pub(crate) async fn prepare<B>(
-    shared: Arc<Shared>,
-    req: Request<B>,
-    span: &tracing::Span,
-) -> Result<Step<B>, Error>
-where
-    B: Body + From<Bytes> + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
-    match prepare_inner(shared.clone(), req, span).await {
-        // Boxed, here and on the other rare paths below: a future's size is that of its
-        // largest state, and the write path's future is allocated once per request. Inline,
-        // the paths a plain write never takes would make it several KiB larger to allocate and
-        // move.
-        Err(e) => Box::pin(await_resolution(&shared, e)).await.map(Step::Done),
-        ok => ok,
-    }
-}
-
+/// Freezes the request, records the operation (or finds it) and claims send rights: what may
+/// be sent, or the answer when nothing is. An error names the operation when one was made (the
+/// caller may wait for the recovery engine to resolve it). `span` is the write's
+/// [`trace::write_span`]: its fields are recorded as they become known.
 pub(crate) async fn prepare_inner<B>(
     shared: Arc<Shared>,
     req: Request<B>,
@@ -106,12 +88,13 @@ where
     .map_err(|e| build_error(&op_id, e))?;
 
     let attempt = AttemptId::generate();
-    let created = if resume {
+    // The ledger's answer is not bound to a local: the row moves out of it at once, so the
+    // future does not keep a second copy of it across the awaits below.
+    let (record, request, contract) = match if resume {
         find_to_resume(&shared, tenant, op_id).await?
     } else {
         create_or_get(&shared, new, attempt, op_id).await?
-    };
-    let (record, request, contract) = match created {
+    } {
         Created::New(r) => (r, fresh, contract),
         Created::Existing(r) => {
             match adopt_existing(&shared, r, fresh, &caller, &contract, &bytes, &payload_hash)? {
@@ -120,9 +103,15 @@ where
             }
         }
     };
-    let record = match claim_first_send(&shared, record, attempt).await? {
-        Ok(record) => record,
-        Err(answered) => return Ok(Step::Done(answered)),
+    let record = if claimed_at_creation(&record, attempt) {
+        engine::publish(&shared, &record);
+        record
+    } else {
+        // Boxed: only an operation created by someone else, or under an authorizer, takes it.
+        match Box::pin(claim_first_send(&shared, record, attempt)).await? {
+            Ok(record) => record,
+            Err(answered) => return Ok(Step::Done(answered)),
+        }
     };
     trace::claimed(span, &record, &attempt);
     Ok(attempt_to_send(shared, contract, record, request, attempt))
@@ -181,25 +170,29 @@ async fn find_to_resume(
 /// one, permission is checked on the PREPARED row before send rights are claimed
 /// ([`claim_first_send`]): a refusal leaves the operation PREPARED (never sent) for a caller
 /// with permission.
-async fn create_or_get(
+fn create_or_get(
     shared: &Shared,
     new: NewOperation,
     attempt: AttemptId,
     op_id: OperationId,
-) -> Result<Created, Error> {
+) -> impl Future<Output = Result<Created, Error>> + use<'_> {
+    // Not an async fn: the operation moves into the ledger's call at once, so the future
+    // awaited holds the ledger's (boxed) one and the id, not a second copy of the operation.
     let first = if shared.authorizer.is_open() {
         engine::first_claim(shared, &new, attempt)
     } else {
         None
     };
-    match first {
-        Some(first) => shared.ledger.create_and_apply(new, first).await,
-        None => shared.ledger.create_or_get(new).await,
+    let call = match first {
+        Some(first) => shared.ledger.create_and_apply(new, first),
+        None => shared.ledger.create_or_get(new),
+    };
+    async move {
+        call.await.map_err(|source| Error::Ledger {
+            operation: Some(op_id),
+            source,
+        })
     }
-    .map_err(|source| Error::Ledger {
-        operation: Some(op_id),
-        source,
-    })
 }
 
 /// What this call sends for an operation the ledger held already: `Ok(Err(answer))` when there
@@ -286,25 +279,26 @@ fn key_mismatch(r: &OperationRecord, contract: &Contract, sent: &Parts, bytes: &
         .is_some_and(|key| key != r.idempotency_key.as_str())
 }
 
-/// Send rights on the attempt: held already when the row was created and claimed in one
-/// step; otherwise claimed on the row ([`claim_send`]) once the authorizer allows a first send.
-/// `Ok(Err(answer))`: nothing to send.
+/// Send rights on the attempt when the row was not created and claimed in one step
+/// ([`claimed_at_creation`]): claimed on the row ([`claim_send`]) once the authorizer allows a
+/// first send. `Ok(Err(answer))`: nothing to send.
 async fn claim_first_send(
     shared: &Shared,
     record: OperationRecord,
     attempt: AttemptId,
 ) -> Result<Result<OperationRecord, Answered>, Error> {
-    if record.state == State::InFlight && record.current_attempt == Some(attempt) {
-        // Created and claimed in one step.
-        engine::publish(shared, &record);
-        return Ok(Ok(record));
-    }
     if record.state == State::Prepared
         && let Err(denied) = shared.authorizer.check(&record, Access::Write).await
     {
-        return Err(Box::pin(deny_first_send(shared, record, denied)).await);
+        return Err(deny_first_send(shared, record, denied).await);
     }
-    Box::pin(claim_send(shared, record, attempt)).await
+    claim_send(shared, record, attempt).await
+}
+
+/// Whether `record` was created and claimed for `attempt` in one step ([`create_or_get`]):
+/// send rights are held already.
+fn claimed_at_creation(record: &OperationRecord, attempt: AttemptId) -> bool {
+    record.state == State::InFlight && record.current_attempt == Some(attempt)
 }
 
 /// The attempt is durable: the request built for it, carrying its token, and what finishing it

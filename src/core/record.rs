@@ -17,7 +17,7 @@ use tower::BoxError;
 use super::body::{collect_limited, read_by};
 use super::engine::{self, Extras};
 use super::stored::{stored_response, stored_result};
-use super::{AttemptCtx, Error, Outcome, Shared, wait::await_resolution};
+use super::{AttemptCtx, Error, Outcome, Shared};
 use crate::contract::Contract;
 use crate::evidence::Evidence;
 use crate::ledger::{LedgerError, OperationRecord, StoredResponse};
@@ -31,87 +31,93 @@ pub(crate) enum Observed<RB> {
     TimedOut,
 }
 
-pub(crate) async fn finish<RB>(
-    ctx: AttemptCtx,
-    observed: Observed<RB>,
-) -> Result<Response<Full<Bytes>>, Error>
-where
-    RB: Body + Send + 'static,
-    RB::Data: Send,
-    RB::Error: Into<BoxError>,
-{
-    let shared = ctx.shared.clone();
-    match record_attempt(ctx, observed).await {
-        Err(e) => Box::pin(await_resolution(&shared, e)).await,
-        ok => ok,
-    }
-}
-
 /// The note of an attempt's result that found the operation taken over.
 const LATE_RESULT: &str = "attempt result arrived after the operation moved on";
 
 /// Reads, classifies and records what one attempt produced (the layer's first send and the
 /// recoverer's replays alike).
-pub(crate) async fn record_attempt<RB>(
-    ctx: AttemptCtx,
+// Not an async fn on purpose: see the comment on the async block below.
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn record_attempt<RB>(
+    mut ctx: AttemptCtx,
     observed: Observed<RB>,
-) -> Result<Response<Full<Bytes>>, Error>
+) -> impl Future<Output = Result<Response<Full<Bytes>>, Error>>
 where
     RB: Body + Send + 'static,
     RB::Data: Send,
     RB::Error: Into<BoxError>,
 {
-    let now = ctx.shared.clock.system_time();
-    let (evidence, response, source) = observe(&ctx, observed, now).await;
-    let AttemptCtx {
-        shared,
-        contract,
-        mut record,
-        attempt,
-        ..
-    } = ctx;
-    let retry_after = evidence.retry_after();
-    tracing::info!(
-        operation = %record.operation_id,
-        attempt = %attempt,
-        generation = %record.generation,
-        evidence = evidence.label(),
-        "attempt classified"
-    );
-    let authoritative = matches!(
-        evidence,
-        Evidence::Succeeded { .. } | Evidence::Rejected { .. }
-    );
-    let stored = stored_if_authoritative(response.as_ref(), authoritative, &contract, &shared);
+    // An async block, not an async fn: an async fn copies its arguments into locals and keeps
+    // both, so the attempt's row would be stored twice in the write path's one allocation.
+    async move {
+        // `ctx` is used in place, never destructured into locals (a moved-out copy of the row
+        // would be stored beside it).
+        let now = ctx.shared.clock.system_time();
+        let (evidence, response, source) = observe(&ctx, observed, now).await;
+        let attempt = ctx.attempt;
+        let retry_after = evidence.retry_after();
+        tracing::info!(
+            operation = %ctx.record.operation_id,
+            attempt = %attempt,
+            generation = %ctx.record.generation,
+            evidence = evidence.label(),
+            "attempt classified"
+        );
+        let authoritative = matches!(
+            evidence,
+            Evidence::Succeeded { .. } | Evidence::Rejected { .. }
+        );
+        let stored =
+            stored_if_authoritative(response.as_ref(), authoritative, &ctx.contract, &ctx.shared);
 
-    // The evidence moves into the ledger's log. The rare paths below that need it again (a
-    // result that arrived late, or could not be recorded) get it back: classified anew from the
-    // response (a pure function of what was read), or from a copy when there is no response.
-    let kept = response.is_none().then(|| evidence.clone());
-    let again = |response: Option<&Response<Bytes>>| match (&kept, response) {
-        (Some(e), _) => e.clone(),
-        (None, Some(res)) => {
-            contract.classify_response(res.status(), res.headers(), res.body(), now)
-        }
-        (None, None) => Evidence::unknown("the attempt's evidence was lost"),
-    };
+        // The evidence moves into the ledger's log. The rare paths below that need it again (a
+        // result that arrived late, or could not be recorded) get it back: classified anew from the
+        // response (a pure function of what was read), or from a copy when there is no response.
+        let kept = response.is_none().then(|| evidence.clone());
+        let contract = &ctx.contract;
+        let again = |response: Option<&Response<Bytes>>| match (&kept, response) {
+            (Some(e), _) => e.clone(),
+            (None, Some(res)) => {
+                contract.classify_response(res.status(), res.headers(), res.body(), now)
+            }
+            (None, None) => Evidence::unknown("the attempt's evidence was lost"),
+        };
 
-    let outcome = record_result(&shared, &mut record, attempt, evidence, stored).await;
-    let (row, recorded) = row_after(&shared, record, attempt, outcome, || {
-        again(response.as_ref())
-    })
-    .await;
-    tracing::debug!(state = %row.state, recorded, "result recorded");
-    count_unknown(&row);
-    answer_caller(
-        row,
-        response,
-        attempt,
-        authoritative && !recorded,
-        source,
-        retry_after,
-        again,
-    )
+        let outcome = record_result(&ctx.shared, &mut ctx.record, attempt, evidence, stored).await;
+        let (row, recorded) = match outcome {
+            // `record` is the row as recorded (its stored response aside: `response` is it).
+            Ok(engine::Recorded::Done) => (ctx.record, true),
+            // Boxed: a write that is recorded never takes it, and inline it would make every
+            // write's future larger to allocate and move.
+            Ok(engine::Recorded::Refused | engine::Recorded::Stale) => (
+                Box::pin(row_after_late(
+                    &ctx.shared,
+                    ctx.record,
+                    attempt,
+                    again(response.as_ref()),
+                ))
+                .await,
+                false,
+            ),
+            Err(e) => {
+                // The attempt happened but could not be recorded: the row stays IN_FLIGHT, its
+                // lease expires and reconciliation takes over. Never a duplicate.
+                tracing::error!(operation = %ctx.record.operation_id, error = %e, "could not record attempt result; it will be reconciled");
+                (ctx.record, false)
+            }
+        };
+        tracing::debug!(state = %row.state, recorded, "result recorded");
+        count_unknown(&row);
+        answer_caller(
+            row,
+            response,
+            attempt,
+            authoritative && !recorded,
+            source,
+            retry_after,
+            again,
+        )
+    }
 }
 
 /// What the attempt produced, read and classified: the evidence, the response with its body
@@ -258,49 +264,33 @@ async fn record_result(
     }
 }
 
-/// The row as it stands after the result was offered, and whether the result was recorded. A
-/// result the row no longer takes is kept as late evidence (`late_evidence()` gives it) and
-/// the row is read again; one the ledger could not take leaves the row as it was.
-async fn row_after(
+/// The row as it stands after a result the row no longer takes (the lease ran out, or a
+/// reviewer or recoverer took the operation over while this attempt was on the wire): the
+/// observation is kept as late evidence only, and the row is read again.
+async fn row_after_late(
     shared: &Shared,
     record: OperationRecord,
     attempt: AttemptId,
-    outcome: Result<engine::Recorded, LedgerError>,
-    late_evidence: impl FnOnce() -> Evidence,
-) -> (OperationRecord, bool) {
-    match outcome {
-        // `record` is the row as recorded (its stored response aside: `response` is it).
-        Ok(engine::Recorded::Done) => (record, true),
-        Ok(engine::Recorded::Refused | engine::Recorded::Stale) => {
-            // The lease ran out, or a reviewer or recoverer took the operation over while this
-            // attempt was on the wire: the observation is kept as evidence only.
-            if let Err(e) = engine::append_late(
-                shared,
-                &record,
-                Some(attempt),
-                late_evidence(),
-                LATE_RESULT.into(),
-            )
-            .await
-            {
-                tracing::error!(operation = %record.operation_id, error = %e, "could not append late evidence");
-            }
-            let row = match shared
-                .ledger
-                .get(&record.tenant, &record.operation_id)
-                .await
-            {
-                Ok(Some(row)) => row,
-                _ => record,
-            };
-            (row, false)
-        }
-        Err(e) => {
-            // The attempt happened but could not be recorded: the row stays IN_FLIGHT, its
-            // lease expires and reconciliation takes over. Never a duplicate.
-            tracing::error!(operation = %record.operation_id, error = %e, "could not record attempt result; it will be reconciled");
-            (record, false)
-        }
+    late_evidence: Evidence,
+) -> OperationRecord {
+    if let Err(e) = engine::append_late(
+        shared,
+        &record,
+        Some(attempt),
+        late_evidence,
+        LATE_RESULT.into(),
+    )
+    .await
+    {
+        tracing::error!(operation = %record.operation_id, error = %e, "could not append late evidence");
+    }
+    match shared
+        .ledger
+        .get(&record.tenant, &record.operation_id)
+        .await
+    {
+        Ok(Some(row)) => row,
+        _ => record,
     }
 }
 

@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use super::ResponseBody;
 use crate::BoxError;
-use crate::core::{Observed, Shared, Step, finish, prepare, trace};
+use crate::core::{Observed, Shared, Step, await_resolution, prepare_inner, record_attempt, trace};
 use crate::error::Error;
 use crate::ledger::BoxFuture;
 
@@ -89,12 +89,14 @@ where
 }
 
 /// [`tracked`]'s steps; `span` is the span they run in, to record the write's fields on.
-async fn write<S, B, RB>(
+// Not an async fn on purpose: see the comment on the async block below.
+#[allow(clippy::manual_async_fn)]
+fn write<S, B, RB>(
     mut svc: S,
     shared: Arc<Shared>,
     req: Request<B>,
     span: tracing::Span,
-) -> Result<Response<Full<Bytes>>, Error>
+) -> impl Future<Output = Result<Response<Full<Bytes>>, Error>>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,
@@ -105,31 +107,47 @@ where
     RB::Data: Send,
     RB::Error: Into<BoxError>,
 {
-    let (req, ctx) = match prepare(shared, req, &span).await? {
-        Step::Send(req, ctx) => (req, ctx),
-        Step::Done(res) => {
-            tracing::debug!(status = res.status().as_u16(), "answered from the ledger");
-            return Ok(res);
+    // An async block, not an async fn: an async fn copies its arguments into locals and
+    // keeps both, so the request would be stored twice in this future.
+    async move {
+        // The write path's steps are awaited here, not through wrappers: an async fn keeps its
+        // arguments beside its locals, so each wrapper would store the request (or the attempt's
+        // row) once more in this future, allocated once per write. The waits for the recovery
+        // engine are boxed: a write that goes through never takes them.
+        let (req, ctx) = match prepare_inner(shared.clone(), req, &span).await {
+            Ok(Step::Send(req, ctx)) => (req, ctx),
+            Ok(Step::Done(res)) => {
+                tracing::debug!(status = res.status().as_u16(), "answered from the ledger");
+                return Ok(res);
+            }
+            Err(e) => {
+                let res = Box::pin(await_resolution(&shared, e)).await?;
+                tracing::debug!(status = res.status().as_u16(), "answered from the ledger");
+                return Ok(res);
+            }
+        };
+        drop(span);
+        let observed = {
+            // The one attempt is on the wire; the sleep is its deadline, shorter than the lease.
+            let sleep = tokio::time::sleep_until(ctx.deadline);
+            let fut = svc.call(req);
+            drop(svc);
+            tracing::debug!("request sent");
+            let (mut fut, mut sleep) = (std::pin::pin!(fut), std::pin::pin!(sleep));
+            std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+                Poll::Ready(Ok(res)) => Poll::Ready(Observed::Response(res)),
+                Poll::Ready(Err(e)) => Poll::Ready(Observed::Failed(e.into())),
+                Poll::Pending => sleep.as_mut().poll(cx).map(|()| Observed::TimedOut),
+            })
+            .await
+            // Past the deadline the in-flight request is dropped here, before the lease runs out
+            // and a recoverer may act.
+        };
+        match record_attempt(ctx, observed).await {
+            Err(e) => Box::pin(await_resolution(&shared, e)).await,
+            ok => ok,
         }
-    };
-    drop(span);
-    let observed = {
-        // The one attempt is on the wire; the sleep is its deadline, shorter than the lease.
-        let sleep = tokio::time::sleep_until(ctx.deadline);
-        let fut = svc.call(req);
-        drop(svc);
-        tracing::debug!("request sent");
-        let (mut fut, mut sleep) = (std::pin::pin!(fut), std::pin::pin!(sleep));
-        std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
-            Poll::Ready(Ok(res)) => Poll::Ready(Observed::Response(res)),
-            Poll::Ready(Err(e)) => Poll::Ready(Observed::Failed(e.into())),
-            Poll::Pending => sleep.as_mut().poll(cx).map(|()| Observed::TimedOut),
-        })
-        .await
-        // Past the deadline the in-flight request is dropped here, before the lease runs out
-        // and a recoverer may act.
-    };
-    finish(ctx, observed).await
+    }
 }
 
 impl<S, B> fmt::Debug for ResponseFuture<S, B>
