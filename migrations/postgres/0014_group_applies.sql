@@ -7,9 +7,13 @@
 -- for their own. `rw_apply_batch` is `rw_apply` for many requests, durable or (with
 -- `p_relaxed`, for `record`) committed without waiting for the WAL flush, answering the rows
 -- as changed; the ledger matches them to its requests by (tenant, operation id) and never puts
--- two requests for one operation in one group. The results after the send keep
--- `rw_record_batch`, which answers ordinals only: reading whole rows back there cost about a
--- tenth of the write path's throughput at concurrency 64.
+-- two requests for one operation in one group. It replaces `rw_record_batch`.
+DROP FUNCTION rw_record_batch(
+    bigint[], bigint[], text[], text[], bigint[], bigint[], bigint[], boolean[], boolean[],
+    text[], bigint[], bigint[], bigint[], text[], text[], integer[], text[], bytea[], text[],
+    text[], text[], bigint[], bigint[], boolean[], text[], bigint[], text[], text[], text[],
+    text[], text[], bigint[]
+);
 
 CREATE FUNCTION rw_apply_batch(
     p_now bigint[], p_caller_now bigint[],

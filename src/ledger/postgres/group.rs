@@ -478,10 +478,9 @@ pub(super) enum Cas {
     Applied(Option<Box<OperationRecord>>),
 }
 
-/// Compare-and-swaps through `rw_apply_batch` (migration 0014, `apply`: the changed rows read
-/// back, matched by key) or `rw_record_batch` (0012, `record_unread`: the ordinals of those
-/// that applied). Two requests for one operation never share a group: the later ones are
-/// written after it, alone, as if they had come after it.
+/// Compare-and-swaps through `rw_apply_batch` (migration 0014): `sql` reads the changed rows
+/// back (`apply`) or only their keys (`record_unread`). Two requests for one operation never
+/// share a group: the later ones are written after it, alone, as if they had come after it.
 pub(super) struct CasWrite {
     pub(super) warm: Arc<Warm>,
     pub(super) sql: Arc<str>,
@@ -589,27 +588,20 @@ impl CasWrite {
         let mut results: Vec<Result<Cas, LedgerError>> =
             (0..jobs.len()).map(|_| Ok(Cas::Stale)).collect();
         for row in &rows {
-            let i = if self.rows {
-                let key = (
-                    row.try_get::<&str, _>("tenant"),
-                    row.try_get::<&str, _>("operation_id"),
-                );
-                let (Ok(tenant), Ok(id)) = key else {
-                    let e = sqlx::Error::Protocol("a changed row without its key".into());
-                    return all_failed(unavailable(e), jobs.len());
-                };
-                u.iter()
-                    .position(|u| u.tenant == tenant && u.operation_id == id)
-            } else {
-                // `rw_record_batch`: the 1-based ordinal of a request that applied.
-                match row.try_get::<i64, _>(0) {
-                    Ok(ord) => usize::try_from(ord - 1).ok().filter(|i| *i < jobs.len()),
-                    Err(e) => return all_failed(unavailable(e), jobs.len()),
-                }
-            };
-            let Some(i) = i else {
-                let e = sqlx::Error::Protocol("a changed row that was not asked for".into());
+            let key = (
+                row.try_get::<&str, _>("tenant"),
+                row.try_get::<&str, _>("operation_id"),
+            );
+            let (Ok(tenant), Ok(id)) = key else {
+                let e =
+                    sqlx::Error::Protocol("rw_apply_batch answered a row without its key".into());
                 return all_failed(unavailable(e), jobs.len());
+            };
+            let Some(i) = u
+                .iter()
+                .position(|u| u.tenant == tenant && u.operation_id == id)
+            else {
+                continue;
             };
             results[i] = if self.rows {
                 decode_operation(row).map(|r| Cas::Applied(Some(Box::new(r))))

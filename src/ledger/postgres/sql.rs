@@ -32,8 +32,8 @@ pub(super) struct Statements {
     pub(super) claim_batch: Arc<str>,
     /// `apply` for many requests at once (group commit, `rw_apply_batch`, 0014).
     pub(super) apply_batch: Arc<str>,
-    /// `record_unread` for many requests at once (`rw_record_batch`, 0012), committed without
-    /// waiting for the WAL flush, answering the ordinals of the requests that applied.
+    /// `record_unread` for many requests at once: the same function, committed without
+    /// waiting for the WAL flush, answering only the changed rows' keys.
     pub(super) record_batch: Arc<str>,
     pub(super) claim_due: Arc<str>,
     pub(super) claim_prepared: Arc<str>,
@@ -162,19 +162,7 @@ SELECT * FROM ins",
             )
         };
         let apply_batch = cas_batch("*", false);
-        // The result after the send: 0012's function, answering only the ordinals (1-based) of
-        // the requests that applied.
-        let record_batch = format!(
-            "SELECT * FROM \"{schema}\".rw_record_batch(
-    $1::bigint[], $2::bigint[],
-    $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[],
-    $9::boolean[], $10::text[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[],
-    $15::text[], $16::integer[], $17::text[], $18::bytea[], $19::text[], $20::text[],
-    $21::text[], $22::bigint[], $23::bigint[], $24::boolean[],
-    $25::text[], $26::bigint[], $27::text[], $28::text[], $29::text[], $30::text[],
-    $31::text[], $32::bigint[]
-)"
-        );
+        let record_batch = cas_batch("tenant, operation_id", true);
         // The `state IN (...)` / `state = 'IN_FLIGHT'` terms repeat the partial indexes' WHERE
         // clauses, and the clock is an InitPlan (`(SELECT now_ms FROM clock)`), so the bound is
         // an index condition.
