@@ -460,71 +460,26 @@ fn bind_evidence<'q>(
         .bind(e.iter().map(|e| e.at_ms).collect::<Vec<_>>())
 }
 
-// ── compare-and-swaps ─────────────────────────────────────────────────────────────────────────
+// ── results ─────────────────────────────────────────────────────────────────────────────────────
 
-/// A compare-and-swap (`apply`, or the result after the send, `record_unread`), encoded.
-pub(super) struct CasJob {
+/// A result after the send (`record_unread`), encoded.
+pub(super) struct RecordJob {
     /// The caller's time, or `None` for the database clock.
     pub(super) now: Option<i64>,
     pub(super) update: UpdateColumns,
 }
 
-/// What a compare-and-swap did.
-#[derive(Debug)]
-pub(super) enum Cas {
-    /// The row was not as expected: nothing changed.
-    Stale,
-    /// Applied; the row as changed, when the statement read it back.
-    Applied(Option<Box<OperationRecord>>),
-}
-
-/// Compare-and-swaps through `rw_apply_batch` (migration 0014): `sql` reads the changed rows
-/// back (`apply`) or only their keys (`record_unread`). Two requests for one operation never
-/// share a group: the later ones are written after it, alone, as if they had come after it.
-pub(super) struct CasWrite {
+/// Results through `rw_record_batch`: whether each compare-and-swap applied.
+pub(super) struct RecordWrite {
     pub(super) warm: Arc<Warm>,
     pub(super) sql: Arc<str>,
-    /// Whether `sql` reads whole rows back.
-    pub(super) rows: bool,
 }
 
-impl GroupWrite for CasWrite {
-    type Job = CasJob;
-    type Done = Cas;
+impl GroupWrite for RecordWrite {
+    type Job = RecordJob;
+    type Done = bool;
 
-    async fn write(&self, jobs: Vec<CasJob>) -> Vec<Result<Cas, LedgerError>> {
-        let mut seen = HashSet::new();
-        let (mut sent, mut later) = (Vec::new(), Vec::new());
-        for (i, job) in jobs.into_iter().enumerate() {
-            let key = (job.update.tenant.clone(), job.update.operation_id.clone());
-            if seen.insert(key) {
-                sent.push((i, job));
-            } else {
-                later.push((i, job));
-            }
-        }
-        let mut results: Vec<Option<Result<Cas, LedgerError>>> =
-            (0..sent.len() + later.len()).map(|_| None).collect();
-        let done = self
-            .write_distinct(sent.iter().map(|(_, j)| j).collect())
-            .await;
-        for ((i, _), r) in sent.iter().zip(done) {
-            results[*i] = Some(r);
-        }
-        for (i, job) in later {
-            let mut done = self.write_distinct(vec![&job]).await;
-            results[i] = done.pop();
-        }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(stopped())))
-            .collect()
-    }
-}
-
-impl CasWrite {
-    /// One statement for `jobs`, at most one per operation.
-    async fn write_distinct(&self, jobs: Vec<&CasJob>) -> Vec<Result<Cas, LedgerError>> {
+    async fn write(&self, jobs: Vec<RecordJob>) -> Vec<Result<bool, LedgerError>> {
         let u: Vec<&UpdateColumns> = jobs.iter().map(|j| &j.update).collect();
         let e: Vec<&EvidenceColumns> = u.iter().map(|u| &u.evidence).collect();
         let query = sqlx::query(AssertSqlSafe(self.sql.clone()))
@@ -579,36 +534,36 @@ impl CasWrite {
             .bind(u.iter().map(|u| u.expect_state).collect::<Vec<_>>())
             .bind(u.iter().map(|u| u.expect_generation).collect::<Vec<_>>())
             .bind(u.iter().map(|u| u.expect_version).collect::<Vec<_>>())
-            .bind(u.iter().map(|u| u.operation_level).collect::<Vec<_>>());
-        let query = bind_evidence(query, e);
+            .bind(u.iter().map(|u| u.operation_level).collect::<Vec<_>>())
+            .bind(
+                e.iter()
+                    .map(|e| e.attempt_id.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(e.iter().map(|e| e.generation).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.from_state).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.to_state).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.evidence.as_deref()).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.note.as_deref()).collect::<Vec<_>>())
+            .bind(e.iter().map(|e| e.at_ms).collect::<Vec<_>>());
         let rows = match self.warm.run(async |c| query.fetch_all(c).await).await {
             Ok(rows) => rows,
             Err(e) => return all_failed(e, jobs.len()),
         };
-        let mut results: Vec<Result<Cas, LedgerError>> =
-            (0..jobs.len()).map(|_| Ok(Cas::Stale)).collect();
+        let mut applied = vec![false; jobs.len()];
         for row in &rows {
-            let key = (
-                row.try_get::<&str, _>("tenant"),
-                row.try_get::<&str, _>("operation_id"),
-            );
-            let (Ok(tenant), Ok(id)) = key else {
-                let e =
-                    sqlx::Error::Protocol("rw_apply_batch answered a row without its key".into());
-                return all_failed(unavailable(e), jobs.len());
-            };
-            let Some(i) = u
-                .iter()
-                .position(|u| u.tenant == tenant && u.operation_id == id)
-            else {
-                continue;
-            };
-            results[i] = if self.rows {
-                decode_operation(row).map(|r| Cas::Applied(Some(Box::new(r))))
-            } else {
-                Ok(Cas::Applied(None))
-            };
+            match row.try_get::<i64, _>(0) {
+                Ok(ord) if ord >= 1 && (ord as usize) <= jobs.len() => {
+                    applied[ord as usize - 1] = true
+                }
+                Ok(ord) => {
+                    let e = sqlx::Error::Protocol(format!("rw_record_batch answered {ord}"));
+                    return all_failed(unavailable(e), jobs.len());
+                }
+                Err(e) => return all_failed(unavailable(e), jobs.len()),
+            }
         }
-        results
+        applied.into_iter().map(Ok).collect()
     }
 }

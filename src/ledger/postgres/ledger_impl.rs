@@ -3,7 +3,7 @@
 
 use sqlx::AssertSqlSafe;
 
-use super::group::{Cas, CasJob, ClaimJob};
+use super::group::{ClaimJob, RecordJob};
 use super::text::{check_key, check_new};
 use super::writer::finish;
 use super::{
@@ -95,24 +95,7 @@ impl Ledger for PostgresLedger {
     }
 
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
-        Box::pin(async move {
-            check_key(&update.tenant, &update.operation_id)?;
-            let update = UpdateColumns::encode(update, POSTGRES)?;
-            let job = CasJob {
-                now: self.caller_now(update.now_ms),
-                update,
-            };
-            // Alone, `rw_apply`; under load, with the compare-and-swaps around it.
-            match self
-                .groups
-                .applies
-                .run(job, |job| self.apply_alone(job))
-                .await?
-            {
-                Cas::Applied(row) => Ok(row.map(|r| *r)),
-                Cas::Stale => Ok(None),
-            }
-        })
+        Box::pin(self.apply_with(&self.pool, self.sql.apply.clone(), update))
     }
 
     fn record(
@@ -126,18 +109,19 @@ impl Ledger for PostgresLedger {
         Box::pin(async move {
             check_key(&update.tenant, &update.operation_id)?;
             let update = UpdateColumns::encode(update, POSTGRES)?;
-            let job = CasJob {
+            let job = RecordJob {
                 now: self.caller_now(update.now_ms),
                 update,
             };
-            let done = self
+            let applied = self
                 .groups
                 .records
                 .run(job, |job| self.record_counted(job))
                 .await?;
-            Ok(match done {
-                Cas::Applied(_) => Recorded::Applied,
-                Cas::Stale => Recorded::Stale,
+            Ok(if applied {
+                Recorded::Applied
+            } else {
+                Recorded::Stale
             })
         })
     }

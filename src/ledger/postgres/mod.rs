@@ -140,8 +140,7 @@ const POSTGRES: Dialect = Dialect::Postgres;
 ///
 /// Under concurrency, the claims that arrive while others are being written share one
 /// statement and one commit (`rw_claim_batch`, migration 0012), and so do the results recorded
-/// after the send and every other compare-and-swap (`rw_apply_batch`, 0014); a request alone
-/// uses the single-row functions. Every
+/// after the send (`rw_record_batch`); a request alone uses the single-row functions. Every
 /// caller still waits for its own group's commit: a claim is durable before its request is
 /// sent.
 ///
@@ -195,9 +194,7 @@ pub struct PostgresLedger {
 struct Groups {
     claims: group::Group<group::ClaimWrite>,
     claims_warm: Arc<group::Warm>,
-    records: group::Group<group::CasWrite>,
-    applies: group::Group<group::CasWrite>,
-    /// Kept for the results and the other compare-and-swaps alike.
+    records: group::Group<group::RecordWrite>,
     records_warm: Arc<group::Warm>,
 }
 
@@ -221,18 +218,9 @@ impl Groups {
             ),
             claims_warm,
             records: group::Group::new(
-                group::CasWrite {
+                group::RecordWrite {
                     warm: records_warm.clone(),
                     sql: sql.record_batch.clone(),
-                    rows: false,
-                },
-                share,
-            ),
-            applies: group::Group::new(
-                group::CasWrite {
-                    warm: records_warm.clone(),
-                    sql: sql.apply_batch.clone(),
-                    rows: true,
                 },
                 share,
             ),

@@ -30,10 +30,7 @@ pub(super) struct Statements {
     pub(super) record_unread: Arc<str>,
     /// `insert_claimed` for many requests at once (group commit, `rw_claim_batch`, 0012).
     pub(super) claim_batch: Arc<str>,
-    /// `apply` for many requests at once (group commit, `rw_apply_batch`, 0014).
-    pub(super) apply_batch: Arc<str>,
-    /// `record_unread` for many requests at once: the same function, committed without
-    /// waiting for the WAL flush, answering only the changed rows' keys.
+    /// `record_unread` for many requests at once (group commit, `rw_record_batch`, 0012).
     pub(super) record_batch: Arc<str>,
     pub(super) claim_due: Arc<str>,
     pub(super) claim_prepared: Arc<str>,
@@ -147,22 +144,17 @@ SELECT * FROM ins",
     $47::bigint[]
 )"
         );
-        let cas_batch = |select: &str, relaxed: bool| {
-            format!(
-                "SELECT {select} FROM \"{schema}\".rw_apply_batch(
+        let record_batch = format!(
+            "SELECT * FROM \"{schema}\".rw_record_batch(
     $1::bigint[], $2::bigint[],
     $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[],
     $9::boolean[], $10::text[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[],
     $15::text[], $16::integer[], $17::text[], $18::bytea[], $19::text[], $20::text[],
     $21::text[], $22::bigint[], $23::bigint[], $24::boolean[],
     $25::text[], $26::bigint[], $27::text[], $28::text[], $29::text[], $30::text[],
-    $31::text[], $32::bigint[],
-    {relaxed}
+    $31::text[], $32::bigint[]
 )"
-            )
-        };
-        let apply_batch = cas_batch("*", false);
-        let record_batch = cas_batch("tenant, operation_id", true);
+        );
         // The `state IN (...)` / `state = 'IN_FLIGHT'` terms repeat the partial indexes' WHERE
         // clauses, and the clock is an InitPlan (`(SELECT now_ms FROM clock)`), so the bound is
         // an index condition.
@@ -396,7 +388,6 @@ ORDER BY created_ms, seq LIMIT 1"
             apply_after_send: apply_after_send.into(),
             record_unread: record_unread.into(),
             claim_batch: claim_batch.into(),
-            apply_batch: apply_batch.into(),
             record_batch: record_batch.into(),
             claim_due: claim_due.into(),
             claim_prepared: claim_prepared.into(),

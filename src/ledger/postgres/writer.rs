@@ -4,7 +4,7 @@
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
-use super::group::{Cas, CasJob, ClaimJob};
+use super::group::{ClaimJob, RecordJob};
 use super::{
     BindEntry, Columns, POSTGRES, PostgresLedger, check_key, decode_operation, pg_text, unavailable,
 };
@@ -190,7 +190,7 @@ impl PostgresLedger {
 
     /// `record` without reading the row back (`Ledger::record_unread`), alone: whether the
     /// update applied, from the count of rows `rw_apply` changed.
-    pub(super) async fn record_counted(&self, job: CasJob) -> Result<Cas, LedgerError> {
+    pub(super) async fn record_counted(&self, job: RecordJob) -> Result<bool, LedgerError> {
         let query = update_query(self.sql.record_unread.clone(), job.now, job.update);
         let row = self
             .groups
@@ -198,25 +198,7 @@ impl PostgresLedger {
             .run(async |c| query.fetch_one(c).await)
             .await?;
         let changed: i64 = row.try_get(0).map_err(unavailable)?;
-        Ok(if changed == 1 {
-            Cas::Applied(None)
-        } else {
-            Cas::Stale
-        })
-    }
-
-    /// `apply` alone: `rw_apply`, durable, the row as changed.
-    pub(super) async fn apply_alone(&self, job: CasJob) -> Result<Cas, LedgerError> {
-        let query = update_query(self.sql.apply.clone(), job.now, job.update);
-        let rows = self
-            .groups
-            .records_warm
-            .run(async |c| query.fetch_all(c).await)
-            .await?;
-        Ok(match rows.first() {
-            Some(row) => Cas::Applied(Some(Box::new(decode_operation(row)?))),
-            None => Cas::Stale,
-        })
+        Ok(changed == 1)
     }
 
     /// `create_and_apply`'s claim alone: the row and both entries in one statement
