@@ -339,17 +339,18 @@ impl GroupWrite for ClaimWrite {
         &self,
         jobs: Vec<ClaimJob>,
     ) -> Vec<Result<Option<OperationRecord>, LedgerError>> {
-        // Two requests of one group with the same identity: the later one reads the first's
-        // row after the commit, as if it had come after it.
+        // Two requests of one group with the same identity: only the first is sent; the later
+        // one is answered `None` and reads the first's row after the commit, as if it had come
+        // after it.
         let mut seen = HashSet::new();
-        let (mut sent, mut later) = (Vec::new(), Vec::new());
-        for (i, job) in jobs.iter().enumerate() {
-            if seen.insert((job.row.tenant.as_str(), job.row.operation_id.as_str())) {
-                sent.push(i);
-            } else {
-                later.push(i);
-            }
-        }
+        let sent: Vec<usize> = (0..jobs.len())
+            .filter(|&i| {
+                seen.insert((
+                    jobs[i].row.tenant.as_str(),
+                    jobs[i].row.operation_id.as_str(),
+                ))
+            })
+            .collect();
         let rows = {
             let j: Vec<&ClaimJob> = sent.iter().map(|&i| &jobs[i]).collect();
             let r = |f: fn(&RowColumns) -> &str| j.iter().map(|c| f(&c.row)).collect::<Vec<_>>();
@@ -435,7 +436,6 @@ impl GroupWrite for ClaimWrite {
                 results[i] = decode_operation(row).map(Some);
             }
         }
-        debug_assert!(later.iter().all(|&i| matches!(results[i], Ok(None))));
         results
     }
 }
@@ -481,7 +481,6 @@ impl GroupWrite for RecordWrite {
 
     async fn write(&self, jobs: Vec<RecordJob>) -> Vec<Result<bool, LedgerError>> {
         let u: Vec<&UpdateColumns> = jobs.iter().map(|j| &j.update).collect();
-        let e: Vec<&EvidenceColumns> = u.iter().map(|u| &u.evidence).collect();
         let query = sqlx::query(AssertSqlSafe(self.sql.clone()))
             .bind(jobs.iter().map(|j| j.now).collect::<Vec<_>>())
             .bind(u.iter().map(|u| u.now_ms).collect::<Vec<_>>())
@@ -534,19 +533,8 @@ impl GroupWrite for RecordWrite {
             .bind(u.iter().map(|u| u.expect_state).collect::<Vec<_>>())
             .bind(u.iter().map(|u| u.expect_generation).collect::<Vec<_>>())
             .bind(u.iter().map(|u| u.expect_version).collect::<Vec<_>>())
-            .bind(u.iter().map(|u| u.operation_level).collect::<Vec<_>>())
-            .bind(
-                e.iter()
-                    .map(|e| e.attempt_id.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(e.iter().map(|e| e.generation).collect::<Vec<_>>())
-            .bind(e.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
-            .bind(e.iter().map(|e| e.from_state).collect::<Vec<_>>())
-            .bind(e.iter().map(|e| e.to_state).collect::<Vec<_>>())
-            .bind(e.iter().map(|e| e.evidence.as_deref()).collect::<Vec<_>>())
-            .bind(e.iter().map(|e| e.note.as_deref()).collect::<Vec<_>>())
-            .bind(e.iter().map(|e| e.at_ms).collect::<Vec<_>>());
+            .bind(u.iter().map(|u| u.operation_level).collect::<Vec<_>>());
+        let query = bind_evidence(query, u.iter().map(|u| &u.evidence).collect());
         let rows = match self.warm.run(async |c| query.fetch_all(c).await).await {
             Ok(rows) => rows,
             Err(e) => return all_failed(e, jobs.len()),
