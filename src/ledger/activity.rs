@@ -247,7 +247,7 @@ pub(crate) fn activity_sql(
     evidence: &str,
     sigil: char,
 ) -> Result<super::query::Sql, LedgerError> {
-    use super::query::{Arg, Sql};
+    use super::query::{Arg, QUEUE_INDEX_PREDICATE, Sql};
     window.validate()?;
     let mut args = vec![Arg::Int(window.since_ms), Arg::Int(window.bucket_ms)];
     let tenant = match scope {
@@ -265,7 +265,8 @@ pub(crate) fn activity_sql(
     let (since, bucket) = (format!("{sigil}1"), format!("{sigil}2"));
     let text = format!(
         "SELECT -1 AS b, count(*) AS created, 0 AS finished, 0 AS escalated, 0 AS left_review \
-         FROM {operations} WHERE state = 'MANUAL_REVIEW' AND quarantine_reason IS NULL{tenant} \
+         FROM {operations} WHERE state = 'MANUAL_REVIEW' AND {QUEUE_INDEX_PREDICATE} \
+         AND quarantine_reason IS NULL{tenant} \
          UNION ALL \
          SELECT (at_ms - {since}) / {bucket} AS b, \
          sum(CASE WHEN kind = 'created' THEN 1 ELSE 0 END) AS created, \

@@ -473,6 +473,47 @@ pub async fn count_by_state_and_oldest_per_state<L: ListingLedger>(ledger: L) {
     );
     assert!(none.iter().all(|(_, n)| n == 0));
 
+    // Every state lists, whichever index holds it: the SQL backends' state indexes leave out
+    // IN_FLIGHT and SUCCEEDED (migration 0015), read through the send-lease index or the table.
+    use crate::ledger::OperationQuery;
+    let of = |t: &str| OperationQuery::tenant(Tenant::new(t));
+    assert_eq!(
+        list_ids(&ledger, of("tenant-a").state(State::Succeeded)).await,
+        ["s1"]
+    );
+    assert_eq!(
+        list_ids(&ledger, of("tenant-a").state(State::InFlight)).await,
+        [""; 0]
+    );
+    assert_eq!(
+        list_ids(&ledger, of("tenant-b").state(State::InFlight)).await,
+        ["fb"]
+    );
+    assert_eq!(
+        list_ids(
+            &ledger,
+            OperationQuery::all_tenants().state(State::InFlight)
+        )
+        .await,
+        ["fb"]
+    );
+    assert_eq!(
+        list_ids(
+            &ledger,
+            of("tenant-a").states([State::Unknown, State::Rejected])
+        )
+        .await,
+        ["u1", "s2"]
+    );
+    assert_eq!(
+        list_ids(
+            &ledger,
+            of("tenant-a").states([State::Succeeded, State::Prepared])
+        )
+        .await,
+        ["p1", "s1"]
+    );
+
     let oldest = must(ledger.oldest(&a, &WATCHED_STATES).await, "oldest");
     let review = oldest
         .get(State::ManualReview)

@@ -295,7 +295,7 @@ impl ListingLedger for PostgresLedger {
     ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
         Box::pin(async move {
             let ops = &self.sql.operations;
-            let sql = crate::ledger::query::count_sql(scope, ops, ops, '$')?;
+            let sql = crate::ledger::query::count_sql(scope, ops, ops, ops, '$')?;
             let rows = bind_args(sqlx::query(sqlx::AssertSqlSafe(sql.text)), sql.args)
                 .fetch_all(&self.pool)
                 .await

@@ -14,8 +14,9 @@ use super::sql::{
 use super::steps::{callback_seen, key_args, log_returned, recording, values};
 use super::writer::{Detached, Finish, Job, closed};
 use super::{
-    QUARANTINED_ROWS, SQLITE, SqliteLedger, decode_activity, decode_counts, decode_evidence,
-    decode_operation, decode_page, decode_quarantined, decode_quarantined_callback,
+    IN_FLIGHT_ROWS, QUARANTINED_ROWS, SQLITE, SqliteLedger, decode_activity, decode_counts,
+    decode_evidence, decode_operation, decode_page, decode_quarantined,
+    decode_quarantined_callback,
 };
 use crate::ledger::callback::{check_effect, outcome};
 use crate::ledger::codec::{
@@ -345,10 +346,12 @@ impl ListingLedger for SqliteLedger {
 
     fn list<'a>(&'a self, query: &'a OperationQuery) -> BoxFuture<'a, Result<Page, LedgerError>> {
         Box::pin(async move {
-            // Quarantined rows are few: read them through their partial index, never through a
-            // tenant's or a state's whole range.
+            // Quarantined rows and the requests in flight are few: read them through their
+            // partial indexes, never through a tenant's or a state's whole range.
             let table = if query.is_quarantined_only() {
                 QUARANTINED_ROWS
+            } else if query.is_in_flight_only() {
+                IN_FLIGHT_ROWS
             } else {
                 "rw_operations"
             };
@@ -366,8 +369,13 @@ impl ListingLedger for SqliteLedger {
         scope: &'a TenantScope,
     ) -> BoxFuture<'a, Result<StateCounts, LedgerError>> {
         Box::pin(async move {
-            let sql =
-                crate::ledger::query::count_sql(scope, "rw_operations", QUARANTINED_ROWS, '?')?;
+            let sql = crate::ledger::query::count_sql(
+                scope,
+                "rw_operations",
+                IN_FLIGHT_ROWS,
+                QUARANTINED_ROWS,
+                '?',
+            )?;
             let (text, args) = (sql.text, values(sql.args));
             let rows = self
                 .read(move |conn| conn.rows_dynamic(&text, &args))

@@ -58,6 +58,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(8, "workers", "0008_workers.sql"),
     migration!(10, "activity", "0010_activity.sql"),
     migration!(11, "evidence rowid", "0011_evidence_rowid.sql"),
+    migration!(15, "queue indexes", "0015_queue_indexes.sql"),
 ];
 
 const TABLE: &str = "

@@ -169,6 +169,12 @@ const SQLITE: Dialect = Dialect::Sqlite;
 /// may prefer a tenant's whole range.
 const QUARANTINED_ROWS: &str = "rw_operations INDEXED BY rw_operations_quarantined";
 
+/// The operations table read through its send-lease index (migration 0001), whose rows are the
+/// requests in flight: what counts and lists them, as the state indexes leave them out
+/// (migration 0015). Without `INDEXED BY` the planner (no statistics) may prefer a tenant's
+/// whole range.
+const IN_FLIGHT_ROWS: &str = "rw_operations INDEXED BY rw_operations_in_flight_lease";
+
 /// The SQLite [`Ledger`]. Cloning gives another handle to the same ledger (the same writer
 /// thread and readers).
 ///

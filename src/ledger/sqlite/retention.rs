@@ -322,7 +322,8 @@ mod tests {
     }
 
     /// Every purge reads its victims through an index: the partial indexes of finished rows by
-    /// contract, the tenant-and-state index for a tenant's erasure, the primary key for one
+    /// contract, a tenant's range (of its keys' index: the state indexes leave its succeeded
+    /// rows out since migration 0015) for a tenant's erasure, the primary key for one
     /// operation; the evidence through its index. Never `SCAN rw_operations`.
     #[tokio::test]
     async fn purges_read_their_victims_through_indexes() {
@@ -348,7 +349,7 @@ mod tests {
             (
                 PurgeStage::Identity,
                 PurgeScope::Tenant(tenant.clone()),
-                "rw_operations_by_tenant_state",
+                "rw_operations_by_idempotency_key",
             ),
             (
                 PurgeStage::Details,

@@ -13,6 +13,11 @@ use super::{LedgerError, OperationRecord};
 use crate::operation::{OperationId, Tenant};
 use crate::state::State;
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use sql::{Arg, QUEUE_INDEX_PREDICATE, Sql, count_sql, list_sql};
+
 /// Default page size of an [`OperationQuery`].
 pub const DEFAULT_LIMIT: u32 = 50;
 /// Largest page size; a bigger [`OperationQuery::limit`] is clamped to it.
@@ -331,6 +336,13 @@ impl OperationQuery {
         self.quarantined == Quarantined::Only
     }
 
+    /// Whether this query lists `IN_FLIGHT` rows only, the rows the review queue's indexes
+    /// leave out ([`sql::UNQUEUED_STATES`]): a SQL backend reads them through its send-lease index.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn is_in_flight_only(&self) -> bool {
+        self.states == [State::InFlight] && self.quarantined != Quarantined::Only
+    }
+
     /// The tenant scope.
     pub fn scope(&self) -> &TenantScope {
         &self.scope
@@ -577,211 +589,4 @@ pub(crate) async fn oldest_via_list<L: super::ListingLedger + ?Sized>(
         out.entries.push((state, row));
     }
     Ok(out)
-}
-
-/// A value bound to a listing statement.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[derive(Clone, Debug)]
-pub(crate) enum Arg {
-    Text(String),
-    Int(i64),
-}
-
-/// A listing or counting statement for a SQL backend, with its arguments in order.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[derive(Clone, Debug)]
-pub(crate) struct Sql {
-    pub(crate) text: String,
-    pub(crate) args: Vec<Arg>,
-}
-
-/// Builds WHERE terms with numbered placeholders (`?N` for SQLite, `$N` for PostgreSQL).
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-struct Terms {
-    sigil: char,
-    terms: Vec<String>,
-    args: Vec<Arg>,
-}
-
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-impl Terms {
-    fn arg(&mut self, a: Arg) -> String {
-        self.args.push(a);
-        format!("{}{}", self.sigil, self.args.len())
-    }
-
-    /// `substr(column, 1, n) = prefix`: a prefix match with no wildcard characters to escape.
-    fn prefix(&mut self, column: &str, prefix: &str) -> String {
-        let n = prefix.chars().count();
-        let p = self.arg(Arg::Text(prefix.to_owned()));
-        format!("substr({column}, 1, {n}) = {p}")
-    }
-
-    /// `substr(column, length(column) - n + 1) = suffix` (and the column at least `n` long): a
-    /// suffix match with no wildcard characters to escape, in SQLite and PostgreSQL alike.
-    fn suffix(&mut self, column: &str, suffix: &str) -> String {
-        let n = suffix.chars().count();
-        let p = self.arg(Arg::Text(suffix.to_owned()));
-        format!("(length({column}) >= {n} AND substr({column}, length({column}) - {n} + 1) = {p})")
-    }
-
-    fn scope(&mut self, scope: &TenantScope) {
-        if let Some(t) = scope.tenant() {
-            let p = self.arg(Arg::Text(t.as_str().to_owned()));
-            self.terms.push(format!("tenant = {p}"));
-        }
-    }
-
-    fn states(&mut self, states: &[State]) {
-        match states {
-            [] => {}
-            [one] => {
-                let p = self.arg(Arg::Text(one.as_str().to_owned()));
-                self.terms.push(format!("state = {p}"));
-            }
-            many => {
-                let ps: Vec<String> = many
-                    .iter()
-                    .map(|s| self.arg(Arg::Text(s.as_str().to_owned())))
-                    .collect();
-                self.terms.push(format!("state IN ({})", ps.join(", ")));
-            }
-        }
-    }
-
-    fn where_clause(&self) -> String {
-        if self.terms.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", self.terms.join(" AND "))
-        }
-    }
-}
-
-/// The listing statement: `key` is the store's insertion-order row key (`rowid`, `seq`),
-/// returned as `rw_key`; one row more than the page size is fetched to know whether another
-/// page follows.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn list_sql(
-    q: &OperationQuery,
-    table: &str,
-    key: &str,
-    sigil: char,
-) -> Result<Sql, LedgerError> {
-    q.validate()?;
-    let mut t = Terms {
-        sigil,
-        terms: Vec::new(),
-        args: Vec::new(),
-    };
-    t.scope(&q.scope);
-    t.states(&q.states);
-    match q.quarantined {
-        Quarantined::Hidden => t.terms.push("quarantine_reason IS NULL".to_owned()),
-        Quarantined::Included => {}
-        Quarantined::Only => t.terms.push("quarantine_reason IS NOT NULL".to_owned()),
-    }
-    if q.contradicted {
-        t.terms.push("contradiction_ms IS NOT NULL".to_owned());
-    }
-    if let Some(c) = &q.contract {
-        let p = t.arg(Arg::Text(c.clone()));
-        t.terms.push(format!("contract_name = {p}"));
-    }
-    if let Some(h) = &q.host {
-        let ors: Vec<String> = OperationQuery::host_prefixes(h)
-            .iter()
-            .map(|p| t.prefix("request_url", p))
-            .collect();
-        t.terms.push(format!("({})", ors.join(" OR ")));
-    }
-    for (column, op, bound) in [
-        ("created_ms", ">", q.created_after),
-        ("created_ms", "<", q.created_before),
-        ("updated_ms", ">", q.updated_after),
-        ("updated_ms", "<", q.updated_before),
-        ("next_check_ms", "<", q.next_check_before),
-    ] {
-        if let Some(b) = bound {
-            let p = t.arg(Arg::Int(b));
-            t.terms.push(format!("{column} {op} {p}"));
-        }
-    }
-    match &q.text {
-        None => {}
-        Some(TextMatch::Exact(s)) => {
-            let a = t.arg(Arg::Text(s.clone()));
-            let b = t.arg(Arg::Text(s.clone()));
-            t.terms
-                .push(format!("(operation_id = {a} OR remote_ref = {b})"));
-        }
-        Some(TextMatch::Prefix(s)) => {
-            let a = t.prefix("operation_id", s);
-            let b = t.prefix("remote_ref", s);
-            t.terms.push(format!("({a} OR {b})"));
-        }
-        Some(TextMatch::Suffix(s)) => {
-            let a = t.suffix("operation_id", s);
-            let b = t.suffix("remote_ref", s);
-            t.terms.push(format!("({a} OR {b})"));
-        }
-        Some(TextMatch::Intent(s)) => {
-            let a = t.arg(Arg::Text(s.clone()));
-            t.terms.push(format!("intent_ref = {a}"));
-        }
-    }
-    let (cmp, dir) = match q.order {
-        Order::NewestFirst => ("<", "DESC"),
-        Order::OldestFirst => (">", "ASC"),
-    };
-    if let Some(c) = &q.after {
-        let (created, k) = c.parts()?;
-        let a = t.arg(Arg::Int(created));
-        let b = t.arg(Arg::Int(k));
-        t.terms
-            .push(format!("(created_ms, {key}) {cmp} ({a}, {b})"));
-    }
-    let limit = i64::from(q.limit) + 1;
-    let text = format!(
-        "SELECT {key} AS rw_key, * FROM {table} {} ORDER BY created_ms {dir}, {key} {dir} \
-         LIMIT {limit}",
-        t.where_clause()
-    );
-    Ok(Sql { text, args: t.args })
-}
-
-/// The counting statement: rows per open state (`state`, `n`), quarantined rows left out, then
-/// one row (`NULL`, `n`) counting the quarantined rows of the scope, read from
-/// `quarantined_from` (the table, or for SQLite the table with its partial index of quarantined
-/// rows named: there are few, and a tenant's other rows must not be scanned to find them).
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn count_sql(
-    scope: &TenantScope,
-    table: &str,
-    quarantined_from: &str,
-    sigil: char,
-) -> Result<Sql, LedgerError> {
-    if scope.tenant().is_some_and(|t| t.as_str().contains('\0')) {
-        return Err(LedgerError::Config(
-            "listing filters must not contain NUL characters".to_owned(),
-        ));
-    }
-    let mut t = Terms {
-        sigil,
-        terms: Vec::new(),
-        args: Vec::new(),
-    };
-    t.scope(scope);
-    t.states(&OPEN_STATES);
-    t.terms.push("quarantine_reason IS NULL".to_owned());
-    let by_state = t.where_clause();
-    t.terms.clear();
-    t.scope(scope);
-    t.terms.push("quarantine_reason IS NOT NULL".to_owned());
-    let quarantined = t.where_clause();
-    let text = format!(
-        "SELECT state, count(*) AS n FROM {table} {by_state} GROUP BY state \
-         UNION ALL SELECT NULL AS state, count(*) AS n FROM {quarantined_from} {quarantined}"
-    );
-    Ok(Sql { text, args: t.args })
 }
