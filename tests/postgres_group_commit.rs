@@ -200,3 +200,70 @@ async fn closing_the_pool_does_not_wait_for_the_kept_connections() {
         assert!(pg.is_closed());
     }
 }
+
+/// The connections the write path keeps plan its calls once (`force_generic_plan` for their
+/// session); the rest of the pool keeps making a custom plan per execution. Once the writes
+/// stop, every kept connection goes back with its setting reset: each connection the pool lends
+/// afterwards is in the pool's mode, and the write path's calls were planned generically on
+/// the ones it kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_connections_plan_once_and_go_back_in_the_pools_mode() {
+    let Some(url) = pg_url().await else {
+        return;
+    };
+    let schema = Schema::new(&url);
+    let pg = ledger(&schema).await;
+    let drill = Drill::with_ledger(
+        FakeVendor::start().await,
+        Arc::new(pg.clone()),
+        DrillOptions::default(),
+    );
+    let mut ops = Vec::new();
+    for i in 0..8 {
+        let op = new_op(&format!("generic-{i}"));
+        let res = send(&mut drill.writer(), drill.ticket_request(&op, "dev"))
+            .await
+            .expect("the write is answered");
+        assert_eq!(res.status(), 201);
+        ops.push(op);
+    }
+    assert_eq!(drill.vendor.tickets_created(), 8);
+    assert_eq!(drill.vendor.posts_received(), 8);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for op in &ops {
+        while drill.record(op.id()).await.state != State::Succeeded {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the result was not recorded"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    // Kept connections go back after 50 ms unused; leave them ample time.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let mut held = Vec::new();
+    let mut generic_calls = 0_i64;
+    for _ in 0..4 {
+        let mut conn = pg.pool().acquire().await.expect("a pooled connection");
+        let mode: String = sqlx::query_scalar("SHOW plan_cache_mode")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("show");
+        assert_eq!(mode, "force_custom_plan", "a connection came back generic");
+        let generic: Option<i64> = sqlx::query_scalar(
+            "SELECT sum(generic_plans)::bigint FROM pg_prepared_statements \
+             WHERE statement LIKE '%rw_claim_new(%' OR statement LIKE '%rw_apply(%'",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .expect("prepared statements");
+        generic_calls += generic.unwrap_or(0);
+        held.push(conn);
+    }
+    assert!(
+        generic_calls > 0,
+        "no call of the write path's functions was planned generically"
+    );
+    drop(held);
+    pg.close().await;
+}

@@ -44,7 +44,8 @@ impl PostgresLedger {
         // plans are made for the actual key every time: a little planning per statement, no
         // cliff. The two statements of every request are the exception: they run in functions
         // (migration 0009) that use generic plans for their own statements, shaped so that no
-        // generic plan can pick a wrong index (see "Plans" in the type's docs).
+        // generic plan can pick a wrong index, and the connections the write path keeps plan
+        // the calls themselves once (see "Plans" in the type's docs and `group::WriteConn`).
         //
         // `synchronous_commit = on` in the startup packet overrides an `ALTER ROLE` or
         // `ALTER DATABASE ... SET synchronous_commit = off`: a claim must be flushed before its
@@ -128,9 +129,9 @@ impl PostgresLedger {
     /// Closes the pool, waiting for connections in use to be returned. Afterwards every call
     /// on this ledger (and its clones) fails with [`LedgerError::Unavailable`].
     pub async fn close(&self) {
-        // The connections the write path keeps (see `group::Warm`) go back first.
-        self.groups.claims_warm.release(|_| true);
-        self.groups.records_warm.release(|_| true);
+        // The connections the write path keeps (see `group::Warm`) are closed first.
+        self.groups.claims_warm.close_kept();
+        self.groups.records_warm.close_kept();
         self.pool.close().await;
     }
 

@@ -37,18 +37,23 @@ pub(super) const MAX_GROUP: usize = 64;
 /// A connection given back to sqlx's pool is pinged (a round trip, on a task spawned for it)
 /// before the pool lends it again: one more round trip per statement, which the write path
 /// paid twice per request. Kept here after a statement that succeeded, a connection goes
-/// straight to the next statement of its kind; one that failed (or whose statement was
-/// abandoned) goes back to the pool, which tests it.
+/// straight to the next statement of its kind.
+///
+/// A kept connection also plans its statements once: it runs with `plan_cache_mode =
+/// force_generic_plan` (see [`WriteConn`]) while the rest of the pool makes a custom plan per
+/// execution (see `PostgresLedger::connect_with`). The write path's statements are calls of
+/// functions whose own statements are shaped for generic plans (migrations 0009 and 0012); with
+/// 48 parameters, a custom plan of the call alone cost more than a round trip.
 ///
 /// Keeping never takes connections the rest of the ledger needs: at most a quarter of the pool
-/// per kind (none for a pool under 4), only while the pool has a connection to spare (one idle,
-/// or room to open one), and a connection kept for [`KEEP_FOR`] without being used again goes
-/// back. When the pool is closed (by [`PostgresLedger::close`](super::PostgresLedger::close)
-/// or by anyone holding it), the kept connections go back at once, so the close does not wait
-/// for them.
+/// per kind (none for a pool under 4, and then no session setting either), only while the pool
+/// has a connection to spare (one idle, or room to open one), and a connection kept for
+/// [`KEEP_FOR`] without being used again goes back, its setting reset first. When the pool is
+/// closed (by [`PostgresLedger::close`](super::PostgresLedger::close) or by anyone holding
+/// it), the kept connections are closed at once, so the close does not wait for them.
 pub(super) struct Warm {
     pool: PgPool,
-    idle: std::sync::Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+    idle: std::sync::Mutex<Vec<(WriteConn, Instant)>>,
     keep: usize,
     /// Wakes the task that gives back what stays unused (also when this keeper is dropped).
     kept: Arc<Notify>,
@@ -73,8 +78,8 @@ impl Drop for Warm {
 
 impl Warm {
     /// Keeps up to `keep` connections of `pool`. A task on the current runtime gives back
-    /// what stays unused and everything when the pool closes; it holds neither the pool nor
-    /// this keeper, and ends with either.
+    /// what stays unused and closes everything when the pool closes; it holds neither the pool
+    /// nor this keeper, and ends with either.
     pub(super) fn new(pool: PgPool, keep: usize) -> Arc<Self> {
         let warm = Arc::new(Self {
             idle: std::sync::Mutex::new(Vec::with_capacity(keep)),
@@ -94,7 +99,7 @@ impl Warm {
                     tokio::select! {
                         _ = &mut closed => {
                             if let Some(warm) = this.upgrade() {
-                                warm.release(|_| true);
+                                warm.close_kept();
                             }
                             return;
                         }
@@ -109,7 +114,13 @@ impl Warm {
                         }
                         let Some(warm) = this.upgrade() else { return };
                         let now = Instant::now();
-                        if warm.release(|since| now.duration_since(since) >= KEEP_FOR) == 0 {
+                        let (due, left) =
+                            warm.take_kept(|since| now.duration_since(since) >= KEEP_FOR);
+                        drop(warm);
+                        for conn in due {
+                            conn.back().await;
+                        }
+                        if left == 0 {
                             break;
                         }
                     }
@@ -122,18 +133,22 @@ impl Warm {
         warm
     }
 
-    /// A kept connection, or one from the pool.
-    pub(super) async fn take(&self) -> Result<PoolConnection<Postgres>, LedgerError> {
+    /// A kept connection, or one from the pool (set up for the write path).
+    pub(super) async fn take(&self) -> Result<WriteConn, LedgerError> {
         let kept = self.idle().pop();
         match kept {
             Some((conn, _)) if !self.pool.is_closed() => Ok(conn),
-            _ => self.pool.acquire().await.map_err(unavailable),
+            _ => {
+                let conn = self.pool.acquire().await.map_err(unavailable)?;
+                WriteConn::set_up(conn, self.keep > 0).await
+            }
         }
     }
 
     /// Keeps `conn` (its statement succeeded) if there is room and the pool has a connection
-    /// to spare; else it goes back to the pool.
-    pub(super) fn give(&self, conn: PoolConnection<Postgres>) {
+    /// to spare; else it goes back to the pool (on a task of its own: its setting is reset
+    /// first).
+    pub(super) fn give(&self, conn: WriteConn) {
         let spare = self.pool.num_idle() > 0
             || self.pool.size() < self.pool.options().get_max_connections();
         let mut idle = self.idle();
@@ -141,21 +156,29 @@ impl Warm {
             idle.push((conn, Instant::now()));
             drop(idle);
             self.kept.notify_one();
+        } else {
+            drop(idle);
+            tokio::spawn(conn.back());
         }
     }
 
-    /// Gives back every kept connection `due` says (given when it was kept); how many are
-    /// still kept.
-    pub(super) fn release(&self, due: impl Fn(Instant) -> bool) -> usize {
+    /// Takes out every kept connection `due` says (given when it was kept); how many are still
+    /// kept.
+    fn take_kept(&self, due: impl Fn(Instant) -> bool) -> (Vec<WriteConn>, usize) {
         let mut idle = self.idle();
-        let back: Vec<_> = idle.extract_if(.., |(_, since)| due(*since)).collect();
-        let left = idle.len();
-        drop(idle);
-        drop(back);
-        left
+        let out: Vec<_> = idle
+            .extract_if(.., |(_, since)| due(*since))
+            .map(|(conn, _)| conn)
+            .collect();
+        (out, idle.len())
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(PoolConnection<Postgres>, Instant)>> {
+    /// Closes every kept connection (the pool is closing: nothing is given back).
+    pub(super) fn close_kept(&self) {
+        drop(self.take_kept(|_| true));
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(WriteConn, Instant)>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -168,6 +191,77 @@ impl Warm {
         let result = statement(&mut conn).await.map_err(unavailable)?;
         self.give(conn);
         Ok(result)
+    }
+}
+
+/// A connection of the write path. With `generic`, its session plans statements once
+/// (`plan_cache_mode = force_generic_plan`), and it never goes back to the pool in that mode:
+/// [`back`](Self::back) resets the setting first, and a connection dropped otherwise (its
+/// statement failed or was abandoned, the pool is closing) is closed, never lent again.
+pub(super) struct WriteConn {
+    conn: Option<PoolConnection<Postgres>>,
+    generic: bool,
+}
+
+impl WriteConn {
+    const SET: &str = "SET plan_cache_mode = force_generic_plan";
+    const RESET: &str = "RESET plan_cache_mode";
+
+    /// `conn`, with its session set up for the write path when `generic`.
+    async fn set_up(conn: PoolConnection<Postgres>, generic: bool) -> Result<Self, LedgerError> {
+        let mut this = Self {
+            conn: Some(conn),
+            generic,
+        };
+        if generic {
+            // On failure `this` is dropped, and closed.
+            sqlx::raw_sql(Self::SET)
+                .execute(&mut *this)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(this)
+    }
+
+    /// Gives this connection back to the pool, its session as the pool made it.
+    async fn back(mut self) {
+        if self.generic
+            && sqlx::raw_sql(Self::RESET)
+                .execute(&mut *self)
+                .await
+                .is_err()
+        {
+            return; // dropped, and closed
+        }
+        self.generic = false;
+        drop(self); // to the pool
+    }
+}
+
+impl std::ops::Deref for WriteConn {
+    type Target = sqlx::PgConnection;
+    fn deref(&self) -> &sqlx::PgConnection {
+        self.conn
+            .as_deref()
+            .expect("a write connection is used until dropped")
+    }
+}
+
+impl std::ops::DerefMut for WriteConn {
+    fn deref_mut(&mut self) -> &mut sqlx::PgConnection {
+        self.conn
+            .as_deref_mut()
+            .expect("a write connection is used until dropped")
+    }
+}
+
+impl Drop for WriteConn {
+    fn drop(&mut self) {
+        if let Some(mut conn) = self.conn.take()
+            && self.generic
+        {
+            conn.close_on_drop();
+        }
     }
 }
 

@@ -137,6 +137,11 @@ const POSTGRES: Dialect = Dialect::Postgres;
 /// execution. Their shape makes a generic plan safe whatever the statistics say: the claim is an
 /// `INSERT`, and the compare-and-swap finds its row through the primary key's leading column,
 /// the operation id, alone (its tenant and state terms cannot serve as index conditions).
+/// The connections the write path keeps between its statements (with a pool of 4 or more) set
+/// `plan_cache_mode = force_generic_plan` for their session, so the calls of those functions,
+/// with their 48 parameters, are planned once too; the setting is reset before such a
+/// connection goes back to the pool, and one whose statement failed or was abandoned is closed
+/// instead.
 ///
 /// Under concurrency, the claims that arrive while others are being written share one
 /// statement and one commit (`rw_claim_batch`, migration 0012), and so do the results recorded
