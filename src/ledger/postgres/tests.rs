@@ -502,3 +502,121 @@ async fn retention_reads_its_victims_through_indexes() {
     drop_schema(ledger, &schema).await;
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// What each index of the write path costs a lifecycle (issue 29 item 2), run by hand:
+/// `RW_POSTGRES_URL=… cargo test --all-features --lib postgres::tests::index_audit --
+/// --ignored --nocapture`.
+///
+/// A lifecycle is what the layer writes for one request at concurrency 1: `create_and_apply`
+/// with the first claim (one durable commit), then the result with a vendor reference (one
+/// commit). Per configuration (every index, then each index of the write path dropped), a fresh
+/// schema, a checkpoint, 100 lifecycles that touch the b-trees' pages once (their full-page
+/// images), then 300 measured: WAL bytes per claim and per result from the server's insert
+/// position (deterministic on a quiet server: the count does not depend on the machine's load),
+/// and the time per lifecycle (indicative: it does). The primary keys and the intent's unique
+/// constraint are the semantics (the claim's `ON CONFLICT`), not in the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, printed; run by hand"]
+async fn index_audit() {
+    use crate::ledger::conformance::{evidence_entry, keep, new_operation, update_of};
+    use crate::state::{Event, Tick};
+    let Some(url) = pg_url().await else { return };
+    async fn lsn(ledger: &PostgresLedger) -> i64 {
+        sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint")
+            .fetch_one(ledger.pool())
+            .await
+            .expect("lsn")
+    }
+    async fn run(ledger: &PostgresLedger, from: usize, n: usize) -> (i64, i64, Duration) {
+        let (mut claims, mut results) = (0, 0);
+        let started = std::time::Instant::now();
+        for i in from..from + n {
+            let id = uuid::Uuid::now_v7().to_string();
+            let new = new_operation("tenant-a", &id, &format!("intent-{i}"));
+            let first = new
+                .first_update_on(
+                    &Event::ClaimSend,
+                    Tick {
+                        now_ms: 10 + i as i64,
+                        jitter: 0.0,
+                    },
+                    Some(crate::AttemptId::generate()),
+                    Some(60_000 + i as i64),
+                    evidence_entry("attempt_registered", 10 + i as i64),
+                )
+                .expect("first update");
+            let before = lsn(ledger).await;
+            let r = ledger
+                .create_and_apply(new, first)
+                .await
+                .expect("claim")
+                .into_record();
+            let claimed = lsn(ledger).await;
+            let mut done = keep(&r, State::Succeeded, 20 + i as i64);
+            done.remote_ref = Some(format!("W-{i}"));
+            ledger
+                .record_unread(update_of(&r, done, "attempt_result"))
+                .await
+                .expect("result");
+            let after = lsn(ledger).await;
+            claims += claimed - before;
+            results += after - claimed;
+        }
+        (claims, results, started.elapsed())
+    }
+    let mut lines = Vec::new();
+    for drop in [
+        None,
+        Some("rw_operations_by_idempotency_key"),
+        Some("rw_operations_by_remote_ref"),
+        Some("rw_operations_in_flight_lease"),
+        Some("rw_operations_details_due"),
+        Some("rw_operations_finished"),
+        Some("rw_operations_by_state"),
+        Some("rw_operations_by_tenant_state"),
+        Some("rw_operations_due"),
+        Some("rw_evidence_state_changes"),
+    ] {
+        let schema = format!("rw_audit_{}", uuid::Uuid::new_v4().simple());
+        let options = PostgresLedgerOptions::new()
+            .schema(schema.clone())
+            .expect("schema")
+            .clock(ClockSource::Caller)
+            .max_connections(8);
+        let ledger = PostgresLedger::connect_with(&url, options)
+            .await
+            .expect("connect");
+        if let Some(index) = drop {
+            sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX \"{schema}\".{index}")))
+                .execute(ledger.pool())
+                .await
+                .expect("drop index");
+        }
+        sqlx::raw_sql("CHECKPOINT")
+            .execute(ledger.pool())
+            .await
+            .expect("checkpoint");
+        run(&ledger, 0, 100).await;
+        let n = 300;
+        let (c, r, t) = run(&ledger, 100, n).await;
+        let per = |b: i64| b as f64 / n as f64;
+        lines.push(format!(
+            "{:<40} {:>8.0} {:>8.0} {:>8.0} {:>8.0}",
+            drop.map_or("(every index)".to_owned(), |i| format!("without {i}")),
+            per(c),
+            per(r),
+            per(c + r),
+            t.as_secs_f64() * 1e6 / n as f64,
+        ));
+        drop_schema(ledger, &schema).await;
+    }
+    println!(
+        "{:<40} {:>8} {:>8} {:>8} {:>8}\n{}",
+        "configuration",
+        "claim B",
+        "result B",
+        "WAL B",
+        "us/life",
+        lines.join("\n")
+    );
+}
