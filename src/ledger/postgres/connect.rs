@@ -130,8 +130,9 @@ impl PostgresLedger {
     /// on this ledger (and its clones) fails with [`LedgerError::Unavailable`].
     pub async fn close(&self) {
         // The connections the write path keeps (see `group::Warm`) are closed first.
-        self.groups.claims_warm.close_kept();
-        self.groups.records_warm.close_kept();
+        for keeper in self.groups.keepers() {
+            keeper.close_kept();
+        }
         self.pool.close().await;
     }
 

@@ -55,6 +55,10 @@ pub(super) struct Warm {
     pool: PgPool,
     idle: std::sync::Mutex<Vec<(WriteConn, Instant)>>,
     keep: usize,
+    /// Connections of this keeper in the write path's mode, kept or in use: at most `keep`.
+    /// Beyond them (more statements at once than it keeps), a statement takes a connection of
+    /// the pool as it is and gives it back as it is.
+    generic: Arc<AtomicUsize>,
     /// Wakes the task that gives back what stays unused (also when this keeper is dropped).
     kept: Arc<Notify>,
 }
@@ -84,6 +88,7 @@ impl Warm {
         let warm = Arc::new(Self {
             idle: std::sync::Mutex::new(Vec::with_capacity(keep)),
             keep,
+            generic: Arc::new(AtomicUsize::new(0)),
             kept: Arc::new(Notify::new()),
             pool,
         });
@@ -133,24 +138,34 @@ impl Warm {
         warm
     }
 
-    /// A kept connection, or one from the pool (set up for the write path).
+    /// A kept connection, or one from the pool: set up for the write path while this keeper has
+    /// fewer than `keep` such connections and the pool has one to spare, as it is otherwise.
     pub(super) async fn take(&self) -> Result<WriteConn, LedgerError> {
         let kept = self.idle().pop();
-        match kept {
-            Some((conn, _)) if !self.pool.is_closed() => Ok(conn),
-            _ => {
-                let conn = self.pool.acquire().await.map_err(unavailable)?;
-                WriteConn::set_up(conn, self.keep > 0).await
-            }
+        if let Some((conn, _)) = kept
+            && !self.pool.is_closed()
+        {
+            return Ok(conn);
         }
+        let conn = self.pool.acquire().await.map_err(unavailable)?;
+        // Set up only a connection it may keep: with the pool saturated it would go back at
+        // once, and the setting and its reset would cost two round trips for nothing.
+        let may_keep = self.keep > 0 && self.spare();
+        let generic = may_keep && self.generic.fetch_add(1, Ordering::AcqRel) < self.keep;
+        if may_keep && !generic {
+            self.generic.fetch_sub(1, Ordering::AcqRel);
+        }
+        WriteConn::set_up(conn, generic.then(|| Arc::clone(&self.generic))).await
     }
 
-    /// Keeps `conn` (its statement succeeded) if there is room and the pool has a connection
-    /// to spare; else it goes back to the pool (on a task of its own: its setting is reset
-    /// first).
+    /// Keeps `conn` (its statement succeeded) if it is in the write path's mode, there is room
+    /// and the pool has a connection to spare; else it goes back to the pool (in that mode, on
+    /// a task of its own that resets its setting first).
     pub(super) fn give(&self, conn: WriteConn) {
-        let spare = self.pool.num_idle() > 0
-            || self.pool.size() < self.pool.options().get_max_connections();
+        if conn.generic.is_none() {
+            return; // dropped: back to the pool as it came
+        }
+        let spare = self.spare();
         let mut idle = self.idle();
         if spare && idle.len() < self.keep && !self.pool.is_closed() {
             idle.push((conn, Instant::now()));
@@ -160,6 +175,11 @@ impl Warm {
             drop(idle);
             tokio::spawn(conn.back());
         }
+    }
+
+    /// Whether the pool has a connection to spare: one idle, or room to open one.
+    fn spare(&self) -> bool {
+        self.pool.num_idle() > 0 || self.pool.size() < self.pool.options().get_max_connections()
     }
 
     /// Takes out every kept connection `due` says (given when it was kept); how many are still
@@ -194,26 +214,32 @@ impl Warm {
     }
 }
 
-/// A connection of the write path. With `generic`, its session plans statements once
-/// (`plan_cache_mode = force_generic_plan`), and it never goes back to the pool in that mode:
-/// [`back`](Self::back) resets the setting first, and a connection dropped otherwise (its
+/// A connection of the write path. In the write path's mode (`generic`), its session plans
+/// statements once (`plan_cache_mode = force_generic_plan`), and it never goes back to the pool
+/// in that mode: [`back`](Self::back) resets the setting first, and one dropped otherwise (its
 /// statement failed or was abandoned, the pool is closing) is closed, never lent again.
 pub(super) struct WriteConn {
     conn: Option<PoolConnection<Postgres>>,
-    generic: bool,
+    /// Set in the write path's mode: the count of its keeper's connections in that mode, which
+    /// this one is part of until it leaves the mode.
+    generic: Option<Arc<AtomicUsize>>,
 }
 
 impl WriteConn {
     const SET: &str = "SET plan_cache_mode = force_generic_plan";
     const RESET: &str = "RESET plan_cache_mode";
 
-    /// `conn`, with its session set up for the write path when `generic`.
-    async fn set_up(conn: PoolConnection<Postgres>, generic: bool) -> Result<Self, LedgerError> {
+    /// `conn`, in the write path's mode (counted in `generic`) if given.
+    async fn set_up(
+        conn: PoolConnection<Postgres>,
+        generic: Option<Arc<AtomicUsize>>,
+    ) -> Result<Self, LedgerError> {
+        let set = generic.is_some();
         let mut this = Self {
             conn: Some(conn),
             generic,
         };
-        if generic {
+        if set {
             // On failure `this` is dropped, and closed.
             sqlx::raw_sql(Self::SET)
                 .execute(&mut *this)
@@ -225,15 +251,18 @@ impl WriteConn {
 
     /// Gives this connection back to the pool, its session as the pool made it.
     async fn back(mut self) {
-        if self.generic
-            && sqlx::raw_sql(Self::RESET)
+        if self.generic.is_some() {
+            if sqlx::raw_sql(Self::RESET)
                 .execute(&mut *self)
                 .await
                 .is_err()
-        {
-            return; // dropped, and closed
+            {
+                return; // dropped, and closed
+            }
+            if let Some(count) = self.generic.take() {
+                count.fetch_sub(1, Ordering::AcqRel);
+            }
         }
-        self.generic = false;
         drop(self); // to the pool
     }
 }
@@ -257,10 +286,11 @@ impl std::ops::DerefMut for WriteConn {
 
 impl Drop for WriteConn {
     fn drop(&mut self) {
-        if let Some(mut conn) = self.conn.take()
-            && self.generic
-        {
-            conn.close_on_drop();
+        if let Some(count) = self.generic.take() {
+            count.fetch_sub(1, Ordering::AcqRel);
+            if let Some(mut conn) = self.conn.take() {
+                conn.close_on_drop();
+            }
         }
     }
 }

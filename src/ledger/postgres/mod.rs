@@ -206,8 +206,8 @@ struct Groups {
 impl Groups {
     /// A quarter of the pool per kind writes its groups (at least one task) and may be kept
     /// warm between statements (none under a pool of 4), so claims and results under load
-    /// never wait for each other's connections and the ledger's other statements always have
-    /// half the pool.
+    /// never wait for each other's connections. A connection is kept only while the pool has
+    /// one to spare, so the ledger's other statements never wait for a kept one.
     fn new(pool: &PgPool, sql: &Statements) -> Self {
         let quarter = pool.options().get_max_connections() as usize / 4;
         let share = quarter.max(1);
@@ -231,6 +231,11 @@ impl Groups {
             ),
             records_warm,
         }
+    }
+
+    /// Every keeper's connections.
+    fn keepers(&self) -> [&group::Warm; 2] {
+        [&self.claims_warm, &self.records_warm]
     }
 }
 
