@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use common::*;
 use recoverable_write::ledger::{ClockSource, FullLedger, PostgresLedger, PostgresLedgerOptions};
+use recoverable_write::operation::Operation;
 use recoverable_write::state::State;
 use recoverable_write::testing::FakeVendor;
 use sqlx::AssertSqlSafe;
@@ -33,6 +34,23 @@ async fn ledger(schema: &Schema) -> PostgresLedger {
     PostgresLedger::connect_with(&schema.url, options)
         .await
         .expect("connect the PostgreSQL ledger")
+}
+
+/// Writes `op` (a ticket) through the layer, expects `201`, and waits until its result is
+/// recorded (after the caller is answered), so both kinds of write have used a connection.
+async fn write_one(drill: &Drill, op: &Operation) {
+    let res = send(&mut drill.writer(), drill.ticket_request(op, "dev"))
+        .await
+        .expect("the write is answered");
+    assert_eq!(res.status(), 201);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while drill.record(op.id()).await.state != State::Succeeded {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the result was not recorded"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// `(operation_id, kind) -> xmin` of every evidence entry, and `operation_id -> xmin` of every
@@ -172,21 +190,8 @@ async fn closing_the_pool_does_not_wait_for_the_kept_connections() {
         } else {
             "close-ledger"
         });
-        let res = send(&mut drill.writer(), drill.ticket_request(&op, "dev"))
-            .await
-            .expect("the write is answered");
-        assert_eq!(res.status(), 201);
+        write_one(&drill, &op).await;
         assert_eq!(drill.vendor.tickets_created(), 1);
-        // The result is recorded after the caller is answered: wait for it, so both kinds of
-        // write have kept a connection.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while drill.record(op.id()).await.state != State::Succeeded {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the result was not recorded"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
         let closing = async {
             if direct {
                 pg.pool().close().await
@@ -218,27 +223,11 @@ async fn kept_connections_plan_once_and_go_back_in_the_pools_mode() {
         Arc::new(pg.clone()),
         DrillOptions::default(),
     );
-    let mut ops = Vec::new();
     for i in 0..8 {
-        let op = new_op(&format!("generic-{i}"));
-        let res = send(&mut drill.writer(), drill.ticket_request(&op, "dev"))
-            .await
-            .expect("the write is answered");
-        assert_eq!(res.status(), 201);
-        ops.push(op);
+        write_one(&drill, &new_op(&format!("generic-{i}"))).await;
     }
     assert_eq!(drill.vendor.tickets_created(), 8);
     assert_eq!(drill.vendor.posts_received(), 8);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    for op in &ops {
-        while drill.record(op.id()).await.state != State::Succeeded {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the result was not recorded"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    }
     // Kept connections go back after 50 ms unused; leave them ample time.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let mut held = Vec::new();

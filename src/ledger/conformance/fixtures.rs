@@ -85,6 +85,29 @@ pub fn evidence_entry(kind: &str, at_ms: i64) -> NewEvidence {
     }
 }
 
+/// The `i`-th of a series of fresh operations of `tenant` (a new UUIDv7 id, intent
+/// `intent-{i}`) and its first claim, as the layer writes them: `ClaimSend` at `10 + i`, the
+/// send lease until `60_000 + i`, an `attempt_registered` entry. What the pages-per-write
+/// audits drive through `Ledger::create_and_apply`.
+pub fn claimed_operation(tenant: &str, i: usize) -> (NewOperation, Update) {
+    let id = uuid::Uuid::now_v7().to_string();
+    let new = new_operation(tenant, &id, &format!("intent-{i}"));
+    let now_ms = 10 + i as i64;
+    let first = new
+        .first_update_on(
+            &crate::state::Event::ClaimSend,
+            crate::state::Tick {
+                now_ms,
+                jitter: 0.0,
+            },
+            Some(crate::AttemptId::generate()),
+            Some(60_000 + i as i64),
+            evidence_entry("attempt_registered", now_ms),
+        )
+        .expect("a new operation's first claim");
+    (new, first)
+}
+
 /// The new values of a row's mutable columns, field by field: what the suite writes with
 /// [`update_of`] to put a row in any state (the store does not check transitions; the state
 /// machine does, and outside this suite every [`Update`] comes from it). Only for checking a

@@ -518,8 +518,7 @@ async fn retention_reads_its_victims_through_indexes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, printed; run by hand"]
 async fn index_audit() {
-    use crate::ledger::conformance::{evidence_entry, keep, new_operation, update_of};
-    use crate::state::{Event, Tick};
+    use crate::ledger::conformance::{claimed_operation, keep, update_of};
     let Some(url) = pg_url().await else { return };
     async fn lsn(ledger: &PostgresLedger) -> i64 {
         sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint")
@@ -531,20 +530,7 @@ async fn index_audit() {
         let (mut claims, mut results) = (0, 0);
         let started = std::time::Instant::now();
         for i in from..from + n {
-            let id = uuid::Uuid::now_v7().to_string();
-            let new = new_operation("tenant-a", &id, &format!("intent-{i}"));
-            let first = new
-                .first_update_on(
-                    &Event::ClaimSend,
-                    Tick {
-                        now_ms: 10 + i as i64,
-                        jitter: 0.0,
-                    },
-                    Some(crate::AttemptId::generate()),
-                    Some(60_000 + i as i64),
-                    evidence_entry("attempt_registered", 10 + i as i64),
-                )
-                .expect("first update");
+            let (new, first) = claimed_operation("tenant-a", i);
             let before = lsn(ledger).await;
             let r = ledger
                 .create_and_apply(new, first)

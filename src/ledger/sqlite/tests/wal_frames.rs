@@ -4,8 +4,7 @@
 //! latency, the count does not depend on the machine's load.
 
 use super::*;
-use crate::ledger::conformance::{evidence_entry, keep, new_operation, update_of};
-use crate::state::{Event, Tick};
+use crate::ledger::conformance::{claimed_operation, keep, update_of};
 
 /// The WAL's size (frames) after the writer's last commit.
 async fn frames(ledger: &SqliteLedger) -> i32 {
@@ -20,20 +19,7 @@ async fn frames(ledger: &SqliteLedger) -> i32 {
 async fn lifecycles(ledger: &SqliteLedger, from: usize, n: usize) -> (i32, i32) {
     let (mut claims, mut results) = (0, 0);
     for i in from..from + n {
-        let id = uuid::Uuid::now_v7().to_string();
-        let new = new_operation("tenant-a", &id, &format!("intent-{i}"));
-        let first = new
-            .first_update_on(
-                &Event::ClaimSend,
-                Tick {
-                    now_ms: 10 + i as i64,
-                    jitter: 0.0,
-                },
-                Some(crate::AttemptId::generate()),
-                Some(60_000 + i as i64),
-                evidence_entry("attempt_registered", 10 + i as i64),
-            )
-            .unwrap();
+        let (new, first) = claimed_operation("tenant-a", i);
         let before = frames(ledger).await;
         let r = ledger.create_and_apply(new, first).await.unwrap();
         let r = r.into_record();
