@@ -36,6 +36,15 @@ async fn ledger(schema: &Schema) -> PostgresLedger {
         .expect("connect the PostgreSQL ledger")
 }
 
+/// The drill's stack (layer, send-once guard, HTTP client, fake vendor) over `pg`.
+async fn drill_over(pg: &PostgresLedger) -> Drill {
+    Drill::with_ledger(
+        FakeVendor::start().await,
+        Arc::new(pg.clone()),
+        DrillOptions::default(),
+    )
+}
+
 /// Writes `op` (a ticket) through the layer, expects `201`, and waits until its result is
 /// recorded (after the caller is answered), so both kinds of write have used a connection.
 async fn write_one(drill: &Drill, op: &Operation) {
@@ -180,11 +189,7 @@ async fn closing_the_pool_does_not_wait_for_the_kept_connections() {
     for direct in [false, true] {
         let schema = Schema::new(&url);
         let pg = ledger(&schema).await;
-        let drill = Drill::with_ledger(
-            FakeVendor::start().await,
-            Arc::new(pg.clone()),
-            DrillOptions::default(),
-        );
+        let drill = drill_over(&pg).await;
         let op = new_op(if direct {
             "close-direct"
         } else {
@@ -218,11 +223,7 @@ async fn kept_connections_plan_once_and_go_back_in_the_pools_mode() {
     };
     let schema = Schema::new(&url);
     let pg = ledger(&schema).await;
-    let drill = Drill::with_ledger(
-        FakeVendor::start().await,
-        Arc::new(pg.clone()),
-        DrillOptions::default(),
-    );
+    let drill = drill_over(&pg).await;
     for i in 0..8 {
         write_one(&drill, &new_op(&format!("generic-{i}"))).await;
     }
