@@ -731,6 +731,7 @@ macro_rules! row_decoder {
 pub(crate) use row_decoder;
 
 // What a row that fails to decode becomes lives with the quarantine; the decoder names it here.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use super::quarantine::{corrupt_detail, quarantine, readable};
 
 /// Reads a budget frozen on a row. A newer version may have added fields: they are ignored here

@@ -175,6 +175,7 @@ pub(crate) async fn nothing_to_release<L: Ledger + ?Sized>(
 }
 
 /// The detail of a decode error (it names the column), without the operation id.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn corrupt_detail(error: &crate::ledger::LedgerError) -> String {
     match error {
         crate::ledger::LedgerError::Corrupt { detail, .. } => detail.clone(),
@@ -184,6 +185,7 @@ pub(crate) fn corrupt_detail(error: &crate::ledger::LedgerError) -> String {
 
 /// A column read on its own: `None` (and the column with what is wrong in `unreadable`) when
 /// it cannot be read.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn readable<T>(
     column: &str,
     value: Result<T, crate::ledger::LedgerError>,
@@ -203,6 +205,7 @@ pub(crate) fn readable<T>(
 /// What is kept as the quarantine reason of a row that failed to decode: the decode error
 /// without the operation id (kept in its own column). Logged with `tracing::error!`, naming the
 /// operation, never its body.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn quarantine(
     tenant: Option<&str>,
     operation_id: Option<&str>,

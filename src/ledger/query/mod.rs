@@ -337,8 +337,9 @@ impl OperationQuery {
     }
 
     /// Whether this query lists `IN_FLIGHT` rows only, the rows the review queue's indexes
-    /// leave out ([`sql::UNQUEUED_STATES`]): a SQL backend reads them through its send-lease index.
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    /// leave out ([`sql::UNQUEUED_STATES`]): SQLite reads them through its send-lease index,
+    /// named (PostgreSQL's planner finds it by itself).
+    #[cfg(feature = "sqlite")]
     pub(crate) fn is_in_flight_only(&self) -> bool {
         self.states == [State::InFlight] && self.quarantined != Quarantined::Only
     }
