@@ -38,6 +38,14 @@ struct Terms {
 }
 
 impl Terms {
+    fn new(sigil: char) -> Self {
+        Self {
+            sigil,
+            terms: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
     fn arg(&mut self, a: Arg) -> String {
         self.args.push(a);
         format!("{}{}", self.sigil, self.args.len())
@@ -104,11 +112,7 @@ pub(crate) fn list_sql(
     sigil: char,
 ) -> Result<Sql, LedgerError> {
     q.validate()?;
-    let mut t = Terms {
-        sigil,
-        terms: Vec::new(),
-        args: Vec::new(),
-    };
+    let mut t = Terms::new(sigil);
     t.scope(&q.scope);
     t.states(&q.states);
     match q.quarantined {
@@ -206,19 +210,10 @@ pub(crate) fn count_sql(
             "listing filters must not contain NUL characters".to_owned(),
         ));
     }
-    let mut t = Terms {
-        sigil,
-        terms: Vec::new(),
-        args: Vec::new(),
-    };
-    let queued: Vec<State> = OPEN_STATES
+    let mut t = Terms::new(sigil);
+    let (unqueued, queued): (Vec<State>, Vec<State>) = OPEN_STATES
         .into_iter()
-        .filter(|s| !UNQUEUED_STATES.contains(s))
-        .collect();
-    let unqueued: Vec<State> = OPEN_STATES
-        .into_iter()
-        .filter(|s| UNQUEUED_STATES.contains(s))
-        .collect();
+        .partition(|s| UNQUEUED_STATES.contains(s));
     let part = |t: &mut Terms, from: &str, states: &[State]| {
         t.terms.clear();
         t.scope(scope);
