@@ -38,18 +38,25 @@ async fn pg_url() -> Option<String> {
     }
 }
 
-/// A ledger in a fresh schema, with `terminal` finished operations and a little live work:
-/// 100 due UNKNOWN, 50 UNKNOWN due later, 20 expired IN_FLIGHT, 20 running IN_FLIGHT.
-async fn filled(url: &str, terminal: i64) -> (PostgresLedger, String, Duration) {
-    let schema = format!("rw_plan_{}", uuid::Uuid::new_v4().simple());
+/// A ledger in a fresh schema named `{prefix}_<uuid>`, on the caller's clock, with a pool of
+/// `pool`; and the schema's name.
+async fn fresh(url: &str, prefix: &str, pool: u32) -> (PostgresLedger, String) {
+    let schema = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
     let options = PostgresLedgerOptions::new()
         .schema(schema.clone())
         .expect("schema")
         .clock(ClockSource::Caller)
-        .max_connections(2);
+        .max_connections(pool);
     let ledger = PostgresLedger::connect_with(url, options)
         .await
         .expect("connect");
+    (ledger, schema)
+}
+
+/// A ledger in a fresh schema, with `terminal` finished operations and a little live work:
+/// 100 due UNKNOWN, 50 UNKNOWN due later, 20 expired IN_FLIGHT, 20 running IN_FLIGHT.
+async fn filled(url: &str, terminal: i64) -> (PostgresLedger, String, Duration) {
+    let (ledger, schema) = fresh(url, "rw_plan", 2).await;
     let started = std::time::Instant::now();
     let insert = |n: i64, prefix: &str, state: &str, next: &str, lease: &str| {
         format!(
@@ -317,15 +324,7 @@ async fn claim_prepared_reads_only_its_partial_index() {
 async fn record_relaxes_synchronous_commit_for_its_own_transaction_only() {
     use crate::ledger::conformance::{T0, keep, new_operation, update_of};
     let Some(url) = pg_url().await else { return };
-    let schema = format!("rw_sync_{}", uuid::Uuid::new_v4().simple());
-    let options = PostgresLedgerOptions::new()
-        .schema(schema.clone())
-        .expect("schema")
-        .clock(ClockSource::Caller)
-        .max_connections(1);
-    let ledger = PostgresLedger::connect_with(&url, options)
-        .await
-        .expect("connect");
+    let (ledger, schema) = fresh(&url, "rw_sync", 1).await;
     let r = ledger
         .create_or_get(new_operation("tenant-a", "op-1", "intent-1"))
         .await
@@ -563,15 +562,7 @@ async fn index_audit() {
         Some("rw_operations_due"),
         Some("rw_evidence_state_changes"),
     ] {
-        let schema = format!("rw_audit_{}", uuid::Uuid::new_v4().simple());
-        let options = PostgresLedgerOptions::new()
-            .schema(schema.clone())
-            .expect("schema")
-            .clock(ClockSource::Caller)
-            .max_connections(8);
-        let ledger = PostgresLedger::connect_with(&url, options)
-            .await
-            .expect("connect");
+        let (ledger, schema) = fresh(&url, "rw_audit", 8).await;
         if let Some(index) = drop {
             sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX \"{schema}\".{index}")))
                 .execute(ledger.pool())
