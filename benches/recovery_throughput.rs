@@ -30,7 +30,8 @@
 //! the backlog and hide the recoverer's.
 //!
 //! Reported per drain: operations reconciled per second (backlog / time until no operation is
-//! `UNKNOWN`, `RETRY_READY`, `PROCESSING` or `IN_FLIGHT`, counted by the ledger every 100 ms),
+//! `UNKNOWN`, `RETRY_READY`, `PROCESSING` or `IN_FLIGHT`, counted by the ledger every 100 ms
+//! near the end and more seldom before: see `next_count`),
 //! the lookups' round trip as the recoverer's client saw it (median and 99th percentile), the
 //! process's resident memory (`/proc/self/statm`, sampled every 100 ms: at the start, the
 //! peak, and the peak's growth), and the time the gauges (`Recoverer::export_gauges`) and the
@@ -252,9 +253,13 @@ where
         handles.push(recoverer.spawn());
     }
     let mut rss_peak = rss_start;
+    let mut count_at = start;
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         rss_peak = rss_peak.max(rss_bytes());
+        if Instant::now() < count_at {
+            continue;
+        }
         let counts = ledger
             .count_by_state(&TenantScope::AllTenants)
             .await
@@ -263,6 +268,7 @@ where
         if left == 0 {
             break;
         }
+        count_at = Instant::now() + next_count(size, left, start.elapsed());
         if start.elapsed() > Duration::from_secs(1800) {
             panic!("{backend}: {left} operations still open after 30 minutes");
         }
@@ -301,6 +307,20 @@ where
         gauges_exact,
         review_queue,
     }
+}
+
+/// How long to wait before counting the open rows again: a quarter of the time the rest of the
+/// backlog takes at the rate so far, between 100 ms and 2 s. The count reads an index entry per
+/// open row (on PostgreSQL here about 24 ms of the server's CPU per 20,000 rows): counted every
+/// 100 ms throughout, it took a quarter of a core from the drain it measured. Near the end it is
+/// still read every 100 ms, so the drain's end is seen as precisely as before.
+fn next_count(size: u64, left: u64, elapsed: Duration) -> Duration {
+    let done = size.saturating_sub(left);
+    if done == 0 {
+        return Duration::from_millis(500);
+    }
+    let rest = elapsed.as_secs_f64() * left as f64 / done as f64;
+    Duration::from_secs_f64((rest / 4.0).clamp(0.1, 2.0))
 }
 
 fn print(d: &Drain) {
