@@ -457,7 +457,12 @@ impl ForwardingLedger for PausingLedger {
         &self.inner
     }
 
-    fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+    // What a lookup found is committed through `record` (it lets no byte leave); the pause
+    // sits on that write.
+    fn record(
+        &self,
+        update: Update,
+    ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
         Box::pin(async move {
             if update.evidence().kind == "lookup"
                 && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
@@ -465,7 +470,7 @@ impl ForwardingLedger for PausingLedger {
                 self.paused.notify_one();
                 self.release.notified().await;
             }
-            self.inner.apply(update).await
+            self.inner.record(update).await
         })
     }
 }

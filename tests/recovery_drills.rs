@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use common::*;
 use http::{Method, StatusCode};
-use recoverable_write::ledger::OperationRecord;
+use recoverable_write::ledger::backend::Update;
+use recoverable_write::ledger::{BoxFuture, FullLedger, Ledger, LedgerError, OperationRecord};
 use recoverable_write::state::ReviewDecision;
-use recoverable_write::testing::{FakeVendor, Rejection};
+use recoverable_write::testing::{FakeVendor, ForwardingLedger, LedgerCall, Rejection};
 use recoverable_write::{
     Access, BudgetPolicy, Denied, DeniedFirstSend, Error, Evidence, Notice, State,
 };
@@ -1559,4 +1560,126 @@ fn a_row_from_a_newer_version_is_quarantined_counted_and_recovered_after_release
     );
     assert_eq!(drill.vendor.tickets_created(), 1, "never created twice");
     assert_eq!(drill.vendor.posts_received(), 1);
+}
+
+/// Logs every write the layer and the engine make, with how it is committed and how many
+/// creates the vendor had received at that moment, then delegates to a SQLite ledger.
+#[derive(Debug)]
+struct Commits {
+    inner: recoverable_write::SqliteLedger,
+    vendor: FakeVendor,
+    /// (durable, evidence kind, the vendor's POSTs so far) per write.
+    log: std::sync::Mutex<Vec<(bool, String, u64)>>,
+}
+
+impl Commits {
+    fn note(&self, durable: bool, kind: &str) {
+        self.log
+            .lock()
+            .unwrap()
+            .push((durable, kind.to_owned(), self.vendor.posts_received()));
+    }
+}
+
+impl ForwardingLedger for Commits {
+    fn inner(&self) -> &dyn FullLedger {
+        &self.inner
+    }
+
+    fn around<'a, T, F>(&'a self, call: LedgerCall, f: F) -> BoxFuture<'a, Result<T, LedgerError>>
+    where
+        T: Send + 'a,
+        F: FnOnce(&'a dyn FullLedger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
+    {
+        // `apply` and `record` are logged with their evidence below; every other write of
+        // these (creates, claims, sweeps) is durable.
+        if call.writes() {
+            self.note(true, &format!("{call:?}"));
+        }
+        f(&self.inner)
+    }
+
+    fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+        self.note(true, &update.evidence().kind);
+        self.inner.apply(update)
+    }
+
+    fn record(
+        &self,
+        update: Update,
+    ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+        self.note(false, &update.evidence().kind);
+        self.inner.record(update)
+    }
+}
+
+/// The one durability rule, applied to recovery: what a lookup found lets no byte leave, so it
+/// is committed without waiting for the disk (SQLite: no fsync of its own); every send, the
+/// engine's replay included, follows a durable claim. A lookup says nothing, so the engine
+/// takes the contract's same-key replay; the vendor dedupes it and keeps one ticket.
+#[tokio::test]
+async fn a_lookup_commits_without_an_fsync_and_every_send_follows_a_durable_claim() {
+    let vendor = FakeVendor::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ledger = Arc::new(Commits {
+        inner: recoverable_write::SqliteLedger::open(dir.path().join("ledger.db"))
+            .await
+            .expect("open"),
+        vendor: vendor.clone(),
+        log: std::sync::Mutex::default(),
+    });
+    let drill = Drill::with_ledger(
+        vendor,
+        ledger.clone(),
+        DrillOptions {
+            contract: replay_safe_contract(),
+            ..DrillOptions::default()
+        },
+    );
+    let op = new_op("intent-lookup-durability");
+    drill.vendor.faults().drop_after_commit(1);
+    drill.vendor.faults().lookup_not_found(1);
+    let _ = send(&mut drill.writer(), drill.ticket_request(&op, "E17")).await;
+    let relaxed_before = ledger.inner.relaxed_commits();
+
+    let row = drill
+        .recover_until(op.id(), |r| r.state == State::Succeeded)
+        .await;
+    assert_eq!(row.remote_ref.as_deref(), Some("W731"));
+    assert_eq!(
+        drill.vendor.posts_received(),
+        2,
+        "the first send and one replay"
+    );
+    assert_eq!(drill.vendor.tickets_created(), 1);
+
+    let log = ledger.log.lock().unwrap().clone();
+    let lookups: Vec<_> = log.iter().filter(|(_, k, _)| k == "lookup").collect();
+    assert!(!lookups.is_empty(), "{log:?}");
+    assert!(
+        lookups.iter().all(|(durable, _, _)| !durable),
+        "a lookup's finding is committed without waiting for the disk: {log:?}"
+    );
+    assert!(
+        ledger.inner.relaxed_commits() > relaxed_before,
+        "SQLite committed it without an fsync"
+    );
+    // Each time the vendor's count of creates went up, the write just before was durable:
+    // the claim that let those bytes leave.
+    for pair in log.windows(2) {
+        let ((durable, kind, posts), (_, _, later)) = (&pair[0], &pair[1]);
+        if later > posts {
+            assert!(
+                durable,
+                "a send followed {kind:?}, which was not durable: {log:?}"
+            );
+        }
+    }
+    let last = log.last().expect("writes");
+    assert_eq!(last.2, 2, "both sends are in the log: {log:?}");
+    assert!(
+        log.iter()
+            .any(|(durable, k, _)| *durable && k == "replay_safe"),
+        "{log:?}"
+    );
 }

@@ -32,7 +32,11 @@
 //!   starts the next incarnation over the same store, whose writers submit every operation
 //!   again (the caller's own retry after a restart). Half of the seeds record results detached,
 //!   as the SQLite ledger does: the caller is answered before the result is written, and a crash
-//!   at that write loses it (the detached-result window).
+//!   at that write loses it (the detached-result window). In half of the incarnations a crash at
+//!   a write the store may acknowledge before it is durable (`Ledger::record`: an attempt's
+//!   result, what a lookup found, a deferral) is acknowledged and lost: the process goes on
+//!   with the row the write would have left, and the next incarnation finds the store without
+//!   it.
 //! - one recoverer worker may run with a skewed clock (within the documented bound: less than
 //!   the lease margin); a second worker works its claimed batch side by side
 //!   (`Recoverer::concurrency`, the whole batch at once); in some seeds an approval step denies
@@ -485,6 +489,7 @@ async fn run_seed(seed: u64, opts: Options) -> SeedResult {
             crash_at_result: crash_at_result.clone(),
             results: AtomicU64::new(0),
             pending: Arc::default(),
+            lose_relaxed: rng.chance(0.5),
             stats: stats.clone(),
         });
         let mut builder = RecoverableWrite::builder(ledger.clone())

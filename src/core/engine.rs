@@ -44,8 +44,22 @@ pub(crate) struct Extras {
     pub(crate) note: Option<String>,
 }
 
-/// Runs the transition function on `record` and applies the result with a compare-and-swap.
-/// Publishes the new state on the notifier when it changed.
+/// How a compare-and-swap is committed: the one durability rule, "only what a send depends on
+/// must be durable before it returns", applied to each write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// Durable before it returns ([`Ledger::apply`](crate::ledger::Ledger::apply)): every claim
+    /// that lets bytes leave, and every decision a person was told was saved.
+    Durable,
+    /// May return before it is durable ([`Ledger::record`](crate::ledger::Ledger::record)): what
+    /// no send depends on, such as what a lookup found. If a crash loses it, the row is as it
+    /// was under its lease, and is looked up again. A later durable commit makes it durable
+    /// first: both stores commit in order (PostgreSQL's WAL, SQLite's one writer).
+    Relaxed,
+}
+
+/// Runs the transition function on `record` and applies the result with a durable
+/// compare-and-swap ([`apply_event_as`] with [`Commit::Durable`]).
 pub(crate) async fn apply_event(
     shared: &Shared,
     record: &OperationRecord,
@@ -53,11 +67,28 @@ pub(crate) async fn apply_event(
     kind: &'static str,
     extras: Extras,
 ) -> Result<Applied, LedgerError> {
+    apply_event_as(shared, record, event, kind, extras, Commit::Durable).await
+}
+
+/// Runs the transition function on `record` and applies the result with a compare-and-swap,
+/// committed as `commit` says. Publishes the new state on the notifier when it changed.
+pub(crate) async fn apply_event_as(
+    shared: &Shared,
+    record: &OperationRecord,
+    event: Event,
+    kind: &'static str,
+    extras: Extras,
+    commit: Commit,
+) -> Result<Applied, LedgerError> {
     let update = match update_for_event(shared, record, event, kind, extras) {
         Ok(u) => u,
         Err(refused) => return Ok(Applied::Refused(refused)),
     };
-    Ok(match shared.ledger.apply(update).await? {
+    let written = match commit {
+        Commit::Durable => shared.ledger.apply(update).await?,
+        Commit::Relaxed => shared.ledger.record(update).await?,
+    };
+    Ok(match written {
         Some(row) => {
             if row.state != record.state {
                 publish(shared, &row);

@@ -85,15 +85,20 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// precondition failed and nothing changed.
     fn apply(&self, update: Update) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>>;
 
-    /// [`apply`](Self::apply) for what an attempt produced, written after its bytes left: the
-    /// same compare-and-swap, but the backend may answer before the change is durable.
+    /// [`apply`](Self::apply) for a change no send depends on: what an attempt produced,
+    /// written after its bytes left, and what the recovery engine's lookup found (or its
+    /// deferral to a later pass). The same compare-and-swap, but the backend may answer before
+    /// the change is durable.
     ///
-    /// Only the claim must be durable before a byte is sent. If a recorded result is lost in a
+    /// Only a claim must be durable before a byte is sent. If a recorded result is lost in a
     /// crash, the row is still `IN_FLIGHT` under its lease; the sweeper moves it to `UNKNOWN`
     /// and it is recovered as any write whose answer was lost: a lookup, or a same-key replay
     /// where the contract makes one safe (a second request, deduplicated by the vendor), or a
     /// person. No side effect twice, but not free, and a caller that was already answered finds
-    /// it `UNKNOWN` meanwhile.
+    /// it `UNKNOWN` meanwhile. A lost lookup finding leaves the row as it was claimed: it is
+    /// looked up again once the recovery lease ends. A store that commits in order (both
+    /// built-in ones) makes such a change durable with the next durable commit, so a replay
+    /// the finding allowed, whose claim is durable, never rests on a lost finding.
     /// `PostgresLedger` commits these without waiting for the WAL flush
     /// (`synchronous_commit = off` for that transaction); `SqliteLedger` commits a batch of
     /// them without an fsync (`synchronous = NORMAL` in WAL mode); the provided implementation,

@@ -10,7 +10,7 @@ use super::Reconciler;
 use super::recoverer::{Recoverer, RecoveryReport, first_sent_ms};
 use crate::authorize::Access;
 use crate::contract::Contract;
-use crate::core::engine::{self, Applied, Extras};
+use crate::core::engine::{self, Applied, Commit, Extras};
 use crate::evidence::Evidence;
 use crate::ledger::{LedgerError, OperationRecord};
 use crate::state::{Event, State, transition};
@@ -139,7 +139,10 @@ impl Recoverer {
                 .await
                 .map(ControlFlow::Break);
         }
-        let applied = engine::apply_event(
+        // What the lookup found lets no byte leave: a replay it allows is sent only after a
+        // durable claim of its own, which commits this first. Committed without waiting for
+        // durability, as an attempt's result is; a crash that loses it costs a second lookup.
+        let applied = engine::apply_event_as(
             &self.shared,
             &row,
             Event::LookupResult(evidence.clone()),
@@ -149,6 +152,7 @@ impl Recoverer {
                 note: answer,
                 ..Extras::default()
             },
+            Commit::Relaxed,
         )
         .await?;
         let row = match applied {

@@ -37,7 +37,9 @@ impl Recoverer {
     }
 
     /// Leaves the operation as it is until `next_ms`, with a `deferred` entry saying why: no
-    /// state change, no budget used.
+    /// state change, no budget used. Committed without waiting for durability
+    /// ([`Commit::Relaxed`](engine::Commit::Relaxed)): a lost deferral only brings the next
+    /// check forward.
     pub(super) async fn defer(
         &self,
         row: &OperationRecord,
@@ -71,7 +73,7 @@ impl Recoverer {
             at_ms: now,
         };
         let update = row.update_for(&t, None, None, None, entry, now);
-        self.ledger().apply(update).await
+        self.ledger().record(update).await
     }
 
     pub(super) async fn escalate(

@@ -43,6 +43,12 @@ pub(crate) struct CrashLedger {
     pub(crate) results: AtomicU64,
     /// Detached results not yet landed.
     pub(crate) pending: Arc<AtomicU64>,
+    /// When the crash comes at a write the store may acknowledge before it is durable
+    /// ([`Ledger::record`]: what an attempt produced, what a lookup found or deferred), the
+    /// store acknowledges it and the crash loses it (PostgreSQL's `synchronous_commit = off`,
+    /// SQLite's `synchronous = NORMAL`, then the power goes): the caller goes on with the row
+    /// as the write would have left it, while every later call fails.
+    pub(crate) lose_relaxed: bool,
     pub(crate) stats: Arc<Stats>,
 }
 
@@ -109,6 +115,50 @@ impl ForwardingLedger for CrashLedger {
 
     fn detaches_results(&self) -> bool {
         self.detached
+    }
+
+    fn record(
+        &self,
+        update: Update,
+    ) -> BoxFuture<'_, Result<Option<OperationRecord>, LedgerError>> {
+        if !self.lose_relaxed {
+            return self.around(LedgerCall::Record, move |l| l.record(update));
+        }
+        Box::pin(async move {
+            while self.pending.load(Ordering::SeqCst) > 0 {
+                tokio::task::yield_now().await;
+            }
+            if self.dead.load(Ordering::SeqCst) {
+                return Err(gone());
+            }
+            let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
+            if self.crash_at.load(Ordering::SeqCst) != n {
+                return self.inner.record(update).await;
+            }
+            // Acknowledged as the store would have answered, never landed.
+            self.stats.bump_owned(format!(
+                "relaxed commits acknowledged, then lost in a crash: {}",
+                update.evidence().kind
+            ));
+            let acked = self
+                .inner
+                .get(update.tenant(), update.operation_id())
+                .await?
+                .filter(|row| {
+                    row.state == update.expect_state()
+                        && row.generation == update.expect_generation()
+                        && row.version == update.expect_version()
+                        && !(update.changes().state() == State::Rejected
+                            && row.may_have_applied
+                            && !update.operation_level())
+                })
+                .map(|mut row| {
+                    row.set_changes(update.into_parts().0);
+                    row
+                });
+            self.die();
+            Ok(acked)
+        })
     }
 
     fn record_detached(

@@ -94,8 +94,9 @@ const POSTGRES: Dialect = Dialect::Postgres;
 /// [`connect_with`](Self::connect_with) sets it for every session at connect time, which
 /// overrides an `ALTER ROLE` or `ALTER DATABASE ... SET synchronous_commit = off`, and
 /// [`from_pool`](Self::from_pool) refuses a pool whose sessions have it `off`. Only
-/// [`Ledger::record`], the result written after the send, commits without waiting for the WAL
-/// flush (`SET LOCAL` for its own transaction): losing it costs a lookup, never a duplicate.
+/// [`Ledger::record`] (the result written after the send, what a recovery lookup found, a
+/// deferral) commits without waiting for the WAL flush (`SET LOCAL` for its own transaction):
+/// losing it costs a lookup, never a duplicate, and the next durable commit flushes it first.
 /// Connecting to a hot standby (a server in recovery) is refused with [`LedgerError::Config`].
 ///
 /// What the crate guarantees is a flush on the server it talks to, before the send. Whether a

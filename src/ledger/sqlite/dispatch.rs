@@ -20,7 +20,8 @@ impl SqliteLedger {
     }
 
     /// Transactions committed so far without waiting for the disk because every write in them
-    /// was a result recorded after its send ([`Ledger::record`]): with `synchronous = FULL`
+    /// was one no send depends on ([`Ledger::record`]: a result recorded after its send, what
+    /// a recovery lookup found): with `synchronous = FULL`
     /// they commit at `NORMAL`. Claims are always committed at the configured level.
     ///
     /// [`Ledger::record`]: crate::ledger::Ledger::record

@@ -75,8 +75,9 @@
 //! commits, which can forget that an attempt was sent: only use it when the host's storage makes
 //! that acceptable.
 //!
-//! Only the claim has to be durable before bytes leave. A result recorded after the response
-//! ([`Ledger::record`]) does not wait for the disk: a batch that holds only such results is
+//! Only the claim has to be durable before bytes leave. A result recorded after the response,
+//! or what a recovery lookup found ([`Ledger::record`]), does not wait for the disk: a batch
+//! that holds only such writes is
 //! committed at `synchronous = NORMAL` (switched just before its `BEGIN`), which
 //! in WAL mode writes the WAL without an fsync; it survives the process dying, and a later
 //! durable commit's fsync covers it. A batch with any claim commits at the configured level.
