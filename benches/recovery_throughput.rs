@@ -40,8 +40,10 @@
 //! in this process (`cpu app`: the recoverers, the vendor and the client) and in the
 //! PostgreSQL server's processes on this machine (`cpu pg`), from `/proc/*/stat`: on 2 cores,
 //! a sum near 2 says the machine is the bound. Then the goals of issue 29 next to what the run
-//! measured. The lookups' round trip is as the recoverer's client saw it: the vendor answers
-//! at once, and what the round trip adds is the queueing of 32 lookups at once on 2 cores.
+//! measured, and for PostgreSQL the machine's ceiling: one worker's CPU per operation (this
+//! process with the vendor, and the server) spread over every core. The lookups' round trip is
+//! as the recoverer's client saw it: the vendor answers at once, and what the round trip adds
+//! is the queueing of 32 lookups at once on 2 cores.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -461,6 +463,20 @@ fn main() {
 
     println!("\ngoals (issue 29 item 5)");
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    if let Some(d) = drains
+        .iter()
+        .find(|d| d.backend == "sqlite" && d.concurrency == 1)
+    {
+        println!(
+            "  SQLite, one recoverer one row at a time (the default), limiter off: {:.0} ops/s (goal >= 2,000) -> {}; lookups \
+             p50 {:.0} us, p99 {:.0} us (goal < 1 ms) -> {}",
+            d.per_second(),
+            verdict(d.per_second() >= 2000.0),
+            d.lookup_p50_us,
+            d.lookup_p99_us,
+            verdict(d.lookup_p50_us < 1000.0)
+        );
+    }
     for limiter in [false, true] {
         let on = if limiter { "on" } else { "off" };
         if let Some(d) = drains
@@ -494,6 +510,22 @@ fn main() {
                 verdict(scale >= 3.0),
                 pg(2).map_or(f64::NAN, |d| d.per_second() / one.per_second()),
                 pg(8).map_or(f64::NAN, |d| d.per_second() / one.per_second()),
+            );
+            // The machine's ceiling: one worker's CPU per operation (this process, with the
+            // vendor, plus the server), spread over every core of the machine.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+            let cpu_per_op = (one.cpu_bench + one.cpu_server) / one.size as f64;
+            let ceiling = cores / cpu_per_op;
+            println!(
+                "    one worker uses {:.2} ms of CPU per operation ({:.2} cores busy); {cores} cores \
+                 hold at most {:.0} ops/s at that cost = {:.2}x one worker; 4 workers reached {:.0} \
+                 ops/s with {:.2} cores busy",
+                cpu_per_op * 1000.0,
+                (one.cpu_bench + one.cpu_server) / one.elapsed.as_secs_f64(),
+                ceiling,
+                ceiling / one.per_second(),
+                four.per_second(),
+                (four.cpu_bench + four.cpu_server) / four.elapsed.as_secs_f64(),
             );
         }
     }
