@@ -4,6 +4,11 @@
 //! configuration sends POSTs at concurrency 1 and 64, all in one run, side by side:
 //! - `bare`: the hyper-util legacy client alone;
 //! - `layer_memory`: RecoverableWriteLayer + SendOnceGuard + client, MemoryLedger;
+//! - `naive_memory`: the bare client with the naive in-memory reference
+//!   (`support/naive_memory.rs`): the claim (one row under one lock: identity, key, payload
+//!   hash, frozen request, claim evidence) before the send and the result (status and body)
+//!   after, every row kept; written plainly without the crate's code. Not a limit (it runs
+//!   slower than `layer_memory`): what that work costs written the obvious way;
 //! - `layer_sqlite_full`: the same over SqliteLedger with `synchronous=FULL` (a file in a temp
 //!   dir), group commit on (the default, up to 64 writes per commit);
 //! - `layer_sqlite_full_batch1`: the same with group commit off (`max_batch(1)`: one
@@ -66,6 +71,8 @@ use tower::{Service, ServiceExt};
 mod crate_statements_sqlite;
 #[path = "support/minimal_sqlite.rs"]
 mod minimal_sqlite;
+#[path = "support/naive_memory.rs"]
+mod naive_memory;
 #[path = "support/sqlite_references.rs"]
 mod sqlite_references;
 #[path = "support/mod.rs"]
@@ -358,6 +365,11 @@ fn main() {
             sqlite: None,
         },
         Config {
+            name: "naive_memory",
+            svc: naive_memory::naive_memory(naive_memory::NaiveMemory::default()),
+            sqlite: None,
+        },
+        Config {
             name: "layer_sqlite_full",
             svc: layered(Arc::new(full.clone()), BudgetPolicy::default()),
             sqlite: Some(Box::new(full)),
@@ -618,6 +630,16 @@ fn report(
             "  layer_memory throughput at concurrency 64 >= 70% of bare: {:.1}% -> {}",
             100.0 * r,
             verdict(*r >= 0.7)
+        );
+    }
+    if let (Some(limit), Some(r)) = (
+        ratios.get(&(64, "naive_memory")),
+        relative(64, "layer_memory", "naive_memory"),
+    ) {
+        println!(
+            "    (naive_memory, the same work written plainly without the crate's code, not a limit, is {:.1}% of bare; layer_memory is {:.1}% of it)",
+            100.0 * limit,
+            100.0 * r
         );
     }
     if let Some(a) = added.get("layer_memory") {
