@@ -40,8 +40,8 @@
 //! in this process (`cpu app`: the recoverers, the vendor and the client) and in the
 //! PostgreSQL server's processes on this machine (`cpu pg`), from `/proc/*/stat`: on 2 cores,
 //! a sum near 2 says the machine is the bound. Then the goals of issue 29 next to what the run
-//! measured, and for PostgreSQL the machine's ceiling: one worker's CPU per operation (this
-//! process with the vendor, and the server) spread over every core. The lookups' round trip is
+//! measured, and for PostgreSQL the CPU each operation costs (this process with the vendor,
+//! and the server) per worker count, with the cores 3x one worker's rate would need. The lookups' round trip is
 //! as the recoverer's client saw it: the vendor answers at once, and what the round trip adds
 //! is the queueing of 32 lookups at once on 2 cores.
 
@@ -511,21 +511,28 @@ fn main() {
                 pg(2).map_or(f64::NAN, |d| d.per_second() / one.per_second()),
                 pg(8).map_or(f64::NAN, |d| d.per_second() / one.per_second()),
             );
-            // The machine's ceiling: one worker's CPU per operation (this process, with the
-            // vendor, plus the server), spread over every core of the machine.
+            // What bounds the scaling: the CPU each operation costs (this process with the
+            // vendor, plus the server) at each worker count, and the cores three times one
+            // worker's rate would need at four workers' cost.
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-            let cpu_per_op = (one.cpu_bench + one.cpu_server) / one.size as f64;
-            let ceiling = cores / cpu_per_op;
+            let per_op = |d: &Drain| (d.cpu_bench + d.cpu_server) / d.size as f64;
+            let busy = |d: &Drain| (d.cpu_bench + d.cpu_server) / d.elapsed.as_secs_f64();
+            let costs: Vec<String> = [1, 2, 4, 8]
+                .into_iter()
+                .filter_map(|w| pg(w).map(|d| (w, d)))
+                .map(|(w, d)| {
+                    format!(
+                        "{w} workers {:.2} ms ({:.2} cores busy)",
+                        per_op(d) * 1000.0,
+                        busy(d)
+                    )
+                })
+                .collect();
+            let needed = 3.0 * one.per_second() * per_op(four);
             println!(
-                "    one worker uses {:.2} ms of CPU per operation ({:.2} cores busy); {cores} cores \
-                 hold at most {:.0} ops/s at that cost = {:.2}x one worker; 4 workers reached {:.0} \
-                 ops/s with {:.2} cores busy",
-                cpu_per_op * 1000.0,
-                (one.cpu_bench + one.cpu_server) / one.elapsed.as_secs_f64(),
-                ceiling,
-                ceiling / one.per_second(),
-                four.per_second(),
-                (four.cpu_bench + four.cpu_server) / four.elapsed.as_secs_f64(),
+                "    CPU per operation: {}; 3x one worker at four workers' cost needs {needed:.2} \
+                 cores of {cores}",
+                costs.join(", "),
             );
         }
     }
