@@ -366,7 +366,7 @@ fn main() {
         },
         Config {
             name: "naive_memory",
-            svc: naive_memory::naive_memory(naive_memory::NaiveMemory::default()),
+            svc: sqlite_references::reference_service(naive_memory::NaiveMemory::default()),
             sqlite: None,
         },
         Config {

@@ -23,22 +23,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http::{HeaderValue, Request};
-use http_body_util::{BodyExt, Full};
-use tower::BoxError;
-use tower::util::BoxCloneService;
 
-use crate::minimal_sqlite::{claim_evidence, freeze, operation_id, payload_hash};
-use crate::support::{Svc, client};
+use crate::minimal_sqlite::Claim;
+use crate::sqlite_references::ReferenceStore;
 
 /// One operation's row. Kept, never read back here: the bench answers no repeat, but the row
 /// must hold what would answer one.
 #[allow(dead_code)]
 struct Row {
-    idempotency_key: String,
-    payload_hash: String,
-    request: Vec<u8>,
-    claim: String,
+    claim: Claim,
     status: Option<u16>,
     response: Option<Bytes>,
 }
@@ -67,12 +60,14 @@ impl Default for Rows {
 #[derive(Clone, Default)]
 pub struct NaiveMemory(Arc<Mutex<Rows>>);
 
-impl NaiveMemory {
+impl ReferenceStore for NaiveMemory {
+    type Slot = (u32, u32);
+
     /// Inserts the claim's row; where it is, or `None` if its operation id exists. The key is
     /// a fresh random UUID, unique by construction: no index of keys is needed to keep it so.
-    fn claim(&self, operation_id: String, row: Row) -> Option<(u32, u32)> {
+    async fn claim(&self, claim: Claim) -> Option<(u32, u32)> {
         let mut rows = self.0.lock().expect("not poisoned");
-        if rows.by_id.contains_key(&operation_id) {
+        if rows.by_id.contains_key(&claim.operation_id) {
             return None;
         }
         if rows.chunks.last().is_none_or(|c| c.len() == CHUNK) {
@@ -80,8 +75,12 @@ impl NaiveMemory {
         }
         let chunk = rows.chunks.len() - 1;
         let at = (chunk as u32, rows.chunks[chunk].len() as u32);
-        rows.chunks[chunk].push(row);
-        rows.by_id.insert(operation_id, at);
+        rows.by_id.insert(claim.operation_id.clone(), at);
+        rows.chunks[chunk].push(Row {
+            claim,
+            status: None,
+            response: None,
+        });
         Some(at)
     }
 
@@ -92,41 +91,4 @@ impl NaiveMemory {
         row.status = Some(status);
         row.response = Some(response);
     }
-}
-
-/// The bare client with the naive in-memory claim before the send and result after.
-pub fn naive_memory(ledger: NaiveMemory) -> Svc {
-    let client = client();
-    BoxCloneService::new(tower::service_fn(move |req: Request<Full<Bytes>>| {
-        let (ledger, client) = (ledger.clone(), client.clone());
-        async move {
-            let (mut parts, body) = req.into_parts();
-            let body = body.collect().await?.to_bytes();
-            let url = parts.uri.to_string();
-            let method = parts.method.as_str();
-            let operation_id = operation_id();
-            let key = uuid::Uuid::new_v4().hyphenated().to_string();
-            let row = Row {
-                idempotency_key: key.clone(),
-                payload_hash: payload_hash(method, &url, &body),
-                request: freeze(method, &url, &parts.headers, &body),
-                claim: claim_evidence(),
-                status: None,
-                response: None,
-            };
-            let Some(at) = ledger.claim(operation_id, row) else {
-                return Err(BoxError::from("naive reference: claim refused"));
-            };
-            parts
-                .headers
-                .insert("idempotency-key", HeaderValue::from_str(&key)?);
-            let res = client
-                .request(Request::from_parts(parts, Full::new(body)))
-                .await?;
-            let status = res.status().as_u16();
-            let response = res.into_body().collect().await?.to_bytes();
-            ledger.record(at, status, response);
-            Ok(status)
-        }
-    }))
 }
