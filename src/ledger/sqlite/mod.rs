@@ -77,10 +77,9 @@
 //!
 //! Only the claim has to be durable before bytes leave. A result recorded after the response,
 //! or what a recovery lookup found ([`Ledger::record`]), does not wait for the disk: a batch
-//! that holds only such writes is
-//! committed at `synchronous = NORMAL` (switched just before its `BEGIN`), which
-//! in WAL mode writes the WAL without an fsync; it survives the process dying, and a later
-//! durable commit's fsync covers it. A batch with any claim commits at the configured level.
+//! that holds only such writes is committed at `synchronous = NORMAL` (switched just before
+//! its `BEGIN`), which in WAL mode writes the WAL without an fsync; it survives the process
+//! dying, and a later durable commit's fsync covers it. A batch with any claim commits at the configured level.
 //! A result lost anyway (a power cut, or the process dying before the commit) leaves the row
 //! `IN_FLIGHT`; its lease expires, the sweeper moves it to `UNKNOWN` and reconciliation asks
 //! the vendor. It never becomes a second send (`tests/sqlite_group_commit.rs` kills a process
