@@ -193,6 +193,21 @@ impl Update {
     pub fn into_parts(self) -> (Changes, NewEvidence) {
         (self.changes, self.evidence)
     }
+
+    /// Whether this compare-and-swap's precondition holds on `row`: the row is at the expected
+    /// state, generation and version, and the update does not move to `REJECTED` an operation
+    /// an attempt may have applied on attempt-level evidence alone. Every store checks exactly
+    /// this before it writes (the SQL stores in their statements).
+    pub fn holds_for(&self, row: &OperationRecord) -> bool {
+        row.state == self.expect_state
+            && row.generation == self.expect_generation
+            && row.version == self.expect_version
+            // Once any attempt may have applied, only evidence about the operation itself
+            // rejects it.
+            && !(self.changes.state == State::Rejected
+                && row.may_have_applied
+                && !self.operation_level)
+    }
 }
 
 /// An evidence log entry to append (and, inside [`EvidenceEntry`](super::EvidenceEntry), one

@@ -57,6 +57,18 @@ impl CrashLedger {
         self.dead.store(true, Ordering::SeqCst);
         self.died.notify_one();
     }
+
+    /// What every call goes through first: it sees the detached results queued before it,
+    /// and fails once the process is dead.
+    async fn admit(&self) -> Result<(), LedgerError> {
+        while self.pending.load(Ordering::SeqCst) > 0 {
+            tokio::task::yield_now().await;
+        }
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(gone());
+        }
+        Ok(())
+    }
 }
 
 /// Writes a detached result as the store would: the compare-and-swap, or the late entry in its
@@ -93,13 +105,7 @@ impl ForwardingLedger for CrashLedger {
         F: FnOnce(&'a dyn FullLedger) -> BoxFuture<'a, Result<T, LedgerError>> + Send + 'a,
     {
         Box::pin(async move {
-            // Every call sees the detached results queued before it.
-            while self.pending.load(Ordering::SeqCst) > 0 {
-                tokio::task::yield_now().await;
-            }
-            if self.dead.load(Ordering::SeqCst) {
-                return Err(gone());
-            }
+            self.admit().await?;
             if !call.writes() {
                 return f(&*self.inner).await;
             }
@@ -125,12 +131,7 @@ impl ForwardingLedger for CrashLedger {
             return self.around(LedgerCall::Record, move |l| l.record(update));
         }
         Box::pin(async move {
-            while self.pending.load(Ordering::SeqCst) > 0 {
-                tokio::task::yield_now().await;
-            }
-            if self.dead.load(Ordering::SeqCst) {
-                return Err(gone());
-            }
+            self.admit().await?;
             let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
             if self.crash_at.load(Ordering::SeqCst) != n {
                 return self.inner.record(update).await;
@@ -144,14 +145,7 @@ impl ForwardingLedger for CrashLedger {
                 .inner
                 .get(update.tenant(), update.operation_id())
                 .await?
-                .filter(|row| {
-                    row.state == update.expect_state()
-                        && row.generation == update.expect_generation()
-                        && row.version == update.expect_version()
-                        && !(update.changes().state() == State::Rejected
-                            && row.may_have_applied
-                            && !update.operation_level())
-                })
+                .filter(|row| update.holds_for(row))
                 .map(|mut row| {
                     row.set_changes(update.into_parts().0);
                     row

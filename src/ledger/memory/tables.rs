@@ -9,7 +9,6 @@ use crate::ledger::{
     store_entries,
 };
 use crate::operation::{OperationId, Tenant};
-use crate::state::State;
 
 #[derive(Debug, Default)]
 pub(super) struct Tables {
@@ -148,15 +147,7 @@ pub(super) fn apply_to<'r>(
     update: Update,
     next_seq: &mut i64,
 ) -> Option<&'r OperationRecord> {
-    let r = &row.record;
-    if r.state != update.expect_state
-        || r.generation != update.expect_generation
-        || r.version != update.expect_version
-    {
-        return None;
-    }
-    // Once any attempt may have applied, only evidence about the operation itself rejects it.
-    if update.changes.state == State::Rejected && r.may_have_applied && !update.operation_level {
+    if !update.holds_for(&row.record) {
         return None;
     }
     row.record.set_changes(update.changes);
