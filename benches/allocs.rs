@@ -27,6 +27,8 @@ use recoverable_write::{BudgetPolicy, MemoryLedger};
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
 
+#[path = "support/limit_memory.rs"]
+mod limit_memory;
 #[cfg(feature = "reqwest")]
 #[path = "support/reqwest_rows.rs"]
 mod reqwest_rows;
@@ -117,6 +119,11 @@ fn main() {
             "layer_memory",
             layered(Arc::new(MemoryLedger::new()), BudgetPolicy::default()),
         ),
+        // The least work the semantics allow in memory (see `overhead`).
+        (
+            "limit_memory",
+            limit_memory::LimitMemory::default().service(),
+        ),
     ];
     // The reqwest rows of `overhead`; their "added" column is against `bare` (the hyper-util
     // client), so what the middleware adds to reqwest + reqwest-retry is printed apart.
@@ -124,6 +131,7 @@ fn main() {
     configs.extend([
         ("reqwest_retry", reqwest_rows::reqwest_retry()),
         ("reqwest_layer_memory", reqwest_rows::reqwest_layer_memory()),
+        ("reqwest_limit_memory", reqwest_rows::reqwest_limit_memory()),
     ]);
     println!(
         "\nheap allocations per request, {REQUESTS} requests one at a time (every thread of \

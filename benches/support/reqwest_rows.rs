@@ -54,6 +54,24 @@ pub fn reqwest_layer_memory() -> Svc {
     reqwest_service(client)
 }
 
+/// The same reqwest client and reqwest-retry with the in-memory limit's middleware in front
+/// (`limit_memory.rs`): the least work this crate's middleware could add to `reqwest_retry`.
+pub fn reqwest_limit_memory() -> Svc {
+    use reqwest_retry::RetryTransientMiddleware;
+    use reqwest_retry::policies::ExponentialBackoff;
+    let client = reqwest_middleware::ClientBuilder::new(
+        recoverable_write::reqwest::client_builder()
+            .build()
+            .expect("reqwest client"),
+    )
+    .with(crate::limit_memory::LimitMemory::default().reqwest_middleware())
+    .with(RetryTransientMiddleware::new_with_policy(
+        ExponentialBackoff::builder().build_with_max_retries(3),
+    ))
+    .build();
+    reqwest_service(client)
+}
+
 fn reqwest_service(client: reqwest_middleware::ClientWithMiddleware) -> Svc {
     BoxCloneService::new(tower::service_fn(move |req: Request<Full<Bytes>>| {
         let client = client.clone();

@@ -6,7 +6,7 @@
 //!   two statements; per request it freezes the request, hashes the payload and makes the
 //!   operation id (a UUID v7, as the crate), the key and the attempt id (random UUID v4s), and
 //!   sends the key as the `idempotency-key` header.
-//! - `reference_service`: that request path for any reference's store, `naive_memory`'s too.
+//! - `reference_service`: that request path for any reference's store.
 //! - `crate_statements_sqlite`: the crate's own schema and statement texts on one rusqlite
 //!   thread (`crate_statements_sqlite.rs`), with one real operation's values (no freezing, no
 //!   hashing per request).
