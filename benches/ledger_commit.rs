@@ -71,6 +71,7 @@ use crate_statements_postgres::CrateStatementsPostgres;
 #[cfg(feature = "postgres")]
 use minimal_postgres::MinimalPostgres;
 // `crate_statements_postgres` reads the template through its former name.
+#[cfg(feature = "postgres")]
 use crate_statements_sqlite as raw_sqlite;
 use crate_statements_sqlite::{RawLedger, capture};
 use minimal_sqlite::MinimalSqlite;
