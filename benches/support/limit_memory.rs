@@ -42,7 +42,8 @@ use crate::support::{Svc, client};
 
 /// `RW_LIMIT_PAD` bytes added to every row's frozen request (0 unless set): what the bytes a
 /// ledger keeps per operation cost, measured on the limit itself. With the limit's row padded
-/// to what the memory ledger keeps (about 1,100 bytes more), the limit ran at the layer's speed.
+/// to what the memory ledger keeps (about 1,100 bytes more), the limit ran within 4 points of
+/// bare of the layer (benches/README.md, 2026-12-03).
 fn padding() -> usize {
     static PAD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *PAD.get_or_init(|| {
