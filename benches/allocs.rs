@@ -13,8 +13,11 @@
 //! held/req` is the heap the requests leave allocated (bytes allocated minus bytes freed, per
 //! request): for the memory ledger, what it keeps of each operation, with whatever it
 //! reserved ahead during the run (a chunk of row slots, a hash table that doubled).
-//! With the `reqwest` feature, the two reqwest rows of `overhead` are counted too, and what this
-//! crate's middleware adds to reqwest + reqwest-retry is printed after the table.
+//! `limit_memory` is the in-memory limit of `overhead` (`support/limit_memory.rs`): what the
+//! least work the semantics allow allocates and keeps.
+//! With the `reqwest` feature, the reqwest rows of `overhead` (reqwest-retry, this crate's
+//! middleware, and the limit as a middleware) are counted too, and what this crate's
+//! middleware adds to reqwest + reqwest-retry is printed after the table.
 //! `cargo bench -p recoverable-write-benches --bench allocs -- NAME` counts only the
 //! configuration named `NAME` (to run one under `valgrind --tool=callgrind`).
 //! Not a timing benchmark: the counting itself costs an atomic increment per call.
