@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 use tower::BoxError;
 use tower::util::BoxCloneService;
 
-use crate::support::{Svc, client};
+use crate::support::{Svc, client, freeze};
 
 /// `RW_LIMIT_PAD` bytes added to every row's frozen request (0 unless set): what the bytes a
 /// ledger keeps per operation cost, measured on the limit itself. With the limit's row padded
@@ -139,16 +139,7 @@ impl LimitMemory {
         hash.update(method.as_str());
         write!(hash, " {url}")?;
         hash.update(body);
-        let mut request = Vec::with_capacity(256 + body.len());
-        writeln!(request, "{method} {url}")?;
-        for (name, value) in headers {
-            request.extend_from_slice(name.as_str().as_bytes());
-            request.extend_from_slice(b": ");
-            request.extend_from_slice(value.as_bytes());
-            request.push(b'\n');
-        }
-        request.push(b'\n');
-        request.extend_from_slice(body);
+        let mut request = freeze(method.as_str(), url, headers, body);
         if padding() > 0 {
             request.resize(request.len() + padding(), 0);
         }

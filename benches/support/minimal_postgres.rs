@@ -27,7 +27,7 @@ use tokio_postgres::{Client, NoTls, Statement};
 use tower::BoxError;
 use tower::util::BoxCloneService;
 
-use crate::support::{Svc, client, now_ms};
+use crate::support::{Svc, client, freeze, now_ms};
 
 /// The schema the reference makes afresh (dropped first).
 const SCHEMA: &str = "rw_bench_minimal";
@@ -211,18 +211,7 @@ impl MinimalPostgres {
                 let body = body.collect().await?.to_bytes();
                 let key = uuid::Uuid::new_v4().to_string();
                 parts.headers.insert("idempotency-key", key.parse()?);
-                let mut frozen = Vec::with_capacity(256 + body.len());
-                frozen.extend_from_slice(parts.method.as_str().as_bytes());
-                frozen.push(b' ');
-                frozen.extend_from_slice(parts.uri.to_string().as_bytes());
-                for (name, value) in &parts.headers {
-                    frozen.push(b'\n');
-                    frozen.extend_from_slice(name.as_str().as_bytes());
-                    frozen.extend_from_slice(b": ");
-                    frozen.extend_from_slice(value.as_bytes());
-                }
-                frozen.extend_from_slice(b"\n\n");
-                frozen.extend_from_slice(&body);
+                let frozen = freeze(parts.method.as_str(), &parts.uri, &parts.headers, &body);
                 h.write(&body);
                 let id = ledger.claim(&key, h.finish() as i64, &frozen).await;
                 let res = client

@@ -231,24 +231,6 @@ pub fn payload_hash(method: &str, url: &str, body: &[u8]) -> String {
     format!("{:016x}", h.finish())
 }
 
-/// The frozen request: method, URL, headers (`name: value` lines) and body, in one blob.
-pub fn freeze(method: &str, url: &str, headers: &http::HeaderMap, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + url.len() + body.len());
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(url.as_bytes());
-    out.push(b'\n');
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.push(b'\n');
-    }
-    out.push(b'\n');
-    out.extend_from_slice(body);
-    out
-}
-
 impl MinimalSqlite {
     /// One operation without HTTP (`ledger_commit`): the claim of the bench's request with a
     /// fresh operation id, key and attempt id (as the crate makes them: see [`operation_id`],
@@ -267,7 +249,7 @@ impl MinimalSqlite {
             operation_id: operation_id.clone(),
             idempotency_key: uuid::Uuid::new_v4().hyphenated().to_string(),
             payload_hash: payload_hash("POST", URL, BODY),
-            request: freeze("POST", URL, &headers, BODY),
+            request: crate::support::freeze("POST", &URL, &headers, BODY),
             evidence: claim_evidence(),
         };
         assert!(self.claim(claim).await, "a fresh operation id and key");

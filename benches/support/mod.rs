@@ -103,6 +103,30 @@ pub fn request(url: &str) -> Request<Full<Bytes>> {
         .expect("request")
 }
 
+/// The frozen request every reference keeps: method, URL, headers (`name: value` lines) and
+/// body, in one buffer (one allocation; the URL is written, not copied from a string made for
+/// it).
+pub fn freeze(
+    method: &str,
+    url: &dyn std::fmt::Display,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut out = Vec::with_capacity(256 + body.len());
+    // Writing into a vector cannot fail.
+    let _ = writeln!(out, "{method} {url}");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    out.extend_from_slice(body);
+    out
+}
+
 /// The median (sorts `v`).
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

@@ -23,10 +23,8 @@ use tower::BoxError;
 use tower::util::BoxCloneService;
 
 use crate::crate_statements_sqlite::RawLedger;
-use crate::minimal_sqlite::{
-    Claim, MinimalSqlite, claim_evidence, freeze, operation_id, payload_hash,
-};
-use crate::support::{Svc, client};
+use crate::minimal_sqlite::{Claim, MinimalSqlite, claim_evidence, operation_id, payload_hash};
+use crate::support::{Svc, client, freeze};
 
 /// A ledger whose group commit the bench counts, and whose detached results a timed run waits
 /// for.
