@@ -42,8 +42,8 @@ use crate::support::{Svc, client, freeze};
 
 /// `RW_LIMIT_PAD` bytes added to every row's frozen request (0 unless set): what the bytes a
 /// ledger keeps per operation cost, measured on the limit itself. With the limit's row padded
-/// to what the memory ledger keeps (about 1,100 bytes more), the limit ran within 4 points of
-/// bare of the layer (benches/README.md, 2026-12-03).
+/// to what the memory ledger keeps (about 1,100 bytes more), the limit's share of bare came
+/// within 4 points of the layer's (benches/README.md, 2026-12-03).
 fn padding() -> usize {
     static PAD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *PAD.get_or_init(|| {
@@ -125,7 +125,7 @@ impl LimitMemory {
     }
 
     /// The claim of one request: its frozen copy, payload hash and identities in a new row
-    /// appended under the lock; the row's index and the key's header value, or `None` if the
+    /// appended under the lock; the row's index and the key's header value, or an error if the
     /// operation id exists.
     fn claim_request(
         &self,
