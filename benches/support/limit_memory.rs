@@ -40,20 +40,6 @@ use tower::util::BoxCloneService;
 
 use crate::support::{Svc, client, freeze};
 
-/// `RW_LIMIT_PAD` bytes added to every row's frozen request (0 unless set): what the bytes a
-/// ledger keeps per operation cost, measured on the limit itself. With the limit's row padded
-/// to what the memory ledger keeps (about 1,100 bytes more), the limit's share of bare came
-/// within 4 points of the layer's (benches/README.md, 2026-12-03).
-fn padding() -> usize {
-    static PAD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *PAD.get_or_init(|| {
-        std::env::var("RW_LIMIT_PAD")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    })
-}
-
 /// The attempt's deadline (the crate's default attempt timeout).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -139,10 +125,7 @@ impl LimitMemory {
         hash.update(method.as_str());
         write!(hash, " {url}")?;
         hash.update(body);
-        let mut request = freeze(method.as_str(), url, headers, body);
-        if padding() > 0 {
-            request.resize(request.len() + padding(), 0);
-        }
+        let request = freeze(method.as_str(), url, headers, body);
         let now = Instant::now();
         let row = Row {
             operation_id: *uuid::Uuid::now_v7().as_bytes(),
