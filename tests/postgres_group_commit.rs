@@ -211,11 +211,13 @@ async fn closing_the_pool_does_not_wait_for_the_kept_connections() {
     }
 }
 
-/// The connections the write path keeps plan its calls once (`force_generic_plan` for their
-/// session); the rest of the pool keeps making a custom plan per execution. Once the writes
-/// stop, every kept connection goes back with its setting reset: each connection the pool lends
-/// afterwards is in the pool's mode, and the write path's calls were planned generically on
-/// the ones it kept.
+/// The connections the write path keeps plan its statements once (`force_generic_plan` for
+/// their session, and `synchronous_commit = off` for the results'); the rest of the pool keeps
+/// making a custom plan per execution and waits for every commit's flush. Once the writes stop,
+/// every kept connection goes back with its settings reset: each connection the pool lends
+/// afterwards is in the pool's mode, and the write path ran its claim and its result as plain
+/// statements (not the calls of `rw_claim_new` and `rw_apply`), planned generically on the
+/// connections it kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_connections_plan_once_and_go_back_in_the_pools_mode() {
     let Some(url) = pg_url().await else {
@@ -232,7 +234,7 @@ async fn kept_connections_plan_once_and_go_back_in_the_pools_mode() {
     // Kept connections go back after 50 ms unused; leave them ample time.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let mut held = Vec::new();
-    let mut generic_calls = 0_i64;
+    let (mut generic_claims, mut generic_results, mut calls) = (0_i64, 0_i64, 0_i64);
     for _ in 0..4 {
         let mut conn = pg.pool().acquire().await.expect("a pooled connection");
         let mode: String = sqlx::query_scalar("SHOW plan_cache_mode")
@@ -240,20 +242,68 @@ async fn kept_connections_plan_once_and_go_back_in_the_pools_mode() {
             .await
             .expect("show");
         assert_eq!(mode, "force_custom_plan", "a connection came back generic");
-        let generic: Option<i64> = sqlx::query_scalar(
-            "SELECT sum(generic_plans)::bigint FROM pg_prepared_statements \
-             WHERE statement LIKE '%rw_claim_new(%' OR statement LIKE '%rw_apply(%'",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .expect("prepared statements");
-        generic_calls += generic.unwrap_or(0);
+        let commit: String = sqlx::query_scalar("SHOW synchronous_commit")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("show");
+        assert_eq!(
+            commit, "on",
+            "a connection came back committing asynchronously"
+        );
+        let (claims, results, functions): (Option<i64>, Option<i64>, Option<i64>) =
+            sqlx::query_as(
+                "SELECT sum(generic_plans) FILTER (WHERE statement LIKE 'WITH clock%ins AS%')::bigint, \
+                        sum(generic_plans) FILTER (WHERE statement LIKE 'WITH clock%upd AS%')::bigint, \
+                        sum(generic_plans + custom_plans) FILTER \
+                            (WHERE statement LIKE '%rw_claim_new(%' OR statement LIKE '%rw_apply(%')::bigint \
+                 FROM pg_prepared_statements WHERE statement NOT LIKE '%pg_prepared_statements%'",
+            )
+            .fetch_one(&mut *conn)
+            .await
+            .expect("prepared statements");
+        generic_claims += claims.unwrap_or(0);
+        generic_results += results.unwrap_or(0);
+        calls += functions.unwrap_or(0);
         held.push(conn);
     }
     assert!(
-        generic_calls > 0,
-        "no call of the write path's functions was planned generically"
+        generic_claims >= 8,
+        "the claims did not run as a generically planned statement ({generic_claims} of 8)"
+    );
+    assert!(
+        generic_results >= 8,
+        "the results did not run as a generically planned statement ({generic_results} of 8)"
+    );
+    assert_eq!(
+        calls, 0,
+        "a write went through a function call although the pool had connections to spare"
     );
     drop(held);
     pg.close().await;
+}
+
+/// A ledger dropped after the runtime it ran on has shut down (kept in a static, or dropped
+/// late by a harness) does not panic, although its write path still keeps connections: with
+/// no runtime to close them on, they are detached from the pool and their sockets closed.
+#[test]
+fn a_ledger_dropped_after_its_runtime_shut_down_does_not_panic() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kept = rt.block_on(async {
+        let url = pg_url().await?;
+        let schema = Schema::new(&url);
+        let pg = ledger(&schema).await;
+        let drill = drill_over(&pg).await;
+        write_one(&drill, &new_op("dropped-late")).await;
+        assert_eq!(drill.vendor.tickets_created(), 1);
+        Some((pg, schema))
+    });
+    let Some((pg, schema)) = kept else { return };
+    // Within the 50 ms a kept connection waits for its next statement.
+    rt.shutdown_background();
+    drop(pg);
+    drop(schema);
 }

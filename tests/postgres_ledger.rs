@@ -464,13 +464,27 @@ async fn ledgers_work_behind_a_trait_object_and_nul_text_is_kept_readable() {
 
 /// `create_and_apply` from a worker an hour off (either way): the row is created and claimed on
 /// the database clock in one statement; lease and deadline keep their length; the two entries
-/// are in order, `created` at the creation time.
+/// are in order, `created` at the creation time; the row it answers is the row stored (the
+/// statement sends back only its clock: the ledger moves the row's times itself). Both forms
+/// of the claim: the statement itself on a pool of 4 (a connection kept, planning generically)
+/// and the call of `rw_claim_new` on a pool of 2 (nothing kept).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_and_apply_follows_the_database_clock_when_a_worker_is_an_hour_off() {
     let Some(url) = pg_url().await else { return };
-    for skew in [3_600_000_i64, -3_600_000] {
+    for (skew, pool) in [
+        (3_600_000_i64, 4),
+        (-3_600_000, 4),
+        (3_600_000, 2),
+        (-3_600_000, 2),
+    ] {
         let schema = Schema::new(&url);
-        let ledger = schema.ledger(ClockSource::Database).await;
+        let options = schema
+            .options()
+            .max_connections(pool)
+            .clock(ClockSource::Database);
+        let ledger = PostgresLedger::connect_with(&schema.url, options)
+            .await
+            .expect("connect the PostgreSQL ledger");
         let now = wall_ms() + skew;
         let mut new = new_operation("tenant-a", "op-1", "intent-1");
         new.now_ms = now;
@@ -520,6 +534,59 @@ async fn create_and_apply_follows_the_database_clock_when_a_worker_is_an_hour_of
         assert_eq!(log[1].entry.at_ms, row.created_ms);
         assert_eq!(log[1].entry.attempt_id, Some(attempt));
         assert!(log[0].seq < log[1].seq);
+        let stored = ledger
+            .get(&row.tenant, &row.operation_id)
+            .await
+            .expect("get");
+        assert_eq!(
+            stored.as_ref(),
+            Some(&row),
+            "the answered row is the stored row"
+        );
+
+        // The result as the layer records it (`record_unread`: the statement itself on the
+        // kept connection, or the call of `rw_apply`), moved onto the database clock too.
+        let at = now + 50;
+        let changes = RawChanges {
+            lease_until_ms: None,
+            ..keep(&row, State::Succeeded, at)
+        };
+        let recorded = ledger
+            .record_unread(update_of(&row, changes, "attempt_result"))
+            .await
+            .expect("record");
+        assert!(
+            !matches!(recorded, recoverable_write::ledger::Recorded::Stale),
+            "the result applies"
+        );
+        let done = ledger
+            .get(&row.tenant, &row.operation_id)
+            .await
+            .expect("get")
+            .expect("the row");
+        let db_now = ledger.database_now_ms().await.expect("db clock");
+        assert_eq!(done.state, State::Succeeded);
+        assert_eq!(done.version, 2);
+        assert_eq!(done.lease_until_ms, None);
+        assert_eq!(done.deadline_ms, row.deadline_ms, "kept, not moved");
+        assert_near(Some(done.updated_ms), db_now, "updated_ms of the result");
+        let log = ledger
+            .evidence(&row.tenant, &row.operation_id)
+            .await
+            .expect("evidence");
+        assert_eq!(log.len(), 3);
+        assert_eq!(log[2].entry.kind, "attempt_result");
+        assert_eq!(log[2].entry.at_ms, done.updated_ms);
+        // A second result for the same version is stale: the compare-and-swap held.
+        let again = ledger
+            .record_unread(update_of(
+                &row,
+                keep(&row, State::Succeeded, at),
+                "attempt_result",
+            ))
+            .await
+            .expect("record");
+        assert!(matches!(again, recoverable_write::ledger::Recorded::Stale));
         ledger.close().await;
     }
 }

@@ -25,9 +25,9 @@ use sqlx::postgres::{PgPool, Postgres};
 use sqlx::{AssertSqlSafe, Row};
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
-use super::{decode_operation, unavailable};
+use super::unavailable;
+use crate::ledger::LedgerError;
 use crate::ledger::codec::{EvidenceColumns, RowColumns, UpdateColumns};
-use crate::ledger::{LedgerError, OperationRecord};
 
 /// The most requests one grouped statement carries.
 pub(super) const MAX_GROUP: usize = 64;
@@ -41,9 +41,11 @@ pub(super) const MAX_GROUP: usize = 64;
 ///
 /// A kept connection also plans its statements once: it runs with `plan_cache_mode =
 /// force_generic_plan` (see [`WriteConn`]) while the rest of the pool makes a custom plan per
-/// execution (see `PostgresLedger::connect_with`). The write path's statements are calls of
-/// functions whose own statements are shaped for generic plans (migrations 0009 and 0012); with
-/// 48 parameters, a custom plan of the call alone cost more than a round trip.
+/// execution (see `PostgresLedger::connect_with`). On such a connection a request alone runs
+/// its claim or its result as a plain statement shaped for a generic plan (the body of
+/// `rw_claim_new` or `rw_apply`, migration 0009); elsewhere it calls the function, whose own
+/// statements are planned generically, since a custom plan of the statement, with 47
+/// parameters, costs more than a round trip. Groups always call the batch functions (0012).
 ///
 /// Keeping never takes connections the rest of the ledger needs: at most a quarter of the pool
 /// per kind (none for a pool under 4, and then no session setting either), only while the pool
@@ -53,6 +55,7 @@ pub(super) const MAX_GROUP: usize = 64;
 /// it), the kept connections are closed at once, so the close does not wait for them.
 pub(super) struct Warm {
     pool: PgPool,
+    mode: Mode,
     idle: std::sync::Mutex<Vec<(WriteConn, Instant)>>,
     keep: usize,
     /// Connections of this keeper in the write path's mode, kept or in use: at most `keep`.
@@ -84,8 +87,9 @@ impl Warm {
     /// Keeps up to `keep` connections of `pool`. A task on the current runtime gives back
     /// what stays unused and closes everything when the pool closes; it holds neither the pool
     /// nor this keeper, and ends with either.
-    pub(super) fn new(pool: PgPool, keep: usize) -> Arc<Self> {
+    pub(super) fn new(pool: PgPool, keep: usize, mode: Mode) -> Arc<Self> {
         let warm = Arc::new(Self {
+            mode,
             idle: std::sync::Mutex::new(Vec::with_capacity(keep)),
             keep,
             generic: Arc::new(AtomicUsize::new(0)),
@@ -155,7 +159,14 @@ impl Warm {
         if may_keep && !generic {
             self.generic.fetch_sub(1, Ordering::AcqRel);
         }
-        WriteConn::set_up(conn, generic.then(|| Arc::clone(&self.generic))).await
+        let detachable = self.pool.options().get_min_connections() == 0;
+        WriteConn::set_up(
+            conn,
+            generic.then(|| Arc::clone(&self.generic)),
+            self.mode,
+            detachable,
+        )
+        .await
     }
 
     /// Keeps `conn` (its statement succeeded) if it is in the write path's mode, there is room
@@ -203,12 +214,15 @@ impl Warm {
     }
 
     /// Runs `statement` on a kept connection, keeping it again if the statement succeeded.
+    /// `statement` is told whether the connection is in the write path's mode (its session
+    /// plans generically, with this keeper's [`Mode`]) or as the pool made it.
     pub(super) async fn run<T>(
         &self,
-        statement: impl AsyncFnOnce(&mut sqlx::PgConnection) -> Result<T, sqlx::Error>,
+        statement: impl AsyncFnOnce(&mut sqlx::PgConnection, bool) -> Result<T, sqlx::Error>,
     ) -> Result<T, LedgerError> {
         let mut conn = self.take().await?;
-        let result = statement(&mut conn).await.map_err(unavailable)?;
+        let generic = conn.generic.is_some();
+        let result = statement(&mut conn, generic).await.map_err(unavailable)?;
         self.give(conn);
         Ok(result)
     }
@@ -220,28 +234,57 @@ impl Warm {
 /// statement failed or was abandoned, the pool is closing) is closed, never lent again.
 pub(super) struct WriteConn {
     conn: Option<PoolConnection<Postgres>>,
+    mode: Mode,
+    /// Whether it can leave the pool without a runtime (a pool that keeps no minimum of
+    /// connections: sqlx spawns a task to refill one that does).
+    detachable: bool,
     /// Set in the write path's mode: the count of its keeper's connections in that mode, which
     /// this one is part of until it leaves the mode.
     generic: Option<Arc<AtomicUsize>>,
 }
 
-impl WriteConn {
-    const SET: &str = "SET plan_cache_mode = force_generic_plan";
-    const RESET: &str = "RESET plan_cache_mode";
+/// The session settings of a keeper's connections in the write path's mode, set when one
+/// enters it and reset (one round trip each) before it goes back to the pool.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Mode {
+    set: &'static str,
+    reset: &'static str,
+}
 
-    /// `conn`, in the write path's mode (counted in `generic`) if given.
+impl Mode {
+    /// The claims': statements planned once per connection; commits wait for the WAL flush
+    /// (a claim is durable before its request is sent).
+    pub(super) const CLAIMS: Self = Self {
+        set: "SET plan_cache_mode = force_generic_plan",
+        reset: "RESET plan_cache_mode",
+    };
+    /// The results': planned once too, and committed without waiting for the WAL flush, as
+    /// every result is (`Ledger::record_unread`; the grouped call sets it per transaction as
+    /// well): the single-row statement needs no setting of its own.
+    pub(super) const RECORDS: Self = Self {
+        set: "SET plan_cache_mode = force_generic_plan; SET synchronous_commit = off",
+        reset: "RESET plan_cache_mode; RESET synchronous_commit",
+    };
+}
+
+impl WriteConn {
+    /// `conn`, in the write path's `mode` (counted in `generic`) if given.
     async fn set_up(
         conn: PoolConnection<Postgres>,
         generic: Option<Arc<AtomicUsize>>,
+        mode: Mode,
+        detachable: bool,
     ) -> Result<Self, LedgerError> {
         let set = generic.is_some();
         let mut this = Self {
             conn: Some(conn),
+            mode,
+            detachable,
             generic,
         };
         if set {
             // On failure `this` is dropped, and closed.
-            sqlx::raw_sql(Self::SET)
+            sqlx::raw_sql(mode.set)
                 .execute(&mut *this)
                 .await
                 .map_err(unavailable)?;
@@ -252,7 +295,7 @@ impl WriteConn {
     /// Gives this connection back to the pool, its session as the pool made it.
     async fn back(mut self) {
         if self.generic.is_some() {
-            if sqlx::raw_sql(Self::RESET)
+            if sqlx::raw_sql(self.mode.reset)
                 .execute(&mut *self)
                 .await
                 .is_err()
@@ -289,7 +332,18 @@ impl Drop for WriteConn {
         if let Some(count) = self.generic.take() {
             count.fetch_sub(1, Ordering::AcqRel);
             if let Some(mut conn) = self.conn.take() {
-                conn.close_on_drop();
+                if tokio::runtime::Handle::try_current().is_ok() {
+                    conn.close_on_drop();
+                } else if self.detachable {
+                    // Dropped after its runtime shut down (a kept connection of a ledger that
+                    // outlived it): sqlx would close it on a task it cannot spawn, and panic.
+                    // Detached, it leaves the pool at once and its socket closes here.
+                    drop(conn.detach());
+                } else {
+                    // A pool with a minimum of connections spawns even for a detached one: with
+                    // no runtime, the connection is left open until the process ends.
+                    std::mem::forget(conn);
+                }
             }
         }
     }
@@ -448,8 +502,9 @@ pub(super) struct ClaimJob {
     pub(super) claimed: EvidenceColumns,
 }
 
-/// Claims through `rw_claim_batch`: `Some(row)` as inserted, `None` when the identity or the
-/// intent exists already (the caller reads what exists).
+/// Claims through `rw_claim_batch`: `Some(created_ms)` (the statement's clock, from which the
+/// caller moves the times of the row it holds: `writer::claimed_row`) when inserted, `None`
+/// when the identity or the intent exists already (the caller reads what exists).
 pub(super) struct ClaimWrite {
     pub(super) warm: Arc<Warm>,
     pub(super) sql: Arc<str>,
@@ -457,12 +512,9 @@ pub(super) struct ClaimWrite {
 
 impl GroupWrite for ClaimWrite {
     type Job = ClaimJob;
-    type Done = Option<OperationRecord>;
+    type Done = Option<i64>;
 
-    async fn write(
-        &self,
-        jobs: Vec<ClaimJob>,
-    ) -> Vec<Result<Option<OperationRecord>, LedgerError>> {
+    async fn write(&self, jobs: Vec<ClaimJob>) -> Vec<Result<Option<i64>, LedgerError>> {
         // Two requests of one group with the same identity: only the first is sent; the later
         // one is answered `None` and reads the first's row after the commit, as if it had come
         // after it.
@@ -540,12 +592,12 @@ impl GroupWrite for ClaimWrite {
                 .bind(j.iter().map(|c| c.row.updated_ms).collect::<Vec<_>>());
             let query = bind_evidence(query, j.iter().map(|c| &c.created).collect());
             let query = bind_evidence(query, j.iter().map(|c| &c.claimed).collect());
-            match self.warm.run(async |c| query.fetch_all(c).await).await {
+            match self.warm.run(async |c, _| query.fetch_all(c).await).await {
                 Ok(rows) => rows,
                 Err(e) => return all_failed(e, jobs.len()),
             }
         };
-        let mut results: Vec<Result<Option<OperationRecord>, LedgerError>> =
+        let mut results: Vec<Result<Option<i64>, LedgerError>> =
             (0..jobs.len()).map(|_| Ok(None)).collect();
         for row in &rows {
             let key = (
@@ -557,7 +609,10 @@ impl GroupWrite for ClaimWrite {
                 .iter()
                 .find(|&&i| jobs[i].row.tenant == tenant && jobs[i].row.operation_id == id)
             {
-                results[i] = decode_operation(row).map(Some);
+                results[i] = row
+                    .try_get::<i64, _>("created_ms")
+                    .map(Some)
+                    .map_err(unavailable);
             }
         }
         results
@@ -659,7 +714,7 @@ impl GroupWrite for RecordWrite {
             .bind(u.iter().map(|u| u.expect_version).collect::<Vec<_>>())
             .bind(u.iter().map(|u| u.operation_level).collect::<Vec<_>>());
         let query = bind_evidence(query, u.iter().map(|u| &u.evidence).collect());
-        let rows = match self.warm.run(async |c| query.fetch_all(c).await).await {
+        let rows = match self.warm.run(async |c, _| query.fetch_all(c).await).await {
             Ok(rows) => rows,
             Err(e) => return all_failed(e, jobs.len()),
         };

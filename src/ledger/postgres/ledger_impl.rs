@@ -5,7 +5,7 @@ use sqlx::AssertSqlSafe;
 
 use super::group::{ClaimJob, RecordJob};
 use super::text::{check_key, check_new};
-use super::writer::finish;
+use super::writer::{claimed_row, finish};
 use super::{
     BindEntry, POSTGRES, PostgresLedger, bind_args, decode_activity, decode_counts,
     decode_evidence, decode_operation, decode_page, decode_quarantined,
@@ -61,7 +61,7 @@ impl Ledger for PostgresLedger {
                 .run(job, |job| self.claim_alone(job))
                 .await?;
             match inserted {
-                Some(record) => Ok(Created::New(record)),
+                Some(created_ms) => Ok(Created::New(claimed_row(row, created_at, created_ms))),
                 None => {
                     let mut conn = self.pool.acquire().await.map_err(unavailable)?;
                     self.existing(

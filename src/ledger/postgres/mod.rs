@@ -139,10 +139,13 @@ const POSTGRES: Dialect = Dialect::Postgres;
 /// `INSERT`, and the compare-and-swap finds its row through the primary key's leading column,
 /// the operation id, alone (its tenant and state terms cannot serve as index conditions).
 /// The connections the write path keeps between its statements (with a pool of 4 or more) set
-/// `plan_cache_mode = force_generic_plan` for their session, so the calls of those functions,
-/// with their 48 parameters, are planned once too; the setting is reset before such a
-/// connection goes back to the pool, and one whose statement failed or was abandoned is closed
-/// instead.
+/// `plan_cache_mode = force_generic_plan` for their session (and, for the results',
+/// `synchronous_commit = off`): on them the claim and the result of a request alone run as
+/// the functions' bodies, plain statements planned once per connection, which saves the call
+/// (a PL/pgSQL frame, its settings set and reset, its result kept in a tuplestore); only the
+/// statement's clock or a count comes back, never the row. The settings are reset before such
+/// a connection goes back to the pool, and one whose statement failed or was abandoned is
+/// closed instead.
 ///
 /// Under concurrency, the claims that arrive while others are being written share one
 /// statement and one commit (`rw_claim_batch`, migration 0012), and so do the results recorded
@@ -212,8 +215,8 @@ impl Groups {
     fn new(pool: &PgPool, sql: &Statements) -> Self {
         let quarter = pool.options().get_max_connections() as usize / 4;
         let share = quarter.max(1);
-        let claims_warm = group::Warm::new(pool.clone(), quarter);
-        let records_warm = group::Warm::new(pool.clone(), quarter);
+        let claims_warm = group::Warm::new(pool.clone(), quarter, group::Mode::CLAIMS);
+        let records_warm = group::Warm::new(pool.clone(), quarter, group::Mode::RECORDS);
         Self {
             claims: group::Group::new(
                 group::ClaimWrite {

@@ -21,13 +21,20 @@ pub(super) struct Statements {
     /// The schema-qualified evidence table, for the activity statement.
     pub(super) evidence: String,
     pub(super) insert_operation: Arc<str>,
+    /// The claim of `create_and_apply` alone: the call of `rw_claim_new`, answering the
+    /// statement's clock (`created_ms`) when it inserted (the caller holds the row).
     pub(super) insert_claimed: Arc<str>,
+    /// `insert_claimed` as one statement, for a connection that plans generically.
+    pub(super) insert_claimed_direct: Arc<str>,
     pub(super) select_by_id: Arc<str>,
     pub(super) select_by_intent: Arc<str>,
     pub(super) apply: Arc<str>,
     pub(super) apply_after_send: Arc<str>,
     /// `apply_after_send` answering only how many rows it changed (0 or 1).
     pub(super) record_unread: Arc<str>,
+    /// `record_unread` as one statement, for a connection that plans generically and commits
+    /// without waiting for the WAL flush (its session says so: see `group::Mode::RECORDS`).
+    pub(super) record_unread_direct: Arc<str>,
     /// `insert_claimed` for many requests at once (group commit, `rw_claim_batch`, 0012).
     pub(super) claim_batch: Arc<str>,
     /// `record_unread` for many requests at once (group commit, `rw_record_batch`, 0012).
@@ -91,9 +98,11 @@ SELECT * FROM ins",
         // The claimed row of `create_and_apply` and its two entries in one statement: the
         // function `rw_claim_new` (migration 0009), whose statements use generic plans, planned
         // once per connection. Caller-computed times are moved onto the statement's clock as
-        // offsets from the caller's creation time ($2), like `apply` does.
+        // offsets from the caller's creation time ($2), like `apply` does. Only the statement's
+        // clock comes back: the caller holds the row it sent and moves its times itself
+        // (`writer::claimed_row`), so no column of the row is sent back nor decoded.
         let insert_claimed = format!(
-            "SELECT * FROM \"{schema}\".rw_claim_new(
+            "SELECT created_ms FROM \"{schema}\".rw_claim_new(
     $1::bigint, $2::bigint,
     $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text, $11::text,
     $12::bytea, $13::text, $14::text, $15::text,
@@ -103,6 +112,48 @@ SELECT * FROM ins",
     $32::text, $33::bigint, $34::text, $35::text, $36::text, $37::text, $38::text, $39::bigint,
     $40::text, $41::bigint, $42::text, $43::text, $44::text, $45::text, $46::text, $47::bigint
 )"
+        );
+        // The same claim as one statement, the function's body with its parameters in the same
+        // order: on a connection that plans generically (the write path's kept ones, see
+        // `group::Warm`) it costs no planning, and it saves the function's call (a PL/pgSQL
+        // frame, its settings set and reset, its result kept in a tuplestore): about 45 us of
+        // the server's time per statement at concurrency 1 (benches/README.md, 2026-12-03,
+        // third session). Elsewhere the call above is used: a custom plan of this statement
+        // would cost more than the call.
+        let insert_claimed_direct = format!(
+            "WITH {CLOCK_CTE},
+ins AS (
+    INSERT INTO {ops} (
+        {frozen},
+        state, last_result, generation, version, attempts_used, queries_used,
+        may_have_applied, current_attempt, lease_until_ms, next_check_ms, deadline_ms,
+        remote_ref, reason, response_status, response_headers, response_body,
+        created_ms, updated_ms
+    )
+    SELECT $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text,
+           $11::text, $12::bytea, $13::text, $14::text, $15::text,
+           $16::text, $17::text, $18::bigint, 1, $19::bigint, $20::bigint,
+           $21::boolean, $22::text, clock.now_ms + ($23::bigint - $2::bigint),
+           clock.now_ms + ($24::bigint - $2::bigint), clock.now_ms + ($25::bigint - $2::bigint),
+           $26::text, $27::text, $28::integer, $29::text, $30::bytea,
+           clock.now_ms, clock.now_ms + ($31::bigint - $2::bigint)
+    FROM clock
+    ON CONFLICT DO NOTHING
+    RETURNING tenant, operation_id, created_ms
+),
+ev AS (
+    INSERT INTO {ev} ({ev_columns})
+    SELECT ins.tenant, ins.operation_id, e.attempt_id, e.generation, e.kind, e.from_state,
+           e.to_state, e.evidence, e.note, ins.created_ms + (e.at_ms - $2::bigint)
+    FROM ins, (VALUES
+        (1, $32::text, $33::bigint, $34::text, $35::text, $36::text, $37::text, $38::text,
+         $39::bigint),
+        (2, $40::text, $41::bigint, $42::text, $43::text, $44::text, $45::text, $46::text,
+         $47::bigint)
+    ) AS e(ord, attempt_id, generation, kind, from_state, to_state, evidence, note, at_ms)
+    ORDER BY e.ord
+)
+SELECT created_ms FROM ins"
         );
         let select_by_id = format!("SELECT * FROM {ops} WHERE tenant = $1 AND operation_id = $2");
         let select_by_intent =
@@ -129,9 +180,59 @@ SELECT * FROM ins",
         // `record_unread`: the same call, answering only whether it applied (the caller holds
         // the row and writes the changes in itself).
         let record_unread = apply_call("count(*)", true);
+        // The same as one statement, the body of `rw_apply` with its parameters in the same
+        // order (as `insert_claimed_direct`, for connections that plan generically); it
+        // commits without waiting for the WAL flush because the session it runs on says so.
+        // The row is found by its operation id alone (the other terms are `IS TRUE`, which no
+        // index can serve), as in the function: a generic plan is safe whatever the table's
+        // statistics.
+        let record_unread_direct = format!(
+            "WITH {CLOCK_CTE},
+upd AS (
+    UPDATE {ops} AS o SET
+        state = $3::text,
+        last_result = $4::text,
+        generation = $5::bigint,
+        attempts_used = $6::bigint,
+        queries_used = $7::bigint,
+        may_have_applied = CASE WHEN $8::boolean THEN $9::boolean
+                                ELSE (o.may_have_applied OR $9::boolean) END,
+        current_attempt = $10::text,
+        lease_until_ms = CASE WHEN $11::bigint IS NOT DISTINCT FROM o.lease_until_ms
+                              THEN o.lease_until_ms
+                              ELSE clock.now_ms + ($11::bigint - $2::bigint) END,
+        next_check_ms = CASE WHEN $12::bigint IS NOT DISTINCT FROM o.next_check_ms
+                             THEN o.next_check_ms
+                             ELSE clock.now_ms + ($12::bigint - $2::bigint) END,
+        deadline_ms = CASE WHEN $13::bigint IS NOT DISTINCT FROM o.deadline_ms
+                           THEN o.deadline_ms
+                           ELSE clock.now_ms + ($13::bigint - $2::bigint) END,
+        remote_ref = $14::text,
+        reason = $15::text,
+        response_status = $16::integer,
+        response_headers = $17::text,
+        response_body = $18::bytea,
+        updated_ms = clock.now_ms,
+        version = o.version + 1
+    FROM clock
+    WHERE o.operation_id = $20::text
+      AND (o.tenant = $19::text) IS TRUE
+      AND (o.state = $21::text) IS TRUE
+      AND o.generation = $22::bigint AND o.version = $23::bigint
+      AND NOT ($3::text = 'REJECTED' AND o.may_have_applied AND NOT $24::boolean)
+    RETURNING o.tenant, o.operation_id, clock.now_ms
+),
+ev AS (
+    INSERT INTO {ev} ({ev_columns})
+    SELECT upd.tenant, upd.operation_id, $25::text, $26::bigint, $27::text, $28::text,
+           $29::text, $30::text, $31::text, upd.now_ms + ($32::bigint - $2::bigint)
+    FROM upd
+)
+SELECT count(*) FROM upd"
+        );
         // Group commit (migration 0012): the same two calls with one array per parameter.
         let claim_batch = format!(
-            "SELECT * FROM \"{schema}\".rw_claim_batch(
+            "SELECT tenant, operation_id, created_ms FROM \"{schema}\".rw_claim_batch(
     $1::bigint[], $2::bigint[],
     $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
     $10::text[], $11::text[], $12::bytea[], $13::text[], $14::text[], $15::text[],
@@ -382,11 +483,13 @@ ORDER BY created_ms, seq LIMIT 1"
             operations: ops,
             insert_operation: insert_operation.into(),
             insert_claimed: insert_claimed.into(),
+            insert_claimed_direct: insert_claimed_direct.into(),
             select_by_id: select_by_id.into(),
             select_by_intent: select_by_intent.into(),
             apply: apply.into(),
             apply_after_send: apply_after_send.into(),
             record_unread: record_unread.into(),
+            record_unread_direct: record_unread_direct.into(),
             claim_batch: claim_batch.into(),
             record_batch: record_batch.into(),
             claim_due: claim_due.into(),

@@ -189,65 +189,44 @@ impl PostgresLedger {
     }
 
     /// `record` without reading the row back (`Ledger::record_unread`), alone: whether the
-    /// update applied, from the count of rows `rw_apply` changed.
+    /// update applied, from the count of rows it changed. On a kept connection, the statement
+    /// itself; elsewhere the call of `rw_apply` (see `Statements::record_unread_direct`).
     pub(super) async fn record_counted(&self, job: RecordJob) -> Result<bool, LedgerError> {
-        let query = update_query(self.sql.record_unread.clone(), job.now, job.update);
+        let (direct, call) = (
+            self.sql.record_unread_direct.clone(),
+            self.sql.record_unread.clone(),
+        );
+        let (now, update) = (job.now, job.update);
         let row = self
             .groups
             .records_warm
-            .run(async |c| query.fetch_one(c).await)
+            .run(async |c, generic| {
+                let sql = if generic { direct } else { call };
+                update_query(sql, now, update).fetch_one(c).await
+            })
             .await?;
         let changed: i64 = row.try_get(0).map_err(unavailable)?;
         Ok(changed == 1)
     }
 
-    /// `create_and_apply`'s claim alone: the row and both entries in one statement
-    /// (`rw_claim_new`); `None` when the identity or the intent exists already.
-    pub(super) async fn claim_alone(
-        &self,
-        job: ClaimJob,
-    ) -> Result<Option<OperationRecord>, LedgerError> {
-        let (r, created, claimed) = (job.row, job.created, job.claimed);
-        let rows = sqlx::query(AssertSqlSafe(self.sql.insert_claimed.clone()))
-            .bind(job.now)
-            .bind(job.created_at)
-            .bind(r.tenant)
-            .bind(r.operation_id)
-            .bind(r.action)
-            .bind(r.intent_ref)
-            .bind(r.idempotency_key)
-            .bind(r.payload_hash)
-            .bind(r.request_method)
-            .bind(r.request_url)
-            .bind(r.request_headers)
-            .bind(r.request_body)
-            .bind(r.contract_name)
-            .bind(r.contract_hash)
-            .bind(r.budget_policy)
-            .bind(r.state)
-            .bind(r.last_result)
-            .bind(r.generation)
-            .bind(r.attempts_used)
-            .bind(r.queries_used)
-            .bind(r.may_have_applied)
-            .bind(r.current_attempt)
-            .bind(r.lease_until_ms)
-            .bind(r.next_check_ms)
-            .bind(r.deadline_ms)
-            .bind(r.remote_ref)
-            .bind(r.reason)
-            .bind(r.response.status.map(i32::from))
-            .bind(r.response.headers)
-            .bind(r.response.body)
-            .bind(r.updated_ms)
-            .bind_entry_at(created)
-            .bind_entry_at(claimed);
-        let rows = self
-            .groups
+    /// `create_and_apply`'s claim alone: the row and both entries in one statement; the
+    /// statement's clock (`created_ms`) when it inserted, `None` when the identity or the
+    /// intent exists already. On a kept connection, the statement itself; elsewhere the call
+    /// of `rw_claim_new` (see `Statements::insert_claimed_direct`).
+    pub(super) async fn claim_alone(&self, job: ClaimJob) -> Result<Option<i64>, LedgerError> {
+        let (direct, call) = (
+            self.sql.insert_claimed_direct.clone(),
+            self.sql.insert_claimed.clone(),
+        );
+        self.groups
             .claims_warm
-            .run(async |c| rows.fetch_all(c).await)
-            .await?;
-        rows.first().map(decode_operation).transpose()
+            .run(async |c, generic| {
+                let sql = if generic { direct } else { call };
+                claim_query(sql, job).fetch_optional(c).await
+            })
+            .await?
+            .map(|row| row.try_get::<i64, _>(0).map_err(unavailable))
+            .transpose()
     }
 
     /// The claim statement and its `recovery_claimed` entries, on one transaction.
@@ -469,8 +448,70 @@ impl EvidenceArrays {
     }
 }
 
-/// The call of `rw_apply` in `sql` with `u`'s columns bound in its order; `now` is the caller's
-/// time, or `None` for the database clock.
+/// The row a claim inserted, from the row its caller sent (`row`, made at the caller's
+/// `created_at`) and the statement's clock (`created_ms`): the statement moves every time the
+/// caller computed onto its clock as an offset from `created_at` (`rw_claim_new`,
+/// `rw_claim_batch` and `Statements::insert_claimed_direct` alike), and stores every other
+/// column as sent. With the caller's clock the two are equal and nothing moves.
+pub(super) fn claimed_row(
+    mut row: OperationRecord,
+    created_at: i64,
+    created_ms: i64,
+) -> OperationRecord {
+    let moved = |t: i64| created_ms + (t - created_at);
+    row.created_ms = created_ms;
+    row.updated_ms = moved(row.updated_ms);
+    row.lease_until_ms = row.lease_until_ms.map(moved);
+    row.next_check_ms = row.next_check_ms.map(moved);
+    row.deadline_ms = row.deadline_ms.map(moved);
+    row
+}
+
+/// The single-row claim in `sql` (the call of `rw_claim_new`, or the statement it runs) with
+/// `job`'s columns bound in its order.
+fn claim_query(
+    sql: Arc<str>,
+    job: ClaimJob,
+) -> sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let (r, created, claimed) = (job.row, job.created, job.claimed);
+    sqlx::query(AssertSqlSafe(sql))
+        .bind(job.now)
+        .bind(job.created_at)
+        .bind(r.tenant)
+        .bind(r.operation_id)
+        .bind(r.action)
+        .bind(r.intent_ref)
+        .bind(r.idempotency_key)
+        .bind(r.payload_hash)
+        .bind(r.request_method)
+        .bind(r.request_url)
+        .bind(r.request_headers)
+        .bind(r.request_body)
+        .bind(r.contract_name)
+        .bind(r.contract_hash)
+        .bind(r.budget_policy)
+        .bind(r.state)
+        .bind(r.last_result)
+        .bind(r.generation)
+        .bind(r.attempts_used)
+        .bind(r.queries_used)
+        .bind(r.may_have_applied)
+        .bind(r.current_attempt)
+        .bind(r.lease_until_ms)
+        .bind(r.next_check_ms)
+        .bind(r.deadline_ms)
+        .bind(r.remote_ref)
+        .bind(r.reason)
+        .bind(r.response.status.map(i32::from))
+        .bind(r.response.headers)
+        .bind(r.response.body)
+        .bind(r.updated_ms)
+        .bind_entry_at(created)
+        .bind_entry_at(claimed)
+}
+
+/// The compare-and-swap in `sql` (a call of `rw_apply`, or the statement it runs) with `u`'s
+/// columns bound in its order; `now` is the caller's time, or `None` for the database clock.
 pub(super) fn update_query(
     sql: Arc<str>,
     now: Option<i64>,
