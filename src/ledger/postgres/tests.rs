@@ -317,6 +317,64 @@ async fn claim_prepared_reads_only_its_partial_index() {
     assert!(!plan.contains("Seq Scan on rw_operations"), "{plan}");
 }
 
+/// The generic plan of the result written as a plain statement (`record_unread_direct`, run on
+/// the kept connections with `force_generic_plan`) finds its row by the operation id through
+/// the primary key, on a table never analyzed (planned while empty) as on a filled, analyzed
+/// one: the tenant and state terms, written `IS TRUE`, give no other index a condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_direct_result_plans_generically_through_the_primary_key() {
+    let Some(url) = pg_url().await else { return };
+    async fn generic_plan(ledger: &PostgresLedger) -> String {
+        let mut conn = ledger.pool().acquire().await.expect("connection");
+        let prepare = format!(
+            "SET plan_cache_mode = force_generic_plan; PREPARE rw_direct_result AS {}",
+            ledger.sql.record_unread_direct
+        );
+        sqlx::raw_sql(AssertSqlSafe(prepare))
+            .execute(&mut *conn)
+            .await
+            .expect("prepare");
+        // 32 arguments in the statement's order (the values do not matter to a generic plan).
+        let execute = "EXPLAIN EXECUTE rw_direct_result(NULL, 0, 'SUCCEEDED', 'SUCCEEDED', 0, 1, \
+             0, false, true, NULL, NULL, NULL, NULL, NULL, NULL, 201, NULL, NULL, 'tenant-a', \
+             'op-1', 'IN_FLIGHT', 0, 1, false, NULL, 0, 'attempt_result', 'IN_FLIGHT', \
+             'SUCCEEDED', NULL, NULL, 0)";
+        let plan = sqlx::query(execute)
+            .fetch_all(&mut *conn)
+            .await
+            .expect("explain")
+            .iter()
+            .map(|r| r.get::<String, _>(0))
+            .collect::<Vec<_>>()
+            .join("\n");
+        sqlx::raw_sql("DEALLOCATE rw_direct_result; RESET plan_cache_mode")
+            .execute(&mut *conn)
+            .await
+            .expect("deallocate");
+        plan
+    }
+    let (ledger, schema) = fresh(&url, "rw_direct", 2).await;
+    let empty = generic_plan(&ledger).await;
+    let (filled_ledger, filled_schema, _) = filled(&url, 5_000).await;
+    sqlx::query(AssertSqlSafe(format!(
+        "ANALYZE \"{filled_schema}\".rw_operations"
+    )))
+    .execute(filled_ledger.pool())
+    .await
+    .expect("analyze");
+    let analyzed = generic_plan(&filled_ledger).await;
+    drop_schema(ledger, &schema).await;
+    drop_schema(filled_ledger, &filled_schema).await;
+    for plan in [empty, analyzed] {
+        assert!(
+            plan.contains("Index Scan using rw_operations_pkey"),
+            "{plan}"
+        );
+        assert!(plan.contains("Index Cond: (operation_id = $20)"), "{plan}");
+        assert!(!plan.contains("Seq Scan on rw_operations"), "{plan}");
+    }
+}
+
 /// `record`'s statement relaxes `synchronous_commit` for its own transaction only: inside
 /// it the setting reads `off`, after its commit (same session) `on` again, and `apply`'s
 /// statement leaves it `on`.
